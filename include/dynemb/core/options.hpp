@@ -1,0 +1,64 @@
+// Table options: the score policy, the safe-check mode, capacities and the memory budget.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "dynemb/core/initializer.hpp"
+
+namespace dynemb {
+
+// How a key's score is written when a call touches it. A higher score is more valuable.
+enum class ScorePolicy : uint8_t {
+  kTimestamp,   // nanoseconds of the host clock (CPU) or the device global timer (CUDA)
+  kStep,        // the table's step counter (advance_step / set_score)
+  kLfu,         // count of touches (a per-key increment may be given)
+  kCustomized,  // given by the caller per key, or per call through set_score
+};
+
+// What a refused insert (or a reserved key in the input) does.
+enum class SafeCheck : uint8_t {
+  kError,    // reserved keys: InvalidArgument before anything changes; refusals: InsertRefused
+             // after the batch (the rest of the batch is applied)
+  kWarning,  // count, skip, and log a warning
+  kIgnore,   // count and skip silently
+};
+
+// Where a table lives.
+enum class Backend : uint8_t { kCpu, kCuda };
+
+// Everything that shapes a table. Capacities count slots (key-value pairs).
+struct TableOptions {
+  uint32_t dim = 0;                 // floats per value row, > 0
+  uint64_t init_capacity = 0;       // slots at construction, a multiple of bucket_capacity
+  uint64_t max_capacity = 0;        // growth stops here; >= init_capacity, same multiple rule
+  uint32_t bucket_capacity = 128;   // slots per bucket, a power of two in [16, 1024]
+  double max_load_factor = 0.5;     // grow (double) when size would exceed this; in (0, 1]
+  ScorePolicy score_policy = ScorePolicy::kTimestamp;
+  SafeCheck safe_check = SafeCheck::kError;
+  InitializerOptions initializer{};
+  // CPU backend: worker threads for large batches (0 = all hardware threads).
+  uint32_t num_threads = 0;
+  // CUDA backend: device ordinal, HBM byte budget for values (the rest goes to pinned host
+  // memory: hybrid mode), and whether calls lock against each other (off for one stream).
+  int device = 0;
+  uint64_t max_hbm_for_values = std::numeric_limits<uint64_t>::max();
+  bool thread_safe = true;
+};
+
+// Throws InvalidArgument naming the first bad field, its value and its limit.
+void validate_table_options(const TableOptions& options);
+
+std::string to_string(ScorePolicy policy);
+std::string to_string(SafeCheck mode);
+std::string to_string(Backend backend);
+
+// Parses "timestamp" / "step" / "lfu" / "customized" (InvalidArgument otherwise).
+ScorePolicy parse_score_policy(const std::string& name);
+// Parses "error" / "warning" / "ignore".
+SafeCheck parse_safe_check(const std::string& name);
+// Parses "cpu" / "cuda".
+Backend parse_backend(const std::string& name);
+
+}  // namespace dynemb

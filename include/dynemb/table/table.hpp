@@ -1,0 +1,165 @@
+// The hash table contract: one interface, a CPU and a CUDA implementation behind it.
+// docs/table_contract.md is the full statement of every promise made here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "dynemb/core/key.hpp"
+#include "dynemb/core/options.hpp"
+#include "dynemb/core/stats.hpp"
+
+namespace dynemb {
+
+// An opaque stream: a cudaStream_t for the CUDA backend (nullptr = default stream); ignored by
+// the CPU backend.
+using StreamHandle = void*;
+
+// A score predicate for erase_if.
+enum class ScoreCompare : uint8_t { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual };
+
+struct ScorePredicate {
+  ScoreCompare compare = ScoreCompare::kLess;
+  uint64_t threshold = 0;
+};
+
+// True when `score` satisfies the predicate.
+constexpr bool matches(ScorePredicate p, uint64_t score) {
+  switch (p.compare) {
+    case ScoreCompare::kLess: return score < p.threshold;
+    case ScoreCompare::kLessEqual: return score <= p.threshold;
+    case ScoreCompare::kGreater: return score > p.threshold;
+    case ScoreCompare::kGreaterEqual: return score >= p.threshold;
+    case ScoreCompare::kEqual:
+    default: return score == p.threshold;
+  }
+}
+
+// A batch-oriented hash table of key -> (float row of `dim`, uint64 score).
+//
+// Pointers are host memory for the CPU backend and device-accessible memory (device, pinned or
+// managed) for the CUDA backend, where every call is ordered on `stream`. Value buffers are
+// row-major [n x dim]. Optional outputs/inputs may be nullptr. n == 0 is a no-op; a null
+// required pointer with n > 0 is InvalidArgument. Calls are safe from several threads.
+template <TableKey K>
+class Table {
+ public:
+  using key_type = K;
+  virtual ~Table() = default;
+
+  // --- reads: never change contents or scores -------------------------------------------------
+
+  // For each key: copies its row to values[i] and sets founds[i]; rows of missing keys are left
+  // as they were. scores[i] receives the stored score (unchanged where missing).
+  virtual void find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
+                    StreamHandle stream = nullptr) = 0;
+
+  // Like find, and writes the missing keys and their batch positions compactly (in batch
+  // order); returns how many were missing (synchronizes the stream on CUDA).
+  virtual size_t find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
+                                  uint64_t* missed_indices, uint64_t* scores,
+                                  StreamHandle stream = nullptr) = 0;
+
+  // Sets founds[i] to whether keys[i] is stored.
+  virtual void contains(size_t n, const K* keys, bool* founds, StreamHandle stream = nullptr) = 0;
+
+  // --- writes ---------------------------------------------------------------------------------
+
+  // Copies each key's row to values[i], first inserting missing keys with the initializer's
+  // row. founds[i] (optional) tells which keys existed before the call. A refused key's
+  // initial row is still written to values[i] (and counted as refused).
+  virtual void find_or_insert(size_t n, const K* keys, float* values, bool* founds,
+                              const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
+
+  // Stores values[i] under keys[i], inserting or overwriting.
+  virtual void insert_or_assign(size_t n, const K* keys, const float* values,
+                                const uint64_t* scores = nullptr,
+                                StreamHandle stream = nullptr) = 0;
+
+  // insert_or_assign that also returns what left the table: each stored key it replaced, and
+  // each batch key the policy refused, as (key, row, score) in evicted_*[0, count). Buffers
+  // hold n entries; evicted_values and evicted_scores may be nullptr. Returns count
+  // (synchronizes the stream on CUDA).
+  virtual size_t insert_and_evict(size_t n, const K* keys, const float* values,
+                                  const uint64_t* scores, K* evicted_keys, float* evicted_values,
+                                  uint64_t* evicted_scores, StreamHandle stream = nullptr) = 0;
+
+  // Overwrites the rows (and scores) of keys that exist; missing keys are ignored.
+  virtual void assign(size_t n, const K* keys, const float* values,
+                      const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
+
+  // Sets the stored score of keys that exist to scores[i]; missing keys are ignored.
+  virtual void assign_scores(size_t n, const K* keys, const uint64_t* scores,
+                             StreamHandle stream = nullptr) = 0;
+
+  // Adds values[i] element-wise to the row of keys that exist; inserts missing keys with
+  // values[i] as their row.
+  virtual void accum_or_assign(size_t n, const K* keys, const float* values,
+                               const uint64_t* scores = nullptr,
+                               StreamHandle stream = nullptr) = 0;
+
+  // Removes the keys that exist.
+  virtual void erase(size_t n, const K* keys, StreamHandle stream = nullptr) = 0;
+
+  // Removes every key whose score matches; returns how many (synchronizes on CUDA).
+  virtual size_t erase_if(ScorePredicate predicate, StreamHandle stream = nullptr) = 0;
+
+  // Removes every key; capacity is kept.
+  virtual void clear(StreamHandle stream = nullptr) = 0;
+
+  // --- whole-table ----------------------------------------------------------------------------
+
+  // Number of stored keys (synchronizes on CUDA).
+  virtual size_t size(StreamHandle stream = nullptr) const = 0;
+  // Current number of slots.
+  virtual size_t capacity() const = 0;
+  // size() / capacity().
+  virtual double load_factor(StreamHandle stream = nullptr) const = 0;
+  // Grows (by doubling) until capacity >= new_capacity, bounded by max_capacity; no key lost.
+  virtual void reserve(size_t new_capacity, StreamHandle stream = nullptr) = 0;
+
+  // Copies out the stored keys among slots [offset, offset + n_slots), compactly, with their
+  // rows and scores; with min_score only keys whose score >= *min_score. Returns how many were
+  // written (synchronizes on CUDA). Walking offset = 0, n_slots, 2 n_slots, ... up to capacity()
+  // visits every key exactly once if the table is not modified in between.
+  virtual size_t export_batch(size_t offset, size_t n_slots, K* keys, float* values,
+                              uint64_t* scores, std::optional<uint64_t> min_score = std::nullopt,
+                              StreamHandle stream = nullptr) = 0;
+
+  // A read-only view of one stored row.
+  using RowVisitor = std::function<void(K key, std::span<const float> value, uint64_t score)>;
+  // Calls `visit` on every stored row (host memory views; on CUDA rows are staged to the host).
+  virtual void for_each(const RowVisitor& visit) = 0;
+
+  // --- scores ---------------------------------------------------------------------------------
+
+  // The table's current clock: the step (STEP), the call-level score (CUSTOMIZED); for
+  // TIMESTAMP the last time read; unused by LFU.
+  virtual uint64_t score() const = 0;
+  // Sets the step (STEP) or the call-level score (CUSTOMIZED) used when no per-key scores are
+  // given. Logs a warning if a CUSTOMIZED score goes backwards.
+  virtual void set_score(uint64_t score) = 0;
+  // STEP: advances the step by one (once per training step).
+  virtual void advance_step() = 0;
+
+  // --- description ----------------------------------------------------------------------------
+
+  virtual const TableOptions& options() const = 0;
+  virtual Backend backend() const = 0;
+  virtual TableStats stats() const = 0;
+  uint32_t dim() const { return options().dim; }
+};
+
+// Creates a table on `backend` (NotAvailable if that backend is not built in); validates
+// `options` first.
+template <TableKey K>
+std::unique_ptr<Table<K>> make_table(Backend backend, const TableOptions& options);
+
+// True when this binary has the CUDA backend and a CUDA device is visible.
+bool cuda_backend_available();
+
+}  // namespace dynemb

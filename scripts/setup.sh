@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package dynemb needs, then configures and builds it into build/.
+# Usage: bash scripts/setup.sh [extra cmake arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake ninja-build g++ pkg-config git
+  libgtest-dev libgmock-dev        # unit tests
+  libbenchmark-dev                 # micro-benchmarks
+  libcuckoo-dev libabsl-dev        # CPU peers measured by `dynemb bench table`
+  libcli11-dev                     # the dynemb program's command line
+  nlohmann-json3-dev               # benchmark results and manifests as JSON
+  libfmt-dev                       # formatting
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# nvcc is optional: the CUDA backend is built where it is found.
+if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+
+build_dir="${DYNEMB_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$build_dir" -j "$(nproc)"

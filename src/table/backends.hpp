@@ -1,0 +1,21 @@
+// The constructors of each backend's table, called only by make_table.
+#pragma once
+
+#include <memory>
+
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::detail {
+
+// Builds the CPU table (src/table/cpu).
+template <TableKey K>
+std::unique_ptr<Table<K>> make_cpu_table(const TableOptions& options);
+
+// Builds the CUDA table (src/table/cuda); only linked when the CUDA backend is built.
+template <TableKey K>
+std::unique_ptr<Table<K>> make_cuda_table(const TableOptions& options);
+
+// True when a CUDA device is visible (only linked when the CUDA backend is built).
+bool cuda_device_present();
+
+}  // namespace dynemb::detail
