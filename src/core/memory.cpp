@@ -23,7 +23,7 @@ void check_cuda(cudaError_t status, const char* what) {
 }
 #endif
 
-[[noreturn]] void no_cuda(const char* what) {
+[[noreturn, maybe_unused]] void no_cuda(const char* what) {
   throw NotAvailable(std::string(what) + ": backend = cuda, but this build has no CUDA backend");
 }
 
