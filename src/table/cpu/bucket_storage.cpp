@@ -1,0 +1,39 @@
+#include "table/cpu/bucket_storage.hpp"
+
+#include <cstring>
+
+namespace dynemb::cpu {
+
+BucketStorage::BucketStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim)
+    : num_buckets_(num_buckets),
+      bucket_capacity_(bucket_capacity),
+      dim_(dim),
+      headers_(num_buckets),
+      ctrl_(num_buckets * bucket_capacity),
+      keys_(num_buckets * bucket_capacity),
+      scores_(num_buckets * bucket_capacity),
+      values_(num_buckets * bucket_capacity * static_cast<uint64_t>(dim)) {}
+
+int32_t BucketStorage::lowest_score_slot(uint64_t b) const {
+  const uint8_t* c = ctrl(b);
+  const uint64_t* k = keys(b);
+  const uint64_t* s = scores(b);
+  int32_t best = -1;
+  for (uint32_t i = 0; i < bucket_capacity_; ++i) {
+    if ((c[i] & kCtrlFullBit) == 0) continue;
+    if (best < 0 || s[i] < s[best] || (s[i] == s[best] && k[i] < k[best]))
+      best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+void BucketStorage::clear() {
+  for (uint64_t b = 0; b < num_buckets_; ++b) {
+    BucketHeader& h = headers_[b];
+    h.live = 0;
+    ++h.version;
+  }
+  std::memset(ctrl_.data(), kCtrlEmpty, ctrl_.size());
+}
+
+}  // namespace dynemb::cpu

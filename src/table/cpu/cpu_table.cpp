@@ -1,0 +1,247 @@
+// CpuTable: construction, argument screening, growth and the whole-table operations.
+#include "table/cpu/cpu_table.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/log.hpp"
+#include "table/cpu/rehash.hpp"
+
+namespace dynemb::cpu {
+namespace {
+
+uint64_t threshold_of(double max_load_factor, uint64_t capacity) {
+  return static_cast<uint64_t>(std::floor(max_load_factor * static_cast<double>(capacity)));
+}
+
+template <TableKey K>
+std::string key_text(K key) {
+  return std::to_string(key);
+}
+
+}  // namespace
+
+template <TableKey K>
+CpuTable<K>::CpuTable(const TableOptions& options)
+    : options_(options),
+      row_bytes_(static_cast<size_t>(options.dim) * sizeof(float)),
+      pool_(options.num_threads),
+      clock_(options.score_policy),
+      storage_(std::make_unique<BucketStorage>(options.init_capacity / options.bucket_capacity,
+                                               options.bucket_capacity, options.dim)),
+      grow_threshold_(threshold_of(options.max_load_factor, options.init_capacity)),
+      capacity_(options.init_capacity) {}
+
+template <TableKey K>
+void CpuTable<K>::require_pointer(const void* ptr, const char* call, const char* argument) {
+  require(ptr != nullptr, call, argument, "nullptr", "must not be null when n > 0");
+}
+
+template <TableKey K>
+void CpuTable<K>::screen_reserved(const char* call, size_t n, const K* keys) {
+  size_t count = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!is_reserved_key(keys[i])) continue;
+    if (count++ == 0) first = i;
+    if (options_.safe_check == SafeCheck::kError) break;
+  }
+  if (count == 0) return;
+  const std::string message = std::string(call) + ": keys[" + std::to_string(first) +
+                              "] = " + key_text(keys[first]) +
+                              ", a reserved key (bit pattern >= 0xFFFFFFFFFFFFFFF0)";
+  if (options_.safe_check == SafeCheck::kError) {
+    throw InvalidArgument(message + "; nothing was changed");
+  }
+  reserved_keys_.fetch_add(count, std::memory_order_relaxed);
+  if (options_.safe_check == SafeCheck::kWarning) {
+    warn(message + " and " + std::to_string(count - 1) + " more were skipped");
+  }
+}
+
+template <TableKey K>
+Step CpuTable<K>::claim_new_slot(const BucketStorage& s) {
+  const uint64_t after = size_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (s.capacity() < options_.max_capacity && after > grow_threshold_) {
+    size_.fetch_sub(1, std::memory_order_relaxed);
+    return Step::kGrow;
+  }
+  return Step::kDone;
+}
+
+template <TableKey K>
+void CpuTable<K>::grow_from(uint64_t seen_capacity) {
+  std::unique_lock lock(mutex_);
+  if (storage_->capacity() != seen_capacity) return;  // someone else grew already
+  grow_locked();
+}
+
+template <TableKey K>
+void CpuTable<K>::grow_locked() {
+  const BucketStorage& from = *storage_;
+  if (from.capacity() >= options_.max_capacity) return;
+  const uint64_t new_capacity = std::min<uint64_t>(from.capacity() * 2, options_.max_capacity);
+  const uint64_t new_buckets = new_capacity / options_.bucket_capacity;
+  auto to = std::make_unique<BucketStorage>(new_buckets, options_.bucket_capacity, options_.dim);
+  uint64_t dropped = 0;
+  if (new_buckets == 2 * from.num_buckets()) {
+    for_bucket_ranges(from.num_buckets(), [&](uint64_t first, uint64_t last) {
+      rehash_buckets(from, *to, first, last);
+    });
+  } else {
+    dropped = rehash_buckets(from, *to, 0, from.num_buckets());
+  }
+  storage_ = std::move(to);
+  grow_threshold_ = threshold_of(options_.max_load_factor, new_capacity);
+  capacity_.store(new_capacity, std::memory_order_relaxed);
+  size_.fetch_sub(dropped, std::memory_order_relaxed);
+  evictions_.fetch_add(dropped, std::memory_order_relaxed);
+  rehashes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <TableKey K>
+size_t CpuTable<K>::erase_if(ScorePredicate predicate, StreamHandle) {
+  std::shared_lock lock(mutex_);
+  const BucketStorage& s = *storage_;
+  std::atomic<uint64_t> removed{0};
+  for_bucket_ranges(s.num_buckets(), [&](uint64_t first, uint64_t last) {
+    uint64_t local = 0;
+    for (uint64_t b = first; b < last; ++b) {
+      SpinGuard guard(s.header(b).lock);
+      for (uint32_t slot = 0; slot < s.bucket_capacity(); ++slot) {
+        if (s.is_full_slot(b, slot) && matches(predicate, s.scores(b)[slot])) {
+          s.remove(b, slot);
+          ++local;
+        }
+      }
+    }
+    removed.fetch_add(local, std::memory_order_relaxed);
+  });
+  size_.fetch_sub(removed.load(), std::memory_order_relaxed);
+  erased_.fetch_add(removed.load(), std::memory_order_relaxed);
+  return removed.load();
+}
+
+template <TableKey K>
+void CpuTable<K>::clear(StreamHandle) {
+  std::unique_lock lock(mutex_);
+  storage_->clear();
+  size_.store(0, std::memory_order_relaxed);
+}
+
+template <TableKey K>
+size_t CpuTable<K>::size(StreamHandle) const {
+  return size_.load(std::memory_order_relaxed);
+}
+
+template <TableKey K>
+size_t CpuTable<K>::capacity() const {
+  return capacity_.load(std::memory_order_relaxed);
+}
+
+template <TableKey K>
+double CpuTable<K>::load_factor(StreamHandle stream) const {
+  return static_cast<double>(size(stream)) / static_cast<double>(capacity());
+}
+
+template <TableKey K>
+void CpuTable<K>::reserve(size_t new_capacity, StreamHandle) {
+  require(new_capacity <= options_.max_capacity, "reserve", "new_capacity",
+          std::to_string(new_capacity),
+          "must be <= max_capacity (" + std::to_string(options_.max_capacity) + ")");
+  std::unique_lock lock(mutex_);
+  while (storage_->capacity() < new_capacity) grow_locked();
+}
+
+template <TableKey K>
+size_t CpuTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float* values,
+                                 uint64_t* scores, std::optional<uint64_t> min_score,
+                                 StreamHandle) {
+  if (n_slots == 0) return 0;
+  require_pointer(keys, "export_batch", "keys");
+  require_pointer(values, "export_batch", "values");
+  std::shared_lock lock(mutex_);
+  const BucketStorage& s = *storage_;
+  const uint64_t end = std::min<uint64_t>(offset + n_slots, s.capacity());
+  const uint32_t cap = s.bucket_capacity();
+  size_t out = 0;
+  for (uint64_t slot = offset; slot < end;) {
+    const uint64_t b = slot / cap;
+    const uint64_t bucket_end = std::min<uint64_t>(end, (b + 1) * cap);
+    SpinGuard guard(s.header(b).lock);
+    for (; slot < bucket_end; ++slot) {
+      const uint32_t in = static_cast<uint32_t>(slot - b * cap);
+      if (!s.is_full_slot(b, in)) continue;
+      const uint64_t score = s.scores(b)[in];
+      if (min_score && score < *min_score) continue;
+      keys[out] = static_cast<K>(s.keys(b)[in]);
+      std::memcpy(values + out * options_.dim, s.row(b, in), row_bytes_);
+      if (scores) scores[out] = score;
+      ++out;
+    }
+  }
+  return out;
+}
+
+template <TableKey K>
+void CpuTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
+  std::shared_lock lock(mutex_);
+  const BucketStorage& s = *storage_;
+  const uint32_t cap = s.bucket_capacity();
+  std::vector<uint64_t> keys(cap), scores(cap);
+  std::vector<float> rows(static_cast<size_t>(cap) * options_.dim);
+  for (uint64_t b = 0; b < s.num_buckets(); ++b) {
+    uint32_t count = 0;
+    {
+      SpinGuard guard(s.header(b).lock);
+      for (uint32_t slot = 0; slot < cap; ++slot) {
+        if (!s.is_full_slot(b, slot)) continue;
+        keys[count] = s.keys(b)[slot];
+        scores[count] = s.scores(b)[slot];
+        std::memcpy(rows.data() + static_cast<size_t>(count) * options_.dim, s.row(b, slot),
+                    row_bytes_);
+        ++count;
+      }
+    }
+    for (uint32_t r = 0; r < count; ++r) {
+      visit(
+          static_cast<K>(keys[r]),
+          std::span<const float>(rows.data() + static_cast<size_t>(r) * options_.dim, options_.dim),
+          scores[r]);
+    }
+  }
+}
+
+template <TableKey K>
+void CpuTable<K>::set_score(uint64_t score) {
+  const ScorePolicy policy = options_.score_policy;
+  if (policy != ScorePolicy::kStep && policy != ScorePolicy::kCustomized) return;
+  const uint64_t before = clock_.set(score);
+  if (policy == ScorePolicy::kCustomized && score < before) {
+    warn("set_score: score = " + std::to_string(score) + " goes backwards from " +
+         std::to_string(before) + " (customized scores should not decrease)");
+  }
+}
+
+template <TableKey K>
+void CpuTable<K>::advance_step() {
+  if (options_.score_policy == ScorePolicy::kStep) clock_.advance();
+}
+
+template <TableKey K>
+TableStats CpuTable<K>::stats() const {
+  TableStats st;
+  st.evictions = evictions_.load(std::memory_order_relaxed);
+  st.refused = refused_.load(std::memory_order_relaxed);
+  st.reserved_keys = reserved_keys_.load(std::memory_order_relaxed);
+  st.rehashes = rehashes_.load(std::memory_order_relaxed);
+  st.erased = erased_.load(std::memory_order_relaxed);
+  return st;
+}
+
+template class CpuTable<int64_t>;
+template class CpuTable<uint64_t>;
+
+}  // namespace dynemb::cpu

@@ -1,0 +1,187 @@
+// The CPU backend of Table<K>: buckets of SwissTable-style slots (bucket_storage.hpp), one spin
+// lock per bucket, a table-wide shared_mutex that only growth takes exclusively, and a thread
+// pool that splits large batches. docs/cpu_table.md explains the design.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+#include "dynemb/table/table.hpp"
+#include "table/cpu/bucket_storage.hpp"
+#include "table/cpu/refusal_log.hpp"
+#include "table/cpu/score_clock.hpp"
+#include "table/cpu/spin_lock.hpp"
+#include "table/cpu/thread_pool.hpp"
+
+namespace dynemb::cpu {
+
+// What a key's operation asks of the batch driver: nothing more, or grow the table and retry.
+enum class Step : uint8_t { kDone, kGrow };
+
+template <TableKey K>
+class CpuTable final : public Table<K> {
+ public:
+  // An empty table shaped by `options` (already validated).
+  explicit CpuTable(const TableOptions& options);
+
+  void find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
+            StreamHandle stream) override;
+  size_t find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
+                          uint64_t* missed_indices, uint64_t* scores, StreamHandle stream) override;
+  void contains(size_t n, const K* keys, bool* founds, StreamHandle stream) override;
+  void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
+                      StreamHandle stream) override;
+  void insert_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                        StreamHandle stream) override;
+  size_t insert_and_evict(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                          K* evicted_keys, float* evicted_values, uint64_t* evicted_scores,
+                          StreamHandle stream) override;
+  void assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
+              StreamHandle stream) override;
+  void assign_scores(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) override;
+  void accum_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                       StreamHandle stream) override;
+  void erase(size_t n, const K* keys, StreamHandle stream) override;
+  size_t erase_if(ScorePredicate predicate, StreamHandle stream) override;
+  void clear(StreamHandle stream) override;
+
+  size_t size(StreamHandle stream) const override;
+  size_t capacity() const override;
+  double load_factor(StreamHandle stream) const override;
+  void reserve(size_t new_capacity, StreamHandle stream) override;
+  size_t export_batch(size_t offset, size_t n_slots, K* keys, float* values, uint64_t* scores,
+                      std::optional<uint64_t> min_score, StreamHandle stream) override;
+  void for_each(const typename Table<K>::RowVisitor& visit) override;
+
+  uint64_t score() const override { return clock_.value(); }
+  void set_score(uint64_t score) override;
+  void advance_step() override;
+
+  const TableOptions& options() const override { return options_; }
+  Backend backend() const override { return Backend::kCpu; }
+  TableStats stats() const override;
+
+ private:
+  // Keys per pipelined chunk: all are hashed and prefetched before the first is handled.
+  static constexpr size_t kChunk = 16;
+  // Batches at least this long are split over the pool.
+  static constexpr size_t kParallelMin = 16384;
+
+  // Throws InvalidArgument when `ptr` is null while n > 0.
+  static void require_pointer(const void* ptr, const char* call, const char* argument);
+  // ERROR: throws on the first reserved key. Otherwise counts (and, WARNING, logs) them.
+  void screen_reserved(const char* call, size_t n, const K* keys);
+
+  // Calls visit(i, key_bits, hash, bucket, storage) with the bucket locked for every
+  // non-reserved key i, and on_reserved(i) for reserved ones; grows and retries a key whose
+  // visit returns Step::kGrow. Large batches run on the pool in contiguous ranges.
+  template <class Visit, class OnReserved>
+  void for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved);
+  template <class Visit, class OnReserved>
+  void visit_range(size_t begin, size_t end, const K* keys, Visit& visit, OnReserved& on_reserved);
+
+  // The insert-or-update of one key (bucket locked); `hooks` write rows and outputs.
+  template <class Hooks>
+  Step upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s,
+              const ScoreInputs& in, RefusalLog& refusals, Hooks& hooks);
+  // Counts one more stored key, or asks for growth if that would pass the load factor.
+  Step claim_new_slot(const BucketStorage& s);
+  // Runs an insert-type call: screens keys, runs upsert with `hooks`, reports refusals.
+  template <class Hooks>
+  void run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores, Hooks& hooks);
+
+  // Doubles capacity (clamped to max_capacity) unless someone grew past `seen` already.
+  void grow_from(uint64_t seen_capacity);
+  // One growth step; the caller holds mutex_ exclusively.
+  void grow_locked();
+
+  // Calls fn(first, last) over bucket ranges, in parallel for large tables.
+  template <class Fn>
+  void for_bucket_ranges(uint64_t num_buckets, Fn&& fn);
+
+  TableOptions options_;
+  size_t row_bytes_;
+  ThreadPool pool_;
+  ScoreClock clock_;
+  mutable std::shared_mutex mutex_;         // shared: every call; exclusive: growth, clear
+  std::unique_ptr<BucketStorage> storage_;  // replaced only under exclusive mutex_
+  uint64_t grow_threshold_ = 0;             // floor(max_load_factor * capacity), under mutex_
+  std::atomic<uint64_t> size_{0};
+  std::atomic<uint64_t> capacity_{0};
+  std::atomic<uint64_t> evictions_{0}, refused_{0}, reserved_keys_{0}, rehashes_{0}, erased_{0};
+};
+
+// ---- the batch driver ------------------------------------------------------------------------
+
+template <TableKey K>
+template <class Visit, class OnReserved>
+void CpuTable<K>::for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved) {
+  const uint32_t threads = pool_.threads();
+  if (n < kParallelMin || threads == 1) {
+    visit_range(0, n, keys, visit, on_reserved);
+    return;
+  }
+  const size_t tasks =
+      std::min<size_t>(threads * 4, (n + kParallelMin / 4 - 1) / (kParallelMin / 4));
+  pool_.run(tasks, [&](size_t t) {
+    visit_range(n * t / tasks, n * (t + 1) / tasks, keys, visit, on_reserved);
+  });
+}
+
+template <TableKey K>
+template <class Visit, class OnReserved>
+void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& visit,
+                              OnReserved& on_reserved) {
+  std::shared_lock lock(mutex_);
+  uint64_t hashes[kChunk];
+  uint64_t buckets[kChunk];
+  size_t i = begin;
+  while (i < end) {
+    const BucketStorage& s = *storage_;
+    const size_t count = std::min(kChunk, end - i);
+    for (size_t j = 0; j < count; ++j) {
+      hashes[j] = hash_key_bits(key_bits(keys[i + j]));
+      buckets[j] = s.bucket_of(hashes[j]);
+      s.prefetch_probe(buckets[j], hashes[j]);
+    }
+    size_t j = 0;
+    for (; j < count; ++j) {
+      const K key = keys[i + j];
+      if (is_reserved_key(key)) {
+        on_reserved(i + j);
+        continue;
+      }
+      const uint64_t b = buckets[j];
+      BucketHeader& header = s.header(b);
+      lock_word(header.lock);
+      const Step step = visit(i + j, key_bits(key), hashes[j], b, s);
+      unlock_word(header.lock);
+      if (step == Step::kGrow) break;
+    }
+    if (j < count) {  // grow, then start a new chunk at the key that asked for it
+      const uint64_t seen = s.capacity();
+      lock.unlock();
+      grow_from(seen);
+      lock.lock();
+    }
+    i += j;
+  }
+}
+
+template <TableKey K>
+template <class Fn>
+void CpuTable<K>::for_bucket_ranges(uint64_t num_buckets, Fn&& fn) {
+  const uint32_t threads = pool_.threads();
+  const uint64_t min_buckets = std::max<uint64_t>(1, kParallelMin / options_.bucket_capacity);
+  if (threads == 1 || num_buckets < 2 * min_buckets) {
+    fn(uint64_t{0}, num_buckets);
+    return;
+  }
+  const uint64_t tasks = std::min<uint64_t>(threads * 4, num_buckets / min_buckets);
+  pool_.run(tasks, [&](size_t t) { fn(num_buckets * t / tasks, num_buckets * (t + 1) / tasks); });
+}
+
+}  // namespace dynemb::cpu

@@ -1,0 +1,81 @@
+// CpuTable: the batch reads (find, find_with_misses, contains). They take each bucket's lock
+// but never change a row or a score.
+#include <cstring>
+#include <vector>
+
+#include "table/cpu/cpu_table.hpp"
+
+namespace dynemb::cpu {
+
+template <TableKey K>
+void CpuTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
+                       StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "find", "keys");
+  require_pointer(values, "find", "values");
+  screen_reserved("find", n, keys);
+  const size_t dim = options_.dim;
+  for_keys(
+      n, keys,
+      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        const int32_t slot = s.find(b, bits, hash);
+        if (slot >= 0) {
+          std::memcpy(values + i * dim, s.row(b, static_cast<uint32_t>(slot)), row_bytes_);
+          if (scores) scores[i] = s.scores(b)[slot];
+        }
+        if (founds) founds[i] = slot >= 0;
+        return Step::kDone;
+      },
+      [&](size_t i) {
+        if (founds) founds[i] = false;
+      });
+}
+
+template <TableKey K>
+size_t CpuTable<K>::find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
+                                     uint64_t* missed_indices, uint64_t* scores,
+                                     StreamHandle stream) {
+  if (n == 0) return 0;
+  require_pointer(keys, "find_with_misses", "keys");
+  require_pointer(values, "find_with_misses", "values");
+  require_pointer(missed_keys, "find_with_misses", "missed_keys");
+  require_pointer(missed_indices, "find_with_misses", "missed_indices");
+  std::unique_ptr<bool[]> founds(new bool[n]);
+  find(n, keys, values, founds.get(), scores, stream);
+  size_t missed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (founds[i]) continue;
+    missed_keys[missed] = keys[i];
+    missed_indices[missed] = i;
+    ++missed;
+  }
+  return missed;
+}
+
+template <TableKey K>
+void CpuTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "contains", "keys");
+  require_pointer(founds, "contains", "founds");
+  screen_reserved("contains", n, keys);
+  for_keys(
+      n, keys,
+      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        founds[i] = s.find(b, bits, hash) >= 0;
+        return Step::kDone;
+      },
+      [&](size_t i) { founds[i] = false; });
+}
+
+template void CpuTable<int64_t>::find(size_t, const int64_t*, float*, bool*, uint64_t*,
+                                      StreamHandle);
+template size_t CpuTable<int64_t>::find_with_misses(size_t, const int64_t*, float*, int64_t*,
+                                                    uint64_t*, uint64_t*, StreamHandle);
+template void CpuTable<int64_t>::contains(size_t, const int64_t*, bool*, StreamHandle);
+template void CpuTable<uint64_t>::find(size_t, const uint64_t*, float*, bool*, uint64_t*,
+                                       StreamHandle);
+template size_t CpuTable<uint64_t>::find_with_misses(size_t, const uint64_t*, float*, uint64_t*,
+                                                     uint64_t*, uint64_t*, StreamHandle);
+template void CpuTable<uint64_t>::contains(size_t, const uint64_t*, bool*, StreamHandle);
+
+}  // namespace dynemb::cpu

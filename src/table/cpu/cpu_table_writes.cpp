@@ -1,0 +1,256 @@
+// CpuTable: the batch writes. Every insert-type call runs `upsert` per key with a small hooks
+// object that says where rows come from and go to.
+#include <cstring>
+#include <type_traits>
+
+#include "dynemb/core/initializer.hpp"
+#include "table/cpu/cpu_table.hpp"
+
+namespace dynemb::cpu {
+
+template <TableKey K>
+template <class Hooks>
+Step CpuTable<K>::upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s,
+                         const ScoreInputs& in, RefusalLog& refusals, Hooks& hooks) {
+  const Probe p = s.find_or_free(b, bits, hash);
+  if (p.found >= 0) {
+    const auto slot = static_cast<uint32_t>(p.found);
+    uint64_t& score = s.scores(b)[slot];
+    score = in.next(i, true, score);
+    hooks.existing(i, s.row(b, slot));
+    return Step::kDone;
+  }
+  const uint64_t score = in.next(i, false, 0);
+  if (p.free >= 0) {
+    if (claim_new_slot(s) == Step::kGrow) return Step::kGrow;
+    const auto slot = static_cast<uint32_t>(p.free);
+    s.place(b, slot, bits, hash, score);
+    hooks.inserted(i, bits, s.row(b, slot));
+    return Step::kDone;
+  }
+  // The bucket is full: grow while we may, else evict its lowest-score entry or refuse.
+  if (s.capacity() < options_.max_capacity) return Step::kGrow;
+  const auto victim = static_cast<uint32_t>(s.lowest_score_slot(b));
+  const uint64_t victim_score = s.scores(b)[victim];
+  if (!may_evict(victim_score, score)) {
+    refusals.note(i, bits, score, victim_score);
+    hooks.refused(i, bits, score);
+    return Step::kDone;
+  }
+  hooks.evicted(s.keys(b)[victim], s.row(b, victim), victim_score);
+  evictions_.fetch_add(1, std::memory_order_relaxed);
+  s.replace(b, victim, bits, hash, score);
+  hooks.inserted(i, bits, s.row(b, victim));
+  return Step::kDone;
+}
+
+template <TableKey K>
+template <class Hooks>
+void CpuTable<K>::run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores,
+                              Hooks& hooks) {
+  screen_reserved(call, n, keys);
+  const ScoreInputs in = clock_.for_call(scores);
+  RefusalLog refusals(std::is_signed_v<K>);
+  for_keys(
+      n, keys,
+      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        return upsert(i, bits, hash, b, s, in, refusals, hooks);
+      },
+      [&](size_t i) { hooks.reserved(i); });
+  refused_.fetch_add(refusals.count(), std::memory_order_relaxed);
+  refusals.report(options_.safe_check, call);
+}
+
+// Hooks of the calls that store the caller's rows as they are.
+struct StoreRowHooks {
+  const float* values;
+  size_t dim;
+  size_t row_bytes;
+  void existing(size_t i, float* row) const { std::memcpy(row, values + i * dim, row_bytes); }
+  void inserted(size_t i, uint64_t, float* row) const { existing(i, row); }
+  void evicted(uint64_t, const float*, uint64_t) const {}
+  void refused(size_t, uint64_t, uint64_t) const {}
+  void reserved(size_t) const {}
+};
+
+template <TableKey K>
+void CpuTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* founds,
+                                 const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "find_or_insert", "keys");
+  require_pointer(values, "find_or_insert", "values");
+  struct Hooks {
+    float* values;
+    bool* founds;
+    size_t dim;
+    size_t row_bytes;
+    const InitializerOptions& init;
+    void existing(size_t i, const float* row) const {
+      std::memcpy(values + i * dim, row, row_bytes);
+      if (founds) founds[i] = true;
+    }
+    void inserted(size_t i, uint64_t bits, float* row) const {
+      fill_initial_row(init, bits, row, static_cast<uint32_t>(dim));
+      std::memcpy(values + i * dim, row, row_bytes);
+      if (founds) founds[i] = false;
+    }
+    void evicted(uint64_t, const float*, uint64_t) const {}
+    void refused(size_t i, uint64_t bits, uint64_t) const {
+      fill_initial_row(init, bits, values + i * dim, static_cast<uint32_t>(dim));
+      if (founds) founds[i] = false;
+    }
+    void reserved(size_t i) const {
+      if (founds) founds[i] = false;
+    }
+  } hooks{values, founds, options_.dim, row_bytes_, options_.initializer};
+  run_upserts("find_or_insert", n, keys, scores, hooks);
+}
+
+template <TableKey K>
+void CpuTable<K>::insert_or_assign(size_t n, const K* keys, const float* values,
+                                   const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "insert_or_assign", "keys");
+  require_pointer(values, "insert_or_assign", "values");
+  StoreRowHooks hooks{values, options_.dim, row_bytes_};
+  run_upserts("insert_or_assign", n, keys, scores, hooks);
+}
+
+template <TableKey K>
+size_t CpuTable<K>::insert_and_evict(size_t n, const K* keys, const float* values,
+                                     const uint64_t* scores, K* evicted_keys, float* evicted_values,
+                                     uint64_t* evicted_scores, StreamHandle) {
+  if (n == 0) return 0;
+  require_pointer(keys, "insert_and_evict", "keys");
+  require_pointer(values, "insert_and_evict", "values");
+  require_pointer(evicted_keys, "insert_and_evict", "evicted_keys");
+  struct Hooks : StoreRowHooks {
+    K* out_keys;
+    float* out_values;
+    uint64_t* out_scores;
+    std::atomic<size_t> count{0};
+    void emit(uint64_t bits, const float* row, uint64_t score) {
+      const size_t at = count.fetch_add(1, std::memory_order_relaxed);
+      out_keys[at] = static_cast<K>(bits);
+      if (out_values) std::memcpy(out_values + at * dim, row, row_bytes);
+      if (out_scores) out_scores[at] = score;
+    }
+    void evicted(uint64_t bits, const float* row, uint64_t score) { emit(bits, row, score); }
+    void refused(size_t i, uint64_t bits, uint64_t score) { emit(bits, values + i * dim, score); }
+  } hooks;
+  hooks.values = values;
+  hooks.dim = options_.dim;
+  hooks.row_bytes = row_bytes_;
+  hooks.out_keys = evicted_keys;
+  hooks.out_values = evicted_values;
+  hooks.out_scores = evicted_scores;
+  run_upserts("insert_and_evict", n, keys, scores, hooks);
+  return hooks.count.load();
+}
+
+template <TableKey K>
+void CpuTable<K>::accum_or_assign(size_t n, const K* keys, const float* values,
+                                  const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "accum_or_assign", "keys");
+  require_pointer(values, "accum_or_assign", "values");
+  struct Hooks : StoreRowHooks {
+    void existing(size_t i, float* row) const {
+      const float* add = values + i * dim;
+      for (size_t j = 0; j < dim; ++j) row[j] += add[j];
+    }
+  } hooks;
+  hooks.values = values;
+  hooks.dim = options_.dim;
+  hooks.row_bytes = row_bytes_;
+  run_upserts("accum_or_assign", n, keys, scores, hooks);
+}
+
+template <TableKey K>
+void CpuTable<K>::assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                         StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "assign", "keys");
+  require_pointer(values, "assign", "values");
+  screen_reserved("assign", n, keys);
+  const ScoreInputs in = clock_.for_call(scores);
+  const size_t dim = options_.dim;
+  for_keys(
+      n, keys,
+      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        const int32_t slot = s.find(b, bits, hash);
+        if (slot >= 0) {
+          uint64_t& score = s.scores(b)[slot];
+          score = in.next(i, true, score);
+          std::memcpy(s.row(b, static_cast<uint32_t>(slot)), values + i * dim, row_bytes_);
+        }
+        return Step::kDone;
+      },
+      [](size_t) {});
+}
+
+template <TableKey K>
+void CpuTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "assign_scores", "keys");
+  require_pointer(scores, "assign_scores", "scores");
+  screen_reserved("assign_scores", n, keys);
+  for_keys(
+      n, keys,
+      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        const int32_t slot = s.find(b, bits, hash);
+        if (slot >= 0) s.scores(b)[slot] = scores[i];
+        return Step::kDone;
+      },
+      [](size_t) {});
+}
+
+template <TableKey K>
+void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "erase", "keys");
+  screen_reserved("erase", n, keys);
+  for_keys(
+      n, keys,
+      [&](size_t, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
+        const int32_t slot = s.find(b, bits, hash);
+        if (slot >= 0) {
+          s.remove(b, static_cast<uint32_t>(slot));
+          size_.fetch_sub(1, std::memory_order_relaxed);
+          erased_.fetch_add(1, std::memory_order_relaxed);
+        }
+        return Step::kDone;
+      },
+      [](size_t) {});
+}
+
+template void CpuTable<int64_t>::find_or_insert(size_t, const int64_t*, float*, bool*,
+                                                const uint64_t*, StreamHandle);
+template void CpuTable<int64_t>::insert_or_assign(size_t, const int64_t*, const float*,
+                                                  const uint64_t*, StreamHandle);
+template size_t CpuTable<int64_t>::insert_and_evict(size_t, const int64_t*, const float*,
+                                                    const uint64_t*, int64_t*, float*, uint64_t*,
+                                                    StreamHandle);
+template void CpuTable<int64_t>::accum_or_assign(size_t, const int64_t*, const float*,
+                                                 const uint64_t*, StreamHandle);
+template void CpuTable<int64_t>::assign(size_t, const int64_t*, const float*, const uint64_t*,
+                                        StreamHandle);
+template void CpuTable<int64_t>::assign_scores(size_t, const int64_t*, const uint64_t*,
+                                               StreamHandle);
+template void CpuTable<int64_t>::erase(size_t, const int64_t*, StreamHandle);
+template void CpuTable<uint64_t>::find_or_insert(size_t, const uint64_t*, float*, bool*,
+                                                 const uint64_t*, StreamHandle);
+template void CpuTable<uint64_t>::insert_or_assign(size_t, const uint64_t*, const float*,
+                                                   const uint64_t*, StreamHandle);
+template size_t CpuTable<uint64_t>::insert_and_evict(size_t, const uint64_t*, const float*,
+                                                     const uint64_t*, uint64_t*, float*, uint64_t*,
+                                                     StreamHandle);
+template void CpuTable<uint64_t>::accum_or_assign(size_t, const uint64_t*, const float*,
+                                                  const uint64_t*, StreamHandle);
+template void CpuTable<uint64_t>::assign(size_t, const uint64_t*, const float*, const uint64_t*,
+                                         StreamHandle);
+template void CpuTable<uint64_t>::assign_scores(size_t, const uint64_t*, const uint64_t*,
+                                                StreamHandle);
+template void CpuTable<uint64_t>::erase(size_t, const uint64_t*, StreamHandle);
+
+}  // namespace dynemb::cpu

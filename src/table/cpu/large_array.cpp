@@ -1,0 +1,22 @@
+#include "table/cpu/large_array.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace dynemb::cpu {
+
+void* map_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (bytes >= kHugePage) madvise(p, bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
+  return p;
+}
+
+void unmap(void* ptr, size_t bytes) noexcept {
+  if (ptr != nullptr) munmap(ptr, bytes);
+}
+
+}  // namespace dynemb::cpu
