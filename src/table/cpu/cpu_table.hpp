@@ -72,6 +72,9 @@ class CpuTable final : public Table<K> {
 
   // Throws InvalidArgument when `ptr` is null while n > 0.
   static void require_pointer(const void* ptr, const char* call, const char* argument);
+  // find without the pointer checks; `call` names the operation in errors.
+  void find_rows(const char* call, size_t n, const K* keys, float* values, bool* founds,
+                 uint64_t* scores);
   // ERROR: throws on the first reserved key. Otherwise counts (and, WARNING, logs) them.
   void screen_reserved(const char* call, size_t n, const K* keys);
 

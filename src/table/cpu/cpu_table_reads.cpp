@@ -13,7 +13,13 @@ void CpuTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uin
   if (n == 0) return;
   require_pointer(keys, "find", "keys");
   require_pointer(values, "find", "values");
-  screen_reserved("find", n, keys);
+  find_rows("find", n, keys, values, founds, scores);
+}
+
+template <TableKey K>
+void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* values, bool* founds,
+                            uint64_t* scores) {
+  screen_reserved(call, n, keys);
   const size_t dim = options_.dim;
   for_keys(
       n, keys,
@@ -33,15 +39,14 @@ void CpuTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uin
 
 template <TableKey K>
 size_t CpuTable<K>::find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
-                                     uint64_t* missed_indices, uint64_t* scores,
-                                     StreamHandle stream) {
+                                     uint64_t* missed_indices, uint64_t* scores, StreamHandle) {
   if (n == 0) return 0;
   require_pointer(keys, "find_with_misses", "keys");
   require_pointer(values, "find_with_misses", "values");
   require_pointer(missed_keys, "find_with_misses", "missed_keys");
   require_pointer(missed_indices, "find_with_misses", "missed_indices");
   std::unique_ptr<bool[]> founds(new bool[n]);
-  find(n, keys, values, founds.get(), scores, stream);
+  find_rows("find_with_misses", n, keys, values, founds.get(), scores);
   size_t missed = 0;
   for (size_t i = 0; i < n; ++i) {
     if (founds[i]) continue;
