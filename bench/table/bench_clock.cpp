@@ -1,0 +1,29 @@
+#include "bench/table/bench_clock.hpp"
+
+#include <chrono>
+
+namespace dynemb::bench {
+namespace {
+
+// Wall-clock time of synchronous CPU calls.
+class SteadyClock final : public BenchClock {
+ public:
+  StreamHandle stream() const override { return nullptr; }
+  void start() override { begin_ = std::chrono::steady_clock::now(); }
+  double stop() override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin_).count();
+  }
+  void synchronize() override {}
+
+ private:
+  std::chrono::steady_clock::time_point begin_{};
+};
+
+}  // namespace
+
+std::unique_ptr<BenchClock> make_bench_clock(Backend backend, int device) {
+  if (backend == Backend::kCuda) return make_cuda_bench_clock(device);
+  return std::make_unique<SteadyClock>();
+}
+
+}  // namespace dynemb::bench

@@ -1,0 +1,84 @@
+// The CUDA parts of the table benchmark: event timing on a created stream, device properties.
+#include "bench/table/bench_clock.hpp"
+#include "dynemb/core/error.hpp"
+
+#if defined(DYNEMB_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace dynemb::bench {
+
+#if defined(DYNEMB_WITH_CUDA)
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw CudaError(std::string("dynemb bench table: ") + what + ": " + cudaGetErrorName(status) +
+                    ": " + cudaGetErrorString(status));
+  }
+}
+
+// Times the work between two events recorded on its own stream.
+class CudaEventClock final : public BenchClock {
+ public:
+  explicit CudaEventClock(int device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreate(&begin_), "cudaEventCreate");
+    check(cudaEventCreate(&end_), "cudaEventCreate");
+  }
+  ~CudaEventClock() override {
+    cudaEventDestroy(begin_);
+    cudaEventDestroy(end_);
+    cudaStreamDestroy(stream_);
+  }
+  StreamHandle stream() const override { return stream_; }
+  void start() override { check(cudaEventRecord(begin_, stream_), "cudaEventRecord"); }
+  double stop() override {
+    check(cudaEventRecord(end_, stream_), "cudaEventRecord");
+    check(cudaEventSynchronize(end_), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, begin_, end_), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e-3;
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t begin_ = nullptr;
+  cudaEvent_t end_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchClock> make_cuda_bench_clock(int device) {
+  return std::make_unique<CudaEventClock>(device);
+}
+
+std::optional<GpuInfo> query_gpu_info(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) return std::nullopt;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return std::nullopt;
+  GpuInfo info;
+  info.name = prop.name;
+  info.memory_bytes = prop.totalGlobalMem;
+  info.compute_capability_major = prop.major;
+  info.compute_capability_minor = prop.minor;
+  info.multiprocessors = prop.multiProcessorCount;
+  return info;
+}
+
+#else
+
+std::unique_ptr<BenchClock> make_cuda_bench_clock(int) {
+  throw NotAvailable("dynemb bench table: --backend = cuda, but this build has no CUDA backend");
+}
+
+std::optional<GpuInfo> query_gpu_info(int) {
+  return std::nullopt;
+}
+
+#endif
+
+}  // namespace dynemb::bench

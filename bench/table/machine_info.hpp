@@ -1,0 +1,19 @@
+// Provenance of a result file: the machine, the commit and the date.
+#pragma once
+
+#include <string>
+
+#include "bench/table/results.hpp"
+
+namespace dynemb::bench {
+
+// Hostname, CPU model (/proc/cpuinfo), hardware threads and physical memory of this machine.
+MachineInfo query_machine_info();
+
+// `git rev-parse --short HEAD` run in `directory` at run time; "unknown" outside a checkout.
+std::string git_commit(const std::string& directory);
+
+// The current UTC time as ISO 8601 ("2025-01-31T12:00:00Z").
+std::string utc_now_iso8601();
+
+}  // namespace dynemb::bench

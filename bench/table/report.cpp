@@ -1,0 +1,264 @@
+#include "bench/table/report.hpp"
+
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "bench/table/hkv_anchors.hpp"
+#include "bench/table/peer_scenario.hpp"
+
+namespace dynemb::bench {
+namespace {
+
+using Cell = std::function<std::optional<double>(const ScenarioResult&, TableOp)>;
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", digits, v);
+  return text;
+}
+
+std::optional<double> timing_of(const OpTimings& timings, TableOp op,
+                                double (OpTiming::*unit)() const) {
+  const auto it = timings.find(op);
+  if (it == timings.end() || it->second.pairs == 0) return std::nullopt;
+  return (it->second.*unit)();
+}
+
+const OpTimings* peer_timings(const ScenarioResult& s, const std::string& peer) {
+  const auto it = s.peers.find(peer);
+  return it == s.peers.end() ? nullptr : &it->second;
+}
+
+std::optional<double> ratio(std::optional<double> ours, std::optional<double> theirs) {
+  if (!ours || !theirs || *theirs <= 0) return std::nullopt;
+  return *ours / *theirs;
+}
+
+std::optional<double> anchor_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op) {
+  if (r.config.backend != Backend::kCuda) return std::nullopt;
+  return hkv_anchor(s.dim, s.capacity, s.load_factor, op, r.config.hbm_budget_gb);
+}
+
+// One table: rows = the scenarios of `dim`, columns = config.ops.
+void render_block(std::ostringstream& out, const TableBenchReport& report, uint32_t dim,
+                  const std::string& title, const Cell& cell, int digits) {
+  std::ostringstream body;
+  bool any = false;
+  for (const ScenarioResult& s : report.scenarios) {
+    if (s.dim != dim) continue;
+    body << "| " << fixed(s.load_factor, 2) << " |";
+    for (TableOp op : report.config.ops) {
+      const auto v = cell(s, op);
+      any = any || v.has_value();
+      body << " " << (v ? fixed(*v, digits) : "-") << " |";
+    }
+    body << "\n";
+  }
+  if (!any) return;
+  out << "\n" << title << "\n\n| λ |";
+  for (TableOp op : report.config.ops) out << " " << op_name(op) << " |";
+  out << "\n| --- |";
+  for (size_t i = 0; i < report.config.ops.size(); ++i) out << " --- |";
+  out << "\n" << body.str();
+}
+
+// The peers present in the report, libcuckoo first.
+std::vector<std::string> peer_names(const TableBenchReport& report) {
+  std::set<std::string> names;
+  for (const ScenarioResult& s : report.scenarios) {
+    for (const auto& [name, timings] : s.peers) names.insert(name);
+  }
+  std::vector<std::string> ordered(names.rbegin(), names.rend());
+  return ordered;
+}
+
+nlohmann::json timing_json(const OpTiming& t) {
+  return {
+      {"seconds", t.seconds}, {"pairs", t.pairs}, {"b_kv_s", t.b_kv_s()}, {"m_kv_s", t.m_kv_s()}};
+}
+
+nlohmann::json optional_json(std::optional<double> v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+std::string render_tables(const TableBenchReport& report) {
+  const TableBenchConfig& c = report.config;
+  std::ostringstream out;
+  out << "## dynemb bench table: backend " << to_string(c.backend);
+  if (c.backend == Backend::kCpu) out << ", " << report.threads << " threads";
+  if (report.gpu) out << ", " << report.gpu->name;
+  out << "\n\nHost " << report.machine.hostname << " (" << report.machine.cpu_model << "), commit "
+      << report.git_commit << ", " << report.date_utc << ". One call of " << c.batch
+      << " keys (60% present, 40% new), best of " << c.repeats
+      << (c.backend == Backend::kCuda ? " after a warm-up call" : "")
+      << "; TIMESTAMP scores, fixed capacity. B-KV/s = 2^30 KV/s, M-KV/s = 2^20 KV/s. export "
+         "walks the whole capacity in export_batch chunks and counts every slot as one pair.\n";
+  std::vector<uint32_t> dims;
+  for (const ScenarioResult& s : report.scenarios) {
+    if (dims.empty() || dims.back() != s.dim) dims.push_back(s.dim);
+  }
+  const std::vector<std::string> peers = peer_names(report);
+  for (uint32_t dim : dims) {
+    uint64_t capacity = 0;
+    for (const ScenarioResult& s : report.scenarios) {
+      if (s.dim == dim) capacity = s.capacity;
+    }
+    out << "\n### dim " << dim << ", capacity " << capacity << "\n";
+    render_block(
+        out, report, dim, "dynemb, B-KV/s",
+        [](const ScenarioResult& s, TableOp op) {
+          return timing_of(s.dynemb, op, &OpTiming::b_kv_s);
+        },
+        4);
+    render_block(
+        out, report, dim, "dynemb, M-KV/s",
+        [](const ScenarioResult& s, TableOp op) {
+          return timing_of(s.dynemb, op, &OpTiming::m_kv_s);
+        },
+        1);
+    for (const std::string& peer : peers) {
+      render_block(
+          out, report, dim, peer + ", M-KV/s",
+          [&](const ScenarioResult& s, TableOp op) {
+            const OpTimings* t = peer_timings(s, peer);
+            return t ? timing_of(*t, op, &OpTiming::m_kv_s) : std::nullopt;
+          },
+          1);
+    }
+    for (const std::string& peer : peers) {
+      render_block(
+          out, report, dim, "ratio dynemb / " + peer,
+          [&](const ScenarioResult& s, TableOp op) {
+            const OpTimings* t = peer_timings(s, peer);
+            return t ? ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s),
+                             timing_of(*t, op, &OpTiming::b_kv_s))
+                     : std::nullopt;
+          },
+          2);
+    }
+    render_block(
+        out, report, dim, "HKV (" + hkv_anchor_source() + "), B-KV/s",
+        [&](const ScenarioResult& s, TableOp op) { return anchor_of(report, s, op); }, 3);
+    render_block(
+        out, report, dim, "ratio dynemb / HKV",
+        [&](const ScenarioResult& s, TableOp op) {
+          return ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor_of(report, s, op));
+        },
+        2);
+    for (const ScenarioResult& s : report.scenarios) {
+      if (s.dim != dim) continue;
+      for (const std::string& note : s.notes) {
+        out << "\nNote (λ " << fixed(s.load_factor, 2) << "): " << note << "\n";
+      }
+    }
+  }
+  return out.str();
+}
+
+nlohmann::json to_json(const TableBenchReport& report) {
+  const TableBenchConfig& c = report.config;
+  nlohmann::json j;
+  j["benchmark"] = "dynemb bench table";
+  j["schema_version"] = 1;
+  j["backend"] = to_string(c.backend);
+  j["machine"] = {{"hostname", report.machine.hostname},
+                  {"cpu_model", report.machine.cpu_model},
+                  {"cores", report.machine.cores},
+                  {"memory_bytes", report.machine.memory_bytes}};
+  if (report.gpu) {
+    j["gpu"] = {{"name", report.gpu->name},
+                {"memory_bytes", report.gpu->memory_bytes},
+                {"compute_capability", std::to_string(report.gpu->compute_capability_major) + "." +
+                                           std::to_string(report.gpu->compute_capability_minor)},
+                {"multiprocessors", report.gpu->multiprocessors}};
+  } else {
+    j["gpu"] = nullptr;
+  }
+  j["git_commit"] = report.git_commit;
+  j["date_utc"] = report.date_utc;
+  j["units"] = {{"b_kv_s", "2^30 key-value pairs per second"},
+                {"m_kv_s", "2^20 key-value pairs per second"},
+                {"export",
+                 "pairs = capacity slots walked (export_batch chunks of --batch slots; "
+                 "peers: iterate every stored key)"}};
+  nlohmann::json ops = nlohmann::json::array();
+  for (TableOp op : c.ops) ops.push_back(op_name(op));
+  nlohmann::json params = {
+      {"backend", to_string(c.backend)},
+      {"dims", c.dims},
+      {"load_factors", c.load_factors},
+      {"capacity_option", c.capacity ? nlohmann::json(*c.capacity) : nlohmann::json(nullptr)},
+      {"batch", c.batch},
+      {"present_fraction", kPresentFraction},
+      {"repeats", c.repeats},
+      {"timing", c.backend == Backend::kCuda
+                     ? "cudaEvent on a created stream, one warm-up call, best of repeats"
+                     : "std::chrono::steady_clock, best of repeats"},
+      {"threads", report.threads},
+      {"hbm_budget_gb", c.hbm_budget_gb ? nlohmann::json(*c.hbm_budget_gb) : nlohmann::json()},
+      {"ops", ops},
+      {"peers", c.peers && c.backend == Backend::kCpu},
+      {"seed", c.seed},
+      {"quick", c.quick},
+      {"key_type", "uint64"},
+      {"value_type", "float32"},
+      {"score_policy", "timestamp"},
+      {"bucket_capacity", kBenchBucketCapacity},
+      {"init_capacity_equals_max_capacity", true},
+      {"safe_check", "ignore"},
+      {"peer_notes",
+       "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
+       "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "
+       "thread). Both reserve capacity slots and hold the same stored keys as the dynemb table."},
+  };
+  j["parameters"] = params;
+  if (c.backend == Backend::kCuda) j["hkv_anchor_source"] = hkv_anchor_source();
+
+  nlohmann::json scenarios = nlohmann::json::array();
+  for (const ScenarioResult& s : report.scenarios) {
+    nlohmann::json sj = {{"dim", s.dim},
+                         {"capacity", s.capacity},
+                         {"load_factor", s.load_factor},
+                         {"stored_keys", s.stored_keys},
+                         {"achieved_load_factor", double(s.stored_keys) / double(s.capacity)},
+                         {"fill_keys_inserted", s.fill_keys_inserted},
+                         {"dynemb_stats",
+                          {{"evictions", s.dynemb_stats.evictions},
+                           {"refused", s.dynemb_stats.refused},
+                           {"erased", s.dynemb_stats.erased},
+                           {"rehashes", s.dynemb_stats.rehashes}}},
+                         {"notes", s.notes}};
+    nlohmann::json ops_json;
+    for (TableOp op : c.ops) {
+      nlohmann::json oj;
+      const auto mine = s.dynemb.find(op);
+      oj["dynemb"] = mine != s.dynemb.end() ? timing_json(mine->second) : nlohmann::json();
+      for (const auto& [peer, timings] : s.peers) {
+        const auto theirs = timings.find(op);
+        oj[peer] = theirs != timings.end() ? timing_json(theirs->second) : nlohmann::json();
+        oj["ratio_vs_" + peer] = optional_json(
+            theirs != timings.end() ? ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s),
+                                            timing_of(timings, op, &OpTiming::b_kv_s))
+                                    : std::nullopt);
+      }
+      if (c.backend == Backend::kCuda) {
+        const auto anchor = anchor_of(report, s, op);
+        oj["hkv_anchor_b_kv_s"] = optional_json(anchor);
+        oj["ratio_vs_hkv"] =
+            optional_json(ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor));
+      }
+      ops_json[std::string(op_name(op))] = oj;
+    }
+    sj["ops"] = ops_json;
+    scenarios.push_back(sj);
+  }
+  j["results"] = scenarios;
+  return j;
+}
+
+}  // namespace dynemb::bench
