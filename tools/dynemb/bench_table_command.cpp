@@ -62,6 +62,16 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   return c;
 }
 
+// Rejects a value that starts with '-' (CLI11 would wrap it around for unsigned options).
+CLI::Validator not_negative() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (value.empty() || value.front() != '-') return "";
+        return "value = " + value + ", must be >= 0";
+      },
+      "", "not negative");
+}
+
 void install(CLI::App& cmd) {
   auto args = std::make_shared<BenchTableArgs>();
   auto given = std::make_shared<GivenOptions>();
@@ -70,7 +80,7 @@ void install(CLI::App& cmd) {
       "to each load factor, then times one call per operation on a batch whose keys are 60% "
       "present and 40% new (best of --repeats), restoring the table before every call. On cpu, "
       "libcuckoo and absl::flat_hash_map are timed on the same keys. Prints tables in HKV's "
-      "layout (B-KV/s = 2^30 KV/s) and writes JSON under bench/results/.");
+      "layout (B-KV/s = 2^30 KV/s) and writes JSON under bench/results/.\n");
   cmd.add_option("--backend", args->backend, "Table backend: cpu or cuda (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   given->dims = cmd.add_option("--dims", args->dims,
@@ -80,10 +90,10 @@ void install(CLI::App& cmd) {
       cmd.add_option("--load-factors", args->load_factors,
                      "Load factors in (0, 1], comma-separated (default 0.5,0.75,1.0)")
           ->delimiter(',');
-  given->capacity = cmd.add_option(
-      "--capacity", args->capacity,
-      "Slots per table, a multiple of 128 (default: cpu 2^23; cuda 2^27 for dim <= 32, 2^26 for "
-      "dim 64; --quick: 2^16)");
+  given->capacity =
+      cmd.add_option("--capacity", args->capacity,
+                     "Slots per table, a multiple of 128 (default: cpu 2^23; cuda 2^27 "
+                     "for dim <= 32, 2^26 for dim 64; --quick: 2^16)");
   given->batch = cmd.add_option("--batch", args->batch,
                                 "Keys per timed call (default 1048576; --quick: 16384)");
   given->repeats =
@@ -100,7 +110,13 @@ void install(CLI::App& cmd) {
              "Operations, comma-separated (default all: " + dynemb::bench::op_names_list() + ")")
           ->delimiter(',');
   cmd.add_flag("--no-peers", args->no_peers, "cpu: skip libcuckoo and absl::flat_hash_map");
-  cmd.add_option("--seed", args->seed, "Key stream seed (default 0 = random; the JSON records it)");
+  CLI::Option* seed = cmd.add_option("--seed", args->seed,
+                                     "Key stream seed (default 0 = random; the JSON records it)");
+  // Unsigned options: a negative value is an error, not a wrap-around.
+  for (CLI::Option* option : {given->dims, given->capacity, given->batch, given->repeats,
+                              given->threads, given->hbm_budget_gb, seed}) {
+    option->check(not_negative());
+  }
   cmd.add_option("--json", args->json_path,
                  "Result file (default bench/results/table-<backend>-<host>-<yyyymmdd>.json)");
   cmd.add_option("--markdown", args->markdown_path, "Also write the printed tables to this file");
