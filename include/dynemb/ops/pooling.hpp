@@ -1,0 +1,61 @@
+// Pooled and sequence lookup over jagged bags, and its backward: the reduction of output
+// gradients to one gradient per row, deterministically.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "dynemb/core/options.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb {
+
+// How a bag's rows become its output: summed, averaged, or kept one per id (sequence).
+enum class PoolingMode : uint8_t { kSum, kMean, kNone };
+
+// "sum", "mean", "none".
+std::string to_string(PoolingMode mode);
+
+// One feature of a lookup: bag b holds ids [offsets[b], offsets[b+1]); id i reads row
+// indices[i] of `rows` (row r at rows + r * row_stride, `dim` floats), weighted by
+// weights[i] when weights is not null. Pointers are in the backend's memory.
+struct LookupFeature {
+  const float* rows = nullptr;
+  uint32_t row_stride = 0;
+  uint32_t dim = 0;
+  size_t num_rows = 0;                // rows available: every index must be < num_rows
+  const uint32_t* indices = nullptr;  // num_ids entries
+  size_t num_ids = 0;
+  const int64_t* offsets =
+      nullptr;  // num_bags + 1: offsets[0] == 0, non-decreasing, last == num_ids
+  size_t num_bags = 0;
+  const float* weights = nullptr;
+  PoolingMode mode = PoolingMode::kSum;
+};
+
+// Where a feature's output goes: SUM/MEAN write bag b at out + b * out_stride; NONE writes id
+// i at out + i * out_stride. Several features may share one buffer at different offsets
+// (mixed dims in one output row).
+struct LookupOutput {
+  float* out = nullptr;
+  uint32_t out_stride = 0;
+};
+
+// Forward: for each feature, pools its bags into its output (an empty bag gives zeros).
+// Validates offsets, indices and strides first (InvalidArgument naming feature, argument,
+// value and limit; nothing written).
+void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
+                   std::span<const LookupOutput> outputs, StreamHandle stream = nullptr);
+
+// Backward: `grads[f]` holds the gradient of feature f's output in LookupOutput's layout.
+// Writes row_grads[f] (num_rows x dim at row_grads[f].out + r * out_stride): the sum over
+// every id i with indices[i] == r, in ascending i, of weight_i * (1 / bag length for MEAN) *
+// the gradient of i's bag (or of id i for NONE). Rows no id reads get zeros. The order of
+// additions is fixed, so the result is bit-identical run to run and backend to backend.
+void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
+                      std::span<const LookupOutput> grads, std::span<const LookupOutput> row_grads,
+                      StreamHandle stream = nullptr);
+
+}  // namespace dynemb

@@ -1,0 +1,58 @@
+// dedup against a std::map model on fresh random batches with many repeats.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/ops/dedup.hpp"
+
+namespace dynemb {
+namespace {
+
+template <class K>
+class Dedup : public testing::Test {};
+using KeyTypes = testing::Types<int64_t, uint64_t>;
+TYPED_TEST_SUITE(Dedup, KeyTypes);
+
+TYPED_TEST(Dedup, MatchesSortedMapModel) {
+  using K = TypeParam;
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{100000}}) {
+    const uint64_t range = std::max<uint64_t>(1, n / 3);
+    std::vector<K> keys(n);
+    for (auto& k : keys) {
+      // Mix small repeated ids with large and (for int64) negative ones.
+      const uint64_t base = rng() % range;
+      k = static_cast<K>(rng() % 2 ? base : base * 0x9E3779B97F4A7C15ull);
+    }
+    std::vector<K> uniq(n);
+    std::vector<uint32_t> inverse(n, 0xDEADBEEF), counts(n, 0xDEADBEEF);
+    const size_t u =
+        dedup<K>(Backend::kCpu, n, keys.data(), uniq.data(), inverse.data(), counts.data());
+    std::map<K, uint32_t> model;
+    for (K k : keys) ++model[k];
+    ASSERT_EQ(u, model.size());
+    size_t r = 0;
+    for (const auto& [k, c] : model) {
+      ASSERT_EQ(uniq[r], k) << "rank " << r;
+      ASSERT_EQ(counts[r], c) << "rank " << r;
+      ++r;
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(uniq[inverse[i]], keys[i]) << "position " << i;
+  }
+}
+
+TYPED_TEST(Dedup, EmptyBatchAndNullPointers) {
+  using K = TypeParam;
+  EXPECT_EQ(dedup<K>(Backend::kCpu, 0, nullptr, nullptr, nullptr, nullptr), 0u);
+  K key = 5;
+  uint32_t inv;
+  EXPECT_THROW(dedup<K>(Backend::kCpu, 1, &key, nullptr, &inv, nullptr), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace dynemb
