@@ -156,8 +156,7 @@ TEST_P(OptimizerRule, MatchesFloat64ReferenceOverManySteps) {
   std::vector<std::vector<float>> rows(kRows, std::vector<float>(kDim + state));
   std::vector<RefRow> refs(kRows);
   for (int r = 0; r < kRows; ++r) {
-    for (uint32_t j = 0; j < kDim + state; ++j)
-      rows[r][j] = optimizer_initial_state(o, kDim, j - kDim);
+    for (uint32_t j = kDim; j < kDim + state; ++j) rows[r][j] = 0.0f;  // a fresh row's state
     refs[r].w.resize(kDim);
     refs[r].a.assign(kDim, 0.0);
     refs[r].b.assign(kDim, 0.0);

@@ -30,6 +30,9 @@ struct InitializerOptions {
   float trunc_upper = 2.0f;   // in units of stddev
   float value = 0.0f;
   uint64_t seed = 0;
+  // Elements [0, width) are drawn as above; elements >= width start at 0 (a trainable row's
+  // optimizer state). 0 = the whole row is drawn.
+  uint32_t width = 0;
 };
 
 // Throws InvalidArgument naming `where` and the bad field (low >= high, stddev < 0, ...).
@@ -46,8 +49,8 @@ inline constexpr int kTruncatedAttempts = 32;
 
 DYNEMB_HD Philox4 draw(const InitializerOptions& init, uint64_t key_bits, uint32_t block,
                        uint32_t stream) {
-  const Philox4 counter{{static_cast<uint32_t>(key_bits), static_cast<uint32_t>(key_bits >> 32),
-                         block, stream}};
+  const Philox4 counter{
+      {static_cast<uint32_t>(key_bits), static_cast<uint32_t>(key_bits >> 32), block, stream}};
   return philox4x32_10(counter, static_cast<uint32_t>(init.seed),
                        static_cast<uint32_t>(init.seed >> 32));
 }
@@ -64,6 +67,7 @@ DYNEMB_HD float box_muller(uint32_t w0, uint32_t w1, bool use_sin) {
 // Element j of the initial row of `key_bits` (the key's uint64 bit pattern).
 DYNEMB_HD float initial_value(const InitializerOptions& init, uint64_t key_bits, uint32_t j) {
   using namespace init_detail;
+  if (init.width != 0 && j >= init.width) return 0.0f;
   switch (init.kind) {
     case InitializerKind::kUniform: {
       const Philox4 r = draw(init, key_bits, j >> 2, kUniformStream);
@@ -76,7 +80,8 @@ DYNEMB_HD float initial_value(const InitializerOptions& init, uint64_t key_bits,
     case InitializerKind::kTruncatedNormal: {
       float z = 0.0f;
       for (int attempt = 0; attempt < kTruncatedAttempts; ++attempt) {
-        const Philox4 r = draw(init, key_bits, j, kTruncatedStream + static_cast<uint32_t>(attempt));
+        const Philox4 r =
+            draw(init, key_bits, j, kTruncatedStream + static_cast<uint32_t>(attempt));
         z = box_muller(r.w[0], r.w[1], false);
         if (z >= init.trunc_lower && z <= init.trunc_upper) break;
       }

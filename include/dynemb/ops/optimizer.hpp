@@ -20,7 +20,7 @@ struct OptimizerOptions {
   float beta2 = 0.999f;              // Adam
   float eps = 1e-8f;                 // Adam, AdaGrad, row-wise AdaGrad, RMSProp
   float rho = 0.99f;                 // RMSProp's decay
-  float initial_accumulator = 0.0f;  // AdaGrad, row-wise AdaGrad, FTRL's n
+  float initial_accumulator = 0.0f;  // AdaGrad, row-wise AdaGrad, FTRL's n (stored minus it)
   float ftrl_l1 = 0.0f;              // FTRL
   float ftrl_l2 = 0.0f;              // FTRL
   float ftrl_beta = 1.0f;            // FTRL
@@ -55,19 +55,8 @@ DYNEMB_HD constexpr uint32_t optimizer_state_dim(OptimizerKind kind, uint32_t di
   }
 }
 
-// The value a fresh row's optimizer state element `s` starts with.
-DYNEMB_HD constexpr float optimizer_initial_state(const OptimizerOptions& o, uint32_t dim,
-                                                  uint32_t s) {
-  switch (o.kind) {
-    case OptimizerKind::kAdaGrad:
-    case OptimizerKind::kRowWiseAdaGrad:
-      return o.initial_accumulator;
-    case OptimizerKind::kFtrl:
-      return s >= dim ? o.initial_accumulator : 0.0f;
-    default:
-      return 0.0f;
-  }
-}
+// Every optimizer state element of a fresh row is 0: accumulators that start at
+// initial_accumulator (AdaGrad, row-wise AdaGrad, FTRL's n) are stored minus that value.
 
 namespace optimizer_detail {
 
@@ -140,7 +129,7 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
       for (uint32_t j = 0; j < dim; ++j) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         state[j] += g * g;
-        w[j] -= lr * g / (sqrtf_(state[j]) + o.eps);
+        w[j] -= lr * g / (sqrtf_(state[j] + o.initial_accumulator) + o.eps);
       }
       break;
     case OptimizerKind::kRowWiseAdaGrad: {
@@ -150,7 +139,7 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
         sum_sq += g * g;
       }
       state[0] += sum_sq / static_cast<float>(dim);
-      const float step = lr / (sqrtf_(state[0]) + o.eps);
+      const float step = lr / (sqrtf_(state[0] + o.initial_accumulator) + o.eps);
       for (uint32_t j = 0; j < dim; ++j) w[j] -= step * effective_grad(o, grad[j], w[j], scale);
       break;
     }
@@ -166,10 +155,11 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
       float* n = state + dim;
       for (uint32_t j = 0; j < dim; ++j) {
         const float g = effective_grad(o, grad[j], w[j], scale);
-        const float n_new = n[j] + g * g;
-        const float sigma = (sqrtf_(n_new) - sqrtf_(n[j])) / lr;
+        const float n_old = n[j] + o.initial_accumulator;
+        const float n_new = n_old + g * g;
+        const float sigma = (sqrtf_(n_new) - sqrtf_(n_old)) / lr;
         z[j] += g - sigma * w[j];
-        n[j] = n_new;
+        n[j] += g * g;
         const float abs_z = z[j] < 0.0f ? -z[j] : z[j];
         if (abs_z <= o.ftrl_l1) {
           w[j] = 0.0f;
