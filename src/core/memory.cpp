@@ -82,10 +82,22 @@ void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t 
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault),
-             "copy_from_backend: cudaMemcpy");
+  check_cuda(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault), "copy_from_backend: cudaMemcpy");
 #else
   no_cuda("copy_from_backend");
+#endif
+}
+
+void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::kCpu) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+#if defined(DYNEMB_WITH_CUDA)
+  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy_within_backend: cudaMemcpy");
+#else
+  no_cuda("copy_within_backend");
 #endif
 }
 

@@ -3,14 +3,6 @@
 #include "ops/backends.hpp"
 
 namespace dynemb {
-namespace {
-
-[[noreturn]] void cuda_ops_missing(const char* where) {
-  throw NotAvailable(std::string(where) + ": backend = cuda, the CUDA ops are not built yet");
-}
-
-}  // namespace
-
 std::string to_string(PoolingMode mode) {
   switch (mode) {
     case PoolingMode::kSum:
@@ -31,13 +23,19 @@ size_t dedup(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t*
   require(unique_keys != nullptr, "dedup", "unique_keys", "nullptr", "must be non-null when n > 0");
   require(inverse != nullptr, "dedup", "inverse", "nullptr", "must be non-null when n > 0");
   require(n <= 0xFFFFFFFFull, "dedup", "n", std::to_string(n), "must be < 2^32");
-  if (backend == Backend::kCpu) return detail::dedup_cpu(n, keys, unique_keys, inverse, counts);
-  cuda_ops_missing("dedup");
+  detail::require_cpu_ops(backend, "dedup");
+  return detail::dedup_cpu(n, keys, unique_keys, inverse, counts);
+}
+
+void validate_lookup(Backend backend, std::span<const LookupFeature> features,
+                     std::span<const LookupOutput> outputs, const char* where) {
+  detail::require_cpu_ops(backend, where);
+  detail::validate_lookup_host(where, features, outputs, "outputs");
 }
 
 void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
                    std::span<const LookupOutput> outputs, StreamHandle) {
-  if (backend != Backend::kCpu) cuda_ops_missing("pooled_lookup");
+  detail::require_cpu_ops(backend, "pooled_lookup");
   detail::validate_lookup_host("pooled_lookup", features, outputs, "outputs");
   detail::pooled_lookup_cpu(features, outputs);
 }
@@ -45,7 +43,7 @@ void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
 void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
                       std::span<const LookupOutput> grads, std::span<const LookupOutput> row_grads,
                       StreamHandle) {
-  if (backend != Backend::kCpu) cuda_ops_missing("reduce_gradients");
+  detail::require_cpu_ops(backend, "reduce_gradients");
   detail::validate_lookup_host("reduce_gradients", features, grads, "grads");
   detail::validate_lookup_host("reduce_gradients", features, row_grads, "row_grads");
   detail::reduce_gradients_cpu(features, grads, row_grads);

@@ -10,89 +10,10 @@
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/optimizer.hpp"
+#include "ops/reference_optimizer.hpp"
 
 namespace dynemb {
 namespace {
-
-// Float64 reference state of one row.
-struct RefRow {
-  std::vector<double> w, a, b;  // a/b: m,v (Adam), G (AdaGrad), v (RMSProp), z,n (FTRL)
-  double row_acc = 0.0;         // row-wise AdaGrad
-  int t = 0;
-};
-
-void ref_update(const OptimizerOptions& o, RefRow& r, const std::vector<double>& grad) {
-  const size_t d = r.w.size();
-  double scale = 1.0;
-  if (o.clip_norm > 0) {
-    double sq = 0;
-    for (double g : grad) sq += g * g;
-    const double norm = std::sqrt(sq);
-    if (norm > o.clip_norm) scale = o.clip_norm / norm;
-  }
-  auto eff = [&](size_t j) {
-    double g = grad[j] * scale + double(o.weight_decay) * r.w[j];
-    if (o.clip_value > 0) g = std::clamp(g, -double(o.clip_value), double(o.clip_value));
-    return g;
-  };
-  const double lr = o.learning_rate, eps = o.eps;
-  switch (o.kind) {
-    case OptimizerKind::kSgd:
-      for (size_t j = 0; j < d; ++j) r.w[j] -= lr * eff(j);
-      break;
-    case OptimizerKind::kAdam: {
-      r.t += 1;
-      const double b1 = o.beta1, b2 = o.beta2;
-      for (size_t j = 0; j < d; ++j) {
-        const double g = eff(j);
-        r.a[j] = b1 * r.a[j] + (1 - b1) * g;
-        r.b[j] = b2 * r.b[j] + (1 - b2) * g * g;
-        const double mh = r.a[j] / (1 - std::pow(b1, r.t));
-        const double vh = r.b[j] / (1 - std::pow(b2, r.t));
-        r.w[j] -= lr * mh / (std::sqrt(vh) + eps);
-      }
-      break;
-    }
-    case OptimizerKind::kAdaGrad:
-      for (size_t j = 0; j < d; ++j) {
-        const double g = eff(j);
-        r.a[j] += g * g;
-        r.w[j] -= lr * g / (std::sqrt(r.a[j]) + eps);
-      }
-      break;
-    case OptimizerKind::kRowWiseAdaGrad: {
-      std::vector<double> g(d);
-      double sq = 0;
-      for (size_t j = 0; j < d; ++j) {
-        g[j] = eff(j);
-        sq += g[j] * g[j];
-      }
-      r.row_acc += sq / d;
-      for (size_t j = 0; j < d; ++j) r.w[j] -= lr * g[j] / (std::sqrt(r.row_acc) + eps);
-      break;
-    }
-    case OptimizerKind::kRmsProp:
-      for (size_t j = 0; j < d; ++j) {
-        const double g = eff(j);
-        r.a[j] = o.rho * r.a[j] + (1 - double(o.rho)) * g * g;
-        r.w[j] -= lr * g / (std::sqrt(r.a[j]) + eps);
-      }
-      break;
-    case OptimizerKind::kFtrl:
-      for (size_t j = 0; j < d; ++j) {
-        const double g = eff(j);
-        const double n_new = r.b[j] + g * g;
-        const double sigma = (std::sqrt(n_new) - std::sqrt(r.b[j])) / lr;
-        r.a[j] += g - sigma * r.w[j];
-        r.b[j] = n_new;
-        const double z = r.a[j];
-        r.w[j] = std::abs(z) <= o.ftrl_l1 ? 0.0
-                                          : -(z - std::copysign(double(o.ftrl_l1), z)) /
-                                                ((o.ftrl_beta + std::sqrt(n_new)) / lr + o.ftrl_l2);
-      }
-      break;
-  }
-}
 
 struct Case {
   const char* name;
@@ -154,7 +75,7 @@ TEST_P(OptimizerRule, MatchesFloat64ReferenceOverManySteps) {
   constexpr int kRows = 16, kSteps = 300;
   const uint32_t state = optimizer_state_dim(o.kind, kDim);
   std::vector<std::vector<float>> rows(kRows, std::vector<float>(kDim + state));
-  std::vector<RefRow> refs(kRows);
+  std::vector<test::RefRow> refs(kRows);
   for (int r = 0; r < kRows; ++r) {
     for (uint32_t j = kDim; j < kDim + state; ++j) rows[r][j] = 0.0f;  // a fresh row's state
     refs[r].w.resize(kDim);
@@ -179,7 +100,7 @@ TEST_P(OptimizerRule, MatchesFloat64ReferenceOverManySteps) {
       gd[j] = g[j];
     }
     apply_optimizer(o, rows[r].data(), g.data(), kDim, clip_norm_scale(o, g.data(), kDim));
-    ref_update(o, refs[r], gd);
+    test::ref_update(o, refs[r], gd);
   }
   double max_rel = 0.0;
   for (int r = 0; r < kRows; ++r) {

@@ -17,6 +17,8 @@ void backend_free(Backend backend, void* ptr) noexcept;
 void copy_to_backend(Backend backend, void* dst, const void* src_host, size_t bytes);
 // Copies `bytes` from backend memory into host memory (synchronous).
 void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t bytes);
+// Copies `bytes` between two buffers of backend memory (synchronous).
+void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes);
 // Waits for all work queued on the backend's device (no-op on CPU).
 void backend_synchronize(Backend backend);
 
@@ -42,7 +44,9 @@ class BackendBuffer {
   T* data() const { return data_; }
   size_t size() const { return count_; }
   // Copies `count` elements from host memory into the buffer's start.
-  void upload(const T* host, size_t count) { copy_to_backend(backend_, data_, host, count * sizeof(T)); }
+  void upload(const T* host, size_t count) {
+    copy_to_backend(backend_, data_, host, count * sizeof(T));
+  }
   // Copies `count` elements from the buffer's start into host memory.
   void download(T* host, size_t count) const {
     copy_from_backend(backend_, host, data_, count * sizeof(T));

@@ -43,6 +43,11 @@ struct LookupOutput {
   uint32_t out_stride = 0;
 };
 
+// Checks features and outputs (shapes, offsets, indices) without computing anything; throws
+// InvalidArgument naming `where`, the feature, the argument, its value and its limit.
+void validate_lookup(Backend backend, std::span<const LookupFeature> features,
+                     std::span<const LookupOutput> outputs, const char* where);
+
 // Forward: for each feature, pools its bags into its output (an empty bag gives zeros).
 // Validates offsets, indices and strides first (InvalidArgument naming feature, argument,
 // value and limit; nothing written).

@@ -1,0 +1,120 @@
+// A trainable embedding table: each value row is [embedding | optimizer state] in one table
+// row, so one lookup finds both and eviction drops both together.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "dynemb/core/memory.hpp"
+#include "dynemb/core/options.hpp"
+#include "dynemb/ops/optimizer.hpp"
+#include "dynemb/ops/pooling.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb {
+
+namespace detail {
+template <TableKey K>
+class AdmissionCounter;
+}  // namespace detail
+
+// Everything that shapes a trainable table.
+struct EmbeddingOptions {
+  uint32_t dim = 0;  // embedding floats per row
+  // The table: its dim is set to dim + optimizer state, its initializer draws only the
+  // embedding part (state starts at 0).
+  TableOptions table{};
+  OptimizerOptions optimizer{};
+  // What evaluation reads for keys without a row (and training reads for keys not yet
+  // admitted). Default: zeros.
+  InitializerOptions eval_initializer{InitializerKind::kConstant};
+  // Counter admission: a key gets a row only once it was seen this many times (<= 1: at
+  // once). Until then it reads eval_initializer and gets no gradient.
+  uint32_t admit_threshold = 0;
+  // Slots of the admission counter table (0: table.max_capacity). Its lowest counts are
+  // evicted when it is full.
+  uint64_t admission_capacity = 0;
+  // Expiry: rows not touched for this many steps (STEP policy) or seconds (TIMESTAMP policy)
+  // are erased by end_step(). 0 = off.
+  uint64_t ttl_steps = 0;
+  double ttl_seconds = 0.0;
+  // NaN / Inf gradients: ERROR throws before any row changes; WARNING / IGNORE skip the row
+  // (counted).
+  SafeCheck gradient_check = SafeCheck::kWarning;
+};
+
+// Throws InvalidArgument naming the bad field, its value and its limit.
+void validate_embedding_options(const EmbeddingOptions& options);
+
+// One feature's batch: bag b holds keys[offsets[b] .. offsets[b+1]). Pointers in the
+// backend's memory; weights optional.
+template <TableKey K>
+struct EmbeddingBatch {
+  const K* keys = nullptr;
+  size_t num_ids = 0;
+  const int64_t* offsets = nullptr;  // num_bags + 1
+  size_t num_bags = 0;
+  const float* weights = nullptr;
+  PoolingMode mode = PoolingMode::kSum;
+};
+
+// Cumulative counts since construction.
+struct EmbeddingStats {
+  uint64_t lookups = 0;              // ids looked up
+  uint64_t unique_lookups = 0;       // distinct keys per batch, summed
+  uint64_t rows_created = 0;         // keys that got a row (training)
+  uint64_t admission_pending = 0;    // training reads of keys not yet admitted
+  uint64_t eval_misses = 0;          // evaluation reads of keys without a row
+  uint64_t expired = 0;              // rows erased by TTL
+  uint64_t nonfinite_gradients = 0;  // gradient rows with NaN / Inf, skipped
+  TableStats table{};
+};
+
+// A trainable table on one backend (cpu for now: the CUDA ops are the next step; cuda throws
+// NotAvailable). Not safe for concurrent forward/backward calls on one
+// object (a training step is a sequence); the table underneath is.
+template <TableKey K>
+class Embedding {
+ public:
+  Embedding(Backend backend, const EmbeddingOptions& options);
+  ~Embedding();
+  Embedding(const Embedding&) = delete;
+  Embedding& operator=(const Embedding&) = delete;
+
+  // Looks up and pools the batch into out (bag b at out + b * out_stride; NONE: id i at
+  // out + i * out_stride). Training inserts admitted unseen keys with the initializer and
+  // remembers the batch for backward(); evaluation never inserts.
+  void forward(const EmbeddingBatch<K>& batch, float* out, uint32_t out_stride, bool training,
+               StreamHandle stream = nullptr);
+
+  // Reduces `grad` (the gradient of the last training forward's out, same layout) to one
+  // gradient per key and applies the optimizer to those rows in place.
+  void backward(const float* grad, uint32_t grad_stride, StreamHandle stream = nullptr);
+
+  // Ends a training step: erases rows past their TTL (returns how many), then advances the
+  // STEP score.
+  size_t end_step();
+
+  Table<K>& table() { return *table_; }
+  const Table<K>& table() const { return *table_; }
+  const EmbeddingOptions& options() const { return options_; }
+  Backend backend() const { return backend_; }
+  // Floats per table row: dim + optimizer state.
+  uint32_t row_dim() const { return row_dim_; }
+  EmbeddingStats stats() const;
+
+ private:
+  struct Step;
+  void lookup_rows(bool training, StreamHandle stream);
+
+  Backend backend_;
+  EmbeddingOptions options_;
+  uint32_t row_dim_;
+  std::unique_ptr<Table<K>> table_;
+  std::unique_ptr<detail::AdmissionCounter<K>> admission_;
+  std::unique_ptr<Step> step_;
+  EmbeddingStats stats_{};
+};
+
+}  // namespace dynemb

@@ -1,0 +1,27 @@
+#include <cmath>
+#include <string>
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/embedding/embedding.hpp"
+
+namespace dynemb {
+
+void validate_embedding_options(const EmbeddingOptions& o) {
+  constexpr const char* w = "EmbeddingOptions";
+  require(o.dim > 0, w, "dim", std::to_string(o.dim), "must be > 0");
+  validate_optimizer(o.optimizer, w);
+  validate_initializer(o.eval_initializer, "EmbeddingOptions.eval_initializer");
+  require(o.ttl_steps == 0 || o.table.score_policy == ScorePolicy::kStep, w, "ttl_steps",
+          std::to_string(o.ttl_steps),
+          "needs table.score_policy = step (is " + to_string(o.table.score_policy) + ")");
+  require(std::isfinite(o.ttl_seconds) && o.ttl_seconds >= 0.0, w, "ttl_seconds",
+          std::to_string(o.ttl_seconds), "must be finite and >= 0");
+  require(o.ttl_seconds == 0.0 || o.table.score_policy == ScorePolicy::kTimestamp, w, "ttl_seconds",
+          std::to_string(o.ttl_seconds),
+          "needs table.score_policy = timestamp (is " + to_string(o.table.score_policy) + ")");
+  require(static_cast<int>(o.gradient_check) <= static_cast<int>(SafeCheck::kIgnore), w,
+          "gradient_check", std::to_string(static_cast<int>(o.gradient_check)),
+          "must be error, warning or ignore");
+}
+
+}  // namespace dynemb

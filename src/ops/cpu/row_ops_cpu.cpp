@@ -1,0 +1,72 @@
+#include <cmath>
+#include <cstring>
+
+#include "dynemb/ops/row_ops.hpp"
+#include "ops/backends.hpp"
+
+namespace dynemb::detail {
+
+void gather_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
+                     float* dst, uint32_t dst_stride, uint32_t width) {
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * dst_stride, src + static_cast<size_t>(index[i]) * src_stride,
+                width * sizeof(float));
+  }
+}
+
+void scatter_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
+                      float* dst, uint32_t dst_stride, uint32_t width) {
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(dst + static_cast<size_t>(index[i]) * dst_stride, src + i * src_stride,
+                width * sizeof(float));
+  }
+}
+
+template <TableKey K>
+void fill_initial_rows_cpu(size_t n, const K* keys, const bool* flags, bool when,
+                           const InitializerOptions& init, float* rows, uint32_t stride,
+                           uint32_t width) {
+  for (size_t i = 0; i < n; ++i) {
+    if (flags == nullptr || flags[i] == when) {
+      fill_initial_row(init, key_bits(keys[i]), rows + i * stride, width);
+    }
+  }
+}
+
+size_t select_indices_cpu(size_t n, const bool* flags, bool value, uint32_t* out) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (flags[i] == value) out[count++] = static_cast<uint32_t>(i);
+  }
+  return count;
+}
+
+size_t flag_nonfinite_rows_cpu(size_t n, const float* grads, uint32_t stride, uint32_t dim,
+                               bool* flags) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    bool bad = false;
+    for (uint32_t j = 0; j < dim; ++j) bad |= !std::isfinite(grads[i * stride + j]);
+    flags[i] = bad;
+    count += bad;
+  }
+  return count;
+}
+
+void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+                              const float* grads, uint32_t grad_stride, uint32_t dim,
+                              const bool* skip) {
+  for (size_t i = 0; i < n; ++i) {
+    if (skip != nullptr && skip[i]) continue;
+    const float* g = grads + i * grad_stride;
+    apply_optimizer(o, rows + i * row_stride, g, dim, clip_norm_scale(o, g, dim));
+  }
+}
+
+template void fill_initial_rows_cpu<int64_t>(size_t, const int64_t*, const bool*, bool,
+                                             const InitializerOptions&, float*, uint32_t, uint32_t);
+template void fill_initial_rows_cpu<uint64_t>(size_t, const uint64_t*, const bool*, bool,
+                                              const InitializerOptions&, float*, uint32_t,
+                                              uint32_t);
+
+}  // namespace dynemb::detail

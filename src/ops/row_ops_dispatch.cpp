@@ -1,0 +1,78 @@
+// The backend-neutral entry points of the row ops.
+#include "dynemb/core/error.hpp"
+#include "dynemb/ops/row_ops.hpp"
+#include "ops/backends.hpp"
+
+namespace dynemb {
+namespace {
+
+void require_ptr(const void* p, size_t n, const char* where, const char* argument) {
+  require(n == 0 || p != nullptr, where, argument, "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+}
+
+}  // namespace
+
+void gather_rows(Backend backend, size_t n, const uint32_t* index, const float* src,
+                 uint32_t src_stride, float* dst, uint32_t dst_stride, uint32_t width,
+                 StreamHandle) {
+  detail::require_cpu_ops(backend, "gather_rows");
+  require_ptr(index, n, "gather_rows", "index");
+  require_ptr(src, n, "gather_rows", "src");
+  require_ptr(dst, n, "gather_rows", "dst");
+  detail::gather_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+}
+
+void scatter_rows(Backend backend, size_t n, const uint32_t* index, const float* src,
+                  uint32_t src_stride, float* dst, uint32_t dst_stride, uint32_t width,
+                  StreamHandle) {
+  detail::require_cpu_ops(backend, "scatter_rows");
+  require_ptr(index, n, "scatter_rows", "index");
+  require_ptr(src, n, "scatter_rows", "src");
+  require_ptr(dst, n, "scatter_rows", "dst");
+  detail::scatter_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+}
+
+template <TableKey K>
+void fill_initial_rows(Backend backend, size_t n, const K* keys, const bool* flags, bool when,
+                       const InitializerOptions& init, float* rows, uint32_t stride, uint32_t width,
+                       StreamHandle) {
+  detail::require_cpu_ops(backend, "fill_initial_rows");
+  require_ptr(keys, n, "fill_initial_rows", "keys");
+  require_ptr(rows, n, "fill_initial_rows", "rows");
+  detail::fill_initial_rows_cpu(n, keys, flags, when, init, rows, stride, width);
+}
+
+size_t select_indices(Backend backend, size_t n, const bool* flags, bool value, uint32_t* out,
+                      StreamHandle) {
+  detail::require_cpu_ops(backend, "select_indices");
+  require_ptr(flags, n, "select_indices", "flags");
+  require_ptr(out, n, "select_indices", "out");
+  return detail::select_indices_cpu(n, flags, value, out);
+}
+
+size_t flag_nonfinite_rows(Backend backend, size_t n, const float* grads, uint32_t stride,
+                           uint32_t dim, bool* flags, StreamHandle) {
+  detail::require_cpu_ops(backend, "flag_nonfinite_rows");
+  require_ptr(grads, n, "flag_nonfinite_rows", "grads");
+  require_ptr(flags, n, "flag_nonfinite_rows", "flags");
+  return detail::flag_nonfinite_rows_cpu(n, grads, stride, dim, flags);
+}
+
+void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, size_t n, float* rows,
+                          uint32_t row_stride, const float* grads, uint32_t grad_stride,
+                          uint32_t dim, const bool* skip, StreamHandle) {
+  detail::require_cpu_ops(backend, "apply_optimizer_rows");
+  require_ptr(rows, n, "apply_optimizer_rows", "rows");
+  require_ptr(grads, n, "apply_optimizer_rows", "grads");
+  detail::apply_optimizer_rows_cpu(optimizer, n, rows, row_stride, grads, grad_stride, dim, skip);
+}
+
+template void fill_initial_rows<int64_t>(Backend, size_t, const int64_t*, const bool*, bool,
+                                         const InitializerOptions&, float*, uint32_t, uint32_t,
+                                         StreamHandle);
+template void fill_initial_rows<uint64_t>(Backend, size_t, const uint64_t*, const bool*, bool,
+                                          const InitializerOptions&, float*, uint32_t, uint32_t,
+                                          StreamHandle);
+
+}  // namespace dynemb
