@@ -34,14 +34,25 @@ DYNEMB_HD uint64_t bucket_of_hash(uint64_t hash, uint64_t num_buckets) {
 }
 
 // A 7-bit fingerprint of the key, from the hash's low bits (independent of the bucket).
-DYNEMB_HD constexpr uint8_t digest7_of_hash(uint64_t hash) { return static_cast<uint8_t>(hash & 0x7F); }
+DYNEMB_HD constexpr uint8_t digest7_of_hash(uint64_t hash) {
+  return static_cast<uint8_t>(hash & 0x7F);
+}
 
 // An 8-bit fingerprint of the key, from the hash's low bits (independent of the bucket).
-DYNEMB_HD constexpr uint8_t digest8_of_hash(uint64_t hash) { return static_cast<uint8_t>(hash & 0xFF); }
+DYNEMB_HD constexpr uint8_t digest8_of_hash(uint64_t hash) {
+  return static_cast<uint8_t>(hash & 0xFF);
+}
 
 // Where probing starts inside a bucket of `bucket_capacity` slots (a power of two).
 DYNEMB_HD constexpr uint32_t start_slot_of_hash(uint64_t hash, uint32_t bucket_capacity) {
   return static_cast<uint32_t>(hash >> 8) & (bucket_capacity - 1);
+}
+
+// The rank (of `world_size`) that owns a key in a sharded table. Uses a hash independent of
+// the bucket hash, so each rank's keys still spread over all of its buckets.
+DYNEMB_HD uint32_t rank_of_key_bits(uint64_t key_bits, uint32_t world_size) {
+  return static_cast<uint32_t>(mul_hi64(
+      hash_key_bits(key_bits ^ 0x2545F4914F6CDD1Dull) * 0x9E3779B97F4A7C15ull, world_size));
 }
 
 }  // namespace dynemb
