@@ -8,7 +8,6 @@ BucketStorage::BucketStorage(uint64_t num_buckets, uint32_t bucket_capacity, uin
     : num_buckets_(num_buckets),
       bucket_capacity_(bucket_capacity),
       dim_(dim),
-      headers_(num_buckets),
       ctrl_(num_buckets * bucket_capacity),
       keys_(num_buckets * bucket_capacity),
       scores_(num_buckets * bucket_capacity),
@@ -28,11 +27,7 @@ int32_t BucketStorage::lowest_score_slot(uint64_t b) const {
 }
 
 void BucketStorage::clear() {
-  for (uint64_t b = 0; b < num_buckets_; ++b) {
-    BucketHeader& h = headers_[b];
-    h.live = 0;
-    ++h.version;
-  }
+  // Runs with the table locked exclusively, so no predict_slot reads concurrently.
   std::memset(ctrl_.data(), kCtrlEmpty, ctrl_.size());
 }
 

@@ -1,5 +1,6 @@
-// The CPU table's memory: per bucket a header (lock word, change counter, live count) and
-// `bucket_capacity` slots; per slot a control byte, a key, a score and a value row.
+// The CPU table's memory: `bucket_capacity` slots per bucket; per slot a control byte, a key,
+// a score and a value row, each kind in its own array. The bucket locks live elsewhere
+// (lock_stripes.hpp); every access below needs the bucket's lock unless it says otherwise.
 //
 // Control bytes (SwissTable-like): 0x00 = empty, 0x7F = deleted (tombstone), 0x80 | digest7 =
 // full. Zeroed memory is an empty table. Slots are probed in groups of 16 control bytes
@@ -7,10 +8,14 @@
 // group by group (wrapping inside the bucket); a lookup stops at the first group that has an
 // empty slot. Invariant: a stored key's probe path from its start group to its own group
 // crosses no empty slot.
+//
+// Control bytes are written with 64-bit atomic stores so that predict_slot may read them
+// without the lock (only to choose what to prefetch).
 #pragma once
 
 #include <emmintrin.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -29,15 +34,6 @@ constexpr uint8_t ctrl_of_hash(uint64_t hash) {
   return kCtrlFullBit | digest7_of_hash(hash);
 }
 
-// A bucket's header; all fields are read and written only under `lock` (taken through
-// lock_word).
-struct alignas(16) BucketHeader {
-  uint32_t lock;
-  uint32_t version;  // bumped on every change of the bucket
-  uint32_t live;     // stored keys
-  uint32_t unused;
-};
-
 // The result of one probe: the key's slot (or -1) and the first free slot on its path (or -1).
 struct Probe {
   int32_t found = -1;
@@ -49,6 +45,7 @@ class Group {
  public:
   explicit Group(const uint8_t* ctrl)
       : bytes_(_mm_load_si128(reinterpret_cast<const __m128i*>(ctrl))) {}
+  explicit Group(__m128i bytes) : bytes_(bytes) {}
   // Slots whose control byte equals `c`.
   uint32_t match(uint8_t c) const {
     return static_cast<uint32_t>(
@@ -76,7 +73,6 @@ class BucketStorage {
   uint64_t capacity() const { return num_buckets_ * bucket_capacity_; }
   uint32_t dim() const { return dim_; }
 
-  BucketHeader& header(uint64_t b) const { return headers_[b]; }
   uint8_t* ctrl(uint64_t b) const { return ctrl_.data() + b * bucket_capacity_; }
   uint64_t* keys(uint64_t b) const { return keys_.data() + b * bucket_capacity_; }
   uint64_t* scores(uint64_t b) const { return scores_.data() + b * bucket_capacity_; }
@@ -92,16 +88,32 @@ class BucketStorage {
     return start_slot_of_hash(hash, bucket_capacity_) / kGroupWidth;
   }
 
-  // Prefetches the header, the first control group and the first keys of a probe.
-  void prefetch_probe(uint64_t b, uint64_t hash) const {
-    const uint32_t first = start_group(hash) * kGroupWidth;
-    __builtin_prefetch(&headers_[b], 1);
-    __builtin_prefetch(ctrl(b) + first);
-    __builtin_prefetch(keys(b) + first);
-    __builtin_prefetch(keys(b) + first + 8);
+  // Prefetches the first control group of a probe.
+  void prefetch_ctrl(uint64_t b, uint64_t hash) const {
+    __builtin_prefetch(ctrl(b) + start_group(hash) * kGroupWidth);
   }
-  // Prefetches a value row (for writing when `write`).
-  void prefetch_row(uint64_t b, uint32_t slot, bool write) const {
+
+  // Without the lock: the slot a probe for `key_bits` most likely ends at, judged from the
+  // start group's control bytes only (the first digest match, else with `want_free` the first
+  // free slot), or -1. A guess that may be stale; use it only for prefetching.
+  int32_t predict_slot(uint64_t b, uint64_t hash, bool want_free) const {
+    const uint32_t base = start_group(hash) * kGroupWidth;
+    auto* words = reinterpret_cast<uint64_t*>(ctrl(b) + base);
+    const uint64_t lo = std::atomic_ref<uint64_t>(words[0]).load(std::memory_order_relaxed);
+    const uint64_t hi = std::atomic_ref<uint64_t>(words[1]).load(std::memory_order_relaxed);
+    const Group grp(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
+    if (const uint32_t m = grp.match(ctrl_of_hash(hash)); m != 0)
+      return static_cast<int32_t>(base + __builtin_ctz(m));
+    if (const uint32_t f = grp.frees(); want_free && f != 0)
+      return static_cast<int32_t>(base + __builtin_ctz(f));
+    return -1;
+  }
+
+  // Prefetches what an operation on `slot` touches: its key, and its score and row (for
+  // writing when `write`).
+  void prefetch_slot(uint64_t b, uint32_t slot, bool write) const {
+    __builtin_prefetch(keys(b) + slot, write ? 1 : 0);
+    if (write) __builtin_prefetch(scores(b) + slot, 1);
     const char* p = reinterpret_cast<const char*>(row(b, slot));
     const size_t bytes = static_cast<size_t>(dim_) * sizeof(float);
     for (size_t off = 0; off < bytes; off += 64) {
@@ -159,31 +171,21 @@ class BucketStorage {
 
   // Stores a new key in free slot `slot` (its row is left for the caller to write).
   void place(uint64_t b, uint32_t slot, uint64_t key_bits, uint64_t hash, uint64_t score) const {
-    ctrl(b)[slot] = ctrl_of_hash(hash);
+    set_ctrl(b, slot, ctrl_of_hash(hash));
     keys(b)[slot] = key_bits;
     scores(b)[slot] = score;
-    BucketHeader& h = header(b);
-    ++h.live;
-    ++h.version;
   }
 
   // Replaces the key in full slot `slot` by a new key (eviction; live count unchanged).
   void replace(uint64_t b, uint32_t slot, uint64_t key_bits, uint64_t hash, uint64_t score) const {
-    ctrl(b)[slot] = ctrl_of_hash(hash);
-    keys(b)[slot] = key_bits;
-    scores(b)[slot] = score;
-    ++header(b).version;
+    place(b, slot, key_bits, hash, score);
   }
 
   // Removes the key in full slot `slot`: the slot becomes empty if its group already has an
   // empty slot (no probe path crosses that group), else a tombstone.
   void remove(uint64_t b, uint32_t slot) const {
-    uint8_t* c = ctrl(b);
     const uint32_t base = slot / kGroupWidth * kGroupWidth;
-    c[slot] = Group(c + base).empties() != 0 ? kCtrlEmpty : kCtrlDeleted;
-    BucketHeader& h = header(b);
-    --h.live;
-    ++h.version;
+    set_ctrl(b, slot, Group(ctrl(b) + base).empties() != 0 ? kCtrlEmpty : kCtrlDeleted);
   }
 
   // The slot of the lowest score in bucket b (ties: smallest key bits); -1 if it is empty.
@@ -193,10 +195,19 @@ class BucketStorage {
   void clear();
 
  private:
+  // Writes one control byte through an atomic store of its 64-bit word.
+  void set_ctrl(uint64_t b, uint32_t slot, uint8_t value) const {
+    auto* word = reinterpret_cast<uint64_t*>(ctrl(b) + slot / 8 * 8);
+    std::atomic_ref<uint64_t> w(*word);
+    const unsigned shift = (slot % 8) * 8;
+    const uint64_t old = w.load(std::memory_order_relaxed);
+    w.store((old & ~(uint64_t{0xFF} << shift)) | (uint64_t{value} << shift),
+            std::memory_order_relaxed);
+  }
+
   uint64_t num_buckets_ = 0;
   uint32_t bucket_capacity_ = 0;
   uint32_t dim_ = 0;
-  LargeArray<BucketHeader> headers_;
   LargeArray<uint8_t> ctrl_;
   LargeArray<uint64_t> keys_;
   LargeArray<uint64_t> scores_;

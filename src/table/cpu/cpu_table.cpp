@@ -29,6 +29,7 @@ CpuTable<K>::CpuTable(const TableOptions& options)
       row_bytes_(static_cast<size_t>(options.dim) * sizeof(float)),
       pool_(options.num_threads),
       clock_(options.score_policy),
+      locks_(options.max_capacity / options.bucket_capacity),
       storage_(std::make_unique<BucketStorage>(options.init_capacity / options.bucket_capacity,
                                                options.bucket_capacity, options.dim)),
       grow_threshold_(threshold_of(options.max_load_factor, options.init_capacity)),
@@ -59,16 +60,6 @@ void CpuTable<K>::screen_reserved(const char* call, size_t n, const K* keys) {
   if (options_.safe_check == SafeCheck::kWarning) {
     warn(message + " and " + std::to_string(count - 1) + " more were skipped");
   }
-}
-
-template <TableKey K>
-Step CpuTable<K>::claim_new_slot(const BucketStorage& s) {
-  const uint64_t after = size_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (s.capacity() < options_.max_capacity && after > grow_threshold_) {
-    size_.fetch_sub(1, std::memory_order_relaxed);
-    return Step::kGrow;
-  }
-  return Step::kDone;
 }
 
 template <TableKey K>
@@ -109,7 +100,7 @@ size_t CpuTable<K>::erase_if(ScorePredicate predicate, StreamHandle) {
   for_bucket_ranges(s.num_buckets(), [&](uint64_t first, uint64_t last) {
     uint64_t local = 0;
     for (uint64_t b = first; b < last; ++b) {
-      SpinGuard guard(s.header(b).lock);
+      SpinGuard guard(locks_.of_bucket(b));
       for (uint32_t slot = 0; slot < s.bucket_capacity(); ++slot) {
         if (s.is_full_slot(b, slot) && matches(predicate, s.scores(b)[slot])) {
           s.remove(b, slot);
@@ -170,7 +161,7 @@ size_t CpuTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float* 
   for (uint64_t slot = offset; slot < end;) {
     const uint64_t b = slot / cap;
     const uint64_t bucket_end = std::min<uint64_t>(end, (b + 1) * cap);
-    SpinGuard guard(s.header(b).lock);
+    SpinGuard guard(locks_.of_bucket(b));
     for (; slot < bucket_end; ++slot) {
       const uint32_t in = static_cast<uint32_t>(slot - b * cap);
       if (!s.is_full_slot(b, in)) continue;
@@ -195,7 +186,7 @@ void CpuTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
   for (uint64_t b = 0; b < s.num_buckets(); ++b) {
     uint32_t count = 0;
     {
-      SpinGuard guard(s.header(b).lock);
+      SpinGuard guard(locks_.of_bucket(b));
       for (uint32_t slot = 0; slot < cap; ++slot) {
         if (!s.is_full_slot(b, slot)) continue;
         keys[count] = s.keys(b)[slot];

@@ -11,8 +11,10 @@
 
 #include "dynemb/table/table.hpp"
 #include "table/cpu/bucket_storage.hpp"
+#include "table/cpu/lock_stripes.hpp"
 #include "table/cpu/refusal_log.hpp"
 #include "table/cpu/score_clock.hpp"
+#include "table/cpu/slot_budget.hpp"
 #include "table/cpu/spin_lock.hpp"
 #include "table/cpu/thread_pool.hpp"
 
@@ -20,6 +22,20 @@ namespace dynemb::cpu {
 
 // What a key's operation asks of the batch driver: nothing more, or grow the table and retry.
 enum class Step : uint8_t { kDone, kGrow };
+
+// Whether a batch operation only reads rows (prefetched for reading) or may write them.
+enum class Access : uint8_t { kRead, kWrite };
+
+// One key of a batch as the driver hands it to an operation, its bucket locked: `probe` is the
+// bucket's current answer for the key.
+struct KeyAt {
+  size_t index;
+  uint64_t bits;
+  uint64_t hash;
+  uint64_t bucket;
+  Probe probe;
+  SlotBudget* budget;
+};
 
 template <TableKey K>
 class CpuTable final : public Table<K> {
@@ -66,7 +82,7 @@ class CpuTable final : public Table<K> {
 
  private:
   // Keys per pipelined chunk: all are hashed and prefetched before the first is handled.
-  static constexpr size_t kChunk = 16;
+  static constexpr size_t kChunk = 32;
   // Batches at least this long are split over the pool.
   static constexpr size_t kParallelMin = 16384;
 
@@ -78,20 +94,20 @@ class CpuTable final : public Table<K> {
   // ERROR: throws on the first reserved key. Otherwise counts (and, WARNING, logs) them.
   void screen_reserved(const char* call, size_t n, const K* keys);
 
-  // Calls visit(i, key_bits, hash, bucket, storage) with the bucket locked for every
-  // non-reserved key i, and on_reserved(i) for reserved ones; grows and retries a key whose
-  // visit returns Step::kGrow. Large batches run on the pool in contiguous ranges.
-  template <class Visit, class OnReserved>
+  // Calls visit(key, storage) with key.bucket locked for every non-reserved key, and
+  // on_reserved(i) for reserved ones; grows and retries a key whose visit returns Step::kGrow.
+  // Keys go in chunks through three passes: hash and prefetch the first control group;
+  // predict the slot from it (no lock) and prefetch that slot's key, score and row; then lock,
+  // probe and visit, by now mostly from cache. Large batches run on the pool.
+  template <Access access, class Visit, class OnReserved>
   void for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved);
-  template <class Visit, class OnReserved>
+  template <Access access, class Visit, class OnReserved>
   void visit_range(size_t begin, size_t end, const K* keys, Visit& visit, OnReserved& on_reserved);
 
   // The insert-or-update of one key (bucket locked); `hooks` write rows and outputs.
   template <class Hooks>
-  Step upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s,
-              const ScoreInputs& in, RefusalLog& refusals, Hooks& hooks);
-  // Counts one more stored key, or asks for growth if that would pass the load factor.
-  Step claim_new_slot(const BucketStorage& s);
+  Step upsert(const KeyAt& key, const BucketStorage& s, const ScoreInputs& in, RefusalLog& refusals,
+              Hooks& hooks);
   // Runs an insert-type call: screens keys, runs upsert with `hooks`, reports refusals.
   template <class Hooks>
   void run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores, Hooks& hooks);
@@ -109,6 +125,7 @@ class CpuTable final : public Table<K> {
   size_t row_bytes_;
   ThreadPool pool_;
   ScoreClock clock_;
+  LockStripes locks_;                       // the bucket locks
   mutable std::shared_mutex mutex_;         // shared: every call; exclusive: growth, clear
   std::unique_ptr<BucketStorage> storage_;  // replaced only under exclusive mutex_
   uint64_t grow_threshold_ = 0;             // floor(max_load_factor * capacity), under mutex_
@@ -120,52 +137,63 @@ class CpuTable final : public Table<K> {
 // ---- the batch driver ------------------------------------------------------------------------
 
 template <TableKey K>
-template <class Visit, class OnReserved>
+template <Access access, class Visit, class OnReserved>
 void CpuTable<K>::for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved) {
   const uint32_t threads = pool_.threads();
   if (n < kParallelMin || threads == 1) {
-    visit_range(0, n, keys, visit, on_reserved);
+    visit_range<access>(0, n, keys, visit, on_reserved);
     return;
   }
-  const size_t tasks =
-      std::min<size_t>(threads * 4, (n + kParallelMin / 4 - 1) / (kParallelMin / 4));
+  const size_t tasks = std::min<size_t>(threads * 4, n / (kParallelMin / 4));
   pool_.run(tasks, [&](size_t t) {
-    visit_range(n * t / tasks, n * (t + 1) / tasks, keys, visit, on_reserved);
+    visit_range<access>(n * t / tasks, n * (t + 1) / tasks, keys, visit, on_reserved);
   });
 }
 
 template <TableKey K>
-template <class Visit, class OnReserved>
+template <Access access, class Visit, class OnReserved>
 void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& visit,
                               OnReserved& on_reserved) {
+  constexpr bool kWrite = access == Access::kWrite;
   std::shared_lock lock(mutex_);
-  uint64_t hashes[kChunk];
-  uint64_t buckets[kChunk];
+  SlotBudget budget(size_);
+  KeyAt at[kChunk];
   size_t i = begin;
   while (i < end) {
     const BucketStorage& s = *storage_;
     const size_t count = std::min(kChunk, end - i);
-    for (size_t j = 0; j < count; ++j) {
-      hashes[j] = hash_key_bits(key_bits(keys[i + j]));
-      buckets[j] = s.bucket_of(hashes[j]);
-      s.prefetch_probe(buckets[j], hashes[j]);
+    for (size_t j = 0; j < count; ++j) {  // pass 1: hash, prefetch the control group
+      KeyAt& k = at[j];
+      k.index = i + j;
+      k.bits = key_bits(keys[i + j]);
+      k.hash = hash_key_bits(k.bits);
+      k.bucket = s.bucket_of(k.hash);
+      k.budget = &budget;
+      s.prefetch_ctrl(k.bucket, k.hash);
+      locks_.prefetch(k.bucket);
+    }
+    for (size_t j = 0; j < count; ++j) {  // pass 2: guess the slot, prefetch what it holds
+      const KeyAt& k = at[j];
+      const int32_t slot = s.predict_slot(k.bucket, k.hash, kWrite);
+      if (slot >= 0) s.prefetch_slot(k.bucket, static_cast<uint32_t>(slot), kWrite);
     }
     size_t j = 0;
-    for (; j < count; ++j) {
-      const K key = keys[i + j];
-      if (is_reserved_key(key)) {
-        on_reserved(i + j);
+    for (; j < count; ++j) {  // pass 3: the operation
+      KeyAt& k = at[j];
+      if (k.bits >= kFirstReservedKey) {
+        on_reserved(k.index);
         continue;
       }
-      const uint64_t b = buckets[j];
-      BucketHeader& header = s.header(b);
-      lock_word(header.lock);
-      const Step step = visit(i + j, key_bits(key), hashes[j], b, s);
-      unlock_word(header.lock);
+      uint32_t& word = locks_.of_bucket(k.bucket);
+      lock_word(word);
+      k.probe = s.find_or_free(k.bucket, k.bits, k.hash);
+      const Step step = visit(k, s);
+      unlock_word(word);
       if (step == Step::kGrow) break;
     }
     if (j < count) {  // grow, then start a new chunk at the key that asked for it
       const uint64_t seen = s.capacity();
+      budget.release();
       lock.unlock();
       grow_from(seen);
       lock.lock();

@@ -21,15 +21,16 @@ void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* va
                             uint64_t* scores) {
   screen_reserved(call, n, keys);
   const size_t dim = options_.dim;
-  for_keys(
+  for_keys<Access::kRead>(
       n, keys,
-      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        const int32_t slot = s.find(b, bits, hash);
+      [&](const KeyAt& k, const BucketStorage& s) {
+        const int32_t slot = k.probe.found;
         if (slot >= 0) {
-          std::memcpy(values + i * dim, s.row(b, static_cast<uint32_t>(slot)), row_bytes_);
-          if (scores) scores[i] = s.scores(b)[slot];
+          std::memcpy(values + k.index * dim, s.row(k.bucket, static_cast<uint32_t>(slot)),
+                      row_bytes_);
+          if (scores) scores[k.index] = s.scores(k.bucket)[slot];
         }
-        if (founds) founds[i] = slot >= 0;
+        if (founds) founds[k.index] = slot >= 0;
         return Step::kDone;
       },
       [&](size_t i) {
@@ -63,10 +64,10 @@ void CpuTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandle) 
   require_pointer(keys, "contains", "keys");
   require_pointer(founds, "contains", "founds");
   screen_reserved("contains", n, keys);
-  for_keys(
+  for_keys<Access::kRead>(
       n, keys,
-      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        founds[i] = s.find(b, bits, hash) >= 0;
+      [&](const KeyAt& k, const BucketStorage&) {
+        founds[k.index] = k.probe.found >= 0;
         return Step::kDone;
       },
       [&](size_t i) { founds[i] = false; });

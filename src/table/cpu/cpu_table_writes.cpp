@@ -10,9 +10,12 @@ namespace dynemb::cpu {
 
 template <TableKey K>
 template <class Hooks>
-Step CpuTable<K>::upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s,
-                         const ScoreInputs& in, RefusalLog& refusals, Hooks& hooks) {
-  const Probe p = s.find_or_free(b, bits, hash);
+Step CpuTable<K>::upsert(const KeyAt& key, const BucketStorage& s, const ScoreInputs& in,
+                         RefusalLog& refusals, Hooks& hooks) {
+  const Probe& p = key.probe;
+  const size_t i = key.index;
+  const uint64_t bits = key.bits;
+  const uint64_t b = key.bucket;
   if (p.found >= 0) {
     const auto slot = static_cast<uint32_t>(p.found);
     uint64_t& score = s.scores(b)[slot];
@@ -22,9 +25,10 @@ Step CpuTable<K>::upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, con
   }
   const uint64_t score = in.next(i, false, 0);
   if (p.free >= 0) {
-    if (claim_new_slot(s) == Step::kGrow) return Step::kGrow;
+    const bool at_max = s.capacity() >= options_.max_capacity;
+    if (!key.budget->take(grow_threshold_, at_max)) return Step::kGrow;
     const auto slot = static_cast<uint32_t>(p.free);
-    s.place(b, slot, bits, hash, score);
+    s.place(b, slot, bits, key.hash, score);
     hooks.inserted(i, bits, s.row(b, slot));
     return Step::kDone;
   }
@@ -39,7 +43,7 @@ Step CpuTable<K>::upsert(size_t i, uint64_t bits, uint64_t hash, uint64_t b, con
   }
   hooks.evicted(s.keys(b)[victim], s.row(b, victim), victim_score);
   evictions_.fetch_add(1, std::memory_order_relaxed);
-  s.replace(b, victim, bits, hash, score);
+  s.replace(b, victim, bits, key.hash, score);
   hooks.inserted(i, bits, s.row(b, victim));
   return Step::kDone;
 }
@@ -51,11 +55,9 @@ void CpuTable<K>::run_upserts(const char* call, size_t n, const K* keys, const u
   screen_reserved(call, n, keys);
   const ScoreInputs in = clock_.for_call(scores);
   RefusalLog refusals(std::is_signed_v<K>);
-  for_keys(
+  for_keys<Access::kWrite>(
       n, keys,
-      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        return upsert(i, bits, hash, b, s, in, refusals, hooks);
-      },
+      [&](const KeyAt& k, const BucketStorage& s) { return upsert(k, s, in, refusals, hooks); },
       [&](size_t i) { hooks.reserved(i); });
   refused_.fetch_add(refusals.count(), std::memory_order_relaxed);
   refusals.report(options_.safe_check, call);
@@ -175,14 +177,15 @@ void CpuTable<K>::assign(size_t n, const K* keys, const float* values, const uin
   screen_reserved("assign", n, keys);
   const ScoreInputs in = clock_.for_call(scores);
   const size_t dim = options_.dim;
-  for_keys(
+  for_keys<Access::kWrite>(
       n, keys,
-      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        const int32_t slot = s.find(b, bits, hash);
+      [&](const KeyAt& k, const BucketStorage& s) {
+        const int32_t slot = k.probe.found;
         if (slot >= 0) {
-          uint64_t& score = s.scores(b)[slot];
-          score = in.next(i, true, score);
-          std::memcpy(s.row(b, static_cast<uint32_t>(slot)), values + i * dim, row_bytes_);
+          uint64_t& score = s.scores(k.bucket)[slot];
+          score = in.next(k.index, true, score);
+          std::memcpy(s.row(k.bucket, static_cast<uint32_t>(slot)), values + k.index * dim,
+                      row_bytes_);
         }
         return Step::kDone;
       },
@@ -195,11 +198,10 @@ void CpuTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores,
   require_pointer(keys, "assign_scores", "keys");
   require_pointer(scores, "assign_scores", "scores");
   screen_reserved("assign_scores", n, keys);
-  for_keys(
+  for_keys<Access::kRead>(
       n, keys,
-      [&](size_t i, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        const int32_t slot = s.find(b, bits, hash);
-        if (slot >= 0) s.scores(b)[slot] = scores[i];
+      [&](const KeyAt& k, const BucketStorage& s) {
+        if (k.probe.found >= 0) s.scores(k.bucket)[k.probe.found] = scores[k.index];
         return Step::kDone;
       },
       [](size_t) {});
@@ -210,12 +212,11 @@ void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
   if (n == 0) return;
   require_pointer(keys, "erase", "keys");
   screen_reserved("erase", n, keys);
-  for_keys(
+  for_keys<Access::kRead>(
       n, keys,
-      [&](size_t, uint64_t bits, uint64_t hash, uint64_t b, const BucketStorage& s) {
-        const int32_t slot = s.find(b, bits, hash);
-        if (slot >= 0) {
-          s.remove(b, static_cast<uint32_t>(slot));
+      [&](const KeyAt& k, const BucketStorage& s) {
+        if (k.probe.found >= 0) {
+          s.remove(k.bucket, static_cast<uint32_t>(k.probe.found));
           size_.fetch_sub(1, std::memory_order_relaxed);
           erased_.fetch_add(1, std::memory_order_relaxed);
         }
