@@ -56,6 +56,13 @@ MachineInfo query_machine_info() {
   return info;
 }
 
+std::vector<double> load_averages() {
+  std::ifstream file("/proc/loadavg");
+  std::vector<double> out(3);
+  if (!(file >> out[0] >> out[1] >> out[2])) return {};
+  return out;
+}
+
 std::string git_commit(const std::string& directory) {
   const std::string command =
       "git -C " + shell_quote(directory) + " rev-parse --short HEAD 2>/dev/null";

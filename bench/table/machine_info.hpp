@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "bench/table/results.hpp"
 
@@ -9,6 +10,9 @@ namespace dynemb::bench {
 
 // Hostname, CPU model (/proc/cpuinfo), hardware threads and physical memory of this machine.
 MachineInfo query_machine_info();
+
+// The 1, 5 and 15 minute load averages of /proc/loadavg (empty where unreadable).
+std::vector<double> load_averages();
 
 // `git rev-parse --short HEAD` run in `directory` at run time; "unknown" outside a checkout.
 std::string git_commit(const std::string& directory);

@@ -75,6 +75,10 @@ std::vector<std::string> peer_names(const TableBenchReport& report) {
   return ordered;
 }
 
+std::string load_text(const std::vector<double>& load) {
+  return load.empty() ? std::string("unknown") : fixed(load[0], 2);
+}
+
 nlohmann::json timing_json(const OpTiming& t) {
   return {
       {"seconds", t.seconds}, {"pairs", t.pairs}, {"b_kv_s", t.b_kv_s()}, {"m_kv_s", t.m_kv_s()}};
@@ -93,7 +97,9 @@ std::string render_tables(const TableBenchReport& report) {
   if (c.backend == Backend::kCpu) out << ", " << report.threads << " threads";
   if (report.gpu) out << ", " << report.gpu->name;
   out << "\n\nHost " << report.machine.hostname << " (" << report.machine.cpu_model << "), commit "
-      << report.git_commit << ", " << report.date_utc << ". One call of " << c.batch
+      << report.git_commit << ", " << report.date_utc << ", load average "
+      << load_text(report.load_average_start) << " at start, " << load_text(report.load_average_end)
+      << " at end (" << report.machine.cores << " hardware threads). One call of " << c.batch
       << " keys (60% present, 40% new), best of " << c.repeats
       << (c.backend == Backend::kCuda ? " after a warm-up call" : "")
       << "; TIMESTAMP scores, fixed capacity. B-KV/s = 2^30 KV/s, M-KV/s = 2^20 KV/s. export "
@@ -179,6 +185,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
   } else {
     j["gpu"] = nullptr;
   }
+  j["load_average"] = {{"start", report.load_average_start}, {"end", report.load_average_end}};
   j["git_commit"] = report.git_commit;
   j["date_utc"] = report.date_utc;
   j["units"] = {{"b_kv_s", "2^30 key-value pairs per second"},
@@ -211,6 +218,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"bucket_capacity", kBenchBucketCapacity},
       {"init_capacity_equals_max_capacity", true},
       {"safe_check", "ignore"},
+      {"thread_safe", c.backend == Backend::kCpu},
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "

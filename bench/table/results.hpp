@@ -61,6 +61,8 @@ struct TableBenchReport {
   std::optional<GpuInfo> gpu;
   std::string git_commit;
   std::string date_utc;  // ISO 8601, e.g. 2025-01-31T12:00:00Z
+  // /proc/loadavg (1, 5, 15 min) when the run started and ended: other load skews CPU figures.
+  std::vector<double> load_average_start, load_average_end;
   std::vector<ScenarioResult> scenarios;
 };
 

@@ -60,6 +60,7 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
   report.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;
   report.git_commit = git_commit(DYNEMB_SOURCE_DIR);
   report.date_utc = utc_now_iso8601();
+  report.load_average_start = load_averages();
 
   progress << "dynemb bench table: backend " << to_string(config.backend) << ", seed "
            << config.seed << "\n";
@@ -79,6 +80,7 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
       report.scenarios.push_back(std::move(run.result));
     }
   }
+  report.load_average_end = load_averages();
   return report;
 }
 
