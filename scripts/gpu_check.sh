@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The single GPU check of dynemb: builds for sm_90 (or uses a prebuilt build directory given
+# as the first argument), runs the whole dynemb_tests binary on the GPU, compute-sanitizer
+# memcheck and racecheck on the CUDA tests, and the GPU table benchmark. Logs and result JSON
+# go to $OUT when it is set (else to gpu_check_out/).
+#
+# Usage: bash scripts/gpu_check.sh [BUILD_DIR]
+#   env: GPU_CHECK_SKIP_BENCH=1     skip the benchmark
+#        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
+#        GPU_CHECK_SANITIZE_FILTER  gtest filter of the sanitizer runs
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out="${OUT:-gpu_check_out}"
+mkdir -p "$out"
+build="${1:-}"
+status=0
+
+step() { echo "=== $* ===" | tee -a "$out/summary.txt"; }
+record() {  # name rc
+  echo "$1: $([ "$2" -eq 0 ] && echo PASS || echo "FAIL (rc $2)")" | tee -a "$out/summary.txt"
+  [ "$2" -eq 0 ] || status=1
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+
+if [ -z "$build" ]; then
+  build=build-gpu
+  step "configure + build (sm_90, Release) into $build"
+  export PATH="/usr/local/cuda/bin:$PATH"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" >> "$out/build.log" 2>&1
+  rc=$?
+  record build $rc
+  [ $rc -eq 0 ] || exit 1
+fi
+tests="$build/tests/dynemb_tests"
+# A carried build may bring the shared libraries the device machine lacks (absl) in lib/.
+[ -d "$build/lib" ] && export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd):${LD_LIBRARY_PATH:-}"
+[ -x "$tests" ] || { echo "no test binary at $tests"; exit 1; }
+
+step "dynemb_tests (every test, CUDA ones included)"
+"$tests" --gtest_color=no --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1
+rc=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
+grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
+record dynemb_tests $rc
+
+filter="${GPU_CHECK_SANITIZE_FILTER:-CudaTable.*:*cuda_int64*:-*Concurrency*:CudaTable.Threads*}"
+sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-240}"
+if command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer --tool $tool ($filter)"
+    timeout "$sanitize_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "$tests" --gtest_color=no --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) " "$out/sanitizer_$tool.log" | tail -5
+    record "sanitizer_$tool" $rc
+  done
+else
+  echo "compute-sanitizer not found: sanitizer runs skipped" | tee -a "$out/summary.txt"
+fi
+
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
+  program="$build/tools/dynemb/dynemb"
+  if [ -x "$program" ]; then
+    step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
+    # shellcheck disable=SC2086
+    "$program" bench table --backend cuda --json "$out/bench_cuda.json" \
+      --markdown "$out/bench_cuda.md" ${GPU_CHECK_BENCH_ARGS:-} > "$out/bench.log" 2>&1
+    rc=$?
+    cat "$out/bench.log" | tail -60
+    record bench $rc
+  else
+    echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"
+  fi
+fi
+
+echo "--- summary ---"
+cat "$out/summary.txt"
+exit $status

@@ -1,0 +1,109 @@
+// Plain structs shared by the CUDA table's host code and its kernels: where the table's arrays
+// live on the device, the per-call scratch state, and the arguments of each kernel family.
+#pragma once
+
+#include <cstdint>
+
+#include "dynemb/core/hash.hpp"
+#include "dynemb/core/initializer.hpp"
+#include "dynemb/core/key.hpp"
+#include "dynemb/core/options.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::cuda_table {
+
+// The digest an empty slot carries: the digest of the empty marker's own hash. A stored key
+// with the same digest is told apart by its key.
+inline constexpr uint8_t kEmptyDigest = digest8_of_hash(hash_key_bits(kEmptyKey));
+
+// A "no position yet" marker for atomicMin-recorded batch positions.
+inline constexpr unsigned long long kNoPosition = ~0ull;
+
+// Cumulative counters of one table, in device memory (stats()).
+struct DeviceStats {
+  unsigned long long evictions;
+  unsigned long long refused;
+  unsigned long long reserved_keys;
+  unsigned long long erased;
+};
+
+// Where one table's storage lives. Slot s of bucket b is index b * bucket_capacity + s.
+// Row r's values are at hbm_values + r * dim when r < hbm_rows, else in pinned host memory at
+// host_values + (r - hbm_rows) * dim (mapped, so kernels reach it directly).
+struct TableView {
+  uint64_t* keys = nullptr;    // kEmptyKey marks an empty slot
+  uint8_t* digests = nullptr;  // kEmptyDigest on empty slots
+  uint64_t* scores = nullptr;
+  float* hbm_values = nullptr;
+  float* host_values = nullptr;
+  uint64_t hbm_rows = 0;
+  int32_t* bucket_sizes = nullptr;  // stored keys per bucket
+  uint32_t* locks = nullptr;        // one spin lock per bucket (writers)
+  uint64_t num_buckets = 0;
+  uint32_t bucket_capacity = 0;
+  uint32_t dim = 0;
+  DeviceStats* stats = nullptr;
+};
+
+// Scratch of one call, in device memory, read back by the host where the call returns a count
+// or may throw.
+struct CallState {
+  unsigned long long reserved_position;  // first reserved key's batch position (ERROR mode)
+  unsigned long long deferred;           // keys deferred to after a growth (growable tables)
+  long long budget;                      // inserts left before the load factor would be exceeded
+  unsigned long long emitted;            // insert_and_evict: entries written to evicted_*
+  unsigned long long refused;            // refusals in this call
+  unsigned long long reserved;           // reserved keys skipped in this call
+  unsigned long long count;              // erase_if / size / export counts
+  unsigned int refusal_lock;             // guards the first_refused_* record
+  unsigned int pad;
+  unsigned long long first_refused_position;
+  unsigned long long first_refused_key;
+  unsigned long long first_refused_score;
+  unsigned long long first_refused_bucket_min;
+};
+
+// The write operations that share the locked upsert kernel.
+enum class WriteOp : uint8_t {
+  kFindOrInsert,
+  kInsertOrAssign,
+  kInsertAndEvict,
+  kAssign,
+  kAssignScores,
+  kAccumOrAssign,
+  kErase,
+};
+
+// Arguments of one write kernel launch. Keys are handled as their uint64 bit patterns.
+struct WriteArgs {
+  const uint64_t* keys = nullptr;
+  const uint32_t* subset = nullptr;  // when set, the launch covers keys[subset[t]], t < n
+  uint64_t n = 0;
+  const float* values_in = nullptr;  // insert_or_assign / accum / assign / insert_and_evict
+  float* values_out = nullptr;       // find_or_insert
+  bool* founds = nullptr;            // find_or_insert
+  const uint64_t* scores_in = nullptr;
+  ScorePolicy policy = ScorePolicy::kTimestamp;
+  uint64_t clock = 0;                // step or call-level score (TIMESTAMP reads %globaltimer)
+  bool growable = false;             // defer instead of evicting; obey the load-factor budget
+  bool skip_reserved = false;        // WARNING / IGNORE: skip and count reserved keys
+  uint32_t* deferred_out = nullptr;  // batch positions deferred to after growth
+  CallState* state = nullptr;
+  uint64_t* evicted_keys = nullptr;
+  float* evicted_values = nullptr;
+  uint64_t* evicted_scores = nullptr;
+  InitializerOptions init{};
+};
+
+// Arguments of the lock-free read kernels (find, contains).
+struct ReadArgs {
+  const uint64_t* keys = nullptr;
+  uint64_t n = 0;
+  float* values = nullptr;
+  bool* founds = nullptr;
+  uint64_t* scores = nullptr;
+  bool skip_reserved = false;
+  CallState* state = nullptr;
+};
+
+}  // namespace dynemb::cuda_table

@@ -1,0 +1,55 @@
+// Host-side launchers of the CUDA table's kernels. Every launcher only enqueues work on
+// `stream`; none synchronizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "table/cuda/device_layout.hpp"
+
+namespace dynemb::cuda_table {
+
+// Sets a fresh call state (no reserved position, nothing deferred or emitted, `budget` inserts
+// left).
+void launch_init_state(CallState* state, long long budget, cudaStream_t stream);
+
+// Prepares a state for a retry after growth: clears the deferred count and sets the budget.
+void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream);
+
+// Records the first reserved key's batch position in state->reserved_position.
+void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, cudaStream_t stream);
+
+// Runs one locked write operation over the batch (or the subset) described by `args`.
+void launch_write(WriteOp op, const TableView& table, const WriteArgs& args, cudaStream_t stream);
+
+// find (values set) or contains (values null): lock-free lookups.
+void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stream);
+
+// Adds the number of stored keys to state->count and subtracts it from state->budget.
+void launch_count_size(const TableView& table, CallState* state, cudaStream_t stream);
+
+// Moves every key of `from` into `to`, which has twice the buckets and is empty.
+void launch_rehash(const TableView& from, const TableView& to, cudaStream_t stream);
+
+// Removes every key whose score matches; adds how many to state->count.
+void launch_erase_if(const TableView& table, uint8_t compare, uint64_t threshold, CallState* state,
+                     cudaStream_t stream);
+
+// Empties every slot (keys, digests, bucket sizes, locks).
+void launch_clear(const TableView& table, cudaStream_t stream);
+
+// Copies stored keys of slots [offset, offset + n_slots) compactly, in slot order, with rows and
+// scores (each output optional except keys), keeping only score >= min_score when has_min;
+// the count goes to state->count.
+void launch_export(const TableView& table, uint64_t offset, uint64_t n_slots, bool has_min,
+                   uint64_t min_score, uint64_t* keys, float* values, uint64_t* scores,
+                   CallState* state, cudaStream_t stream);
+
+// Writes, in batch order, the positions i with founds[i] false and keys[i]; count to
+// state->count.
+void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
+                          uint64_t* missed_keys, uint64_t* missed_indices, CallState* state,
+                          cudaStream_t stream);
+
+}  // namespace dynemb::cuda_table

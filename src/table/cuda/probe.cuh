@@ -1,0 +1,204 @@
+// Device-side building blocks of the CUDA table: a tile of kTileSize threads works on one key,
+// scans its bucket's 8-bit digests 16 at a time per thread, confirms candidates by key, locks
+// buckets for writers, picks eviction victims and copies rows.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "dynemb/core/hash.hpp"
+#include "dynemb/core/initializer.hpp"
+#include "dynemb/core/key.hpp"
+#include "table/cuda/device_layout.hpp"
+
+namespace dynemb::cuda_table {
+
+namespace cg = cooperative_groups;
+
+// Threads that cooperate on one key. 8 threads x 16 digests cover a 128-slot bucket in one
+// coalesced 128-byte load.
+inline constexpr uint32_t kTileSize = 8;
+using Tile = cg::thread_block_tile<kTileSize>;
+inline constexpr uint32_t kBlockThreads = 256;
+inline constexpr uint32_t kTilesPerBlock = kBlockThreads / kTileSize;
+
+// Nanoseconds of the device's global timer.
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Loads that writers use: they bypass L1 so a value written by another SM under a lock is seen.
+template <bool kCoherent, class T>
+__device__ __forceinline__ T load(const T* p) {
+  if constexpr (kCoherent) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
+// The slot index (inside the bucket) whose key equals `key_bits`, or -1. Every thread of the
+// tile returns the same answer. With key_bits = kEmptyKey and digest = kEmptyDigest it finds
+// an empty slot.
+template <bool kCoherent>
+__device__ __forceinline__ int find_in_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
+                                              uint64_t key_bits, uint8_t digest) {
+  const uint32_t pattern = 0x01010101u * digest;
+  const uint64_t base = bucket * t.bucket_capacity;
+  for (uint32_t round = 0; round < t.bucket_capacity; round += 16 * kTileSize) {
+    const uint32_t first = round + tile.thread_rank() * 16;
+    int hit = -1;
+    if (first < t.bucket_capacity) {
+      const uint4 d = load<kCoherent>(reinterpret_cast<const uint4*>(t.digests + base + first));
+      const uint32_t words[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t m = __vcmpeq4(words[w], pattern);
+        while (m != 0 && hit < 0) {
+          const int byte = (__ffs(m) - 1) >> 3;
+          m &= ~(0xFFu << (byte * 8));
+          const uint32_t s = first + 4 * w + byte;
+          if (load<kCoherent>(t.keys + base + s) == key_bits) hit = static_cast<int>(s);
+        }
+      }
+    }
+    const uint32_t ballot = tile.ballot(hit >= 0);
+    if (ballot != 0) return tile.shfl(hit, __ffs(ballot) - 1);
+  }
+  return -1;
+}
+
+// The bucket's eviction victim: the lowest score, ties broken by the smallest key bit pattern.
+struct Victim {
+  int slot;
+  uint64_t score;
+  uint64_t key;
+};
+
+// Finds the victim of a full bucket (every thread gets the same answer).
+__device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView& t,
+                                              uint64_t bucket) {
+  const uint64_t base = bucket * t.bucket_capacity;
+  Victim best{-1, ~0ull, ~0ull};
+  for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
+    const uint64_t k = __ldcg(t.keys + base + s);
+    if (k == kEmptyKey) continue;
+    const uint64_t sc = __ldcg(t.scores + base + s);
+    if (best.slot < 0 || sc < best.score || (sc == best.score && k < best.key)) {
+      best = Victim{static_cast<int>(s), sc, k};
+    }
+  }
+#pragma unroll
+  for (uint32_t offset = kTileSize / 2; offset > 0; offset /= 2) {
+    Victim other{tile.shfl_xor(best.slot, offset), tile.shfl_xor(best.score, offset),
+                 tile.shfl_xor(best.key, offset)};
+    const bool take = other.slot >= 0 && (best.slot < 0 || other.score < best.score ||
+                                          (other.score == best.score && other.key < best.key));
+    if (take) best = other;
+  }
+  return best;
+}
+
+// Takes the writer lock of a bucket for the whole tile.
+__device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
+  if (tile.thread_rank() == 0) {
+    while (atomicCAS(lock, 0u, 1u) != 0u) __nanosleep(20);
+    __threadfence();
+  }
+  tile.sync();
+}
+
+// Publishes the tile's writes and releases the bucket's lock.
+__device__ __forceinline__ void unlock_bucket(const Tile& tile, uint32_t* lock) {
+  __threadfence();
+  tile.sync();
+  if (tile.thread_rank() == 0) {
+    __threadfence();
+    atomicExch(lock, 0u);
+  }
+}
+
+// The address of a stored row (HBM or mapped pinned host memory).
+__device__ __forceinline__ float* row_of(const TableView& t, uint64_t slot) {
+  return slot < t.hbm_rows ? t.hbm_values + slot * t.dim
+                           : t.host_values + (slot - t.hbm_rows) * t.dim;
+}
+
+// dst[0, dim) = src[0, dim), spread over the tile; kVec copies float4s (dim % 4 == 0, aligned).
+template <bool kVec, bool kCoherent>
+__device__ __forceinline__ void copy_row(const Tile& tile, float* dst, const float* src,
+                                         uint32_t dim) {
+  if constexpr (kVec) {
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kTileSize)
+      d4[j] = load<kCoherent>(s4 + j);
+  } else {
+    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize)
+      dst[j] = load<kCoherent>(src + j);
+  }
+}
+
+// dst[j] += src[j] for the row, spread over the tile (dst read coherently: writers only).
+template <bool kVec>
+__device__ __forceinline__ void accumulate_row(const Tile& tile, float* dst, const float* src,
+                                               uint32_t dim) {
+  if constexpr (kVec) {
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kTileSize) {
+      float4 a = __ldcg(d4 + j);
+      const float4 b = s4[j];
+      a.x = __fadd_rn(a.x, b.x);
+      a.y = __fadd_rn(a.y, b.y);
+      a.z = __fadd_rn(a.z, b.z);
+      a.w = __fadd_rn(a.w, b.w);
+      d4[j] = a;
+    }
+  } else {
+    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize) {
+      dst[j] = __fadd_rn(__ldcg(dst + j), src[j]);
+    }
+  }
+}
+
+// Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
+// exactly initial_value(init, key_bits, j), but one Philox draw serves the 4 (uniform) or 2
+// (normal) elements it feeds.
+__device__ __forceinline__ void init_row(const Tile& tile, const InitializerOptions& init,
+                                         uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
+  using namespace init_detail;
+  auto put = [&](uint32_t j, float v) {
+    dst[j] = v;
+    if (dst2 != nullptr) dst2[j] = v;
+  };
+  if (init.kind == InitializerKind::kUniform) {
+    const float span = det::sub(init.high, init.low);
+    for (uint32_t block = tile.thread_rank(); block * 4 < dim; block += kTileSize) {
+      const Philox4 r = draw(init, key_bits, block, kUniformStream);
+#pragma unroll
+      for (uint32_t e = 0; e < 4; ++e) {
+        const uint32_t j = block * 4 + e;
+        if (j < dim) put(j, det::fma(uniform01(r.w[e]), span, init.low));
+      }
+    }
+  } else if (init.kind == InitializerKind::kNormal) {
+    for (uint32_t pair = tile.thread_rank(); pair * 2 < dim; pair += kTileSize) {
+      const Philox4 r = draw(init, key_bits, pair, kNormalStream);
+      const float radius = det::sqrt(det::mul(-2.0f, det::log(uniform01_open_low(r.w[0]))));
+      float sn, cs;
+      det::sincos_2pi(uniform01(r.w[1]), &sn, &cs);
+      put(pair * 2, det::fma(det::mul(radius, cs), init.stddev, init.mean));
+      if (pair * 2 + 1 < dim)
+        put(pair * 2 + 1, det::fma(det::mul(radius, sn), init.stddev, init.mean));
+    }
+  } else {
+    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize)
+      put(j, initial_value(init, key_bits, j));
+  }
+}
+
+}  // namespace dynemb::cuda_table

@@ -1,0 +1,131 @@
+// Lock-free lookups (find, contains) and the small per-call kernels: call-state setup, the
+// reserved-key check and the size count. Readers never run beside writers (the host lock and
+// stream events order them), so they use ordinary cached loads.
+#include "table/cuda/cuda_check.hpp"
+#include "table/cuda/kernels.hpp"
+#include "table/cuda/probe.cuh"
+
+namespace dynemb::cuda_table {
+namespace {
+
+__global__ void init_state_kernel(CallState* s, long long budget) {
+  *s = CallState{};
+  s->reserved_position = kNoPosition;
+  s->first_refused_position = kNoPosition;
+  s->budget = budget;
+}
+
+__global__ void reset_retry_kernel(CallState* s, long long budget) {
+  s->deferred = 0;
+  s->budget = budget;
+}
+
+__global__ void reserved_check_kernel(const uint64_t* keys, uint64_t n, CallState* s) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    if (keys[i] >= kFirstReservedKey) atomicMin(&s->reserved_position, i);
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadArgs a) {
+  __shared__ unsigned long long reserved;
+  if (threadIdx.x == 0) reserved = 0;
+  __syncthreads();
+  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
+  const bool leader = tile.thread_rank() == 0;
+  for (uint64_t i = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); i < a.n; i += stride) {
+    const uint64_t key = a.keys[i];
+    int found = -1;
+    uint64_t bucket = 0;
+    if (key >= kFirstReservedKey) {
+      if (leader) atomicAdd(&reserved, 1ull);
+    } else {
+      const uint64_t hash = hash_key_bits(key);
+      bucket = bucket_of_hash(hash, t.num_buckets);
+      found = find_in_bucket<false>(tile, t, bucket, key, digest8_of_hash(hash));
+    }
+    if (found >= 0) {
+      const uint64_t slot = bucket * t.bucket_capacity + static_cast<uint64_t>(found);
+      if (a.values != nullptr)
+        copy_row<kVec, false>(tile, a.values + i * t.dim, row_of(t, slot), t.dim);
+      if (leader && a.scores != nullptr) a.scores[i] = t.scores[slot];
+    }
+    if (leader && a.founds != nullptr) a.founds[i] = found >= 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && reserved != 0 && a.skip_reserved) {
+    atomicAdd(&t.stats->reserved_keys, reserved);
+    if (a.state != nullptr) atomicAdd(&a.state->reserved, reserved);
+  }
+}
+
+__global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s) {
+  __shared__ unsigned long long total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  unsigned long long mine = 0;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    mine += static_cast<unsigned long long>(sizes[i]);
+  }
+  if (mine != 0) atomicAdd(&total, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && total != 0) {
+    atomicAdd(&s->count, total);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&s->budget),
+              static_cast<unsigned long long>(-static_cast<long long>(total)));
+  }
+}
+
+unsigned grid_for(uint64_t threads) {
+  const uint64_t blocks = (threads + 255) / 256;
+  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 8192 ? blocks : 8192));
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+}  // namespace
+
+void launch_init_state(CallState* state, long long budget, cudaStream_t stream) {
+  init_state_kernel<<<1, 1, 0, stream>>>(state, budget);
+  check_cuda(cudaGetLastError(), "init_state_kernel launch");
+}
+
+void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream) {
+  reset_retry_kernel<<<1, 1, 0, stream>>>(state, budget);
+  check_cuda(cudaGetLastError(), "reset_retry_kernel launch");
+}
+
+void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  reserved_check_kernel<<<grid_for(n), 256, 0, stream>>>(keys, n, state);
+  check_cuda(cudaGetLastError(), "reserved_check_kernel launch");
+}
+
+void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  const uint64_t blocks64 = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
+  const unsigned blocks =
+      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
+  const bool vec =
+      t.dim % 4 == 0 && aligned16(a.values) && aligned16(t.hbm_values) && aligned16(t.host_values);
+  if (vec) {
+    find_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  } else {
+    find_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  }
+  check_cuda(cudaGetLastError(), "find_kernel launch");
+}
+
+void launch_count_size(const TableView& t, CallState* state, cudaStream_t stream) {
+  count_size_kernel<<<grid_for(t.num_buckets), 256, 0, stream>>>(t.bucket_sizes, t.num_buckets,
+                                                                 state);
+  check_cuda(cudaGetLastError(), "count_size_kernel launch");
+}
+
+}  // namespace dynemb::cuda_table

@@ -1,0 +1,89 @@
+#include "table/cuda/table_storage.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "table/cuda/cuda_check.hpp"
+
+namespace dynemb::cuda_table {
+
+TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim,
+                           uint64_t max_hbm_bytes, DeviceStats* stats, cudaStream_t stream) {
+  const uint64_t slots = num_buckets * bucket_capacity;
+  view_.num_buckets = num_buckets;
+  view_.bucket_capacity = bucket_capacity;
+  view_.dim = dim;
+  view_.stats = stats;
+  const uint64_t row_bytes = static_cast<uint64_t>(dim) * sizeof(float);
+  view_.hbm_rows = std::min<uint64_t>(slots, max_hbm_bytes / row_bytes);
+  try {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.keys), slots * sizeof(uint64_t)),
+               "cudaMalloc (keys)");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.digests), slots), "cudaMalloc (digests)");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.scores), slots * sizeof(uint64_t)),
+               "cudaMalloc (scores)");
+    check_cuda(
+        cudaMalloc(reinterpret_cast<void**>(&view_.bucket_sizes), num_buckets * sizeof(int32_t)),
+        "cudaMalloc (bucket sizes)");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
+               "cudaMalloc (bucket locks)");
+    if (view_.hbm_rows > 0) {
+      check_cuda(
+          cudaMalloc(reinterpret_cast<void**>(&view_.hbm_values), view_.hbm_rows * row_bytes),
+          "cudaMalloc (values in HBM)");
+    }
+    if (slots > view_.hbm_rows) {
+      void* host = nullptr;
+      check_cuda(cudaHostAlloc(&host, (slots - view_.hbm_rows) * row_bytes,
+                               cudaHostAllocMapped | cudaHostAllocPortable),
+                 "cudaHostAlloc (values in pinned host memory)");
+      view_.host_values = static_cast<float*>(host);
+      void* mapped = nullptr;
+      check_cuda(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
+      view_.host_values = static_cast<float*>(mapped);
+    }
+    check_cuda(cudaMemsetAsync(view_.keys, 0xFF, slots * sizeof(uint64_t), stream),
+               "cudaMemset (keys)");
+    check_cuda(cudaMemsetAsync(view_.digests, kEmptyDigest, slots, stream), "cudaMemset (digests)");
+    check_cuda(cudaMemsetAsync(view_.scores, 0, slots * sizeof(uint64_t), stream),
+               "cudaMemset (scores)");
+    check_cuda(cudaMemsetAsync(view_.bucket_sizes, 0, num_buckets * sizeof(int32_t), stream),
+               "cudaMemset (bucket sizes)");
+    check_cuda(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
+               "cudaMemset (locks)");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+TableStorage::~TableStorage() {
+  release();
+}
+
+TableStorage::TableStorage(TableStorage&& other) noexcept : view_(other.view_) {
+  other.view_ = TableView{};
+}
+
+TableStorage& TableStorage::operator=(TableStorage&& other) noexcept {
+  if (this != &other) {
+    release();
+    view_ = other.view_;
+    other.view_ = TableView{};
+  }
+  return *this;
+}
+
+void TableStorage::release() noexcept {
+  cudaFree(view_.keys);
+  cudaFree(view_.digests);
+  cudaFree(view_.scores);
+  cudaFree(view_.bucket_sizes);
+  cudaFree(view_.locks);
+  cudaFree(view_.hbm_values);
+  // With unified addressing the mapped pointer is the host pointer.
+  if (view_.host_values != nullptr) cudaFreeHost(view_.host_values);
+  view_ = TableView{};
+}
+
+}  // namespace dynemb::cuda_table

@@ -1,0 +1,256 @@
+// The locked write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
+// assign_scores, accum_or_assign and erase share one body. A tile locks the key's bucket,
+// probes it, then updates, inserts (empty slot, or the victim at max capacity), refuses, or
+// defers the key to after a growth.
+#include "dynemb/core/score.hpp"
+#include "table/cuda/cuda_check.hpp"
+#include "table/cuda/kernels.hpp"
+#include "table/cuda/probe.cuh"
+
+namespace dynemb::cuda_table {
+namespace {
+
+// Per-block tallies, flushed to the table's stats and the call state once per block.
+struct BlockCounts {
+  unsigned long long evictions;
+  unsigned long long refused;
+  unsigned long long reserved;
+  unsigned long long erased;
+};
+
+constexpr bool inserts(WriteOp op) {
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kInsertOrAssign ||
+         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
+}
+
+// Appends (key, row, score) to the insert_and_evict outputs.
+template <bool kVec>
+__device__ void emit(const Tile& tile, const WriteArgs& a, uint64_t key, const float* row,
+                     uint64_t score, uint32_t dim, bool coherent_row) {
+  unsigned long long pos = 0;
+  if (tile.thread_rank() == 0) pos = atomicAdd(&a.state->emitted, 1ull);
+  pos = tile.shfl(pos, 0);
+  if (tile.thread_rank() == 0) {
+    a.evicted_keys[pos] = key;
+    if (a.evicted_scores != nullptr) a.evicted_scores[pos] = score;
+  }
+  if (a.evicted_values != nullptr) {
+    if (coherent_row) {
+      copy_row<kVec, true>(tile, a.evicted_values + pos * dim, row, dim);
+    } else {
+      copy_row<kVec, false>(tile, a.evicted_values + pos * dim, row, dim);
+    }
+  }
+}
+
+// Keeps the refusal with the smallest batch position (ERROR mode's message).
+__device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, uint64_t score,
+                               uint64_t bucket_min) {
+  while (atomicCAS(&s->refusal_lock, 0u, 1u) != 0u) __nanosleep(20);
+  __threadfence();
+  volatile CallState* v = s;
+  if (position < v->first_refused_position) {
+    v->first_refused_position = position;
+    v->first_refused_key = key;
+    v->first_refused_score = score;
+    v->first_refused_bucket_min = bucket_min;
+  }
+  __threadfence();
+  atomicExch(&s->refusal_lock, 0u);
+}
+
+template <WriteOp kOp, bool kVec>
+__device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
+                          BlockCounts* counts) {
+  const bool leader = tile.thread_rank() == 0;
+  const uint64_t key = a.keys[i];
+  if (key >= kFirstReservedKey) {
+    if (leader) atomicAdd(&counts->reserved, 1ull);
+    if (kOp == WriteOp::kFindOrInsert && a.founds != nullptr && leader) a.founds[i] = false;
+    return;
+  }
+  const uint32_t dim = t.dim;
+  const uint64_t hash = hash_key_bits(key);
+  const uint64_t bucket = bucket_of_hash(hash, t.num_buckets);
+  const uint64_t base = bucket * t.bucket_capacity;
+  const bool has_given = a.scores_in != nullptr;
+  const uint64_t given = has_given ? a.scores_in[i] : 0;
+  uint64_t now = a.clock;
+  if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
+
+  lock_bucket(tile, t.locks + bucket);
+  const int found = find_in_bucket<true>(tile, t, bucket, key, digest8_of_hash(hash));
+  if (found >= 0) {
+    const uint64_t slot = base + static_cast<uint64_t>(found);
+    float* row = row_of(t, slot);
+    if constexpr (kOp == WriteOp::kErase) {
+      if (leader) {
+        t.keys[slot] = kEmptyKey;
+        t.digests[slot] = kEmptyDigest;
+        t.bucket_sizes[bucket] = __ldcg(t.bucket_sizes + bucket) - 1;
+        atomicAdd(&counts->erased, 1ull);
+      }
+    } else if constexpr (kOp == WriteOp::kAssignScores) {
+      if (leader) t.scores[slot] = given;
+    } else {
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        copy_row<kVec, true>(tile, a.values_out + i * dim, row, dim);
+        if (leader && a.founds != nullptr) a.founds[i] = true;
+      } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
+        accumulate_row<kVec>(tile, row, a.values_in + i * dim, dim);
+      } else {
+        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+      }
+      if (leader) {
+        const uint64_t old = __ldcg(t.scores + slot);
+        t.scores[slot] = next_score(a.policy, true, old, has_given, given, now);
+      }
+    }
+  } else if constexpr (inserts(kOp)) {
+    const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
+    const int32_t size = __ldcg(t.bucket_sizes + bucket);
+    int target = -1;
+    bool evicting = false;
+    bool defer = false;
+    Victim victim{-1, 0, 0};
+    if (size < static_cast<int32_t>(t.bucket_capacity)) {
+      bool allowed = true;
+      if (a.growable) {
+        long long left = 0;
+        if (leader)
+          left = atomicAdd(reinterpret_cast<unsigned long long*>(&a.state->budget),
+                           static_cast<unsigned long long>(-1ll));
+        allowed = tile.shfl(left, 0) > 0;
+      }
+      if (allowed) {
+        target = find_in_bucket<true>(tile, t, bucket, kEmptyKey, kEmptyDigest);
+      } else {
+        defer = true;
+      }
+    } else if (a.growable) {
+      defer = true;
+    } else {
+      victim = find_victim(tile, t, bucket);
+      if (victim.slot >= 0 && may_evict(victim.score, new_score)) {
+        target = victim.slot;
+        evicting = true;
+      }
+    }
+
+    if (defer) {
+      if (leader) {
+        const unsigned long long pos = atomicAdd(&a.state->deferred, 1ull);
+        a.deferred_out[pos] = static_cast<uint32_t>(i);
+      }
+    } else if (target < 0) {
+      // Refused: the table does not change for this key.
+      if (leader) {
+        atomicAdd(&counts->refused, 1ull);
+        if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
+      }
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
+        emit<kVec>(tile, a, key, a.values_in + i * dim, new_score, dim, false);
+      }
+    } else {
+      const uint64_t slot = base + static_cast<uint64_t>(target);
+      float* row = row_of(t, slot);
+      if (evicting) {
+        if (leader) atomicAdd(&counts->evictions, 1ull);
+        if constexpr (kOp == WriteOp::kInsertAndEvict) {
+          emit<kVec>(tile, a, victim.key, row, victim.score, dim, true);
+        }
+      }
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        init_row(tile, a.init, key, row, a.values_out + i * dim, dim);
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else {
+        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+      }
+      if (leader) {
+        t.keys[slot] = key;
+        t.digests[slot] = digest8_of_hash(hash);
+        t.scores[slot] = new_score;
+        if (!evicting) t.bucket_sizes[bucket] = size + 1;
+      }
+    }
+  }
+  unlock_bucket(tile, t.locks + bucket);
+}
+
+template <WriteOp kOp, bool kVec>
+__global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, WriteArgs a) {
+  __shared__ BlockCounts counts;
+  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  __syncthreads();
+  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
+  // ERROR mode: a reserved key anywhere in the batch means nothing may change.
+  const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
+  if (!aborted) {
+    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
+    for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < a.n; k += stride) {
+      const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
+      write_one<kOp, kVec>(tile, t, a, i, &counts);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (counts.evictions) atomicAdd(&t.stats->evictions, counts.evictions);
+    if (counts.refused) {
+      atomicAdd(&t.stats->refused, counts.refused);
+      atomicAdd(&a.state->refused, counts.refused);
+    }
+    if (counts.reserved) {
+      atomicAdd(&t.stats->reserved_keys, counts.reserved);
+      atomicAdd(&a.state->reserved, counts.reserved);
+    }
+    if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
+  }
+}
+
+template <WriteOp kOp>
+void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
+  const uint64_t tiles = a.n;
+  const uint64_t blocks64 = (tiles + kTilesPerBlock - 1) / kTilesPerBlock;
+  const unsigned blocks =
+      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
+  if (vec) {
+    write_kernel<kOp, true><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  } else {
+    write_kernel<kOp, false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  }
+  check_cuda(cudaGetLastError(), "write_kernel launch");
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+}  // namespace
+
+void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  const bool vec = t.dim % 4 == 0 && aligned16(a.values_in) && aligned16(a.values_out) &&
+                   aligned16(a.evicted_values) && aligned16(t.hbm_values) &&
+                   aligned16(t.host_values);
+  switch (op) {
+    case WriteOp::kFindOrInsert:
+      return launch_op<WriteOp::kFindOrInsert>(t, a, vec, stream);
+    case WriteOp::kInsertOrAssign:
+      return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, stream);
+    case WriteOp::kInsertAndEvict:
+      return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, stream);
+    case WriteOp::kAssign:
+      return launch_op<WriteOp::kAssign>(t, a, vec, stream);
+    case WriteOp::kAssignScores:
+      return launch_op<WriteOp::kAssignScores>(t, a, vec, stream);
+    case WriteOp::kAccumOrAssign:
+      return launch_op<WriteOp::kAccumOrAssign>(t, a, vec, stream);
+    case WriteOp::kErase:
+      return launch_op<WriteOp::kErase>(t, a, vec, stream);
+  }
+}
+
+}  // namespace dynemb::cuda_table
