@@ -9,18 +9,17 @@ BucketStorage::BucketStorage(uint64_t num_buckets, uint32_t bucket_capacity, uin
       bucket_capacity_(bucket_capacity),
       dim_(dim),
       ctrl_(num_buckets * bucket_capacity),
-      keys_(num_buckets * bucket_capacity),
-      scores_(num_buckets * bucket_capacity),
+      entries_(num_buckets * bucket_capacity),
       values_(num_buckets * bucket_capacity * static_cast<uint64_t>(dim)) {}
 
 int32_t BucketStorage::lowest_score_slot(uint64_t b) const {
   const uint8_t* c = ctrl(b);
-  const uint64_t* k = keys(b);
-  const uint64_t* s = scores(b);
+  const SlotEntry* e = entries_.data() + b * bucket_capacity_;
   int32_t best = -1;
   for (uint32_t i = 0; i < bucket_capacity_; ++i) {
     if ((c[i] & kCtrlFullBit) == 0) continue;
-    if (best < 0 || s[i] < s[best] || (s[i] == s[best] && k[i] < k[best]))
+    if (best < 0 || e[i].score < e[best].score ||
+        (e[i].score == e[best].score && e[i].key < e[best].key))
       best = static_cast<int32_t>(i);
   }
   return best;

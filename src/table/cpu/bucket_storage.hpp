@@ -1,6 +1,7 @@
 // The CPU table's memory: `bucket_capacity` slots per bucket; per slot a control byte, a key,
-// a score and a value row, each kind in its own array. The bucket locks live elsewhere
-// (lock_stripes.hpp); every access below needs the bucket's lock unless it says otherwise.
+// a score and a value row (control bytes, key + score pairs and rows in three arrays). The bucket
+// locks live elsewhere (lock_stripes.hpp); every access below needs the bucket's lock unless it
+// says otherwise.
 //
 // Control bytes (SwissTable-like): 0x00 = empty, 0x7F = deleted (tombstone), 0x80 | digest7 =
 // full. Zeroed memory is an empty table. Slots are probed in groups of 16 control bytes
@@ -33,6 +34,12 @@ inline constexpr uint32_t kGroupWidth = 16;
 constexpr uint8_t ctrl_of_hash(uint64_t hash) {
   return kCtrlFullBit | digest7_of_hash(hash);
 }
+
+// A slot's key bit pattern and score.
+struct SlotEntry {
+  uint64_t key;
+  uint64_t score;
+};
 
 // The result of one probe: the key's slot (or -1) and the first free slot on its path (or -1).
 struct Probe {
@@ -74,8 +81,13 @@ class BucketStorage {
   uint32_t dim() const { return dim_; }
 
   uint8_t* ctrl(uint64_t b) const { return ctrl_.data() + b * bucket_capacity_; }
-  uint64_t* keys(uint64_t b) const { return keys_.data() + b * bucket_capacity_; }
-  uint64_t* scores(uint64_t b) const { return scores_.data() + b * bucket_capacity_; }
+  // The key (bit pattern) and score of a slot, side by side so one cache line holds both.
+  uint64_t& key(uint64_t b, uint32_t slot) const {
+    return entries_[b * bucket_capacity_ + slot].key;
+  }
+  uint64_t& score(uint64_t b, uint32_t slot) const {
+    return entries_[b * bucket_capacity_ + slot].score;
+  }
   float* row(uint64_t b, uint32_t slot) const {
     return values_.data() + (b * bucket_capacity_ + slot) * static_cast<uint64_t>(dim_);
   }
@@ -112,8 +124,7 @@ class BucketStorage {
   // Prefetches what an operation on `slot` touches: its key, and its score and row (for
   // writing when `write`).
   void prefetch_slot(uint64_t b, uint32_t slot, bool write) const {
-    __builtin_prefetch(keys(b) + slot, write ? 1 : 0);
-    if (write) __builtin_prefetch(scores(b) + slot, 1);
+    __builtin_prefetch(&key(b, slot), write ? 1 : 0);
     const char* p = reinterpret_cast<const char*>(row(b, slot));
     const size_t bytes = static_cast<size_t>(dim_) * sizeof(float);
     for (size_t off = 0; off < bytes; off += 64) {
@@ -128,7 +139,7 @@ class BucketStorage {
   // The slot of `key_bits` in bucket b, or -1 (caller holds the bucket's lock).
   int32_t find(uint64_t b, uint64_t key_bits, uint64_t hash) const {
     const uint8_t* c = ctrl(b);
-    const uint64_t* k = keys(b);
+    const SlotEntry* k = entries_.data() + b * bucket_capacity_;
     const uint8_t want = ctrl_of_hash(hash);
     const uint32_t groups = bucket_capacity_ / kGroupWidth;
     uint32_t g = start_group(hash);
@@ -137,7 +148,7 @@ class BucketStorage {
       const Group grp(c + base);
       for (uint32_t m = grp.match(want); m != 0; m &= m - 1) {
         const uint32_t s = base + static_cast<uint32_t>(__builtin_ctz(m));
-        if (k[s] == key_bits) return static_cast<int32_t>(s);
+        if (k[s].key == key_bits) return static_cast<int32_t>(s);
       }
       if (grp.empties() != 0) return -1;
     }
@@ -147,7 +158,7 @@ class BucketStorage {
   // find, plus the first free slot on the probe path (where a new key goes).
   Probe find_or_free(uint64_t b, uint64_t key_bits, uint64_t hash) const {
     const uint8_t* c = ctrl(b);
-    const uint64_t* k = keys(b);
+    const SlotEntry* k = entries_.data() + b * bucket_capacity_;
     const uint8_t want = ctrl_of_hash(hash);
     const uint32_t groups = bucket_capacity_ / kGroupWidth;
     uint32_t g = start_group(hash);
@@ -157,7 +168,7 @@ class BucketStorage {
       const Group grp(c + base);
       for (uint32_t m = grp.match(want); m != 0; m &= m - 1) {
         const uint32_t s = base + static_cast<uint32_t>(__builtin_ctz(m));
-        if (k[s] == key_bits) {
+        if (k[s].key == key_bits) {
           p.found = static_cast<int32_t>(s);
           return p;
         }
@@ -172,8 +183,8 @@ class BucketStorage {
   // Stores a new key in free slot `slot` (its row is left for the caller to write).
   void place(uint64_t b, uint32_t slot, uint64_t key_bits, uint64_t hash, uint64_t score) const {
     set_ctrl(b, slot, ctrl_of_hash(hash));
-    keys(b)[slot] = key_bits;
-    scores(b)[slot] = score;
+    key(b, slot) = key_bits;
+    this->score(b, slot) = score;
   }
 
   // Replaces the key in full slot `slot` by a new key (eviction; live count unchanged).
@@ -209,8 +220,7 @@ class BucketStorage {
   uint32_t bucket_capacity_ = 0;
   uint32_t dim_ = 0;
   LargeArray<uint8_t> ctrl_;
-  LargeArray<uint64_t> keys_;
-  LargeArray<uint64_t> scores_;
+  LargeArray<SlotEntry> entries_;
   LargeArray<float> values_;
 };
 

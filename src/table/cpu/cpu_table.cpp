@@ -102,7 +102,7 @@ size_t CpuTable<K>::erase_if(ScorePredicate predicate, StreamHandle) {
     for (uint64_t b = first; b < last; ++b) {
       SpinGuard guard(locks_.of_bucket(b));
       for (uint32_t slot = 0; slot < s.bucket_capacity(); ++slot) {
-        if (s.is_full_slot(b, slot) && matches(predicate, s.scores(b)[slot])) {
+        if (s.is_full_slot(b, slot) && matches(predicate, s.score(b, slot))) {
           s.remove(b, slot);
           ++local;
         }
@@ -165,9 +165,9 @@ size_t CpuTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float* 
     for (; slot < bucket_end; ++slot) {
       const uint32_t in = static_cast<uint32_t>(slot - b * cap);
       if (!s.is_full_slot(b, in)) continue;
-      const uint64_t score = s.scores(b)[in];
+      const uint64_t score = s.score(b, in);
       if (min_score && score < *min_score) continue;
-      keys[out] = static_cast<K>(s.keys(b)[in]);
+      keys[out] = static_cast<K>(s.key(b, in));
       std::memcpy(values + out * options_.dim, s.row(b, in), row_bytes_);
       if (scores) scores[out] = score;
       ++out;
@@ -189,8 +189,8 @@ void CpuTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
       SpinGuard guard(locks_.of_bucket(b));
       for (uint32_t slot = 0; slot < cap; ++slot) {
         if (!s.is_full_slot(b, slot)) continue;
-        keys[count] = s.keys(b)[slot];
-        scores[count] = s.scores(b)[slot];
+        keys[count] = s.key(b, slot);
+        scores[count] = s.score(b, slot);
         std::memcpy(rows.data() + static_cast<size_t>(count) * options_.dim, s.row(b, slot),
                     row_bytes_);
         ++count;

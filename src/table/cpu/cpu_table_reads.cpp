@@ -28,7 +28,7 @@ void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* va
         if (slot >= 0) {
           std::memcpy(values + k.index * dim, s.row(k.bucket, static_cast<uint32_t>(slot)),
                       row_bytes_);
-          if (scores) scores[k.index] = s.scores(k.bucket)[slot];
+          if (scores) scores[k.index] = s.score(k.bucket, slot);
         }
         if (founds) founds[k.index] = slot >= 0;
         return Step::kDone;

@@ -18,7 +18,7 @@ Step CpuTable<K>::upsert(const KeyAt& key, const BucketStorage& s, const ScoreIn
   const uint64_t b = key.bucket;
   if (p.found >= 0) {
     const auto slot = static_cast<uint32_t>(p.found);
-    uint64_t& score = s.scores(b)[slot];
+    uint64_t& score = s.score(b, slot);
     score = in.next(i, true, score);
     hooks.existing(i, s.row(b, slot));
     return Step::kDone;
@@ -35,13 +35,13 @@ Step CpuTable<K>::upsert(const KeyAt& key, const BucketStorage& s, const ScoreIn
   // The bucket is full: grow while we may, else evict its lowest-score entry or refuse.
   if (s.capacity() < options_.max_capacity) return Step::kGrow;
   const auto victim = static_cast<uint32_t>(s.lowest_score_slot(b));
-  const uint64_t victim_score = s.scores(b)[victim];
+  const uint64_t victim_score = s.score(b, victim);
   if (!may_evict(victim_score, score)) {
     refusals.note(i, bits, score, victim_score);
     hooks.refused(i, bits, score);
     return Step::kDone;
   }
-  hooks.evicted(s.keys(b)[victim], s.row(b, victim), victim_score);
+  hooks.evicted(s.key(b, victim), s.row(b, victim), victim_score);
   evictions_.fetch_add(1, std::memory_order_relaxed);
   s.replace(b, victim, bits, key.hash, score);
   hooks.inserted(i, bits, s.row(b, victim));
@@ -182,7 +182,7 @@ void CpuTable<K>::assign(size_t n, const K* keys, const float* values, const uin
       [&](const KeyAt& k, const BucketStorage& s) {
         const int32_t slot = k.probe.found;
         if (slot >= 0) {
-          uint64_t& score = s.scores(k.bucket)[slot];
+          uint64_t& score = s.score(k.bucket, slot);
           score = in.next(k.index, true, score);
           std::memcpy(s.row(k.bucket, static_cast<uint32_t>(slot)), values + k.index * dim,
                       row_bytes_);
@@ -201,7 +201,7 @@ void CpuTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores,
   for_keys<Access::kRead>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage& s) {
-        if (k.probe.found >= 0) s.scores(k.bucket)[k.probe.found] = scores[k.index];
+        if (k.probe.found >= 0) s.score(k.bucket, k.probe.found) = scores[k.index];
         return Step::kDone;
       },
       [](size_t) {});

@@ -28,8 +28,8 @@ uint64_t rehash_buckets(const BucketStorage& from, const BucketStorage& to, uint
     const uint8_t* ctrl = from.ctrl(b);
     for (uint32_t s = 0; s < from.bucket_capacity(); ++s) {
       if ((ctrl[s] & kCtrlFullBit) == 0) continue;
-      const uint64_t key = from.keys(b)[s];
-      const uint64_t score = from.scores(b)[s];
+      const uint64_t key = from.key(b, s);
+      const uint64_t score = from.score(b, s);
       const uint64_t hash = hash_key_bits(key);
       const uint64_t tb = to.bucket_of(hash);
       int32_t slot = first_free_slot(to, tb, hash);
@@ -38,8 +38,8 @@ uint64_t rehash_buckets(const BucketStorage& from, const BucketStorage& to, uint
       } else {
         ++dropped;
         const int32_t victim = to.lowest_score_slot(tb);
-        const uint64_t victim_score = to.scores(tb)[victim];
-        const uint64_t victim_key = to.keys(tb)[victim];
+        const uint64_t victim_score = to.score(tb, victim);
+        const uint64_t victim_key = to.key(tb, victim);
         const bool incoming_loses =
             score < victim_score || (score == victim_score && key < victim_key);
         if (incoming_loses) continue;
