@@ -101,6 +101,21 @@ void copy_within_backend(Backend backend, void* dst, const void* src, size_t byt
 #endif
 }
 
+void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream) {
+  if (bytes == 0) return;
+  if (backend == Backend::kCpu) {
+    std::memset(ptr, 0, bytes);
+    return;
+  }
+#if defined(DYNEMB_WITH_CUDA)
+  check_cuda(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)),
+             "backend_zero: cudaMemsetAsync");
+#else
+  (void)stream;
+  no_cuda("backend_zero");
+#endif
+}
+
 void backend_synchronize(Backend backend) {
   if (backend == Backend::kCpu) return;
 #if defined(DYNEMB_WITH_CUDA)

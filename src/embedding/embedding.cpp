@@ -64,10 +64,6 @@ template <TableKey K>
 Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
     : backend_(backend), options_(options), step_(std::make_unique<Step>()) {
   validate_embedding_options(options);
-  if (backend != Backend::kCpu) {
-    throw NotAvailable("Embedding: backend = " + to_string(backend) +
-                       ", trainable tables run on the cpu backend only until the CUDA ops land");
-  }
   const TableOptions t = table_options_for(options);
   row_dim_ = t.dim;
   table_ = make_table<K>(backend, t);
@@ -143,7 +139,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     ensure(s.scratch, backend_, u, device);
     stats_.rows_created += select_indices(backend_, u, found, false, s.scratch.data(), stream);
     // Every key now has a row (refusals were counted by the table; their rows are not kept).
-    for (size_t i = 0; i < u; ++i) found[i] = true;
+    fill_flags(backend_, u, true, found, stream);
     return;
   }
   table_->find(u, keys, rows, found, nullptr, stream);
@@ -202,15 +198,14 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
     if (options_.gradient_check == SafeCheck::kWarning) warn(what + "; those rows were skipped");
   }
   // Keys without a row (not admitted) get no update.
-  const bool* found = s.found.data();
-  for (size_t i = 0; i < u; ++i) skip[i] = skip[i] || !found[i];
+  or_flags(backend_, u, s.found.data(), false, skip, stream);
   apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_, s.row_grads.data(),
                        options_.dim, options_.dim, skip, stream);
   // LFU counts lookups: the write-back must not count as another touch.
   const uint64_t* scores = nullptr;
   if (options_.table.score_policy == ScorePolicy::kLfu) {
     ensure(s.zero_scores, backend_, u, device);
-    std::fill(s.zero_scores.data(), s.zero_scores.data() + u, 0ull);
+    backend_zero(backend_, s.zero_scores.data(), u * sizeof(uint64_t), stream);
     scores = s.zero_scores.data();
   }
   table_->assign(u, s.unique_keys.data(), s.rows.data(), scores, stream);

@@ -5,30 +5,38 @@
 #include <string>
 
 #include "dynemb/core/error.hpp"
-
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 
 namespace dynemb::detail {
 
-// Throws NotAvailable unless `backend` is the CPU (the CUDA ops are the next step).
-inline void require_cpu_ops(Backend backend, const char* where) {
-  if (backend != Backend::kCpu) {
-    throw NotAvailable(std::string(where) + ": backend = cuda, the CUDA ops are not built yet");
-  }
-}
+// --- validation shared by the backends ----------------------------------------------------------
+
+// Checks shapes, strides, modes and pointers (reads no buffer); throws InvalidArgument naming
+// `where`, the feature, the argument, its value and its limit.
+void validate_lookup_shape(const char* where, std::span<const LookupFeature> features,
+                           std::span<const LookupOutput> outputs, const char* outputs_name);
+// Checks offsets and indices in host memory (same errors).
+void validate_lookup_data_host(const char* where, std::span<const LookupFeature> features);
+// The errors the data checks raise, shared so every backend says the same thing.
+[[noreturn]] void throw_bad_first_offset(const char* where, size_t f, int64_t value);
+[[noreturn]] void throw_bad_last_offset(const char* where, size_t f, size_t num_bags, int64_t value,
+                                        size_t num_ids);
+[[noreturn]] void throw_decreasing_offset(const char* where, size_t f, size_t b, int64_t value,
+                                          int64_t previous);
+[[noreturn]] void throw_bad_index(const char* where, size_t f, size_t i, uint32_t value,
+                                  size_t num_rows);
+
+// --- CPU ----------------------------------------------------------------------------------------
 
 template <TableKey K>
 size_t dedup_cpu(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts);
-
 void pooled_lookup_cpu(std::span<const LookupFeature> features,
                        std::span<const LookupOutput> outputs);
-
 void reduce_gradients_cpu(std::span<const LookupFeature> features,
                           std::span<const LookupOutput> grads,
                           std::span<const LookupOutput> row_grads);
-
 void gather_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                      float* dst, uint32_t dst_stride, uint32_t width);
 void scatter_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
@@ -44,9 +52,39 @@ void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, 
                               const float* grads, uint32_t grad_stride, uint32_t dim,
                               const bool* skip);
 
-// Checks every feature's shape, offsets and indices (host memory); throws InvalidArgument
-// naming `where`, the feature, the argument, its value and its limit.
-void validate_lookup_host(const char* where, std::span<const LookupFeature> features,
-                          std::span<const LookupOutput> outputs, const char* outputs_name);
+// --- CUDA (src/ops/cuda; without the CUDA backend, src/ops/no_cuda throws NotAvailable) -------
+
+template <TableKey K>
+size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts,
+                  StreamHandle stream);
+void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature> features,
+                               StreamHandle stream);
+void pooled_lookup_cuda(std::span<const LookupFeature> features,
+                        std::span<const LookupOutput> outputs, StreamHandle stream);
+void reduce_gradients_cuda(std::span<const LookupFeature> features,
+                           std::span<const LookupOutput> grads,
+                           std::span<const LookupOutput> row_grads, StreamHandle stream);
+void gather_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
+                      float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream);
+void scatter_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
+                       float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream);
+template <TableKey K>
+void fill_initial_rows_cuda(size_t n, const K* keys, const bool* flags, bool when,
+                            const InitializerOptions& init, float* rows, uint32_t stride,
+                            uint32_t width, StreamHandle stream);
+size_t select_indices_cuda(size_t n, const bool* flags, bool value, uint32_t* out,
+                           StreamHandle stream);
+void fill_flags_cuda(size_t n, bool value, bool* flags, StreamHandle stream);
+void or_flags_cuda(size_t n, const bool* flags, bool when, bool* out, StreamHandle stream);
+size_t flag_nonfinite_rows_cuda(size_t n, const float* grads, uint32_t stride, uint32_t dim,
+                                bool* flags, StreamHandle stream);
+void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
+                               uint32_t row_stride, const float* grads, uint32_t grad_stride,
+                               uint32_t dim, const bool* skip, StreamHandle stream);
+
+// Throws NotAvailable naming `where` (a CUDA op in a build without the CUDA backend).
+[[noreturn]] inline void no_cuda_ops(const char* where) {
+  throw NotAvailable(std::string(where) + ": backend = cuda, but this build has no CUDA backend");
+}
 
 }  // namespace dynemb::detail

@@ -1,8 +1,21 @@
-// The backend-neutral entry points of the ops part.
+// The backend-neutral entry points of dedup, pooling and gradient reduction.
 #include "dynemb/core/error.hpp"
 #include "ops/backends.hpp"
 
 namespace dynemb {
+namespace {
+
+// Shape checks, then the offsets / indices checks on the backend that holds them.
+void validate_lookup_shape_and_data(Backend backend, std::span<const LookupFeature> features,
+                                    std::span<const LookupOutput> outputs, const char* where,
+                                    const char* outputs_name, StreamHandle stream) {
+  detail::validate_lookup_shape(where, features, outputs, outputs_name);
+  if (backend == Backend::kCpu) return detail::validate_lookup_data_host(where, features);
+  detail::validate_lookup_data_cuda(where, features, stream);
+}
+
+}  // namespace
+
 std::string to_string(PoolingMode mode) {
   switch (mode) {
     case PoolingMode::kSum:
@@ -17,36 +30,35 @@ std::string to_string(PoolingMode mode) {
 
 template <TableKey K>
 size_t dedup(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
-             uint32_t* counts, StreamHandle) {
+             uint32_t* counts, StreamHandle stream) {
   if (n == 0) return 0;
   require(keys != nullptr, "dedup", "keys", "nullptr", "must be non-null when n > 0");
   require(unique_keys != nullptr, "dedup", "unique_keys", "nullptr", "must be non-null when n > 0");
   require(inverse != nullptr, "dedup", "inverse", "nullptr", "must be non-null when n > 0");
   require(n <= 0xFFFFFFFFull, "dedup", "n", std::to_string(n), "must be < 2^32");
-  detail::require_cpu_ops(backend, "dedup");
-  return detail::dedup_cpu(n, keys, unique_keys, inverse, counts);
+  if (backend == Backend::kCpu) return detail::dedup_cpu(n, keys, unique_keys, inverse, counts);
+  return detail::dedup_cuda(n, keys, unique_keys, inverse, counts, stream);
 }
 
 void validate_lookup(Backend backend, std::span<const LookupFeature> features,
                      std::span<const LookupOutput> outputs, const char* where) {
-  detail::require_cpu_ops(backend, where);
-  detail::validate_lookup_host(where, features, outputs, "outputs");
+  validate_lookup_shape_and_data(backend, features, outputs, where, "outputs", nullptr);
 }
 
 void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
-                   std::span<const LookupOutput> outputs, StreamHandle) {
-  detail::require_cpu_ops(backend, "pooled_lookup");
-  detail::validate_lookup_host("pooled_lookup", features, outputs, "outputs");
-  detail::pooled_lookup_cpu(features, outputs);
+                   std::span<const LookupOutput> outputs, StreamHandle stream) {
+  validate_lookup_shape_and_data(backend, features, outputs, "pooled_lookup", "outputs", stream);
+  if (backend == Backend::kCpu) return detail::pooled_lookup_cpu(features, outputs);
+  detail::pooled_lookup_cuda(features, outputs, stream);
 }
 
 void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
                       std::span<const LookupOutput> grads, std::span<const LookupOutput> row_grads,
-                      StreamHandle) {
-  detail::require_cpu_ops(backend, "reduce_gradients");
-  detail::validate_lookup_host("reduce_gradients", features, grads, "grads");
-  detail::validate_lookup_host("reduce_gradients", features, row_grads, "row_grads");
-  detail::reduce_gradients_cpu(features, grads, row_grads);
+                      StreamHandle stream) {
+  validate_lookup_shape_and_data(backend, features, grads, "reduce_gradients", "grads", stream);
+  detail::validate_lookup_shape("reduce_gradients", features, row_grads, "row_grads");
+  if (backend == Backend::kCpu) return detail::reduce_gradients_cpu(features, grads, row_grads);
+  detail::reduce_gradients_cuda(features, grads, row_grads, stream);
 }
 
 template size_t dedup<int64_t>(Backend, size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,

@@ -15,57 +15,88 @@ void require_ptr(const void* p, size_t n, const char* where, const char* argumen
 
 void gather_rows(Backend backend, size_t n, const uint32_t* index, const float* src,
                  uint32_t src_stride, float* dst, uint32_t dst_stride, uint32_t width,
-                 StreamHandle) {
-  detail::require_cpu_ops(backend, "gather_rows");
+                 StreamHandle stream) {
   require_ptr(index, n, "gather_rows", "index");
   require_ptr(src, n, "gather_rows", "src");
   require_ptr(dst, n, "gather_rows", "dst");
-  detail::gather_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+  if (backend == Backend::kCpu) {
+    return detail::gather_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+  }
+  detail::gather_rows_cuda(n, index, src, src_stride, dst, dst_stride, width, stream);
 }
 
 void scatter_rows(Backend backend, size_t n, const uint32_t* index, const float* src,
                   uint32_t src_stride, float* dst, uint32_t dst_stride, uint32_t width,
-                  StreamHandle) {
-  detail::require_cpu_ops(backend, "scatter_rows");
+                  StreamHandle stream) {
   require_ptr(index, n, "scatter_rows", "index");
   require_ptr(src, n, "scatter_rows", "src");
   require_ptr(dst, n, "scatter_rows", "dst");
-  detail::scatter_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+  if (backend == Backend::kCpu) {
+    return detail::scatter_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
+  }
+  detail::scatter_rows_cuda(n, index, src, src_stride, dst, dst_stride, width, stream);
 }
 
 template <TableKey K>
 void fill_initial_rows(Backend backend, size_t n, const K* keys, const bool* flags, bool when,
                        const InitializerOptions& init, float* rows, uint32_t stride, uint32_t width,
-                       StreamHandle) {
-  detail::require_cpu_ops(backend, "fill_initial_rows");
+                       StreamHandle stream) {
   require_ptr(keys, n, "fill_initial_rows", "keys");
   require_ptr(rows, n, "fill_initial_rows", "rows");
-  detail::fill_initial_rows_cpu(n, keys, flags, when, init, rows, stride, width);
+  if (backend == Backend::kCpu) {
+    return detail::fill_initial_rows_cpu(n, keys, flags, when, init, rows, stride, width);
+  }
+  detail::fill_initial_rows_cuda(n, keys, flags, when, init, rows, stride, width, stream);
 }
 
 size_t select_indices(Backend backend, size_t n, const bool* flags, bool value, uint32_t* out,
-                      StreamHandle) {
-  detail::require_cpu_ops(backend, "select_indices");
+                      StreamHandle stream) {
   require_ptr(flags, n, "select_indices", "flags");
   require_ptr(out, n, "select_indices", "out");
-  return detail::select_indices_cpu(n, flags, value, out);
+  if (backend == Backend::kCpu) return detail::select_indices_cpu(n, flags, value, out);
+  return detail::select_indices_cuda(n, flags, value, out, stream);
+}
+
+void fill_flags(Backend backend, size_t n, bool value, bool* flags, StreamHandle stream) {
+  require_ptr(flags, n, "fill_flags", "flags");
+  if (backend == Backend::kCpu) {
+    for (size_t i = 0; i < n; ++i) flags[i] = value;
+    return;
+  }
+  detail::fill_flags_cuda(n, value, flags, stream);
+}
+
+void or_flags(Backend backend, size_t n, const bool* flags, bool when, bool* out,
+              StreamHandle stream) {
+  require_ptr(flags, n, "or_flags", "flags");
+  require_ptr(out, n, "or_flags", "out");
+  if (backend == Backend::kCpu) {
+    for (size_t i = 0; i < n; ++i) out[i] = out[i] || flags[i] == when;
+    return;
+  }
+  detail::or_flags_cuda(n, flags, when, out, stream);
 }
 
 size_t flag_nonfinite_rows(Backend backend, size_t n, const float* grads, uint32_t stride,
-                           uint32_t dim, bool* flags, StreamHandle) {
-  detail::require_cpu_ops(backend, "flag_nonfinite_rows");
+                           uint32_t dim, bool* flags, StreamHandle stream) {
   require_ptr(grads, n, "flag_nonfinite_rows", "grads");
   require_ptr(flags, n, "flag_nonfinite_rows", "flags");
-  return detail::flag_nonfinite_rows_cpu(n, grads, stride, dim, flags);
+  if (backend == Backend::kCpu)
+    return detail::flag_nonfinite_rows_cpu(n, grads, stride, dim, flags);
+  return detail::flag_nonfinite_rows_cuda(n, grads, stride, dim, flags, stream);
 }
 
 void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, size_t n, float* rows,
                           uint32_t row_stride, const float* grads, uint32_t grad_stride,
-                          uint32_t dim, const bool* skip, StreamHandle) {
-  detail::require_cpu_ops(backend, "apply_optimizer_rows");
+                          uint32_t dim, const bool* skip, StreamHandle stream) {
   require_ptr(rows, n, "apply_optimizer_rows", "rows");
   require_ptr(grads, n, "apply_optimizer_rows", "grads");
-  detail::apply_optimizer_rows_cpu(optimizer, n, rows, row_stride, grads, grad_stride, dim, skip);
+  if (backend == Backend::kCpu) {
+    return detail::apply_optimizer_rows_cpu(optimizer, n, rows, row_stride, grads, grad_stride, dim,
+                                            skip);
+  }
+  detail::apply_optimizer_rows_cuda(optimizer, n, rows, row_stride, grads, grad_stride, dim, skip,
+                                    stream);
 }
 
 template void fill_initial_rows<int64_t>(Backend, size_t, const int64_t*, const bool*, bool,

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "dynemb/core/options.hpp"
+#include "dynemb/core/stream.hpp"
 
 namespace dynemb {
 
@@ -19,6 +20,8 @@ void copy_to_backend(Backend backend, void* dst, const void* src_host, size_t by
 void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t bytes);
 // Copies `bytes` between two buffers of backend memory (synchronous).
 void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes);
+// Sets `bytes` of backend memory to zero (asynchronous on `stream` for CUDA).
+void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream = nullptr);
 // Waits for all work queued on the backend's device (no-op on CPU).
 void backend_synchronize(Backend backend);
 

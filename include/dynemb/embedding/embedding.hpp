@@ -71,8 +71,7 @@ struct EmbeddingStats {
   TableStats table{};
 };
 
-// A trainable table on one backend (cpu for now: the CUDA ops are the next step; cuda throws
-// NotAvailable). Not safe for concurrent forward/backward calls on one
+// A trainable table on one backend (counter admission: cpu only for now). Not safe for concurrent forward/backward calls on one
 // object (a training step is a sequence); the table underneath is.
 template <TableKey K>
 class Embedding {

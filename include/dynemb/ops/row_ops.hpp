@@ -36,6 +36,13 @@ void fill_initial_rows(Backend backend, size_t n, const K* keys, const bool* fla
 size_t select_indices(Backend backend, size_t n, const bool* flags, bool value, uint32_t* out,
                       StreamHandle stream = nullptr);
 
+// flags[i] = value for i in [0, n).
+void fill_flags(Backend backend, size_t n, bool value, bool* flags, StreamHandle stream = nullptr);
+
+// out[i] = out[i] || (flags[i] == when) for i in [0, n).
+void or_flags(Backend backend, size_t n, const bool* flags, bool when, bool* out,
+              StreamHandle stream = nullptr);
+
 // flags[i] = whether gradient row i (dim floats at grads + i * stride) holds a NaN or Inf;
 // returns how many rows do (synchronizes on CUDA).
 size_t flag_nonfinite_rows(Backend backend, size_t n, const float* grads, uint32_t stride,

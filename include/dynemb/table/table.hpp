@@ -12,12 +12,9 @@
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stats.hpp"
+#include "dynemb/core/stream.hpp"
 
 namespace dynemb {
-
-// An opaque stream: a cudaStream_t for the CUDA backend (nullptr = default stream); ignored by
-// the CPU backend.
-using StreamHandle = void*;
 
 // A score predicate for erase_if.
 enum class ScoreCompare : uint8_t { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual };
@@ -30,12 +27,17 @@ struct ScorePredicate {
 // True when `score` satisfies the predicate.
 constexpr bool matches(ScorePredicate p, uint64_t score) {
   switch (p.compare) {
-    case ScoreCompare::kLess: return score < p.threshold;
-    case ScoreCompare::kLessEqual: return score <= p.threshold;
-    case ScoreCompare::kGreater: return score > p.threshold;
-    case ScoreCompare::kGreaterEqual: return score >= p.threshold;
+    case ScoreCompare::kLess:
+      return score < p.threshold;
+    case ScoreCompare::kLessEqual:
+      return score <= p.threshold;
+    case ScoreCompare::kGreater:
+      return score > p.threshold;
+    case ScoreCompare::kGreaterEqual:
+      return score >= p.threshold;
     case ScoreCompare::kEqual:
-    default: return score == p.threshold;
+    default:
+      return score == p.threshold;
   }
 }
 
@@ -99,8 +101,7 @@ class Table {
   // Adds values[i] element-wise to the row of keys that exist; inserts missing keys with
   // values[i] as their row.
   virtual void accum_or_assign(size_t n, const K* keys, const float* values,
-                               const uint64_t* scores = nullptr,
-                               StreamHandle stream = nullptr) = 0;
+                               const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
 
   // Removes the keys that exist.
   virtual void erase(size_t n, const K* keys, StreamHandle stream = nullptr) = 0;

@@ -1,0 +1,41 @@
+// Launch shapes shared by the ops kernels.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dynemb/core/stream.hpp"
+
+namespace dynemb::ops_cuda {
+
+inline constexpr int kBlock = 256;
+inline constexpr int kWarpsPerBlock = kBlock / 32;
+
+// Blocks for one thread per item.
+inline unsigned blocks_for_threads(size_t items) {
+  return static_cast<unsigned>((items + kBlock - 1) / kBlock);
+}
+
+// Blocks for one warp per item.
+inline unsigned blocks_for_warps(size_t items) {
+  return static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+inline cudaStream_t as_stream(StreamHandle s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// out[i] = i for i in [0, n), on `stream`.
+void fill_iota(uint32_t* out, size_t n, cudaStream_t stream);
+
+// The global index of this thread's warp and its lane.
+__device__ __forceinline__ size_t warp_index() {
+  return (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+}
+__device__ __forceinline__ uint32_t lane_index() {
+  return threadIdx.x & 31u;
+}
+
+}  // namespace dynemb::ops_cuda

@@ -1,0 +1,216 @@
+// Pooled lookup and deterministic gradient reduction on the GPU. Additions happen in the same
+// order as on the CPU (ascending id), each product and sum rounded once (__fmul_rn /
+// __fadd_rn), so results are bit-identical to the CPU backend.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <climits>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_array.hpp"
+#include "ops/backends.hpp"
+#include "ops/cuda/launch.cuh"
+
+namespace dynemb::detail {
+namespace {
+
+using ops_cuda::as_stream;
+using ops_cuda::blocks_for_threads;
+using ops_cuda::blocks_for_warps;
+using ops_cuda::kBlock;
+using ops_cuda::lane_index;
+using ops_cuda::warp_index;
+
+// The factor id i's row is multiplied by, in a bag of `len` ids (as on the CPU).
+__device__ __forceinline__ float id_factor(const LookupFeature& x, int64_t i, int64_t len) {
+  const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
+  return x.mode == PoolingMode::kMean ? __fdiv_rn(w, static_cast<float>(len)) : w;
+}
+
+// first[0]: first b >= 1 with offsets[b] < offsets[b-1]; first[1]: first i with a bad index.
+__global__ void check_offsets_kernel(const int64_t* offsets, size_t num_bags,
+                                     unsigned long long* first) {
+  const size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x + 1;
+  if (b <= num_bags && offsets[b] < offsets[b - 1]) atomicMin(&first[0], b);
+}
+
+__global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, size_t num_rows,
+                                     unsigned long long* first) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < num_ids && indices[i] >= num_rows) atomicMin(&first[1], i);
+}
+
+// One warp per bag; lanes over the row's elements.
+__global__ void pool_kernel(LookupFeature x, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
+  const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
+  if (x.mode == PoolingMode::kNone) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
+      float* out = o.out + static_cast<size_t>(i) * o.out_stride;
+      const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
+      for (uint32_t j = lane_index(); j < x.dim; j += 32) out[j] = __fmul_rn(w, row[j]);
+    }
+    return;
+  }
+  float* out = o.out + b * o.out_stride;
+  for (uint32_t j = lane_index(); j < x.dim; j += 32) {
+    float acc = 0.0f;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = x.rows[static_cast<size_t>(x.indices[i]) * x.row_stride + j];
+      acc = __fadd_rn(acc, __fmul_rn(id_factor(x, i, end - begin), v));
+    }
+    out[j] = acc;
+  }
+}
+
+// bag_of[i] = the bag holding id i (one warp per bag).
+__global__ void bag_of_id_kernel(const int64_t* offsets, size_t num_bags, uint32_t* bag_of) {
+  const size_t b = warp_index();
+  if (b >= num_bags) return;
+  for (int64_t i = offsets[b] + lane_index(); i < offsets[b + 1]; i += 32) {
+    bag_of[i] = static_cast<uint32_t>(b);
+  }
+}
+
+// seg_begin / seg_end of each row in the ids sorted (stably) by row.
+__global__ void segments_kernel(const uint32_t* sorted_rows, size_t n, uint32_t* seg_begin,
+                                uint32_t* seg_end) {
+  const size_t k = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  const uint32_t r = sorted_rows[k];
+  if (k == 0 || sorted_rows[k - 1] != r) seg_begin[r] = static_cast<uint32_t>(k);
+  if (k + 1 == n || sorted_rows[k + 1] != r) seg_end[r] = static_cast<uint32_t>(k + 1);
+}
+
+// One warp per row: the sum over its ids, in ascending id order, of factor * bag gradient.
+__global__ void reduce_kernel(LookupFeature x, LookupOutput g, LookupOutput r,
+                              const uint32_t* sorted_ids, const uint32_t* bag_of,
+                              const uint32_t* seg_begin, const uint32_t* seg_end) {
+  const size_t row = warp_index();
+  if (row >= x.num_rows) return;
+  const uint32_t begin = seg_begin[row], end = seg_end[row];
+  float* dst = r.out + row * r.out_stride;
+  for (uint32_t j = lane_index(); j < x.dim; j += 32) {
+    float acc = 0.0f;
+    for (uint32_t k = begin; k < end; ++k) {
+      const uint32_t i = sorted_ids[k];
+      const uint32_t b = bag_of[i];
+      const int64_t len = x.offsets[b + 1] - x.offsets[b];
+      const size_t grad_row = x.mode == PoolingMode::kNone ? i : b;
+      acc = __fadd_rn(acc, __fmul_rn(id_factor(x, i, len), g.out[grad_row * g.out_stride + j]));
+    }
+    dst[j] = acc;
+  }
+}
+
+// Radix bits needed for values in [0, values).
+int bits_for(size_t values) {
+  int bits = 1;
+  while (bits < 32 && (size_t{1} << bits) < values) ++bits;
+  return bits;
+}
+
+}  // namespace
+
+void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature> features,
+                               StreamHandle stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  for (size_t f = 0; f < features.size(); ++f) {
+    const LookupFeature& x = features[f];
+    if (x.num_bags == 0) continue;
+    cuda::DeviceArray<unsigned long long> first(2, stream);
+    cuda::check(cudaMemsetAsync(first.data(), 0xFF, 2 * sizeof(unsigned long long), stream),
+                "validate_lookup: cudaMemsetAsync");
+    check_offsets_kernel<<<blocks_for_threads(x.num_bags), kBlock, 0, stream>>>(
+        x.offsets, x.num_bags, first.data());
+    cuda::check_launch("validate_lookup: check_offsets_kernel");
+    if (x.num_ids > 0) {
+      check_indices_kernel<<<blocks_for_threads(x.num_ids), kBlock, 0, stream>>>(
+          x.indices, x.num_ids, x.num_rows, first.data());
+      cuda::check_launch("validate_lookup: check_indices_kernel");
+    }
+    unsigned long long bad[2];
+    int64_t ends[2];
+    cuda::check(cudaMemcpyAsync(bad, first.data(), sizeof bad, cudaMemcpyDeviceToHost, stream),
+                "validate_lookup: read checks");
+    cuda::check(
+        cudaMemcpyAsync(&ends[0], x.offsets, sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
+        "validate_lookup: read offsets[0]");
+    cuda::check(cudaMemcpyAsync(&ends[1], x.offsets + x.num_bags, sizeof(int64_t),
+                                cudaMemcpyDeviceToHost, stream),
+                "validate_lookup: read last offset");
+    cuda::sync(stream, "validate_lookup");
+    if (ends[0] != 0) throw_bad_first_offset(where, f, ends[0]);
+    if (bad[0] != ULLONG_MAX) {
+      int64_t pair[2];
+      cuda::check(cudaMemcpy(pair, x.offsets + bad[0] - 1, sizeof pair, cudaMemcpyDeviceToHost),
+                  "validate_lookup: read bad offset");
+      throw_decreasing_offset(where, f, bad[0], pair[1], pair[0]);
+    }
+    if (static_cast<size_t>(ends[1]) != x.num_ids) {
+      throw_bad_last_offset(where, f, x.num_bags, ends[1], x.num_ids);
+    }
+    if (bad[1] != ULLONG_MAX) {
+      uint32_t value;
+      cuda::check(cudaMemcpy(&value, x.indices + bad[1], sizeof value, cudaMemcpyDeviceToHost),
+                  "validate_lookup: read bad index");
+      throw_bad_index(where, f, bad[1], value, x.num_rows);
+    }
+  }
+}
+
+void pooled_lookup_cuda(std::span<const LookupFeature> features,
+                        std::span<const LookupOutput> outputs, StreamHandle stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  for (size_t f = 0; f < features.size(); ++f) {
+    if (features[f].num_bags == 0) continue;
+    pool_kernel<<<blocks_for_warps(features[f].num_bags), kBlock, 0, stream>>>(features[f],
+                                                                               outputs[f]);
+    cuda::check_launch("pooled_lookup: pool_kernel");
+  }
+}
+
+void reduce_gradients_cuda(std::span<const LookupFeature> features,
+                           std::span<const LookupOutput> grads,
+                           std::span<const LookupOutput> row_grads, StreamHandle stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  for (size_t f = 0; f < features.size(); ++f) {
+    const LookupFeature& x = features[f];
+    if (x.num_rows == 0) continue;
+    const size_t n = x.num_ids;
+    cuda::DeviceArray<uint32_t> ids(n, stream), sorted_ids(n, stream), sorted_rows(n, stream),
+        bag_of(n, stream), seg_begin(x.num_rows, stream), seg_end(x.num_rows, stream);
+    cuda::check(cudaMemsetAsync(seg_begin.data(), 0, x.num_rows * sizeof(uint32_t), stream),
+                "reduce_gradients: cudaMemsetAsync");
+    cuda::check(cudaMemsetAsync(seg_end.data(), 0, x.num_rows * sizeof(uint32_t), stream),
+                "reduce_gradients: cudaMemsetAsync");
+    if (n > 0) {
+      bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
+                                                                            bag_of.data());
+      cuda::check_launch("reduce_gradients: bag_of_id_kernel");
+      // Stable radix sort of (row, id): ids of one row stay in ascending order.
+      const int bits = bits_for(x.num_rows);
+      size_t sort_bytes = 0;
+      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, x.indices,
+                                                  sorted_rows.data(), ids.data(), sorted_ids.data(),
+                                                  static_cast<int>(n), 0, bits, stream),
+                  "reduce_gradients: SortPairs (size)");
+      cuda::DeviceArray<uint8_t> temp(sort_bytes, stream);
+      ops_cuda::fill_iota(ids.data(), n, stream);
+      cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, x.indices,
+                                                  sorted_rows.data(), ids.data(), sorted_ids.data(),
+                                                  static_cast<int>(n), 0, bits, stream),
+                  "reduce_gradients: SortPairs");
+      segments_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(
+          sorted_rows.data(), n, seg_begin.data(), seg_end.data());
+      cuda::check_launch("reduce_gradients: segments_kernel");
+    }
+    reduce_kernel<<<blocks_for_warps(x.num_rows), kBlock, 0, stream>>>(
+        x, grads[f], row_grads[f], sorted_ids.data(), bag_of.data(), seg_begin.data(),
+        seg_end.data());
+    cuda::check_launch("reduce_gradients: reduce_kernel");
+  }
+}
+
+}  // namespace dynemb::detail

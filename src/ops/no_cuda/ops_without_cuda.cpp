@@ -1,0 +1,61 @@
+// Compiled only when the CUDA backend is not built: every CUDA op says so.
+#include "ops/backends.hpp"
+
+namespace dynemb::detail {
+
+template <TableKey K>
+size_t dedup_cuda(size_t, const K*, K*, uint32_t*, uint32_t*, StreamHandle) {
+  no_cuda_ops("dedup");
+}
+template size_t dedup_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
+                                    StreamHandle);
+template size_t dedup_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*, uint32_t*,
+                                     StreamHandle);
+void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature>, StreamHandle) {
+  no_cuda_ops(where);
+}
+void pooled_lookup_cuda(std::span<const LookupFeature>, std::span<const LookupOutput>,
+                        StreamHandle) {
+  no_cuda_ops("pooled_lookup");
+}
+void reduce_gradients_cuda(std::span<const LookupFeature>, std::span<const LookupOutput>,
+                           std::span<const LookupOutput>, StreamHandle) {
+  no_cuda_ops("reduce_gradients");
+}
+void gather_rows_cuda(size_t, const uint32_t*, const float*, uint32_t, float*, uint32_t, uint32_t,
+                      StreamHandle) {
+  no_cuda_ops("gather_rows");
+}
+void scatter_rows_cuda(size_t, const uint32_t*, const float*, uint32_t, float*, uint32_t, uint32_t,
+                       StreamHandle) {
+  no_cuda_ops("scatter_rows");
+}
+template <TableKey K>
+void fill_initial_rows_cuda(size_t, const K*, const bool*, bool, const InitializerOptions&, float*,
+                            uint32_t, uint32_t, StreamHandle) {
+  no_cuda_ops("fill_initial_rows");
+}
+template void fill_initial_rows_cuda<int64_t>(size_t, const int64_t*, const bool*, bool,
+                                              const InitializerOptions&, float*, uint32_t, uint32_t,
+                                              StreamHandle);
+template void fill_initial_rows_cuda<uint64_t>(size_t, const uint64_t*, const bool*, bool,
+                                               const InitializerOptions&, float*, uint32_t,
+                                               uint32_t, StreamHandle);
+size_t select_indices_cuda(size_t, const bool*, bool, uint32_t*, StreamHandle) {
+  no_cuda_ops("select_indices");
+}
+void fill_flags_cuda(size_t, bool, bool*, StreamHandle) {
+  no_cuda_ops("fill_flags");
+}
+void or_flags_cuda(size_t, const bool*, bool, bool*, StreamHandle) {
+  no_cuda_ops("or_flags");
+}
+size_t flag_nonfinite_rows_cuda(size_t, const float*, uint32_t, uint32_t, bool*, StreamHandle) {
+  no_cuda_ops("flag_nonfinite_rows");
+}
+void apply_optimizer_rows_cuda(const OptimizerOptions&, size_t, float*, uint32_t, const float*,
+                               uint32_t, uint32_t, const bool*, StreamHandle) {
+  no_cuda_ops("apply_optimizer_rows");
+}
+
+}  // namespace dynemb::detail

@@ -1,0 +1,91 @@
+// The same training stream on the CPU and on the GPU: after 100 steps both tables hold the same
+// keys with rows equal within float32 tolerance. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "dynemb/core/memory.hpp"
+#include "dynemb/embedding/embedding.hpp"
+
+namespace dynemb {
+namespace {
+
+TEST(EmbeddingCudaParity, HundredTrainingStepsAgreeWithCpu) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kRowWiseAdaGrad}) {
+    EmbeddingOptions o;
+    o.dim = 16;
+    o.table.init_capacity = 1 << 12;
+    o.table.max_capacity = 1 << 16;
+    o.table.score_policy = ScorePolicy::kStep;
+    o.table.initializer.kind = InitializerKind::kUniform;
+    o.table.initializer.seed = rng();
+    o.optimizer.kind = kind;
+    o.optimizer.learning_rate = 0.01f;
+    o.optimizer.eps = 1e-6f;
+    Embedding<int64_t> cpu(Backend::kCpu, o), gpu(Backend::kCuda, o);
+    const size_t bags = 512;
+    std::uniform_real_distribution<double> u(0, 1);
+    std::normal_distribution<float> normal;
+    for (int step = 0; step < 100; ++step) {
+      std::vector<int64_t> keys;
+      std::vector<int64_t> offsets{0};
+      for (size_t b = 0; b < bags; ++b) {
+        const int len = 1 + static_cast<int>(rng() % 6);
+        for (int j = 0; j < len; ++j)
+          keys.push_back(static_cast<int64_t>(std::pow(u(rng), 4) * 20000));
+        offsets.push_back(static_cast<int64_t>(keys.size()));
+      }
+      std::vector<float> grad(bags * o.dim);
+      for (auto& g : grad) g = normal(rng);
+      const EmbeddingBatch<int64_t> hb{keys.data(), keys.size(), offsets.data(),
+                                       bags,        nullptr,     PoolingMode::kMean};
+      std::vector<float> cout(bags * o.dim);
+      cpu.forward(hb, cout.data(), o.dim, true);
+      cpu.backward(grad.data(), o.dim);
+      cpu.end_step();
+
+      BackendBuffer<int64_t> dk(Backend::kCuda, keys.size());
+      dk.upload(keys.data(), keys.size());
+      BackendBuffer<int64_t> doff(Backend::kCuda, offsets.size());
+      doff.upload(offsets.data(), offsets.size());
+      BackendBuffer<float> dout(Backend::kCuda, bags * o.dim), dgrad(Backend::kCuda, grad.size());
+      dgrad.upload(grad.data(), grad.size());
+      const EmbeddingBatch<int64_t> db{dk.data(), keys.size(), doff.data(),
+                                       bags,      nullptr,     PoolingMode::kMean};
+      gpu.forward(db, dout.data(), o.dim, true);
+      gpu.backward(dgrad.data(), o.dim);
+      gpu.end_step();
+      backend_synchronize(Backend::kCuda);
+      std::vector<float> gout(bags * o.dim);
+      dout.download(gout.data(), gout.size());
+      for (size_t i = 0; i < gout.size(); ++i) {
+        ASSERT_NEAR(gout[i], cout[i], 1e-4 * (1 + std::abs(cout[i]))) << "step " << step;
+      }
+    }
+    ASSERT_EQ(gpu.table().size(), cpu.table().size());
+    std::map<int64_t, std::vector<float>> cpu_rows;
+    cpu.table().for_each([&](int64_t k, std::span<const float> row, uint64_t) {
+      cpu_rows[k].assign(row.begin(), row.end());
+    });
+    size_t compared = 0;
+    gpu.table().for_each([&](int64_t k, std::span<const float> row, uint64_t) {
+      auto it = cpu_rows.find(k);
+      ASSERT_NE(it, cpu_rows.end()) << "key " << k << " only on the GPU";
+      for (uint32_t j = 0; j < o.dim; ++j) {
+        ASSERT_NEAR(row[j], it->second[j], 1e-4 * (1 + std::abs(it->second[j]))) << "key " << k;
+      }
+      ++compared;
+    });
+    EXPECT_EQ(compared, cpu_rows.size());
+  }
+}
+
+}  // namespace
+}  // namespace dynemb
