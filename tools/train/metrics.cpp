@@ -1,0 +1,71 @@
+#include "train/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "dynemb/core/error.hpp"
+
+namespace dynemb::train {
+
+double roc_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  require(scores.size() == labels.size(), "roc_auc", "scores.size()", std::to_string(scores.size()),
+          "must equal labels.size() = " + std::to_string(labels.size()));
+  const size_t n = scores.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
+  // Mann-Whitney: sum of the (mid-)ranks of the positives.
+  double positive_rank_sum = 0.0;
+  size_t positives = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && scores[order[j]] == scores[order[i]]) ++j;
+    const double mid_rank = 0.5 * static_cast<double>(i + j + 1);  // ranks are 1-based
+    for (size_t t = i; t < j; ++t) {
+      if (labels[order[t]] > 0.5f) {
+        positive_rank_sum += mid_rank;
+        ++positives;
+      }
+    }
+    i = j;
+  }
+  const size_t negatives = n - positives;
+  if (positives == 0 || negatives == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double p = static_cast<double>(positives);
+  return (positive_rank_sum - p * (p + 1) / 2) / (p * static_cast<double>(negatives));
+}
+
+double log_loss(const std::vector<float>& probs, const std::vector<float>& labels) {
+  require(probs.size() == labels.size(), "log_loss", "probs.size()", std::to_string(probs.size()),
+          "must equal labels.size() = " + std::to_string(labels.size()));
+  if (probs.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0.0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const double p = std::clamp(static_cast<double>(probs[i]), 1e-7, 1.0 - 1e-7);
+    sum -= labels[i] > 0.5f ? std::log(p) : std::log(1.0 - p);
+  }
+  return sum / static_cast<double>(probs.size());
+}
+
+RunningAuc::RunningAuc(size_t window)
+    : probs_(std::max<size_t>(window, 1)), labels_(probs_.size()) {}
+
+void RunningAuc::add(const float* probs, const float* labels, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    probs_[next_] = probs[i];
+    labels_[next_] = labels[i];
+    next_ = (next_ + 1) % probs_.size();
+  }
+  filled_ = std::min(probs_.size(), filled_ + n);
+}
+
+double RunningAuc::value() const {
+  if (filled_ == probs_.size()) return roc_auc(probs_, labels_);
+  return roc_auc(std::vector<float>(probs_.begin(), probs_.begin() + filled_),
+                 std::vector<float>(labels_.begin(), labels_.begin() + filled_));
+}
+
+}  // namespace dynemb::train
