@@ -63,9 +63,11 @@ void CpuTable<K>::screen_reserved(const char* call, size_t n, const K* keys) {
 }
 
 template <TableKey K>
-void CpuTable<K>::grow_from(uint64_t seen_capacity) {
+void CpuTable<K>::grow_from(uint64_t seen_capacity, bool for_load) {
   std::unique_lock lock(mutex_);
   if (storage_->capacity() != seen_capacity) return;  // someone else grew already
+  // No worker holds size claims now, so size_ is exact: grow only if the key really needs it.
+  if (for_load && size_.load(std::memory_order_relaxed) + 1 <= grow_threshold_) return;
   grow_locked();
 }
 

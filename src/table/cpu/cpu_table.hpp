@@ -20,8 +20,9 @@
 
 namespace dynemb::cpu {
 
-// What a key's operation asks of the batch driver: nothing more, or grow the table and retry.
-enum class Step : uint8_t { kDone, kGrow };
+// What a key's operation asks of the batch driver: nothing more, or grow the table and retry
+// (because one more key would pass the load factor, or because the key's bucket is full).
+enum class Step : uint8_t { kDone, kGrowForLoad, kGrowForFullBucket };
 
 // Whether a batch operation only reads rows (prefetched for reading) or may write them.
 enum class Access : uint8_t { kRead, kWrite };
@@ -95,7 +96,7 @@ class CpuTable final : public Table<K> {
   void screen_reserved(const char* call, size_t n, const K* keys);
 
   // Calls visit(key, storage) with key.bucket locked for every non-reserved key, and
-  // on_reserved(i) for reserved ones; grows and retries a key whose visit returns Step::kGrow.
+  // on_reserved(i) for reserved ones; grows and retries a key whose visit asks for it.
   // Keys go in chunks through three passes: hash and prefetch the first control group;
   // predict the slot from it (no lock) and prefetch that slot's key, score and row; then lock,
   // probe and visit, by now mostly from cache. Large batches run on the pool.
@@ -112,8 +113,9 @@ class CpuTable final : public Table<K> {
   template <class Hooks>
   void run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores, Hooks& hooks);
 
-  // Doubles capacity (clamped to max_capacity) unless someone grew past `seen` already.
-  void grow_from(uint64_t seen_capacity);
+  // Doubles capacity (clamped to max_capacity) unless someone grew past `seen` already, or,
+  // for_load, unless one more key fits after all (other workers' size claims returned).
+  void grow_from(uint64_t seen_capacity, bool for_load);
   // One growth step; the caller holds mutex_ exclusively.
   void grow_locked();
 
@@ -178,6 +180,7 @@ void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& vi
       if (slot >= 0) s.prefetch_slot(k.bucket, static_cast<uint32_t>(slot), kWrite);
     }
     size_t j = 0;
+    bool grow_for_load = false;
     for (; j < count; ++j) {  // pass 3: the operation
       KeyAt& k = at[j];
       if (k.bits >= kFirstReservedKey) {
@@ -189,13 +192,16 @@ void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& vi
       k.probe = s.find_or_free(k.bucket, k.bits, k.hash);
       const Step step = visit(k, s);
       unlock_word(word);
-      if (step == Step::kGrow) break;
+      if (step != Step::kDone) {
+        grow_for_load = step == Step::kGrowForLoad;
+        break;
+      }
     }
     if (j < count) {  // grow, then start a new chunk at the key that asked for it
       const uint64_t seen = s.capacity();
       budget.release();
       lock.unlock();
-      grow_from(seen);
+      grow_from(seen, grow_for_load);
       lock.lock();
     }
     i += j;

@@ -26,14 +26,14 @@ Step CpuTable<K>::upsert(const KeyAt& key, const BucketStorage& s, const ScoreIn
   const uint64_t score = in.next(i, false, 0);
   if (p.free >= 0) {
     const bool at_max = s.capacity() >= options_.max_capacity;
-    if (!key.budget->take(grow_threshold_, at_max)) return Step::kGrow;
+    if (!key.budget->take(grow_threshold_, at_max)) return Step::kGrowForLoad;
     const auto slot = static_cast<uint32_t>(p.free);
     s.place(b, slot, bits, key.hash, score);
     hooks.inserted(i, bits, s.row(b, slot));
     return Step::kDone;
   }
   // The bucket is full: grow while we may, else evict its lowest-score entry or refuse.
-  if (s.capacity() < options_.max_capacity) return Step::kGrow;
+  if (s.capacity() < options_.max_capacity) return Step::kGrowForFullBucket;
   const auto victim = static_cast<uint32_t>(s.lowest_score_slot(b));
   const uint64_t victim_score = s.score(b, victim);
   if (!may_evict(victim_score, score)) {

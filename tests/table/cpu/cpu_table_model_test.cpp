@@ -135,6 +135,33 @@ void run_model(uint32_t threads, size_t batch, uint64_t seed) {
   EXPECT_LE(table->load_factor(), o.max_load_factor);
 }
 
+// A pooled batch that fills the table exactly to its load factor does not grow it; one more key
+// does (the workers' batched size claims do not make growth early).
+TEST(CpuTableModel, PooledBatchGrowsExactlyAtTheLoadFactor) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("cpu_table_model seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  TableOptions o;
+  o.dim = 2;
+  o.init_capacity = 1u << 16;
+  o.max_capacity = 1u << 20;
+  o.num_threads = 3;
+  auto table = make_table<uint64_t>(Backend::kCpu, o);
+  std::unordered_map<uint64_t, int> distinct;
+  std::vector<uint64_t> keys;
+  while (keys.size() < o.init_capacity / 2 + 1) {
+    const uint64_t k = rng() >> 8;
+    if (distinct[k]++ == 0) keys.push_back(k);
+  }
+  const std::vector<float> rows(keys.size() * o.dim, 1.0f);
+  table->insert_or_assign(keys.size() - 1, keys.data(), rows.data());
+  EXPECT_EQ(table->size(), keys.size() - 1);
+  EXPECT_EQ(table->capacity(), o.init_capacity);
+  table->insert_or_assign(1, keys.data() + keys.size() - 1, rows.data());
+  EXPECT_EQ(table->capacity(), 2 * o.init_capacity);
+  EXPECT_EQ(table->size(), keys.size());
+}
+
 TEST(CpuTableModel, SingleThreadInt64) {
   run_model<int64_t>(1, 700, std::random_device{}());
 }
