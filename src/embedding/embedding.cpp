@@ -96,6 +96,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   ensure(s.counts, backend_, n, device);
   const size_t u = dedup<K>(backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(),
                             s.counts.data(), stream);
+  stage_done("dedup");
   ensure(s.rows, backend_, u * row_dim_, device);
   ensure(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
@@ -117,7 +118,9 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   validate_lookup(backend_, {&feature, 1}, {&output, 1}, "Embedding::forward");
 
   lookup_rows(training, stream);
+  stage_done("lookup");
   pooled_lookup(backend_, {&feature, 1}, {&output, 1}, stream);
+  stage_done("pool");
   stats_.lookups += n;
   stats_.unique_lookups += u;
   s.pending_backward = training;
@@ -183,6 +186,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   const LookupOutput grads{const_cast<float*>(grad), grad_stride};
   const LookupOutput row_grads{s.row_grads.data(), options_.dim};
   reduce_gradients(backend_, {&feature, 1}, {&grads, 1}, {&row_grads, 1}, stream);
+  stage_done("reduce");
 
   bool* skip = s.skip.data();
   const size_t bad = flag_nonfinite_rows(backend_, u, s.row_grads.data(), options_.dim,
@@ -201,6 +205,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   or_flags(backend_, u, s.found.data(), false, skip, stream);
   apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_, s.row_grads.data(),
                        options_.dim, options_.dim, skip, stream);
+  stage_done("optimizer");
   // LFU counts lookups: the write-back must not count as another touch.
   const uint64_t* scores = nullptr;
   if (options_.table.score_policy == ScorePolicy::kLfu) {
@@ -209,6 +214,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
     scores = s.zero_scores.data();
   }
   table_->assign(u, s.unique_keys.data(), s.rows.data(), scores, stream);
+  stage_done("write_back");
   s.pending_backward = false;
 }
 

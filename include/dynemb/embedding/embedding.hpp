@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "dynemb/core/memory.hpp"
@@ -71,8 +72,8 @@ struct EmbeddingStats {
   TableStats table{};
 };
 
-// A trainable table on one backend (counter admission: cpu only for now). Not safe for concurrent forward/backward calls on one
-// object (a training step is a sequence); the table underneath is.
+// A trainable table on one backend (counter admission: cpu only for now). Not safe for concurrent
+// forward/backward calls on one object (a training step is a sequence); the table underneath is.
 template <TableKey K>
 class Embedding {
  public:
@@ -103,7 +104,17 @@ class Embedding {
   uint32_t row_dim() const { return row_dim_; }
   EmbeddingStats stats() const;
 
+  // Called with the stage's name as each stage of forward ("dedup", "lookup", "pool") and
+  // backward ("reduce", "optimizer", "write_back") finishes issuing its work; for profiling
+  // (the observer may synchronize the stream). nullptr turns it off.
+  using StageObserver = std::function<void(const char* stage)>;
+  void set_stage_observer(StageObserver observer) { observer_ = std::move(observer); }
+
  private:
+  void stage_done(const char* stage) const {
+    if (observer_) observer_(stage);
+  }
+
   struct Step;
   void lookup_rows(bool training, StreamHandle stream);
 
@@ -114,6 +125,7 @@ class Embedding {
   std::unique_ptr<detail::AdmissionCounter<K>> admission_;
   std::unique_ptr<Step> step_;
   EmbeddingStats stats_{};
+  StageObserver observer_;
 };
 
 }  // namespace dynemb

@@ -1,0 +1,292 @@
+#include "bench/train/train_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <random>
+
+#include "bench/table/machine_info.hpp"
+#include "bench/train/zipf.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/memory.hpp"
+#include "dynemb/embedding/embedding.hpp"
+
+namespace dynemb::bench {
+namespace {
+
+constexpr int kBatchSets = 3;  // distinct batches per table, rotated over the steps
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes (read + written) per second of a large synchronous copy in the backend's memory,
+// best of 5.
+double measure_copy_bandwidth(Backend backend) {
+  const size_t bytes = size_t{1} << 30;
+  BackendBuffer<uint8_t> a(backend, bytes), b(backend, bytes);
+  backend_zero(backend, a.data(), bytes);
+  backend_zero(backend, b.data(), bytes);
+  backend_synchronize(backend);
+  double best = 0.0;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    copy_within_backend(backend, b.data(), a.data(), bytes);
+    backend_synchronize(backend);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / s);
+  }
+  return best;
+}
+
+uint64_t table_capacity(const TrainBenchConfig& c) {
+  uint64_t cap = 128;
+  while (cap < 2 * c.rows_per_table) cap *= 2;  // load factor <= 0.5 when every id is stored
+  return cap;
+}
+
+}  // namespace
+
+TrainBenchConfig train_bench_config_13m() {
+  return TrainBenchConfig{};
+}
+
+TrainBenchConfig train_bench_config_1m() {
+  TrainBenchConfig c;
+  c.batch = 5120;  // 10 tables x 5,120 bags x 20 ids = 1,024,000 lookups
+  return c;
+}
+
+void validate_train_bench_config(const TrainBenchConfig& c) {
+  constexpr const char* w = "bench train";
+  require(c.tables >= 1 && c.tables <= 1024, w, "--tables", std::to_string(c.tables),
+          "must be in [1, 1024]");
+  require(c.rows_per_table >= 1 && c.rows_per_table <= (1ull << 32), w, "--rows",
+          std::to_string(c.rows_per_table), "must be in [1, 2^32]");
+  require(c.dim >= 1 && c.dim <= 4096, w, "--dim", std::to_string(c.dim), "must be in [1, 4096]");
+  require(c.batch >= 1, w, "--batch", std::to_string(c.batch), "must be >= 1");
+  require(c.ids_per_bag >= 1 && c.ids_per_bag <= 4096, w, "--ids-per-bag",
+          std::to_string(c.ids_per_bag), "must be in [1, 4096]");
+  require(c.batch * c.ids_per_bag < (1ull << 31), w, "--batch x --ids-per-bag",
+          std::to_string(c.batch * c.ids_per_bag), "must be < 2^31 ids per table");
+  require(c.zipf_alpha > 0.0 && c.zipf_alpha < 10.0, w, "--alpha", std::to_string(c.zipf_alpha),
+          "must be in (0, 10)");
+  require(c.steps >= 1, w, "--steps", std::to_string(c.steps), "must be >= 1");
+}
+
+TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& progress) {
+  validate_train_bench_config(config);
+  TrainBenchReport r;
+  r.config = config;
+  r.machine = query_machine_info();
+  r.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;
+  r.git_commit = git_commit(DYNEMB_SOURCE_DIR);
+  r.date_utc = utc_now_iso8601();
+  const Backend backend = config.backend;
+  auto clock = make_bench_clock(backend);
+  const StreamHandle stream = clock->stream();
+  r.copy_bandwidth = measure_copy_bandwidth(backend);
+  progress << "copy bandwidth " << r.copy_bandwidth / 1e9 << " GB/s (read + written)\n";
+
+  EmbeddingOptions eo;
+  eo.dim = config.dim;
+  eo.table.init_capacity = eo.table.max_capacity = table_capacity(config);
+  eo.table.score_policy = ScorePolicy::kStep;
+  eo.table.safe_check = SafeCheck::kWarning;
+  eo.table.num_threads = config.threads;
+  eo.table.initializer.kind = InitializerKind::kUniform;
+  eo.optimizer.kind = config.optimizer;
+  eo.optimizer.learning_rate = 1e-3f;
+  eo.gradient_check = SafeCheck::kIgnore;
+  std::vector<std::unique_ptr<Embedding<int64_t>>> tables;
+  for (uint32_t t = 0; t < config.tables; ++t) {
+    tables.push_back(std::make_unique<Embedding<int64_t>>(backend, eo));
+  }
+  const uint32_t row_dim = tables.front()->row_dim();
+
+  // Batches drawn once on the host and moved to the backend.
+  const uint64_t ids = config.batch * config.ids_per_bag;
+  r.lookups_per_step = ids * config.tables;
+  std::mt19937_64 rng(config.seed != 0 ? config.seed : std::random_device{}());
+  const ZipfSampler zipf(config.rows_per_table, config.zipf_alpha);
+  std::vector<std::vector<BackendBuffer<int64_t>>> keys(config.tables);
+  std::vector<int64_t> host_keys(ids);
+  for (uint32_t t = 0; t < config.tables; ++t) {
+    for (int g = 0; g < kBatchSets; ++g) {
+      for (auto& k : host_keys) k = static_cast<int64_t>((uint64_t{t} << 40) | zipf(rng));
+      keys[t].emplace_back(backend, ids);
+      keys[t].back().upload(host_keys.data(), ids);
+    }
+  }
+  std::vector<int64_t> host_offsets(config.batch + 1);
+  for (uint64_t b = 0; b <= config.batch; ++b)
+    host_offsets[b] = static_cast<int64_t>(b * config.ids_per_bag);
+  BackendBuffer<int64_t> offsets(backend, config.batch + 1);
+  offsets.upload(host_offsets.data(), host_offsets.size());
+  std::vector<float> host_grad(config.batch * config.dim);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  for (auto& g : host_grad) g = normal(rng);
+  BackendBuffer<float> grad(backend, host_grad.size()), out(backend, host_grad.size());
+  grad.upload(host_grad.data(), host_grad.size());
+
+  auto run_step = [&](int set, bool backward) {
+    for (uint32_t t = 0; t < config.tables; ++t) {
+      const EmbeddingBatch<int64_t> batch{keys[t][set].data(), ids,     offsets.data(),
+                                          config.batch,        nullptr, PoolingMode::kSum};
+      tables[t]->forward(batch, out.data(), config.dim, true, stream);
+      if (backward) {
+        tables[t]->backward(grad.data(), config.dim, stream);
+        tables[t]->end_step();
+      }
+    }
+  };
+  auto unique_total = [&] {
+    uint64_t u = 0;
+    for (auto& t : tables) u += t->stats().unique_lookups;
+    return u;
+  };
+
+  for (uint32_t s = 0; s < config.warmup_steps; ++s) run_step(s % kBatchSets, true);
+  clock->synchronize();
+  progress << "warm-up done: " << config.warmup_steps << " steps\n";
+
+  std::vector<double> step_times, forward_times;
+  const uint64_t unique_before = unique_total();
+  for (uint32_t s = 0; s < config.steps; ++s) {
+    clock->start();
+    run_step(s % kBatchSets, true);
+    step_times.push_back(clock->stop());
+  }
+  r.unique_per_step = double(unique_total() - unique_before) / config.steps;
+  for (uint32_t s = 0; s < config.steps; ++s) {
+    clock->start();
+    run_step(s % kBatchSets, false);
+    forward_times.push_back(clock->stop());
+  }
+  r.step_seconds = median(step_times);
+  r.forward_seconds = median(forward_times);
+
+  // Profiled steps: a sync after every stage, times summed over the tables.
+  std::map<std::string, std::vector<double>> stage_samples;
+  const uint32_t profiled = std::min<uint32_t>(config.steps, 3);
+  for (uint32_t s = 0; s < profiled; ++s) {
+    std::map<std::string, double> step_stage;
+    auto last = std::chrono::steady_clock::now();
+    for (auto& t : tables) {
+      t->set_stage_observer([&](const char* stage) {
+        clock->synchronize();
+        const auto now = std::chrono::steady_clock::now();
+        step_stage[stage] += std::chrono::duration<double>(now - last).count();
+        last = now;
+      });
+    }
+    clock->synchronize();
+    last = std::chrono::steady_clock::now();
+    run_step(s % kBatchSets, true);
+    for (auto& [stage, seconds] : step_stage) stage_samples[stage].push_back(seconds);
+  }
+  for (auto& t : tables) t->set_stage_observer(nullptr);
+  for (auto& [stage, samples] : stage_samples) r.stage_seconds[stage] = median(samples);
+
+  const double u = r.unique_per_step;
+  const double dim_bytes = 4.0 * config.dim;
+  r.forward_floor_bytes = double(r.lookups_per_step) * 8 + u * dim_bytes +
+                          double(config.batch) * config.tables * dim_bytes;
+  r.step_floor_bytes = r.forward_floor_bytes + double(config.batch) * config.tables * dim_bytes +
+                       u * 4.0 * row_dim * 2;
+  r.forward_floor_seconds = r.forward_floor_bytes / r.copy_bandwidth;
+  r.step_floor_seconds = r.step_floor_bytes / r.copy_bandwidth;
+  for (auto& t : tables) r.rows_after += t->table().size(stream);
+  return r;
+}
+
+std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
+  const TrainBenchConfig& c = r.config;
+  out << std::fixed << std::setprecision(3);
+  out << "\ndynemb bench train (" << to_string(c.backend) << ", " << to_string(c.optimizer)
+      << "): " << c.tables << " tables x dim " << c.dim << ", batch " << c.batch << " x "
+      << c.ids_per_bag << " ids, Zipf " << c.zipf_alpha << " over " << c.rows_per_table
+      << " ids: " << r.lookups_per_step << " lookups, " << std::setprecision(0) << r.unique_per_step
+      << " unique per step\n"
+      << std::setprecision(3);
+  out << "| stage | ms | floor ms | ms / floor |\n| --- | --- | --- | --- |\n";
+  auto row = [&](const std::string& name, double s, double floor) {
+    out << "| " << name << " | " << s * 1e3 << " | ";
+    if (floor > 0) {
+      out << floor * 1e3 << " | " << s / floor << " |\n";
+    } else {
+      out << "- | - |\n";
+    }
+  };
+  row("step (forward + backward + " + to_string(c.optimizer) + ")", r.step_seconds,
+      r.step_floor_seconds);
+  row("forward only", r.forward_seconds, r.forward_floor_seconds);
+  for (const auto& [stage, s] : r.stage_seconds) row("  " + stage + " (profiled)", s, 0.0);
+  out << "copy bandwidth " << r.copy_bandwidth / 1e9 << " GB/s (read + written)\n";
+
+  nlohmann::json j;
+  j["benchmark"] = "dynemb bench train";
+  j["machine"] = {{"hostname", r.machine.hostname},
+                  {"cpu_model", r.machine.cpu_model},
+                  {"cores", r.machine.cores},
+                  {"memory_bytes", r.machine.memory_bytes}};
+  if (r.gpu) {
+    j["gpu"] = {{"name", r.gpu->name},
+                {"memory_bytes", r.gpu->memory_bytes},
+                {"multiprocessors", r.gpu->multiprocessors}};
+  } else {
+    j["gpu"] = nullptr;
+  }
+  j["git_commit"] = r.git_commit;
+  j["date_utc"] = r.date_utc;
+  j["parameters"] = {{"backend", to_string(c.backend)},
+                     {"tables", c.tables},
+                     {"rows_per_table", c.rows_per_table},
+                     {"dim", c.dim},
+                     {"batch", c.batch},
+                     {"ids_per_bag", c.ids_per_bag},
+                     {"zipf_alpha", c.zipf_alpha},
+                     {"optimizer", to_string(c.optimizer)},
+                     {"warmup_steps", c.warmup_steps},
+                     {"steps", c.steps},
+                     {"threads", c.threads},
+                     {"pooling", "sum"},
+                     {"score_policy", "step"},
+                     {"key_type", "int64"}};
+  j["results"] = {{"lookups_per_step", r.lookups_per_step},
+                  {"unique_per_step", r.unique_per_step},
+                  {"step_ms_median", r.step_seconds * 1e3},
+                  {"forward_ms_median", r.forward_seconds * 1e3},
+                  {"copy_bandwidth_gb_s", r.copy_bandwidth / 1e9},
+                  {"step_floor_bytes", r.step_floor_bytes},
+                  {"step_floor_ms", r.step_floor_seconds * 1e3},
+                  {"forward_floor_bytes", r.forward_floor_bytes},
+                  {"forward_floor_ms", r.forward_floor_seconds * 1e3},
+                  {"step_over_floor", r.step_seconds / r.step_floor_seconds},
+                  {"forward_over_floor", r.forward_seconds / r.forward_floor_seconds},
+                  {"rows_after", r.rows_after}};
+  for (const auto& [stage, s] : r.stage_seconds) j["results"]["stages_ms"][stage] = s * 1e3;
+  std::string path = c.json_path;
+  if (path.empty()) {
+    std::string day = r.date_utc.substr(0, 10);
+    day.erase(std::remove(day.begin(), day.end(), '-'), day.end());
+    path = std::string(DYNEMB_SOURCE_DIR) + "/bench/results/train-" + to_string(c.backend) + "-" +
+           std::to_string(r.lookups_per_step / 1000) + "k-" + r.machine.hostname + "-" + day +
+           ".json";
+  }
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << j.dump(2) << "\n";
+  out << "wrote " << path << "\n";
+  return path;
+}
+
+}  // namespace dynemb::bench

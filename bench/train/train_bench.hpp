@@ -1,0 +1,69 @@
+// `dynemb bench train`: one training step (forward SUM pooling, backward, fused optimizer) over
+// several dynamic tables, with a per-stage breakdown and the memory-traffic floor of each stage.
+#pragma once
+
+#include <iosfwd>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/table/bench_clock.hpp"
+#include "bench/table/results.hpp"
+#include "dynemb/core/options.hpp"
+#include "dynemb/ops/optimizer.hpp"
+
+namespace dynemb::bench {
+
+// Every parameter of one run.
+struct TrainBenchConfig {
+  Backend backend = Backend::kCpu;
+  uint32_t tables = 10;
+  uint64_t rows_per_table = 1 << 20;  // ids drawn per table (Zipf over this many)
+  uint32_t dim = 128;
+  uint64_t batch = 65536;  // bags per table per step
+  uint32_t ids_per_bag = 20;
+  double zipf_alpha = 1.05;
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  uint32_t warmup_steps = 3;
+  uint32_t steps = 10;
+  uint32_t threads = 0;  // CPU table threads (0 = all)
+  uint64_t seed = 0;     // 0 = random
+  std::string json_path;
+};
+
+// The 13.1M-lookup shape of ANCHORS.md and the 1M-lookup variant.
+TrainBenchConfig train_bench_config_13m();
+TrainBenchConfig train_bench_config_1m();
+// Throws InvalidArgument naming the bad field.
+void validate_train_bench_config(const TrainBenchConfig& config);
+
+struct TrainBenchReport {
+  TrainBenchConfig config;
+  MachineInfo machine;
+  std::optional<GpuInfo> gpu;
+  std::string git_commit;
+  std::string date_utc;
+  double copy_bandwidth = 0.0;  // bytes (read + written) per second, measured in this run
+  uint64_t lookups_per_step = 0;
+  double unique_per_step = 0.0;  // distinct keys per step, summed over tables
+  double step_seconds = 0.0;     // median over the timed steps, no profiling syncs
+  double forward_seconds = 0.0;  // median forward-only time (no backward)
+  // Median seconds per stage over profiled steps (a sync after each stage), summed over tables.
+  std::map<std::string, double> stage_seconds;
+  // Bytes that must move (forward: keys, unique embedding rows read, pooled output written;
+  // update: gradient read, unique rows with optimizer state read and written) and the time
+  // they take at the measured copy bandwidth.
+  double forward_floor_bytes = 0.0, step_floor_bytes = 0.0;
+  double forward_floor_seconds = 0.0, step_floor_seconds = 0.0;
+  uint64_t rows_after = 0;
+};
+
+// Runs warm-up and timed steps; progress lines go to `progress`.
+TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& progress);
+
+// Prints the report as a table and writes its JSON (config.json_path or
+// bench/results/train-<backend>-<host>-<yyyymmdd>.json); returns the path written.
+std::string report_train_bench(const TrainBenchReport& report, std::ostream& out);
+
+}  // namespace dynemb::bench
