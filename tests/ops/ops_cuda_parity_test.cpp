@@ -11,6 +11,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/ops/dedup.hpp"
+#include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "dynemb/table/table.hpp"
@@ -202,6 +203,48 @@ TEST_F(OpsCudaParity, RowOpsMatchCpu) {
   auto dgrads = to_gpu(grads);
   BackendBuffer<bool> bad(kGpu, n);
   EXPECT_EQ(flag_nonfinite_rows(kGpu, n, dgrads.data(), 8, 8, bad.data()), 2u);
+}
+
+TEST_F(OpsCudaParity, OptimizerRowsMatchCpu) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const uint32_t dim = 70;  // not a multiple of 32
+  const size_t n = 777;
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdaGrad,
+        OptimizerKind::kRowWiseAdaGrad, OptimizerKind::kRmsProp, OptimizerKind::kFtrl}) {
+    OptimizerOptions o;
+    o.kind = kind;
+    o.learning_rate = 0.05f;
+    o.eps = 1e-6f;
+    o.initial_accumulator = 0.1f;
+    o.clip_norm = 2.0f;
+    o.weight_decay = 0.01f;
+    const uint32_t stride = dim + optimizer_state_dim(kind, dim);
+    std::vector<float> rows(n * stride, 0.0f), grads(n * dim);
+    for (size_t i = 0; i < n; ++i) {
+      for (uint32_t j = 0; j < dim; ++j) rows[i * stride + j] = normal(rng);
+    }
+    std::unique_ptr<bool[]> skip(new bool[n]);
+    for (size_t i = 0; i < n; ++i) skip[i] = i % 11 == 0;
+    auto drows = to_gpu(rows);
+    BackendBuffer<bool> dskip(kGpu, n);
+    dskip.upload(skip.get(), n);
+    for (int step = 0; step < 5; ++step) {
+      for (auto& g : grads) g = normal(rng);
+      auto dgrads = to_gpu(grads);
+      apply_optimizer_rows(Backend::kCpu, o, n, rows.data(), stride, grads.data(), dim, dim,
+                           skip.get());
+      apply_optimizer_rows(kGpu, o, n, drows.data(), stride, dgrads.data(), dim, dim, dskip.data());
+    }
+    const auto gpu_rows = to_host(drows, rows.size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      ASSERT_NEAR(gpu_rows[k], rows[k], 1e-4f * (1 + std::abs(rows[k])))
+          << to_string(kind) << " element " << k;
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "dynemb/core/initializer.hpp"
 #include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
+#include "ops/cuda/optimizer_warp.cuh"
 
 namespace dynemb::detail {
 namespace {
@@ -74,13 +75,14 @@ __global__ void nonfinite_kernel(size_t n, const float* grads, uint32_t stride, 
   }
 }
 
+// One warp per row (coalesced over the row's elements).
 __global__ void optimizer_kernel(OptimizerOptions o, size_t n, float* rows, uint32_t row_stride,
                                  const float* grads, uint32_t grad_stride, uint32_t dim,
                                  const bool* skip) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t i = warp_index();
   if (i >= n || (skip != nullptr && skip[i])) return;
-  const float* g = grads + i * grad_stride;
-  apply_optimizer(o, rows + i * row_stride, g, dim, clip_norm_scale(o, g, dim));
+  ops_cuda::apply_optimizer_warp(o, rows + i * row_stride, grads + i * grad_stride, dim,
+                                 lane_index());
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream) {
   if (n == 0) return;
-  optimizer_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(
+  optimizer_kernel<<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
       o, n, rows, row_stride, grads, grad_stride, dim, skip);
   cuda::check_launch("apply_optimizer_rows");
 }
