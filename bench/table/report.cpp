@@ -222,7 +222,9 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "
-       "thread). Both reserve capacity slots and hold the same stored keys as the dynemb table."},
+       "thread). Both reserve capacity slots, hold the same stored keys as the dynemb table and "
+       "grow when they must (neither evicts: at load factor 1 libcuckoo has doubled its slots, "
+       "so peers at λ = 1 are not at their own load factor 1)."},
   };
   j["parameters"] = params;
   if (c.backend == Backend::kCuda) j["hkv_anchor_source"] = hkv_anchor_source();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/table/table_bench.hpp"
+#include "cli_checks.hpp"
 #include "command_registry.hpp"
 
 namespace {
@@ -62,16 +63,6 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   return c;
 }
 
-// Rejects a value that starts with '-' (CLI11 would wrap it around for unsigned options).
-CLI::Validator not_negative() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        if (value.empty() || value.front() != '-') return "";
-        return "value = " + value + ", must be >= 0";
-      },
-      "", "not negative");
-}
-
 void install(CLI::App& cmd) {
   auto args = std::make_shared<BenchTableArgs>();
   auto given = std::make_shared<GivenOptions>();
@@ -115,7 +106,7 @@ void install(CLI::App& cmd) {
   // Unsigned options: a negative value is an error, not a wrap-around.
   for (CLI::Option* option : {given->dims, given->capacity, given->batch, given->repeats,
                               given->threads, given->hbm_budget_gb, seed}) {
-    option->check(not_negative());
+    option->check(dynemb::tools::not_negative());
   }
   cmd.add_option("--json", args->json_path,
                  "Result file (default bench/results/table-<backend>-<host>-<yyyymmdd>.json)");
