@@ -71,6 +71,73 @@ __device__ __forceinline__ int find_in_bucket(const Tile& tile, const TableView&
   return -1;
 }
 
+// 16 digest matches of one uint4 as a 16-bit mask (bit b: byte b equals the pattern's byte).
+__device__ __forceinline__ uint32_t match_mask16(const uint4& d, uint32_t pattern) {
+  const uint32_t words[4] = {d.x, d.y, d.z, d.w};
+  uint32_t bits = 0;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t m = __vcmpeq4(words[w], pattern) & 0x01010101u;
+    bits |= ((m * 0x01020408u) >> 24 & 0xFu) << (4 * w);
+  }
+  return bits;
+}
+
+// What one pass over a bucket found: the key's slot and the first empty slot (-1: none).
+struct Probe {
+  int found;
+  int empty;
+};
+
+// Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
+// when `want_empty`, an empty slot; each thread confirms its first key candidate and its first
+// empty candidate with two independent loads.
+__device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
+                                              uint64_t key_bits, uint8_t digest, bool want_empty) {
+  const uint32_t pattern = 0x01010101u * digest;
+  const uint32_t empty_pattern = 0x01010101u * kEmptyDigest;
+  const uint64_t base = bucket * t.bucket_capacity;
+  Probe result{-1, -1};
+  for (uint32_t round = 0; round < t.bucket_capacity; round += 16 * kTileSize) {
+    const uint32_t first = round + tile.thread_rank() * 16;
+    int hit = -1;
+    int empty = -1;
+    if (first < t.bucket_capacity) {
+      const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + first));
+      uint32_t key_mask = match_mask16(d, pattern);
+      uint32_t empty_mask = want_empty && result.empty < 0 ? match_mask16(d, empty_pattern) : 0u;
+      while (key_mask != 0 || empty_mask != 0) {
+        const int ks = key_mask != 0 ? __ffs(key_mask) - 1 : -1;
+        const int es = empty_mask != 0 ? __ffs(empty_mask) - 1 : -1;
+        const uint64_t kk = ks >= 0 ? __ldcg(t.keys + base + first + ks) : 0;
+        const uint64_t ke = es >= 0 ? __ldcg(t.keys + base + first + es) : 0;
+        if (ks >= 0) {
+          key_mask &= key_mask - 1;
+          if (kk == key_bits) {
+            hit = static_cast<int>(first) + ks;
+            key_mask = 0;
+          }
+        }
+        if (es >= 0) {
+          empty_mask &= empty_mask - 1;
+          if (ke == kEmptyKey) {
+            empty = static_cast<int>(first) + es;
+            empty_mask = 0;
+          }
+        }
+      }
+    }
+    const uint32_t hits = tile.ballot(hit >= 0);
+    if (hits != 0) {
+      result.found = tile.shfl(hit, __ffs(hits) - 1);
+      return result;
+    }
+    const uint32_t empties = tile.ballot(empty >= 0);
+    if (empties != 0 && result.empty < 0) result.empty = tile.shfl(empty, __ffs(empties) - 1);
+  }
+  return result;
+}
+
 // The bucket's eviction victim: the lowest score, ties broken by the smallest key bit pattern.
 struct Victim {
   int slot;
@@ -78,46 +145,83 @@ struct Victim {
   uint64_t key;
 };
 
-// Finds the victim of a full bucket (every thread gets the same answer).
+// Finds the victim of a full bucket (every thread gets the same answer): scores first; keys
+// are read only to break ties between equal lowest scores.
 __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView& t,
                                               uint64_t bucket) {
   const uint64_t base = bucket * t.bucket_capacity;
-  Victim best{-1, ~0ull, ~0ull};
+  uint64_t low = ~0ull;
+  int low_slot = -1;
+  int ties = 0;
   for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
-    const uint64_t k = __ldcg(t.keys + base + s);
-    if (k == kEmptyKey) continue;
     const uint64_t sc = __ldcg(t.scores + base + s);
-    if (best.slot < 0 || sc < best.score || (sc == best.score && k < best.key)) {
-      best = Victim{static_cast<int>(s), sc, k};
+    if (low_slot < 0 || sc < low) {
+      low = sc;
+      low_slot = static_cast<int>(s);
+      ties = 0;
+    } else if (sc == low) {
+      ++ties;
+    }
+  }
+  uint64_t best = low;
+#pragma unroll
+  for (uint32_t offset = kTileSize / 2; offset > 0; offset /= 2) {
+    const uint64_t other = tile.shfl_xor(best, offset);
+    best = other < best ? other : best;
+  }
+  const uint32_t holders = tile.ballot(low == best);
+  const bool tied = __popc(holders) > 1 || tile.any(low == best && ties > 0);
+  if (!tied) {
+    const int slot = tile.shfl(low_slot, __ffs(holders) - 1);
+    return Victim{slot, best, __ldcg(t.keys + base + slot)};
+  }
+  // Equal lowest scores: the smallest key bit pattern among them.
+  uint64_t key = ~0ull;
+  int slot = -1;
+  for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
+    if (__ldcg(t.scores + base + s) != best) continue;
+    const uint64_t k = __ldcg(t.keys + base + s);
+    if (slot < 0 || k < key) {
+      key = k;
+      slot = static_cast<int>(s);
     }
   }
 #pragma unroll
   for (uint32_t offset = kTileSize / 2; offset > 0; offset /= 2) {
-    Victim other{tile.shfl_xor(best.slot, offset), tile.shfl_xor(best.score, offset),
-                 tile.shfl_xor(best.key, offset)};
-    const bool take = other.slot >= 0 && (best.slot < 0 || other.score < best.score ||
-                                          (other.score == best.score && other.key < best.key));
-    if (take) best = other;
+    const uint64_t other_key = tile.shfl_xor(key, offset);
+    const int other_slot = tile.shfl_xor(slot, offset);
+    if (other_slot >= 0 && (slot < 0 || other_key < key)) {
+      key = other_key;
+      slot = other_slot;
+    }
   }
-  return best;
+  return Victim{slot, best, key};
 }
 
-// Takes the writer lock of a bucket for the whole tile.
+// Takes the writer lock of a bucket for the whole tile (acquire: what the last holder wrote
+// is visible to the tile's L1-bypassing loads).
 __device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
   if (tile.thread_rank() == 0) {
-    while (atomicCAS(lock, 0u, 1u) != 0u) __nanosleep(20);
-    __threadfence();
+    for (;;) {
+      uint32_t old;
+      asm volatile("atom.acquire.gpu.global.cas.b32 %0, [%1], 0, 1;"
+                   : "=r"(old)
+                   : "l"(lock)
+                   : "memory");
+      if (old == 0u) break;
+      __nanosleep(20);
+    }
   }
   tile.sync();
 }
 
-// Publishes the tile's writes and releases the bucket's lock.
+// Publishes the tile's writes and releases the bucket's lock: every thread orders its writes
+// (fence.acq_rel), the tile meets, and the leader's release store hands the lock on.
 __device__ __forceinline__ void unlock_bucket(const Tile& tile, uint32_t* lock) {
-  __threadfence();
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
   tile.sync();
   if (tile.thread_rank() == 0) {
-    __threadfence();
-    atomicExch(lock, 0u);
+    asm volatile("st.release.gpu.global.u32 [%0], 0;" ::"l"(lock) : "memory");
   }
 }
 

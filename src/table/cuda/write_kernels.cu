@@ -79,7 +79,10 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
 
   lock_bucket(tile, t.locks + bucket);
-  const int found = find_in_bucket<true>(tile, t, bucket, key, digest8_of_hash(hash));
+  // Issued before the probe so the two loads overlap.
+  const int32_t size = inserts(kOp) ? __ldcg(t.bucket_sizes + bucket) : 0;
+  const Probe probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
+  const int found = probe.found;
   if (found >= 0) {
     const uint64_t slot = base + static_cast<uint64_t>(found);
     float* row = row_of(t, slot);
@@ -102,13 +105,12 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
       }
       if (leader) {
-        const uint64_t old = __ldcg(t.scores + slot);
+        const uint64_t old = a.policy == ScorePolicy::kLfu ? __ldcg(t.scores + slot) : 0;
         t.scores[slot] = next_score(a.policy, true, old, has_given, given, now);
       }
     }
   } else if constexpr (inserts(kOp)) {
     const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
-    const int32_t size = __ldcg(t.bucket_sizes + bucket);
     int target = -1;
     bool evicting = false;
     bool defer = false;
@@ -123,7 +125,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         allowed = tile.shfl(left, 0) > 0;
       }
       if (allowed) {
-        target = find_in_bucket<true>(tile, t, bucket, kEmptyKey, kEmptyDigest);
+        target = probe.empty;
       } else {
         defer = true;
       }
