@@ -5,6 +5,7 @@
 
 #include "dynemb/core/initializer.hpp"
 #include "table/cpu/cpu_table.hpp"
+#include "table/cpu/row_initializer.hpp"
 
 namespace dynemb::cpu {
 
@@ -92,13 +93,13 @@ void CpuTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* f
       if (founds) founds[i] = true;
     }
     void inserted(size_t i, uint64_t bits, float* row) const {
-      fill_initial_row(init, bits, row, static_cast<uint32_t>(dim));
+      write_initial_row(init, bits, row, static_cast<uint32_t>(dim));
       std::memcpy(values + i * dim, row, row_bytes);
       if (founds) founds[i] = false;
     }
     void evicted(uint64_t, const float*, uint64_t) const {}
     void refused(size_t i, uint64_t bits, uint64_t) const {
-      fill_initial_row(init, bits, values + i * dim, static_cast<uint32_t>(dim));
+      write_initial_row(init, bits, values + i * dim, static_cast<uint32_t>(dim));
       if (founds) founds[i] = false;
     }
     void reserved(size_t i) const {
