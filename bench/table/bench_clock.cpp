@@ -1,5 +1,7 @@
 #include "bench/table/bench_clock.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 
 namespace dynemb::bench {
@@ -20,6 +22,13 @@ class SteadyClock final : public BenchClock {
 };
 
 }  // namespace
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 std::unique_ptr<BenchClock> make_bench_clock(Backend backend, int device) {
   if (backend == Backend::kCuda) return make_cuda_bench_clock(device);

@@ -25,6 +25,9 @@ class BenchClock {
   virtual void synchronize() = 0;
 };
 
+// User + system CPU seconds this process has used so far (all threads; getrusage).
+double process_cpu_seconds();
+
 // A clock for `backend` (the CUDA one creates its own stream on `device`).
 std::unique_ptr<BenchClock> make_bench_clock(Backend backend, int device = 0);
 

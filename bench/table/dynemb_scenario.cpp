@@ -267,11 +267,13 @@ DynembScenarioOutput run_dynemb_scenario(const TableBenchConfig& config, uint32_
     OpTiming best{std::numeric_limits<double>::infinity(), 0};
     for (uint32_t run = 0; run < config.repeats + (warm_up ? 1 : 0); ++run) {
       bench.restore();
+      const double cpu_before = process_cpu_seconds();
       clock.start();
       const uint64_t pairs = bench.issue(op);
       const double seconds = clock.stop();
+      const double cpu_seconds = process_cpu_seconds() - cpu_before;
       if (warm_up && run == 0) continue;
-      if (seconds < best.seconds) best = {seconds, pairs};
+      if (seconds < best.seconds) best = {seconds, pairs, cpu_seconds};
     }
     result.dynemb[op] = best;
   }

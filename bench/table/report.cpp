@@ -80,8 +80,12 @@ std::string load_text(const std::vector<double>& load) {
 }
 
 nlohmann::json timing_json(const OpTiming& t) {
-  return {
-      {"seconds", t.seconds}, {"pairs", t.pairs}, {"b_kv_s", t.b_kv_s()}, {"m_kv_s", t.m_kv_s()}};
+  return {{"seconds", t.seconds},
+          {"pairs", t.pairs},
+          {"b_kv_s", t.b_kv_s()},
+          {"m_kv_s", t.m_kv_s()},
+          {"cpu_seconds", t.cpu_seconds},
+          {"cores_busy", t.seconds > 0 ? t.cpu_seconds / t.seconds : 0.0}};
 }
 
 nlohmann::json optional_json(std::optional<double> v) {

@@ -23,6 +23,9 @@ inline constexpr double kMillionKv = 1048576.0;
 struct OpTiming {
   double seconds = 0.0;
   uint64_t pairs = 0;
+  // CPU seconds the whole process used during the call: cpu_seconds / seconds well below the
+  // thread count means other load took the cores (CPU backend; on CUDA the host's share).
+  double cpu_seconds = 0.0;
   // Throughput in B-KV/s (2^30 pairs per second).
   double b_kv_s() const { return seconds > 0 ? double(pairs) / seconds / kBillionKv : 0.0; }
   // Throughput in M-KV/s (2^20 pairs per second).
