@@ -1,0 +1,146 @@
+// Checkpoints of tables and trainable embeddings: dump (full or incremental), load (into any
+// backend and any number of ranks), incremental dump in memory. The format is
+// docs/checkpoint_format.md; format.hpp reads it without any table.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "dynemb/checkpoint/format.hpp"
+#include "dynemb/embedding/embedding.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::checkpoint {
+
+// A plain table or a trainable embedding (whose rows are [embedding | optimizer state]).
+using TableHandle =
+    std::variant<Table<int64_t>*, Table<uint64_t>*, Embedding<int64_t>*, Embedding<uint64_t>*>;
+
+// A table and the name it has in a checkpoint ([A-Za-z0-9_.-], 1-128 characters).
+struct NamedTable {
+  std::string name;
+  TableHandle table;
+};
+
+// Names a table for dump / load.
+template <TableKey K>
+NamedTable named(std::string name, Table<K>& table) {
+  return {std::move(name), &table};
+}
+template <TableKey K>
+NamedTable named(std::string name, Embedding<K>& embedding) {
+  return {std::move(name), &embedding};
+}
+
+struct DumpOptions {
+  std::vector<std::string> only;      // dump these names only; empty = every table given
+  bool optimizer_state = true;        // write embeddings' optimizer state files
+  std::optional<uint64_t> min_score;  // set: a delta of the rows with score >= min_score
+  uint64_t chunk_slots = 1u << 16;    // slots exported per export_batch call
+  bool direct_io = true;              // O_DIRECT where the file system allows it
+  bool overwrite = true;              // replace a checkpoint already at the path
+};
+
+// What a dump wrote.
+struct DumpReport {
+  Manifest manifest;
+  uint64_t rows = 0;
+  uint64_t bytes = 0;  // every data file, headers included
+};
+
+// Writes one checkpoint from one or more ranks' shards into a staging directory next to `path`;
+// commit() makes it appear at `path` at once (fsync + rename), so a crash at any point leaves
+// the previous checkpoint at `path` intact. Destroying an uncommitted writer removes the staging
+// directory.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::filesystem::path path, uint32_t world_size, DumpOptions options = {});
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Writes rank `rank`'s shard of every table (the same names on every rank), streamed in
+  // chunks. The tables should not change while they are written.
+  void write_rank(uint32_t rank, const std::vector<NamedTable>& tables);
+  // Writes the manifest once every rank was written, fsyncs and renames into place.
+  DumpReport commit();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Dumps single-rank tables to `path` (see CheckpointWriter).
+DumpReport dump(const std::filesystem::path& path, const std::vector<NamedTable>& tables,
+                const DumpOptions& options = {});
+// Dumps a sharded set: ranks[r] holds rank r's shards (world_size = ranks.size()).
+DumpReport dump_sharded(const std::filesystem::path& path,
+                        const std::vector<std::vector<NamedTable>>& ranks,
+                        const DumpOptions& options = {});
+
+// When the payload checksums are checked.
+enum class VerifyMode : uint8_t {
+  kBeforeLoading,  // read every file once to check it, then again to load (tables untouched
+                   // on any error)
+  kWhileLoading,   // one pass; only for target tables that are empty: on an error they are
+                   // cleared again (otherwise kBeforeLoading is used)
+};
+
+struct LoadOptions {
+  std::vector<std::string> only;  // load these names only; empty = every table given
+  uint32_t rank = 0;              // this process's rank of world_size: keeps the keys with
+  uint32_t world_size = 1;        //   rank_of_key_bits(key, world_size) == rank
+  bool optimizer_state = true;    // load optimizer state when the optimizers match
+  bool restore_clock = true;      // set the STEP step / CUSTOMIZED score from the checkpoint
+  bool replace = true;            // a full checkpoint clears each target first
+  VerifyMode verify = VerifyMode::kBeforeLoading;
+  bool direct_io = true;
+  uint64_t chunk_rows = 1u << 16;
+};
+
+// What a load did, per table and in total.
+struct LoadReport {
+  uint64_t rows_read = 0;     // rows in the files read
+  uint64_t rows_loaded = 0;   // rows routed to this rank and inserted
+  uint64_t rows_dropped = 0;  // rows the target refused or evicted while loading (too small)
+  uint64_t bytes_read = 0;
+  bool verified_first = true;              // checksums were checked before any table changed
+  std::vector<std::string> state_skipped;  // tables whose optimizer state was not loaded
+};
+
+// Verifies the checkpoint at `path` (manifest, presence, sizes, headers, dims, dtypes, and
+// checksums per options.verify) and then loads it into `tables`. Any problem found before
+// loading is a CheckpointError and leaves every table unchanged.
+LoadReport load(const std::filesystem::path& path, const std::vector<NamedTable>& tables,
+                const LoadOptions& options = {});
+
+// Rows of a table whose score >= a threshold, copied out (rows are the table's full rows:
+// [embedding | optimizer state] for an Embedding's table).
+template <TableKey K>
+struct DeltaRows {
+  uint32_t dim = 0;
+  std::vector<K> keys;
+  std::vector<float> values;  // keys.size() x dim
+  std::vector<uint64_t> scores;
+  // The threshold for the next incremental dump: the table's clock when this one began (STEP
+  // step, CUSTOMIZED score, TIMESTAMP now); LFU keeps `threshold`.
+  uint64_t next_threshold = 0;
+};
+
+// Copies out every row with score >= threshold, in chunks (the table should not change).
+template <TableKey K>
+DeltaRows<K> incremental_dump(Table<K>& table, uint64_t threshold, uint64_t chunk_slots = 1u << 16);
+
+// The table's clock (Table::score) and setting it (Table::set_score; warns when a CUSTOMIZED
+// score goes backwards).
+uint64_t get_score(const NamedTable& table);
+void set_score(const NamedTable& table, uint64_t score);
+
+// Nanoseconds since the Unix epoch on the host clock (what dump_time_ns records).
+uint64_t host_now_ns();
+
+}  // namespace dynemb::checkpoint

@@ -1,0 +1,57 @@
+// Reads one shard of a table (its keys, values, scores and optional optimizer-state files) in
+// chunks of rows, checking sizes and headers on open and every payload CRC32C at the end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/byte_stream.hpp"
+#include "dynemb/checkpoint/format.hpp"
+
+namespace dynemb::checkpoint {
+
+// One data file opened for reading, its header checked against the manifest.
+class CheckedFile {
+ public:
+  CheckedFile(CheckpointSource& source, const TableEntry& table, const ShardEntry& shard,
+              FileContent content, uint32_t world_size);
+  // Reads n bytes of payload (CheckpointError if the file ends first).
+  void read(void* dst, size_t n);
+  // Checks that the whole payload was read and its CRC32C matches the manifest.
+  void finish();
+  // Reads the rest of the payload and finish()es.
+  void verify_rest();
+
+ private:
+  const FileEntry& entry_;
+  std::unique_ptr<ByteSource> source_;
+  uint32_t crc_ = 0;
+  uint64_t read_ = 0;
+};
+
+class ShardReader {
+ public:
+  // Opens the shard's files (optimizer state only when `read_state` and present).
+  ShardReader(CheckpointSource& source, const TableEntry& table, const ShardEntry& shard,
+              uint32_t world_size, bool read_state);
+  // Rows not read yet.
+  uint64_t remaining() const { return remaining_; }
+  // Reads the next n <= remaining() rows: key bits, n * dim values, n scores and, when reading
+  // state, n * optimizer_state_dim floats.
+  void read(size_t n, uint64_t* keys, float* values, uint64_t* scores, float* state);
+  // Checks every file's CRC32C after the last row (CheckpointError on a mismatch).
+  void finish();
+
+ private:
+  const TableEntry& table_;
+  uint64_t remaining_;
+  CheckedFile keys_, values_, scores_;
+  std::unique_ptr<CheckedFile> state_;
+};
+
+// An in-memory checkpoint: the manifest text, and `files` served for every data file path.
+std::unique_ptr<CheckpointSource> open_memory_checkpoint(std::string manifest, std::string files);
+
+}  // namespace dynemb::checkpoint
