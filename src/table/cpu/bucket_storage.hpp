@@ -16,6 +16,7 @@
 
 #include <emmintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -105,20 +106,38 @@ class BucketStorage {
     __builtin_prefetch(ctrl(b) + start_group(hash) * kGroupWidth);
   }
 
-  // Without the lock: the slot a probe for `key_bits` most likely ends at, judged from the
-  // start group's control bytes only (the first digest match, else with `want_free` the first
-  // free slot), or -1. A guess that may be stale; use it only for prefetching.
+  // Without the lock: the slot a probe for `hash` most likely ends at, judged from control
+  // bytes only (read atomically): the first digest match on the probe path, else with
+  // `want_free` the first free slot, else -1; -2 when `want_free` and the bucket has no free
+  // slot (an insert may have to scan it for its lowest score). A guess that may be stale; use
+  // it only for prefetching.
   int32_t predict_slot(uint64_t b, uint64_t hash, bool want_free) const {
-    const uint32_t base = start_group(hash) * kGroupWidth;
-    auto* words = reinterpret_cast<uint64_t*>(ctrl(b) + base);
-    const uint64_t lo = std::atomic_ref<uint64_t>(words[0]).load(std::memory_order_relaxed);
-    const uint64_t hi = std::atomic_ref<uint64_t>(words[1]).load(std::memory_order_relaxed);
-    const Group grp(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
-    if (const uint32_t m = grp.match(ctrl_of_hash(hash)); m != 0)
-      return static_cast<int32_t>(base + __builtin_ctz(m));
-    if (const uint32_t f = grp.frees(); want_free && f != 0)
-      return static_cast<int32_t>(base + __builtin_ctz(f));
-    return -1;
+    const uint8_t want = ctrl_of_hash(hash);
+    const uint32_t groups = bucket_capacity_ / kGroupWidth;
+    int32_t free = -1;
+    uint32_t g = start_group(hash);
+    for (uint32_t t = 0; t < groups; ++t, g = (g + 1) & (groups - 1)) {
+      const uint32_t base = g * kGroupWidth;
+      auto* words = reinterpret_cast<uint64_t*>(ctrl(b) + base);
+      const uint64_t lo = std::atomic_ref<uint64_t>(words[0]).load(std::memory_order_relaxed);
+      const uint64_t hi = std::atomic_ref<uint64_t>(words[1]).load(std::memory_order_relaxed);
+      const Group grp(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
+      if (const uint32_t m = grp.match(want); m != 0)
+        return static_cast<int32_t>(base + __builtin_ctz(m));
+      if (const uint32_t f = grp.frees(); free < 0 && f != 0)
+        free = static_cast<int32_t>(base + __builtin_ctz(f));
+      if (grp.empties() != 0) break;
+    }
+    if (!want_free) return -1;
+    return free >= 0 ? free : -2;
+  }
+
+  // Prefetches the first `max_bytes` of the bucket's key/score entries (for a full-bucket
+  // scan).
+  void prefetch_entries(uint64_t b, size_t max_bytes) const {
+    const char* p = reinterpret_cast<const char*>(&key(b, 0));
+    const size_t bytes = std::min<size_t>(max_bytes, bucket_capacity_ * sizeof(SlotEntry));
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 1);
   }
 
   // Prefetches what an operation on `slot` touches: its key, and its score and row (for

@@ -84,6 +84,8 @@ class CpuTable final : public Table<K> {
  private:
   // Keys per pipelined chunk: all are hashed and prefetched before the first is handled.
   static constexpr size_t kChunk = 32;
+  // How much of a probably full bucket's entries pass 2 prefetches (for the eviction scan).
+  static constexpr size_t kFullBucketPrefetchBytes = 4096;
   // Batches at least this long are split over the pool.
   static constexpr size_t kParallelMin = 16384;
 
@@ -177,7 +179,11 @@ void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& vi
     for (size_t j = 0; j < count; ++j) {  // pass 2: guess the slot, prefetch what it holds
       const KeyAt& k = at[j];
       const int32_t slot = s.predict_slot(k.bucket, k.hash, kWrite);
-      if (slot >= 0) s.prefetch_slot(k.bucket, static_cast<uint32_t>(slot), kWrite);
+      if (slot >= 0) {
+        s.prefetch_slot(k.bucket, static_cast<uint32_t>(slot), kWrite);
+      } else if (slot == -2) {
+        s.prefetch_entries(k.bucket, kFullBucketPrefetchBytes);
+      }
     }
     size_t j = 0;
     bool grow_for_load = false;
