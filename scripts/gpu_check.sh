@@ -7,7 +7,8 @@
 # Usage: bash scripts/gpu_check.sh [BUILD_DIR]
 #   env: GPU_CHECK_SKIP_BENCH=1     skip the benchmark
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
-#        GPU_CHECK_SANITIZE_FILTER  gtest filter of the sanitizer runs
+#        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
+#        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 240)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +23,8 @@ record() {  # name rc
   [ "$2" -eq 0 ] || status=1
 }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 |
+  tee -a "$out/summary.txt"
 
 if [ -z "$build" ]; then
   build=build-gpu
@@ -48,10 +49,14 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail 
 grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
 record dynemb_tests $rc
 
-filter="${GPU_CHECK_SANITIZE_FILTER:-CudaTable.*:*cuda_int64*:-*Concurrency*:CudaTable.Threads*}"
+# memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
+memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable.*:*cuda_int64*:-*Concurrency*:CudaTable.Threads*}"
+racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaTable.Hybrid*:TableOpsTest/cuda_int64.*}"
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-240}"
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
+    filter="$memcheck_filter"
+    [ "$tool" = racecheck ] && filter="$racecheck_filter"
     step "compute-sanitizer --tool $tool ($filter)"
     timeout "$sanitize_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       "$tests" --gtest_color=no --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
@@ -69,9 +74,8 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
     step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
     # shellcheck disable=SC2086
     "$program" bench table --backend cuda --json "$out/bench_cuda.json" \
-      --markdown "$out/bench_cuda.md" ${GPU_CHECK_BENCH_ARGS:-} > "$out/bench.log" 2>&1
-    rc=$?
-    cat "$out/bench.log" | tail -60
+      --markdown "$out/bench_cuda.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
+    rc=${PIPESTATUS[0]}
     record bench $rc
   else
     echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"

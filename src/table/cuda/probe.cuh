@@ -202,6 +202,9 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
 // is visible to the tile's L1-bypassing loads).
 __device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
   if (tile.thread_rank() == 0) {
+    // Test and test-and-set with exponential backoff: waiting tiles read instead of hammering
+    // L2 with atomics.
+    uint32_t pause = 32;
     for (;;) {
       uint32_t old;
       asm volatile("atom.acquire.gpu.global.cas.b32 %0, [%1], 0, 1;"
@@ -209,16 +212,20 @@ __device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
                    : "l"(lock)
                    : "memory");
       if (old == 0u) break;
-      __nanosleep(20);
+      do {
+        __nanosleep(pause);
+        pause = pause < 1024 ? pause * 2 : pause;
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(old) : "l"(lock) : "memory");
+      } while (old != 0u);
     }
   }
   tile.sync();
 }
 
-// Publishes the tile's writes and releases the bucket's lock: every thread orders its writes
-// (fence.acq_rel), the tile meets, and the leader's release store hands the lock on.
+// Publishes the tile's writes and releases the bucket's lock: the tile meets (bar.warp.sync
+// orders every thread's writes before the leader's next operation) and the leader's release
+// store, cumulative over what it has observed, hands the lock on.
 __device__ __forceinline__ void unlock_bucket(const Tile& tile, uint32_t* lock) {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
   tile.sync();
   if (tile.thread_rank() == 0) {
     asm volatile("st.release.gpu.global.u32 [%0], 0;" ::"l"(lock) : "memory");

@@ -212,18 +212,35 @@ __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, Write
   }
 }
 
+// Blocks that fit on the device at once for `kernel` (a persistent grid: tiles stride over the
+// batch, so no block waits on a wave of slower ones).
+template <class Kernel>
+unsigned resident_blocks(Kernel kernel) {
+  int device = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, 0),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
+}
+
+template <WriteOp kOp, bool kVec>
+void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) {
+  static const unsigned resident = resident_blocks(write_kernel<kOp, kVec>);
+  const uint64_t needed = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
+  const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
+  write_kernel<kOp, kVec><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  check_cuda(cudaGetLastError(), "write_kernel launch");
+}
+
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
-  const uint64_t tiles = a.n;
-  const uint64_t blocks64 = (tiles + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks =
-      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
   if (vec) {
-    write_kernel<kOp, true><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+    launch_kernel<kOp, true>(t, a, stream);
   } else {
-    write_kernel<kOp, false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+    launch_kernel<kOp, false>(t, a, stream);
   }
-  check_cuda(cudaGetLastError(), "write_kernel launch");
 }
 
 bool aligned16(const void* p) {
