@@ -72,6 +72,14 @@ void install(CLI::App& cmd) {
   data->add_option("--vocab-horizon", *horizon,
                    "synthetic: samples until every id can appear (default: --samples)")
       ->check(u);
+  data->add_option("--truth-linear-std", o->synthetic.linear_std,
+                   "synthetic: stddev of the hidden FM's linear weights")
+      ->capture_default_str();
+  data->add_option("--truth-factor-std", o->synthetic.factor_std,
+                   "synthetic: stddev of the hidden FM's factor elements")
+      ->capture_default_str();
+  data->add_option("--truth-bias", o->synthetic.bias, "synthetic: the hidden FM's bias")
+      ->capture_default_str();
   data->add_option("--data-seed", o->synthetic.seed, "synthetic: seed of the stream and hidden FM")
       ->capture_default_str()
       ->check(u);

@@ -131,7 +131,10 @@ void SyntheticStream::generate(uint64_t t, SampleBatch& batch, uint64_t* ranks) 
   const uint32_t fields = truth_.num_fields();
   for (uint32_t f = 0; f < fields; ++f) {
     const uint64_t card = options_.cardinalities[f];
-    const uint64_t n = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(card * fraction)));
+    // The hidden FM's active ids are there from the start; the tail grows into the field.
+    const uint64_t grown = static_cast<uint64_t>(std::ceil(static_cast<double>(card) * fraction));
+    const uint64_t n =
+        std::max({uint64_t{1}, grown, std::min<uint64_t>(card, options_.active_ids)});
     const double tail = std::pow(static_cast<double>(n) + 1.0, 1.0 - alpha);
     ranks[f] = zipf_rank(uniform_open(state), alpha, tail, n);
     batch.add_id(key_of(f, ranks[f]), 1.0f);

@@ -17,14 +17,15 @@ std::vector<uint64_t> criteo_cardinalities();
 struct SyntheticOptions {
   uint64_t seed = 1;
   std::vector<uint64_t> cardinalities = criteo_cardinalities();  // one entry per field
-  double zipf_alpha = 1.2;     // ids of a field are drawn with P(rank r) ~ (r + 1)^-alpha
-  uint32_t active_ids = 1000;  // the hidden FM gives weights to the first ranks of each field only
-  uint32_t true_dim = 4;       // the hidden FM's factor dimension
-  float linear_std = 0.3f;     // stddev of the hidden FM's linear weights
-  float factor_std = 0.2f;     // stddev of the hidden FM's factor elements
-  float bias = -1.2f;          // the hidden FM's bias (sets the click rate)
+  double zipf_alpha = 1.2;    // ids of a field are drawn with P(rank r) ~ (r + 1)^-alpha
+  uint32_t active_ids = 100;  // the hidden FM gives weights to the first ranks of each field only
+  uint32_t true_dim = 4;      // the hidden FM's factor dimension
+  float linear_std = 0.4f;    // stddev of the hidden FM's linear weights
+  float factor_std = 0.15f;   // stddev of the hidden FM's factor elements
+  float bias = -1.2f;         // the hidden FM's bias (sets the click rate)
   // Unseen ids over time: at sample t a field draws from its first
-  // card * (start_vocab + (1 - start_vocab) * min(1, t / horizon)) ranks.
+  // max(min(card, active_ids), card * (start_vocab + (1 - start_vocab) * min(1, t / horizon)))
+  // ranks: the hidden FM's ids are there from the start, the tail grows.
   double start_vocab = 0.05;
   uint64_t horizon = 4'000'000;
 };

@@ -28,10 +28,13 @@ std::string_view trim(std::string_view s) {
 }
 
 double parse_number(std::string_view text, const std::string& where, const char* what) {
+  const std::string_view original = text;
+  if (text.size() > 1 && text.front() == '+') text.remove_prefix(1);  // "+1" labels
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    malformed(where, std::string(what) + " = '" + std::string(text) + "', must be a finite number");
+    malformed(where,
+              std::string(what) + " = '" + std::string(original) + "', must be a finite number");
   }
   return value;
 }

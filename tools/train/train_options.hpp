@@ -14,7 +14,7 @@ struct TrainOptions {
   std::string data = "synthetic";  // synthetic | criteo | libsvm | libffm
   std::string train_file;          // the training file (file formats)
   std::string eval_file;         // held-out file; empty: every holdout_every-th line of train_file
-  uint64_t samples = 3'000'000;  // training samples (file formats: at most this many; 0 = all)
+  uint64_t samples = 4'000'000;  // training samples (file formats: at most this many; 0 = all)
   uint32_t epochs = 1;           // passes over train_file
   uint32_t holdout_every = 10;
   uint64_t eval_samples = 100'000;  // held-out samples (file formats: at most)
@@ -23,8 +23,8 @@ struct TrainOptions {
 
   // --- model and optimizer ---
   uint32_t dim = 8;  // FM factor dimension (a table row is [w | v] = dim + 1 floats)
-  uint32_t batch_size = 4096;
-  std::string optimizer = "adagrad";
+  uint32_t batch_size = 1024;
+  std::string optimizer = "ftrl";
   float learning_rate = 0.05f;
   float weight_decay = 0.0f;
   float init_stddev = 0.01f;  // new rows: w and v drawn from N(0, init_stddev^2)

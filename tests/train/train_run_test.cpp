@@ -1,0 +1,231 @@
+// `dynemb train` end to end: the small libsvm / libffm / Criteo files train and learn; a run
+// resumed from a checkpoint continues with the same rows and step and ends where a straight run
+// ends; options are validated with messages naming the flag.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "dynemb/core/error.hpp"
+#include "train/trainer.hpp"
+
+namespace dynemb::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path data_dir() {
+  return fs::path(__FILE__).parent_path().parent_path() / "data";
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("dynemb_train_test_" + name + "_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+TrainOptions small_options(const fs::path& out) {
+  TrainOptions o;
+  o.init_capacity = 1 << 14;
+  o.capacity = 1 << 20;
+  o.progress = "none";
+  o.output_dir = out.string();
+  o.eval_every = 0;
+  return o;
+}
+
+struct FileCase {
+  const char* format;
+  const char* file;
+};
+
+class TrainOnFile : public testing::TestWithParam<FileCase> {};
+
+TEST_P(TrainOnFile, TrainsEndToEndAndWritesOutputs) {
+  const fs::path out = fresh_dir(GetParam().format);
+  TrainOptions o = small_options(out);
+  o.data = GetParam().format;
+  o.train_file = (data_dir() / GetParam().file).string();
+  o.epochs = 5;
+  o.batch_size = 64;
+  o.eval_every = 2000;
+  o.seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(o.seed));
+  std::ostringstream log;
+  const TrainReport r = run_training(o, {.log = &log});
+  EXPECT_GT(r.progress.samples, 1000u);
+  EXPECT_GT(r.eval_samples, 50u);
+  EXPECT_GT(r.eval_auc, 0.7) << log.str();
+  EXPECT_FALSE(r.ground_truth_auc.has_value());
+  EXPECT_GT(r.rows, 10u);
+  // The metrics file holds the result and the curve; the plot is an SVG.
+  std::ifstream in(r.metrics_path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["result"]["samples"].get<uint64_t>(), r.progress.samples);
+  EXPECT_NEAR(j["result"]["eval_auc"].get<double>(), r.eval_auc, 1e-12);
+  EXPECT_GE(j["curve"].size(), 2u);
+  EXPECT_GT(j["throughput"]["cpu"]["samples_per_second"].get<double>(), 0.0);
+  std::ifstream svg(r.plot_path);
+  std::string head(4, '\0');
+  svg.read(head.data(), 4);
+  EXPECT_EQ(head, "<svg");
+  fs::remove_all(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, TrainOnFile,
+                         testing::Values(FileCase{"libsvm", "train_small.libsvm"},
+                                         FileCase{"libffm", "train_small.libffm"},
+                                         FileCase{"criteo", "train_small_criteo.tsv"}),
+                         [](const auto& info) { return std::string(info.param.format); });
+
+// A checkpoint store in memory: every row with its score, the table's step, the progress.
+class MemoryStore final : public CheckpointStore {
+ public:
+  struct Saved {
+    std::map<uint64_t, std::vector<float>> rows;
+    uint64_t table_score = 0;
+    TrainProgress progress;
+  };
+  std::map<std::string, Saved> saved;
+  bool loaded_rows_match = false;
+
+  static std::map<uint64_t, std::vector<float>> rows_of(FmModel& model) {
+    std::map<uint64_t, std::vector<float>> rows;
+    model.embedding().table().for_each([&](uint64_t key, std::span<const float> row, uint64_t) {
+      rows[key].assign(row.begin(), row.end());
+    });
+    return rows;
+  }
+  void save(const std::string& dir, FmModel& model, const TrainProgress& progress) override {
+    saved[dir] = {rows_of(model), model.embedding().table().score(), progress};
+  }
+  uint64_t save_incremental(const std::string&, FmModel& model, const TrainProgress&,
+                            uint64_t) override {
+    return model.embedding().table().score();
+  }
+  TrainProgress load(const std::string& dir, FmModel& model) override {
+    const Saved& s = saved.at(dir);
+    Table<uint64_t>& table = model.embedding().table();
+    for (const auto& [key, row] : s.rows) table.insert_or_assign(1, &key, row.data());
+    table.set_score(s.table_score);
+    loaded_rows_match = rows_of(model) == s.rows && table.score() == s.table_score;
+    return s.progress;
+  }
+};
+
+TEST(TrainResume, ContinuesWithTheSameRowsAndStep) {
+  const fs::path out = fresh_dir("resume");
+  const fs::path checkpoint = out / "ckpt";
+  fs::create_directories(checkpoint);
+  TrainOptions o = small_options(out);
+  o.batch_size = 1000;
+  o.eval_samples = 5000;
+  o.synthetic.horizon = 120'000;
+  o.synthetic.seed = std::random_device{}();
+  SCOPED_TRACE("data seed " + std::to_string(o.synthetic.seed));
+  std::ostringstream log;
+  MemoryStore store;
+
+  TrainOptions first = o;
+  first.samples = 60'000;
+  first.checkpoint_dir = checkpoint.string();
+  const TrainReport a = run_training(first, {.store = &store, .log = &log});
+  ASSERT_EQ(store.saved.at(checkpoint.string()).progress.samples, 60'000u);
+  EXPECT_EQ(a.progress.steps, 60u);
+
+  TrainOptions second = o;
+  second.samples = 120'000;
+  second.resume = checkpoint.string();
+  std::map<uint64_t, std::vector<float>> resumed_rows, straight_rows;
+  uint64_t resumed_step = 0, straight_step = 0;
+  const TrainReport b = run_training(
+      second, {.store = &store, .log = &log, .on_finish = [&](FmModel& m, const TrainReport&) {
+                 resumed_rows = MemoryStore::rows_of(m);
+                 resumed_step = m.embedding().table().score();
+               }});
+  EXPECT_TRUE(store.loaded_rows_match);
+  EXPECT_EQ(b.progress.samples, 120'000u);
+  EXPECT_EQ(b.progress.steps, 120u);
+  EXPECT_EQ(b.samples_this_run, 60'000u);
+
+  TrainOptions straight = o;
+  straight.samples = 120'000;
+  const TrainReport c =
+      run_training(straight, {.log = &log, .on_finish = [&](FmModel& m, const TrainReport&) {
+                                straight_rows = MemoryStore::rows_of(m);
+                                straight_step = m.embedding().table().score();
+                              }});
+  EXPECT_EQ(resumed_step, straight_step);
+  ASSERT_EQ(resumed_rows.size(), straight_rows.size());
+  for (const auto& [key, row] : straight_rows) {
+    const auto it = resumed_rows.find(key);
+    ASSERT_NE(it, resumed_rows.end()) << "key " << key;
+    for (size_t j = 0; j < row.size(); ++j) EXPECT_FLOAT_EQ(it->second[j], row[j]) << key;
+  }
+  EXPECT_NEAR(b.eval_auc, c.eval_auc, 1e-6);
+  fs::remove_all(out);
+}
+
+TEST(TrainOptionsValidation, NamesTheFlag) {
+  auto message_of = [](const TrainOptions& o) -> std::string {
+    try {
+      validate_train_options(o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainOptions o;
+  o.batch_size = 0;
+  EXPECT_NE(message_of(o).find("--batch-size"), std::string::npos);
+  o = {};
+  o.data = "parquet";
+  EXPECT_NE(message_of(o).find("--data"), std::string::npos);
+  o = {};
+  o.data = "libsvm";
+  EXPECT_NE(message_of(o).find("--train-file"), std::string::npos);
+  o = {};
+  o.capacity = 1000;
+  EXPECT_NE(message_of(o).find("--capacity"), std::string::npos);
+  o = {};
+  o.checkpoint_every = 10;
+  EXPECT_NE(message_of(o).find("--checkpoint-dir"), std::string::npos);
+  o = {};
+  o.memory_mode = "hybrid";
+  EXPECT_NE(message_of(o).find("--device cuda"), std::string::npos);
+  o = {};
+  o.device = "cuda";
+  EXPECT_THROW(validate_train_options(o), NotAvailable);
+  o = {};
+  o.memory_mode = "caching";
+  EXPECT_THROW(validate_train_options(o), NotAvailable);
+  o = {};
+  o.plot = "curve.png";
+  EXPECT_NE(message_of(o).find("--plot"), std::string::npos);
+  EXPECT_EQ(message_of(TrainOptions{}), "");
+}
+
+TEST(TrainSynthetic, LearnsTowardTheGroundTruth) {
+  const fs::path out = fresh_dir("synthetic");
+  TrainOptions o = small_options(out);
+  o.samples = 300'000;
+  o.eval_samples = 20'000;
+  o.synthetic.horizon = o.samples;
+  o.synthetic.seed = std::random_device{}();
+  SCOPED_TRACE("data seed " + std::to_string(o.synthetic.seed));
+  std::ostringstream log;
+  const TrainReport r = run_training(o, {.log = &log});
+  ASSERT_TRUE(r.ground_truth_auc.has_value());
+  EXPECT_GT(*r.ground_truth_auc, 0.75);
+  EXPECT_GT(r.eval_auc, 0.5 + 0.75 * (*r.ground_truth_auc - 0.5)) << log.str();
+  EXPECT_LT(r.eval_auc, *r.ground_truth_auc + 0.01);
+  fs::remove_all(out);
+}
+
+}  // namespace
+}  // namespace dynemb::train
