@@ -96,6 +96,9 @@ struct FileSink::Impl {
   size_t job_bytes = 0;
   uint64_t job_offset = 0;
   std::string error;
+  size_t header_bytes = 0;
+  uint64_t payload_end = 0;  // bytes the CRC covers end here (the unpadded file size)
+  uint32_t crc = 0;          // of the payload written so far (writer thread)
 
   void run() {
     std::unique_lock lock(mutex);
@@ -105,7 +108,13 @@ struct FileSink::Impl {
       const uint8_t* data = job_data;
       const size_t bytes = job_bytes;
       const uint64_t offset = job_offset;
+      const uint64_t end = std::min<uint64_t>(offset + bytes, payload_end);
       lock.unlock();
+      // The payload part of this block (the header and the tail padding are not covered).
+      if (end > offset && end > header_bytes) {
+        const uint64_t from = std::max<uint64_t>(offset, header_bytes);
+        crc = crc32c_extend(crc, data + (from - offset), end - from);
+      }
       std::string failure;
       try {
         pwrite_all(fd, data, bytes, offset, path);
@@ -126,9 +135,10 @@ struct FileSink::Impl {
     if (!error.empty()) throw CheckpointError(error);
   }
 
-  void submit(const uint8_t* data, size_t bytes, uint64_t offset) {
+  void submit(const uint8_t* data, size_t bytes, uint64_t offset, uint64_t payload_limit) {
     wait_idle();
     std::lock_guard lock(mutex);
+    payload_end = payload_limit;
     job_data = data;
     job_bytes = bytes;
     job_offset = offset;
@@ -136,13 +146,14 @@ struct FileSink::Impl {
     cv.notify_all();
   }
 
-  // Hands the full current buffer to the writer and switches to the other one.
-  void flush_current(size_t bytes) {
+  // Hands the current buffer (`bytes`, of which `payload` are real, the rest padding) to the
+  // writer and switches to the other one.
+  void flush_current(size_t bytes, size_t payload) {
     if (flushed == 0 && bytes >= kAlign) {
       std::memcpy(first_block.get(), buffers[current].get(), kAlign);
       first_block_written = true;
     }
-    submit(buffers[current].get(), bytes, flushed);
+    submit(buffers[current].get(), bytes, flushed, flushed + payload);
     flushed += bytes;
     current ^= 1;
     fill = 0;
@@ -166,6 +177,7 @@ FileSink::FileSink(const std::filesystem::path& path, bool direct_io, size_t hea
   impl_->buffers[0] = aligned_bytes(kBlockBytes);
   impl_->buffers[1] = aligned_bytes(kBlockBytes);
   impl_->first_block = aligned_bytes(kAlign);
+  impl_->header_bytes = header_bytes;
   impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
@@ -173,10 +185,6 @@ FileSink::~FileSink() = default;
 
 void FileSink::append(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  if (written_ + n > header_bytes_) {
-    const size_t skip = written_ >= header_bytes_ ? 0 : header_bytes_ - written_;
-    crc_ = crc32c_extend(crc_, p + skip, n - skip);
-  }
   written_ += n;
   Impl& s = *impl_;
   while (n > 0) {
@@ -185,7 +193,7 @@ void FileSink::append(const void* data, size_t n) {
     s.fill += take;
     p += take;
     n -= take;
-    if (s.fill == kBlockBytes) s.flush_current(kBlockBytes);
+    if (s.fill == kBlockBytes) s.flush_current(kBlockBytes, kBlockBytes);
   }
 }
 
@@ -200,9 +208,10 @@ void FileSink::finish(const void* header, size_t n) {
   if (s.fill > 0) {
     const size_t padded = round_up(s.fill, kAlign);
     std::memset(s.buffers[s.current].get() + s.fill, 0, padded - s.fill);
-    s.flush_current(padded);
+    s.flush_current(padded, s.fill);
   }
   s.wait_idle();
+  crc_ = s.crc;
   if (s.first_block_written && s.flushed > kAlign && written_ >= kAlign) {
     pwrite_all(s.fd, s.first_block.get(), kAlign, 0, s.path);
   }
@@ -215,6 +224,9 @@ void FileSink::finish(const void* header, size_t n) {
 // --- FileSource ----------------------------------------------------------------------------------
 
 namespace {
+
+// File sources checksum from the end of the data files' header.
+constexpr uint64_t kCrcSkip = kHeaderBytes;
 
 class FileSource final : public ByteSource {
  public:
@@ -246,22 +258,35 @@ class FileSource final : public ByteSource {
 
   uint64_t size() const override { return size_; }
 
-  size_t read(void* dst, size_t n) override {
-    auto* out = static_cast<uint8_t*>(dst);
+  uint32_t crc_after(uint64_t skip) override {
+    if (skip != kCrcSkip) throw CheckpointError(path_.string() + ": unsupported CRC offset");
+    std::unique_lock lock(mutex_);
+    crc_wanted_ = true;  // lets the reader look past a small file's first block
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_; });
+    if (!error_.empty()) throw CheckpointError(error_);
+    return crc_;
+  }
+
+  size_t read(void* dst, size_t n) override { return consume(static_cast<uint8_t*>(dst), n); }
+  size_t discard(size_t n) override { return consume(nullptr, n); }
+
+ private:
+  // Copies (out != nullptr) or skips the next n bytes.
+  size_t consume(uint8_t* out, size_t n) {
     size_t done = 0;
     while (done < n) {
       if (pos_ == len_) {
         if (!next_block()) break;
       }
       const size_t take = std::min(n - done, len_ - pos_);
-      std::memcpy(out + done, current_ + pos_, take);
+      if (out != nullptr) std::memcpy(out + done, current_ + pos_, take);
       pos_ += take;
       done += take;
     }
     return done;
   }
 
- private:
   struct Filled {
     uint8_t* data;
     size_t bytes;
@@ -297,7 +322,9 @@ class FileSource final : public ByteSource {
       {
         std::unique_lock lock(mutex_);
         // Block 0 (small) at once; further blocks only once the consumer asked for block 1.
-        cv_.wait(lock, [&] { return stop_ || (!free_.empty() && (issued_ == 0 || demand_ >= 2)); });
+        cv_.wait(lock, [&] {
+          return stop_ || (!free_.empty() && (issued_ == 0 || demand_ >= 2 || crc_wanted_));
+        });
         if (stop_) return;
         ++issued_;
         block = free_.back();
@@ -315,6 +342,10 @@ class FileSource final : public ByteSource {
         }
         if (r == 0) break;
         got += static_cast<size_t>(r);
+      }
+      if (offset + got > kCrcSkip) {
+        const uint64_t from = std::max<uint64_t>(offset, kCrcSkip);
+        crc_ = crc32c_extend(crc_, block + (from - offset), offset + got - from);
       }
       offset += got;
       std::lock_guard lock(mutex_);
@@ -349,6 +380,8 @@ class FileSource final : public ByteSource {
   std::condition_variable cv_;
   bool stop_ = false, done_ = false;
   uint64_t demand_ = 0, issued_ = 0;  // blocks the consumer asked for / the worker started
+  uint32_t crc_ = 0;                  // of the bytes after the header read so far (reader thread)
+  bool crc_wanted_ = false;
   std::string error_;
 };
 
@@ -356,9 +389,17 @@ class MemorySource final : public ByteSource {
  public:
   explicit MemorySource(std::string bytes) : bytes_(std::move(bytes)) {}
   uint64_t size() const override { return bytes_.size(); }
+  uint32_t crc_after(uint64_t skip) override {
+    return skip >= bytes_.size() ? 0 : crc32c(bytes_.data() + skip, bytes_.size() - skip);
+  }
   size_t read(void* dst, size_t n) override {
     const size_t take = std::min(n, bytes_.size() - pos_);
     if (take > 0) std::memcpy(dst, bytes_.data() + pos_, take);
+    pos_ += take;
+    return take;
+  }
+  size_t discard(size_t n) override {
+    const size_t take = std::min(n, bytes_.size() - pos_);
     pos_ += take;
     return take;
   }

@@ -25,7 +25,7 @@ class FileSink {
   void append(const void* data, size_t n);
   // Bytes appended so far.
   uint64_t size() const { return written_; }
-  // CRC32C of the bytes appended after the header so far.
+  // CRC32C of the bytes after the header (valid after finish(); computed by the writer thread).
   uint32_t crc() const { return crc_; }
   // Replaces the first `n` bytes (the header, n <= header_bytes) with `data`, writes everything,
   // truncates to size() and fsyncs. The sink is closed afterwards.
@@ -47,6 +47,11 @@ class ByteSource {
   virtual uint64_t size() const = 0;
   // Copies the next min(n, remaining) bytes to dst; returns how many.
   virtual size_t read(void* dst, size_t n) = 0;
+  // Skips the next min(n, remaining) bytes; returns how many.
+  virtual size_t discard(size_t n) = 0;
+  // CRC32C of the file's bytes from `skip` on; call once every byte was read (file sources
+  // compute it in their read-ahead thread).
+  virtual uint32_t crc_after(uint64_t skip) = 0;
 };
 
 // A file read ahead in large blocks by a background thread (O_DIRECT where allowed).

@@ -98,52 +98,47 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
   const uint64_t chunk = std::max<uint64_t>(1, o.chunk_rows);
   ShardReader reader(source, t, shard, m.world_size, p.load_state);
   std::vector<uint64_t> key_bits(chunk), scores(chunk);
-  std::vector<float> values(chunk * t.dim), state(p.load_state ? chunk * v.state_dim : 0);
   detail::HostMirror<K> keys(table.backend(), chunk);
   detail::HostMirror<float> rows(table.backend(), chunk * row_dim);
   detail::HostMirror<uint64_t> row_scores(table.backend(), chunk);
   detail::HostMirror<bool> founds(table.backend(), p.keep_state ? chunk : 0);
+  // Rows that keep their state are read aside first (find() fills the rows).
+  std::vector<float> values(p.keep_state ? chunk * t.dim : 0);
+  float* const read_to = p.keep_state ? values.data() : rows.host();
+  const size_t read_stride = p.keep_state ? t.dim : row_dim;
   BackendBuffer<K> evicted(table.backend(), chunk);
   while (reader.remaining() > 0) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, reader.remaining()));
-    reader.read(n, key_bits.data(), values.data(), scores.data(), state.data());
+    reader.read(n, key_bits.data(), read_to, read_stride, scores.data());
     report.rows_read += n;
     // Keep this rank's rows, compacted in place.
-    size_t kept = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (filter && rank_of_key_bits(key_bits[i], o.world_size) != o.rank) continue;
-      if (kept != i) {
-        key_bits[kept] = key_bits[i];
-        scores[kept] = scores[i];
-        std::memmove(&values[kept * t.dim], &values[i * t.dim], t.dim * sizeof(float));
-        if (p.load_state) {
-          std::memmove(&state[kept * v.state_dim], &state[i * v.state_dim],
-                       v.state_dim * sizeof(float));
+    size_t kept = n;
+    if (filter) {
+      kept = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (rank_of_key_bits(key_bits[i], o.world_size) != o.rank) continue;
+        if (kept != i) {
+          key_bits[kept] = key_bits[i];
+          scores[kept] = scores[i];
+          std::memmove(read_to + kept * read_stride, read_to + i * read_stride,
+                       read_stride * sizeof(float));
         }
+        ++kept;
       }
-      ++kept;
     }
     if (kept == 0) continue;
     K* k = keys.host();
     for (size_t i = 0; i < kept; ++i) k[i] = static_cast<K>(key_bits[i]);
     keys.upload(kept);
-    float* r = rows.host();
     if (p.keep_state) {
       // Existing rows keep their optimizer state, new rows start at 0.
+      float* r = rows.host();
       std::fill(r, r + kept * row_dim, 0.0f);
       rows.upload(kept * row_dim);
       table.find(kept, keys.table_ptr(), rows.table_ptr(), founds.table_ptr(), nullptr);
       rows.download(kept * row_dim);
-    }
-    if (row_dim == t.dim) {
-      std::memcpy(r, values.data(), kept * row_dim * sizeof(float));
-    } else {
       for (size_t i = 0; i < kept; ++i) {
         std::memcpy(r + i * row_dim, &values[i * t.dim], t.dim * sizeof(float));
-        if (p.load_state) {
-          std::memcpy(r + i * row_dim + t.dim, &state[i * v.state_dim],
-                      v.state_dim * sizeof(float));
-        }
       }
     }
     rows.upload(kept * row_dim);
@@ -176,17 +171,21 @@ void precheck_files(CheckpointSource& source, const Manifest& m, const std::vect
   std::vector<std::string> names;
   for (const Plan& p : plans) names.push_back(p.entry->name);
   if (!names.empty()) check_file_sizes(source, m, names);  // every rank's files: present, sized
+  std::vector<std::function<void()>> checks;
   for (const Plan& p : plans) {
     for (const ShardEntry* shard : choose_shards(m, *p.entry, o).shards) {
       std::vector<FileContent> contents{FileContent::kKeys, FileContent::kValues,
                                         FileContent::kScores};
       if (p.load_state) contents.push_back(FileContent::kOptimizerState);
       for (FileContent c : contents) {
-        CheckedFile file(source, *p.entry, *shard, c, m.world_size);
-        if (checksums) file.verify_rest();
+        checks.push_back([&source, &m, entry = p.entry, shard, c, checksums] {
+          CheckedFile file(source, *entry, *shard, c, m.world_size);
+          if (checksums) file.verify_rest();
+        });
       }
     }
   }
+  verify_in_parallel(std::move(checks));
 }
 
 void clear_target(const NamedTable& t) {

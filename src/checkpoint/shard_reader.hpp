@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,6 @@ class CheckedFile {
  private:
   const FileEntry& entry_;
   std::unique_ptr<ByteSource> source_;
-  uint32_t crc_ = 0;
   uint64_t read_ = 0;
 };
 
@@ -38,9 +38,9 @@ class ShardReader {
               uint32_t world_size, bool read_state);
   // Rows not read yet.
   uint64_t remaining() const { return remaining_; }
-  // Reads the next n <= remaining() rows: key bits, n * dim values, n scores and, when reading
-  // state, n * optimizer_state_dim floats.
-  void read(size_t n, uint64_t* keys, float* values, uint64_t* scores, float* state);
+  // Reads the next n <= remaining() rows: key bits, n scores, and row i's values (dim floats)
+  // to rows + i * row_stride followed, when reading state, by its optimizer_state_dim floats.
+  void read(size_t n, uint64_t* keys, float* rows, size_t row_stride, uint64_t* scores);
   // Checks every file's CRC32C after the last row (CheckpointError on a mismatch).
   void finish();
 
@@ -50,6 +50,10 @@ class ShardReader {
   CheckedFile keys_, values_, scores_;
   std::unique_ptr<CheckedFile> state_;
 };
+
+// Runs file checks a few at a time; rethrows the first failure (in list order) as
+// CheckpointError after all finished.
+void verify_in_parallel(std::vector<std::function<void()>> checks);
 
 // An in-memory checkpoint: the manifest text, and `files` served for every data file path.
 std::unique_ptr<CheckpointSource> open_memory_checkpoint(std::string manifest, std::string files);
