@@ -171,6 +171,54 @@ TEST(TrainResume, ContinuesWithTheSameRowsAndStep) {
   fs::remove_all(out);
 }
 
+// The same through the library's checkpoint format on disk, with periodic and incremental dumps.
+TEST(TrainResume, ThroughTheCheckpointFormat) {
+  const fs::path out = fresh_dir("resume_disk");
+  TrainOptions o = small_options(out);
+  o.batch_size = 1000;
+  o.eval_samples = 5000;
+  o.synthetic.horizon = 80'000;
+  o.synthetic.seed = std::random_device{}();
+  SCOPED_TRACE("data seed " + std::to_string(o.synthetic.seed));
+  std::ostringstream log;
+  TrainOptions first = o;
+  first.samples = 40'000;
+  first.checkpoint_dir = (out / "ckpt").string();
+  first.checkpoint_every = 20'000;
+  first.incremental_every = 10'000;
+  std::map<uint64_t, std::vector<float>> saved_rows;
+  run_training(first, {.log = &log, .on_finish = [&](FmModel& m, const TrainReport&) {
+                         saved_rows = MemoryStore::rows_of(m);
+                       }});
+  EXPECT_TRUE(fs::exists(out / "ckpt" / "model" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(out / "ckpt" / "incremental" / "30" / "manifest.json"));
+
+  TrainOptions second = o;
+  second.resume = (out / "ckpt").string();
+  second.eval_samples = 1;
+  second.samples = 40'000;  // nothing left to train: the loaded model is evaluated as it is
+  std::map<uint64_t, std::vector<float>> loaded_rows;
+  uint64_t loaded_step = 0;
+  const TrainReport b =
+      run_training(second, {.log = &log, .on_finish = [&](FmModel& m, const TrainReport&) {
+                              loaded_rows = MemoryStore::rows_of(m);
+                              loaded_step = m.embedding().table().score();
+                            }});
+  EXPECT_EQ(b.progress.samples, 40'000u);
+  EXPECT_EQ(b.progress.steps, 40u);
+  EXPECT_EQ(b.samples_this_run, 0u);
+  EXPECT_EQ(loaded_step, 40u);
+  EXPECT_EQ(loaded_rows, saved_rows);
+
+  TrainOptions third = o;
+  third.samples = 80'000;
+  third.resume = (out / "ckpt").string();
+  const TrainReport c = run_training(third, {.log = &log});
+  EXPECT_EQ(c.progress.steps, 80u);
+  EXPECT_EQ(c.samples_this_run, 40'000u);
+  fs::remove_all(out);
+}
+
 TEST(TrainOptionsValidation, NamesTheFlag) {
   auto message_of = [](const TrainOptions& o) -> std::string {
     try {

@@ -1,6 +1,6 @@
 // The trainer's checkpoint hooks: where --checkpoint-dir, --checkpoint-every,
-// --incremental-every and --resume go. The library's checkpoint part (include/dynemb/checkpoint)
-// will implement this; until it lands, make_checkpoint_store() says it is not available.
+// --incremental-every and --resume go. make_checkpoint_store() implements them over the
+// library's checkpoint part (include/dynemb/checkpoint); tests may plug in their own.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,10 @@ class CheckpointStore {
   virtual TrainProgress load(const std::string& dir, FmModel& model) = 0;
 };
 
-// The store over the library's checkpoint part. Throws NotAvailable (naming `option`) while that
-// part is not built.
-std::unique_ptr<CheckpointStore> make_checkpoint_store(const char* option);
+// The store over the library's checkpoint part. A checkpoint directory holds `model/` (a
+// dynemb checkpoint of the FM table, rows with optimizer state and the STEP clock),
+// `trainer_state.json` (samples and steps, tied to the model's dump time) and `incremental/<step>/`
+// (delta checkpoints of the rows touched since the previous dump).
+std::unique_ptr<CheckpointStore> make_checkpoint_store();
 
 }  // namespace dynemb::train

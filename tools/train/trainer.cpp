@@ -277,7 +277,7 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
   CheckpointStore* store = hooks.store;
   const bool checkpoints = !o.checkpoint_dir.empty() || !o.resume.empty();
   if (checkpoints && store == nullptr) {
-    owned_store = make_checkpoint_store(!o.resume.empty() ? "--resume" : "--checkpoint-dir");
+    owned_store = make_checkpoint_store();
     store = owned_store.get();
   }
 
