@@ -29,13 +29,16 @@ ProgressStyle parse_progress_style(const std::string& name) {
 }
 
 ProgressBar::ProgressBar(std::ostream& out, ProgressStyle style, double interval_seconds)
-    : out_(out), style_(style), interval_(interval_seconds) {}
+    : out_(out),
+      style_(style),
+      interval_(interval_seconds),
+      last_(std::chrono::steady_clock::now()) {}
 
 bool ProgressBar::due() const {
   if (style_ == ProgressStyle::kNone) return false;
   const double since =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - last_).count();
-  return !drawn_ || since >= interval_;
+  return since >= interval_;
 }
 
 void ProgressBar::update(const ProgressState& s, bool force) {

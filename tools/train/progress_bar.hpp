@@ -38,7 +38,7 @@ class ProgressBar {
   std::ostream& out_;
   ProgressStyle style_;
   double interval_;
-  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point last_;  // of the last update (or construction)
   bool drawn_ = false;
 };
 

@@ -137,8 +137,8 @@ void validate_train_options(const TrainOptions& o) {
     throw NotAvailable(
         std::string("dynemb train: --device = cuda, ") +
         (cuda_backend_available()
-             ? "the CUDA embedding ops (forward, backward, optimizers) are not built "
-               "yet; use --device cpu"
+             ? "the trainable Embedding runs on the cpu backend only for now (its "
+               "CUDA path is not built yet); use --device cpu"
              : "this binary has no CUDA backend or no GPU is visible; use --device cpu"));
   }
   if (launched_world_size() > 1) {
