@@ -278,6 +278,23 @@ TYPED_TEST(TableEvictionTest, ErrorModeAppliesTheBatchThenThrowsInsertRefused) {
   }
 }
 
+TYPED_TEST(TableEvictionTest, InsertAndEvictNeverThrowsInsertRefusedItReturnsTheRows) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(tiny_options(ScorePolicy::kCustomized, SafeCheck::kError));
+  FullBucket<K> b = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
+  const RefusalBatch<K> batch = refusal_batch(h, rng, b);
+  WarningCapture warnings;
+  RowsResult<K> out;
+  EXPECT_NO_THROW(
+      out = h.insert_and_evict(batch.keys, value_rows(batch.keys, h.dim(), 1.0f), batch.scores));
+  EXPECT_EQ(warnings.messages().size(), 1u) << "ERROR warns instead of throwing here";
+  const std::set<K> returned(out.keys.begin(), out.keys.end());
+  EXPECT_EQ(returned, (std::set<K>{batch.keys[1], batch.keys[3]})) << "the refused rows";
+  EXPECT_EQ(h.contains(batch.keys), (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(h->stats().refused, 2u);
+}
+
 TYPED_TEST(TableEvictionTest, WarningModeLogsOncePerCallAndReturns) {
   using K = typename TestFixture::Key;
   TestRng rng;

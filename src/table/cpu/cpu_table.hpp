@@ -113,7 +113,8 @@ class CpuTable final : public Table<K> {
               Hooks& hooks);
   // Runs an insert-type call: screens keys, runs upsert with `hooks`, reports refusals.
   template <class Hooks>
-  void run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores, Hooks& hooks);
+  void run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores, Hooks& hooks,
+                   bool refusals_returned = false);
 
   // Doubles capacity (clamped to max_capacity) unless someone grew past `seen` already, or,
   // for_load, unless one more key fits after all (other workers' size claims returned).

@@ -52,7 +52,7 @@ Step CpuTable<K>::upsert(const KeyAt& key, const BucketStorage& s, const ScoreIn
 template <TableKey K>
 template <class Hooks>
 void CpuTable<K>::run_upserts(const char* call, size_t n, const K* keys, const uint64_t* scores,
-                              Hooks& hooks) {
+                              Hooks& hooks, bool refusals_returned) {
   screen_reserved(call, n, keys);
   const ScoreInputs in = clock_.for_call(scores);
   RefusalLog refusals(std::is_signed_v<K>);
@@ -61,7 +61,12 @@ void CpuTable<K>::run_upserts(const char* call, size_t n, const K* keys, const u
       [&](const KeyAt& k, const BucketStorage& s) { return upsert(k, s, in, refusals, hooks); },
       [&](size_t i) { hooks.reserved(i); });
   refused_.fetch_add(refusals.count(), std::memory_order_relaxed);
-  refusals.report(options_.safe_check, call);
+  // A call that hands refused rows back (insert_and_evict) never throws for them: the throw
+  // would lose its count. ERROR degrades to WARNING there (docs/table_contract.md).
+  const SafeCheck mode = refusals_returned && options_.safe_check == SafeCheck::kError
+                             ? SafeCheck::kWarning
+                             : options_.safe_check;
+  refusals.report(mode, call);
 }
 
 // Hooks of the calls that store the caller's rows as they are.
@@ -147,7 +152,7 @@ size_t CpuTable<K>::insert_and_evict(size_t n, const K* keys, const float* value
   hooks.out_keys = evicted_keys;
   hooks.out_values = evicted_values;
   hooks.out_scores = evicted_scores;
-  run_upserts("insert_and_evict", n, keys, scores, hooks);
+  run_upserts("insert_and_evict", n, keys, scores, hooks, /*refusals_returned=*/true);
   return hooks.count.load();
 }
 

@@ -435,7 +435,8 @@ class CudaTable final : public Table<K> {
     const bool must_read =
         options_.safe_check != SafeCheck::kIgnore || op == WriteOp::kInsertAndEvict;
     if (must_read && !have_state) st = scratch.read();
-    if (must_read) report(call, st, a.keys, s);
+    if (must_read)
+      report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
     return st;
   }
 
@@ -452,8 +453,10 @@ class CudaTable final : public Table<K> {
   }
 
   // Raises or logs what a call's state reports: a reserved key (ERROR: InvalidArgument; the
-  // table is unchanged), skipped reserved keys (WARNING), refusals (ERROR: InsertRefused).
-  void report(const char* call, const CallState& st, const uint64_t* keys, cudaStream_t s) const {
+  // table is unchanged), skipped reserved keys (WARNING), refusals (ERROR: InsertRefused, except
+  // for a call that hands refused rows back, insert_and_evict, where ERROR warns instead).
+  void report(const char* call, const CallState& st, const uint64_t* keys, cudaStream_t s,
+              bool refusals_returned = false) const {
     if (st.reserved_position != kNoPosition) {
       uint64_t key = 0;
       check_cuda(
@@ -472,14 +475,14 @@ class CudaTable final : public Table<K> {
       const std::string what = std::string(call) + ": " + std::to_string(st.refused) +
                                " insert(s) refused at max_capacity (" +
                                std::to_string(options_.max_capacity) + ")";
-      if (options_.safe_check == SafeCheck::kError) {
+      if (options_.safe_check == SafeCheck::kError && !refusals_returned) {
         throw InsertRefused(what + "; first: keys[" + std::to_string(st.first_refused_position) +
                             "] = " + std::to_string(static_cast<K>(st.first_refused_key)) +
                             " with score " + std::to_string(st.first_refused_score) +
                             " < the bucket's lowest score " +
                             std::to_string(st.first_refused_bucket_min));
       }
-      if (options_.safe_check == SafeCheck::kWarning) warn(what);
+      if (options_.safe_check != SafeCheck::kIgnore) warn(what);
     }
   }
 
