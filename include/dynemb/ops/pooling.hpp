@@ -56,11 +56,16 @@ void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
 
 // Backward: `grads[f]` holds the gradient of feature f's output in LookupOutput's layout.
 // Writes row_grads[f] (num_rows x dim at row_grads[f].out + r * out_stride): the sum over
-// every id i with indices[i] == r, in ascending i, of weight_i * (1 / bag length for MEAN) *
-// the gradient of i's bag (or of id i for NONE). Rows no id reads get zeros. The order of
-// additions is fixed, so the result is bit-identical run to run and backend to backend.
+// every id i with indices[i] == r of weight_i * (1 / bag length for MEAN) * the gradient of
+// i's bag (or of id i for NONE). Rows no id reads get zeros. The order of additions is fixed
+// (kGradientChunk): a row's ids in ascending order are cut into chunks of that many, each
+// chunk summed in order, then the chunk sums added in order; so the result is bit-identical
+// run to run and backend to backend, and a hot row's ids are summed in parallel on the GPU.
 void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
                       std::span<const LookupOutput> grads, std::span<const LookupOutput> row_grads,
                       StreamHandle stream = nullptr);
+
+// Ids per chunk of reduce_gradients' fixed summation order.
+inline constexpr uint32_t kGradientChunk = 64;
 
 }  // namespace dynemb

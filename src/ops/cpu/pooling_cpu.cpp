@@ -44,23 +44,42 @@ void pooled_lookup_cpu(std::span<const LookupFeature> features,
 void reduce_gradients_cpu(std::span<const LookupFeature> features,
                           std::span<const LookupOutput> grads,
                           std::span<const LookupOutput> row_grads) {
+  std::vector<uint32_t> row_begin, ids_by_row, bag_of;
+  std::vector<float> partial;
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
     const LookupOutput& g = grads[f];
     const LookupOutput& r = row_grads[f];
-    for (size_t row = 0; row < x.num_rows; ++row) {
-      std::fill(r.out + row * r.out_stride, r.out + row * r.out_stride + x.dim, 0.0f);
-    }
-    // Ids visited in ascending order, so each row's additions happen in a fixed order.
+    // Each row's ids in ascending order (a stable counting sort by row).
+    row_begin.assign(x.num_rows + 1, 0);
+    for (size_t i = 0; i < x.num_ids; ++i) ++row_begin[x.indices[i] + 1];
+    for (size_t row = 0; row < x.num_rows; ++row) row_begin[row + 1] += row_begin[row];
+    ids_by_row.resize(x.num_ids);
+    bag_of.resize(x.num_ids);
+    std::vector<uint32_t> fill(row_begin.begin(), row_begin.end() - 1);
     for (size_t b = 0; b < x.num_bags; ++b) {
-      const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
-      for (int64_t i = begin; i < end; ++i) {
-        const float* grad = x.mode == PoolingMode::kNone
-                                ? g.out + static_cast<size_t>(i) * g.out_stride
-                                : g.out + b * g.out_stride;
-        const float factor = id_factor(x, i, end - begin);
-        float* dst = r.out + static_cast<size_t>(x.indices[i]) * r.out_stride;
-        for (uint32_t j = 0; j < x.dim; ++j) dst[j] += factor * grad[j];
+      for (int64_t i = x.offsets[b]; i < x.offsets[b + 1]; ++i) {
+        ids_by_row[fill[x.indices[i]]++] = static_cast<uint32_t>(i);
+        bag_of[i] = static_cast<uint32_t>(b);
+      }
+    }
+    partial.resize(x.dim);
+    for (size_t row = 0; row < x.num_rows; ++row) {
+      float* dst = r.out + row * r.out_stride;
+      std::fill(dst, dst + x.dim, 0.0f);
+      // Chunks of kGradientChunk ids, each summed from zero, then added in order.
+      for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
+        const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
+        std::fill(partial.begin(), partial.end(), 0.0f);
+        for (uint32_t k = c; k < chunk_end; ++k) {
+          const uint32_t i = ids_by_row[k];
+          const uint32_t b = bag_of[i];
+          const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
+                                                           : g.out + size_t{b} * g.out_stride;
+          const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
+          for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+        }
+        for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
       }
     }
   }

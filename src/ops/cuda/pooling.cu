@@ -2,6 +2,7 @@
 // order as on the CPU (ascending id), each product and sum rounded once (__fmul_rn /
 // __fadd_rn), so results are bit-identical to the CPU backend.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <climits>
 
@@ -83,24 +84,61 @@ __global__ void segments_kernel(const uint32_t* sorted_rows, size_t n, uint32_t*
   if (k + 1 == n || sorted_rows[k + 1] != r) seg_end[r] = static_cast<uint32_t>(k + 1);
 }
 
-// One warp per row: the sum over its ids, in ascending id order, of factor * bag gradient.
-__global__ void reduce_kernel(LookupFeature x, LookupOutput g, LookupOutput r,
-                              const uint32_t* sorted_ids, const uint32_t* bag_of,
-                              const uint32_t* seg_begin, const uint32_t* seg_end) {
-  const size_t row = warp_index();
-  if (row >= x.num_rows) return;
-  const uint32_t begin = seg_begin[row], end = seg_end[row];
-  float* dst = r.out + row * r.out_stride;
+// Chunks of kGradientChunk ids per row: chunk_count[r] = ceil(len(r) / kGradientChunk).
+__global__ void chunk_count_kernel(const uint32_t* seg_begin, const uint32_t* seg_end,
+                                   size_t num_rows, uint32_t* chunk_count) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < num_rows)
+    chunk_count[r] = (seg_end[r] - seg_begin[r] + kGradientChunk - 1) / kGradientChunk;
+}
+
+// chunk_row[k] = the row of chunk k (chunk_first[r] = r's first chunk); one warp per row.
+__global__ void chunk_row_kernel(const uint32_t* chunk_first, const uint32_t* chunk_count,
+                                 size_t num_rows, uint32_t* chunk_row) {
+  const size_t r = warp_index();
+  if (r >= num_rows) return;
+  for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) {
+    chunk_row[chunk_first[r] + c] = static_cast<uint32_t>(r);
+  }
+}
+
+// One warp per chunk: the sum, from zero and in ascending id order, of its ids' contributions.
+__global__ void chunk_sum_kernel(LookupFeature x, LookupOutput g, const uint32_t* sorted_ids,
+                                 const uint32_t* bag_of, const uint32_t* seg_begin,
+                                 const uint32_t* seg_end, const uint32_t* chunk_first,
+                                 const uint32_t* chunk_count, const uint32_t* chunk_row,
+                                 size_t num_rows, size_t max_chunks, float* partial) {
+  const size_t k = warp_index();
+  // Launched for the upper bound; the real count is known on the device only.
+  const size_t num_chunks = chunk_first[num_rows - 1] + chunk_count[num_rows - 1];
+  if (k >= num_chunks || k >= max_chunks) return;
+  const uint32_t row = chunk_row[k];
+  const uint32_t begin =
+      seg_begin[row] + (static_cast<uint32_t>(k) - chunk_first[row]) * kGradientChunk;
+  const uint32_t end = min(begin + kGradientChunk, seg_end[row]);
   for (uint32_t j = lane_index(); j < x.dim; j += 32) {
     float acc = 0.0f;
-    for (uint32_t k = begin; k < end; ++k) {
-      const uint32_t i = sorted_ids[k];
+    for (uint32_t p = begin; p < end; ++p) {
+      const uint32_t i = sorted_ids[p];
       const uint32_t b = bag_of[i];
       const int64_t len = x.offsets[b + 1] - x.offsets[b];
       const size_t grad_row = x.mode == PoolingMode::kNone ? i : b;
       acc = __fadd_rn(acc, __fmul_rn(id_factor(x, i, len), g.out[grad_row * g.out_stride + j]));
     }
-    dst[j] = acc;
+    partial[k * x.dim + j] = acc;
+  }
+}
+
+// One warp per row: its chunk sums added in order (zeros for a row no id reads).
+__global__ void row_sum_kernel(uint32_t dim, size_t num_rows, const uint32_t* chunk_first,
+                               const uint32_t* chunk_count, const float* partial, LookupOutput r) {
+  const size_t row = warp_index();
+  if (row >= num_rows) return;
+  const uint32_t first = chunk_first[row], count = chunk_count[row];
+  for (uint32_t j = lane_index(); j < dim; j += 32) {
+    float acc = 0.0f;
+    for (uint32_t c = 0; c < count; ++c) acc = __fadd_rn(acc, partial[size_t(first + c) * dim + j]);
+    r.out[row * r.out_stride + j] = acc;
   }
 }
 
@@ -179,25 +217,36 @@ void reduce_gradients_cuda(std::span<const LookupFeature> features,
     const LookupFeature& x = features[f];
     if (x.num_rows == 0) continue;
     const size_t n = x.num_ids;
+    // At most one partly filled chunk per row plus the full ones.
+    const size_t max_chunks = x.num_rows + n / kGradientChunk;
     cuda::DeviceArray<uint32_t> ids(n, stream), sorted_ids(n, stream), sorted_rows(n, stream),
-        bag_of(n, stream), seg_begin(x.num_rows, stream), seg_end(x.num_rows, stream);
+        bag_of(n, stream), seg_begin(x.num_rows, stream), seg_end(x.num_rows, stream),
+        chunk_count(x.num_rows, stream), chunk_first(x.num_rows, stream),
+        chunk_row(max_chunks, stream);
+    cuda::DeviceArray<float> partial(max_chunks * x.dim, stream);
     cuda::check(cudaMemsetAsync(seg_begin.data(), 0, x.num_rows * sizeof(uint32_t), stream),
                 "reduce_gradients: cudaMemsetAsync");
     cuda::check(cudaMemsetAsync(seg_end.data(), 0, x.num_rows * sizeof(uint32_t), stream),
                 "reduce_gradients: cudaMemsetAsync");
+    size_t scan_bytes = 0, sort_bytes = 0;
+    const int bits = bits_for(x.num_rows);
+    cuda::check(
+        cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, chunk_count.data(), chunk_first.data(),
+                                      static_cast<int>(x.num_rows), stream),
+        "reduce_gradients: ExclusiveSum (size)");
     if (n > 0) {
-      bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
-                                                                            bag_of.data());
-      cuda::check_launch("reduce_gradients: bag_of_id_kernel");
-      // Stable radix sort of (row, id): ids of one row stay in ascending order.
-      const int bits = bits_for(x.num_rows);
-      size_t sort_bytes = 0;
       cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, x.indices,
                                                   sorted_rows.data(), ids.data(), sorted_ids.data(),
                                                   static_cast<int>(n), 0, bits, stream),
                   "reduce_gradients: SortPairs (size)");
-      cuda::DeviceArray<uint8_t> temp(sort_bytes, stream);
+    }
+    cuda::DeviceArray<uint8_t> temp(std::max(scan_bytes, sort_bytes), stream);
+    if (n > 0) {
+      bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
+                                                                            bag_of.data());
+      cuda::check_launch("reduce_gradients: bag_of_id_kernel");
       ops_cuda::fill_iota(ids.data(), n, stream);
+      // Stable radix sort of (row, id): the ids of one row stay in ascending order.
       cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, x.indices,
                                                   sorted_rows.data(), ids.data(), sorted_ids.data(),
                                                   static_cast<int>(n), 0, bits, stream),
@@ -206,10 +255,24 @@ void reduce_gradients_cuda(std::span<const LookupFeature> features,
           sorted_rows.data(), n, seg_begin.data(), seg_end.data());
       cuda::check_launch("reduce_gradients: segments_kernel");
     }
-    reduce_kernel<<<blocks_for_warps(x.num_rows), kBlock, 0, stream>>>(
-        x, grads[f], row_grads[f], sorted_ids.data(), bag_of.data(), seg_begin.data(),
-        seg_end.data());
-    cuda::check_launch("reduce_gradients: reduce_kernel");
+    chunk_count_kernel<<<blocks_for_threads(x.num_rows), kBlock, 0, stream>>>(
+        seg_begin.data(), seg_end.data(), x.num_rows, chunk_count.data());
+    cuda::check_launch("reduce_gradients: chunk_count_kernel");
+    cuda::check(
+        cub::DeviceScan::ExclusiveSum(temp.data(), scan_bytes, chunk_count.data(),
+                                      chunk_first.data(), static_cast<int>(x.num_rows), stream),
+        "reduce_gradients: ExclusiveSum");
+    chunk_row_kernel<<<blocks_for_warps(x.num_rows), kBlock, 0, stream>>>(
+        chunk_first.data(), chunk_count.data(), x.num_rows, chunk_row.data());
+    cuda::check_launch("reduce_gradients: chunk_row_kernel");
+    chunk_sum_kernel<<<blocks_for_warps(max_chunks), kBlock, 0, stream>>>(
+        x, grads[f], sorted_ids.data(), bag_of.data(), seg_begin.data(), seg_end.data(),
+        chunk_first.data(), chunk_count.data(), chunk_row.data(), x.num_rows, max_chunks,
+        partial.data());
+    cuda::check_launch("reduce_gradients: chunk_sum_kernel");
+    row_sum_kernel<<<blocks_for_warps(x.num_rows), kBlock, 0, stream>>>(
+        x.dim, x.num_rows, chunk_first.data(), chunk_count.data(), partial.data(), row_grads[f]);
+    cuda::check_launch("reduce_gradients: row_sum_kernel");
   }
 }
 
