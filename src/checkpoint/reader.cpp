@@ -304,7 +304,7 @@ InspectResult inspect(const std::filesystem::path& dir, bool verify) {
       verify_files(*source, r.manifest);
       r.verified = true;
     } catch (const Error& e) {
-      r.problem = e.what();
+      r.problem = dir.string() + ": " + e.what();
     }
   }
   return r;
