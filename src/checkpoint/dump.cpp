@@ -9,6 +9,7 @@
 #include "checkpoint/byte_stream.hpp"
 #include "checkpoint/fs_util.hpp"
 #include "checkpoint/table_view.hpp"
+#include "checkpoint/two_stage.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/log.hpp"
 
@@ -94,38 +95,56 @@ ShardEntry write_shard(const detail::TableView<K>& v, const std::string& name, u
   }
 
   const uint64_t chunk = std::max<uint64_t>(1, o.chunk_slots);
-  detail::HostMirror<K> chunk_keys(table.backend(), chunk);
-  detail::HostMirror<float> chunk_rows(table.backend(), chunk * row_dim);
-  detail::HostMirror<uint64_t> chunk_scores(table.backend(), chunk);
+  // Two chunk buffers: one is exported into while the other is written out.
+  struct Chunk {
+    detail::HostMirror<K> keys;
+    detail::HostMirror<float> rows;
+    detail::HostMirror<uint64_t> scores;
+    size_t n = 0;
+  };
+  Chunk chunks[2] = {
+      {{table.backend(), chunk}, {table.backend(), chunk * row_dim}, {table.backend(), chunk}},
+      {{table.backend(), chunk}, {table.backend(), chunk * row_dim}, {table.backend(), chunk}}};
   ShardEntry shard;
   shard.rank = rank;
   shard.min_score = ~0ull;
   const uint64_t capacity = table.capacity();
-  for (uint64_t offset = 0; offset < capacity; offset += chunk) {
-    const size_t n =
-        table.export_batch(offset, chunk, chunk_keys.table_ptr(), chunk_rows.table_ptr(),
-                           chunk_scores.table_ptr(), o.min_score);
-    if (n == 0) continue;
-    chunk_keys.download(n);
-    chunk_rows.download(n * row_dim);
-    chunk_scores.download(n);
-    keys.sink.append(chunk_keys.host(), n * sizeof(K));
-    scores.sink.append(chunk_scores.host(), n * sizeof(uint64_t));
-    const float* rows = chunk_rows.host();
-    if (row_dim == v.dim) {
-      values.sink.append(rows, n * row_dim * sizeof(float));
-    } else {
-      for (size_t i = 0; i < n; ++i) {
-        values.sink.append(rows + i * row_dim, v.dim * sizeof(float));
-        if (state) state->sink.append(rows + i * row_dim + v.dim, v.state_dim * sizeof(float));
-      }
-    }
-    for (size_t i = 0; i < n; ++i) {
-      shard.min_score = std::min(shard.min_score, chunk_scores.host()[i]);
-      shard.max_score = std::max(shard.max_score, chunk_scores.host()[i]);
-    }
-    shard.rows += n;
-  }
+  uint64_t offset = 0;
+  detail::run_two_stage(
+      [&](unsigned slot) {  // export the next non-empty chunk of slots
+        Chunk& c = chunks[slot];
+        for (c.n = 0; c.n == 0 && offset < capacity; offset += chunk) {
+          c.n = table.export_batch(offset, chunk, c.keys.table_ptr(), c.rows.table_ptr(),
+                                   c.scores.table_ptr(), o.min_score);
+        }
+        if (c.n == 0) return false;
+        c.keys.download(c.n);
+        c.rows.download(c.n * row_dim);
+        c.scores.download(c.n);
+        return true;
+      },
+      [&](unsigned slot) {  // split it into the files
+        Chunk& c = chunks[slot];
+        const size_t n = c.n;
+        keys.sink.append(c.keys.host(), n * sizeof(K));
+        scores.sink.append(c.scores.host(), n * sizeof(uint64_t));
+        const float* rows = c.rows.host();
+        if (row_dim == v.dim) {
+          values.sink.append(rows, n * row_dim * sizeof(float));
+        } else {
+          for (size_t i = 0; i < n; ++i) {
+            values.sink.append(rows + i * row_dim, v.dim * sizeof(float));
+            if (state) {
+              state->sink.append(rows + i * row_dim + v.dim, v.state_dim * sizeof(float));
+            }
+          }
+        }
+        for (size_t i = 0; i < n; ++i) {
+          shard.min_score = std::min(shard.min_score, c.scores.host()[i]);
+          shard.max_score = std::max(shard.max_score, c.scores.host()[i]);
+        }
+        shard.rows += n;
+      });
   if (shard.rows == 0) shard.min_score = 0;
   shard.keys = keys.finish(shard.rows);
   shard.values = values.finish(shard.rows);

@@ -5,6 +5,7 @@
 
 #include "checkpoint/shard_reader.hpp"
 #include "checkpoint/table_view.hpp"
+#include "checkpoint/two_stage.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/hash.hpp"
 #include "dynemb/core/log.hpp"
@@ -97,68 +98,92 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
   const uint32_t row_dim = table.dim();
   const uint64_t chunk = std::max<uint64_t>(1, o.chunk_rows);
   ShardReader reader(source, t, shard, m.world_size, p.load_state);
-  std::vector<uint64_t> key_bits(chunk), scores(chunk);
-  detail::HostMirror<K> keys(table.backend(), chunk);
-  detail::HostMirror<float> rows(table.backend(), chunk * row_dim);
-  detail::HostMirror<uint64_t> row_scores(table.backend(), chunk);
+  // Two chunk buffers: one is read (and filtered) while the other is inserted.
+  struct Chunk {
+    std::vector<uint64_t> key_bits, scores;
+    detail::HostMirror<K> keys;
+    detail::HostMirror<float> rows;
+    detail::HostMirror<uint64_t> row_scores;
+    std::vector<float> values;  // rows that keep their state are read aside (find() fills rows)
+    size_t kept = 0;
+    Chunk(Backend b, uint64_t chunk, uint32_t row_dim, size_t values_floats)
+        : key_bits(chunk),
+          scores(chunk),
+          keys(b, chunk),
+          rows(b, chunk * row_dim),
+          row_scores(b, chunk),
+          values(values_floats) {}
+  };
+  const size_t values_floats = p.keep_state ? chunk * t.dim : 0;
+  Chunk chunks[2] = {{table.backend(), chunk, row_dim, values_floats},
+                     {table.backend(), chunk, row_dim, values_floats}};
   detail::HostMirror<bool> founds(table.backend(), p.keep_state ? chunk : 0);
-  // Rows that keep their state are read aside first (find() fills the rows).
-  std::vector<float> values(p.keep_state ? chunk * t.dim : 0);
-  float* const read_to = p.keep_state ? values.data() : rows.host();
-  const size_t read_stride = p.keep_state ? t.dim : row_dim;
   BackendBuffer<K> evicted(table.backend(), chunk);
-  while (reader.remaining() > 0) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, reader.remaining()));
-    reader.read(n, key_bits.data(), read_to, read_stride, scores.data());
-    report.rows_read += n;
-    // Keep this rank's rows, compacted in place.
-    size_t kept = n;
-    if (filter) {
-      kept = 0;
-      for (size_t i = 0; i < n; ++i) {
-        if (rank_of_key_bits(key_bits[i], o.world_size) != o.rank) continue;
-        if (kept != i) {
-          key_bits[kept] = key_bits[i];
-          scores[kept] = scores[i];
-          std::memmove(read_to + kept * read_stride, read_to + i * read_stride,
-                       read_stride * sizeof(float));
+  const size_t read_stride = p.keep_state ? t.dim : row_dim;
+  const bool timestamp = t.score_policy == "timestamp";
+  detail::run_two_stage(
+      [&](unsigned slot) {  // read the next chunk that has rows for this rank
+        Chunk& c = chunks[slot];
+        float* const read_to = p.keep_state ? c.values.data() : c.rows.host();
+        for (c.kept = 0; c.kept == 0 && reader.remaining() > 0;) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, reader.remaining()));
+          reader.read(n, c.key_bits.data(), read_to, read_stride, c.scores.data());
+          report.rows_read += n;
+          c.kept = n;
+          if (filter) {  // keep this rank's rows, compacted in place
+            c.kept = 0;
+            for (size_t i = 0; i < n; ++i) {
+              if (rank_of_key_bits(c.key_bits[i], o.world_size) != o.rank) continue;
+              if (c.kept != i) {
+                c.key_bits[c.kept] = c.key_bits[i];
+                c.scores[c.kept] = c.scores[i];
+                std::memmove(read_to + c.kept * read_stride, read_to + i * read_stride,
+                             read_stride * sizeof(float));
+              }
+              ++c.kept;
+            }
+          }
         }
-        ++kept;
-      }
-    }
-    if (kept == 0) continue;
-    K* k = keys.host();
-    for (size_t i = 0; i < kept; ++i) k[i] = static_cast<K>(key_bits[i]);
-    keys.upload(kept);
-    if (p.keep_state) {
-      // Existing rows keep their optimizer state, new rows start at 0.
-      float* r = rows.host();
-      std::fill(r, r + kept * row_dim, 0.0f);
-      rows.upload(kept * row_dim);
-      table.find(kept, keys.table_ptr(), rows.table_ptr(), founds.table_ptr(), nullptr);
-      rows.download(kept * row_dim);
-      for (size_t i = 0; i < kept; ++i) {
-        std::memcpy(r + i * row_dim, &values[i * t.dim], t.dim * sizeof(float));
-      }
-    }
-    rows.upload(kept * row_dim);
-    uint64_t* s = row_scores.host();
-    for (size_t i = 0; i < kept; ++i) {
-      if (t.score_policy == "timestamp") {
-        // Restored as an age: the same distance before now as before the dump.
-        const uint64_t age = m.dump_time_ns > scores[i] ? m.dump_time_ns - scores[i] : 0;
-        s[i] = now_ns > age ? now_ns - age : 0;
-      } else {
-        s[i] = scores[i];
-      }
-    }
-    row_scores.upload(kept);
-    report.rows_dropped +=
-        table.insert_and_evict(kept, keys.table_ptr(), rows.table_ptr(), row_scores.table_ptr(),
-                               evicted.data(), nullptr, nullptr);
-    if (p.restore_scores) table.assign_scores(kept, keys.table_ptr(), row_scores.table_ptr());
-    report.rows_loaded += kept;
-  }
+        if (c.kept == 0) return false;
+        K* k = c.keys.host();
+        uint64_t* s = c.row_scores.host();
+        for (size_t i = 0; i < c.kept; ++i) {
+          k[i] = static_cast<K>(c.key_bits[i]);
+          if (timestamp) {
+            // Restored as an age: the same distance before now as before the dump.
+            const uint64_t age = m.dump_time_ns > c.scores[i] ? m.dump_time_ns - c.scores[i] : 0;
+            s[i] = now_ns > age ? now_ns - age : 0;
+          } else {
+            s[i] = c.scores[i];
+          }
+        }
+        return true;
+      },
+      [&](unsigned slot) {  // insert it
+        Chunk& c = chunks[slot];
+        const size_t kept = c.kept;
+        c.keys.upload(kept);
+        c.row_scores.upload(kept);
+        if (p.keep_state) {
+          // Existing rows keep their optimizer state, new rows start at 0.
+          float* r = c.rows.host();
+          std::fill(r, r + kept * row_dim, 0.0f);
+          c.rows.upload(kept * row_dim);
+          table.find(kept, c.keys.table_ptr(), c.rows.table_ptr(), founds.table_ptr(), nullptr);
+          c.rows.download(kept * row_dim);
+          for (size_t i = 0; i < kept; ++i) {
+            std::memcpy(r + i * row_dim, &c.values[i * t.dim], t.dim * sizeof(float));
+          }
+        }
+        c.rows.upload(kept * row_dim);
+        report.rows_dropped +=
+            table.insert_and_evict(kept, c.keys.table_ptr(), c.rows.table_ptr(),
+                                   c.row_scores.table_ptr(), evicted.data(), nullptr, nullptr);
+        if (p.restore_scores) {
+          table.assign_scores(kept, c.keys.table_ptr(), c.row_scores.table_ptr());
+        }
+        report.rows_loaded += kept;
+      });
   reader.finish();
   report.bytes_read += shard.keys.bytes + shard.values.bytes + shard.scores.bytes +
                        (p.load_state && shard.optimizer_state ? shard.optimizer_state->bytes : 0);
