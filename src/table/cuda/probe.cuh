@@ -278,7 +278,7 @@ __device__ __forceinline__ void accumulate_row(const Tile& tile, float* dst, con
 
 // Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
 // exactly initial_value(init, key_bits, j), but one Philox draw serves the 4 (uniform) or 2
-// (normal) elements it feeds.
+// (normal) elements it feeds. Elements at or past init.width (when set) are 0.
 __device__ __forceinline__ void init_row(const Tile& tile, const InitializerOptions& init,
                                          uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
   using namespace init_detail;
@@ -286,28 +286,30 @@ __device__ __forceinline__ void init_row(const Tile& tile, const InitializerOpti
     dst[j] = v;
     if (dst2 != nullptr) dst2[j] = v;
   };
+  const uint32_t drawn = init.width != 0 && init.width < dim ? init.width : dim;
+  for (uint32_t j = drawn + tile.thread_rank(); j < dim; j += kTileSize) put(j, 0.0f);
   if (init.kind == InitializerKind::kUniform) {
     const float span = det::sub(init.high, init.low);
-    for (uint32_t block = tile.thread_rank(); block * 4 < dim; block += kTileSize) {
+    for (uint32_t block = tile.thread_rank(); block * 4 < drawn; block += kTileSize) {
       const Philox4 r = draw(init, key_bits, block, kUniformStream);
 #pragma unroll
       for (uint32_t e = 0; e < 4; ++e) {
         const uint32_t j = block * 4 + e;
-        if (j < dim) put(j, det::fma(uniform01(r.w[e]), span, init.low));
+        if (j < drawn) put(j, det::fma(uniform01(r.w[e]), span, init.low));
       }
     }
   } else if (init.kind == InitializerKind::kNormal) {
-    for (uint32_t pair = tile.thread_rank(); pair * 2 < dim; pair += kTileSize) {
+    for (uint32_t pair = tile.thread_rank(); pair * 2 < drawn; pair += kTileSize) {
       const Philox4 r = draw(init, key_bits, pair, kNormalStream);
       const float radius = det::sqrt(det::mul(-2.0f, det::log(uniform01_open_low(r.w[0]))));
       float sn, cs;
       det::sincos_2pi(uniform01(r.w[1]), &sn, &cs);
       put(pair * 2, det::fma(det::mul(radius, cs), init.stddev, init.mean));
-      if (pair * 2 + 1 < dim)
+      if (pair * 2 + 1 < drawn)
         put(pair * 2 + 1, det::fma(det::mul(radius, sn), init.stddev, init.mean));
     }
   } else {
-    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize)
+    for (uint32_t j = tile.thread_rank(); j < drawn; j += kTileSize)
       put(j, initial_value(init, key_bits, j));
   }
 }

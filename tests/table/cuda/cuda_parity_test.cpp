@@ -111,7 +111,7 @@ class Driver {
 };
 
 template <TableKey K>
-void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind) {
+void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind, uint32_t width = 0) {
   TestRng rng;
   TableOptions o;
   o.dim = dim;
@@ -123,6 +123,7 @@ void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind) {
   o.safe_check = SafeCheck::kIgnore;
   o.initializer.kind = init_kind;
   o.initializer.seed = rng.next();
+  o.initializer.width = width;
   o.num_threads = 2;
   Driver<K> cpu(Backend::kCpu, o);
   Driver<K> gpu(Backend::kCuda, o);
@@ -250,6 +251,12 @@ TEST(CudaParity, LfuUint64Normal) {
 TEST(CudaParity, CustomizedInt64TruncatedNormal) {
   DYNEMB_REQUIRE_CUDA();
   run_parity<int64_t>(ScorePolicy::kCustomized, 32, InitializerKind::kTruncatedNormal);
+}
+
+TEST(CudaParity, InitializerWidthLeavesTheStateZero) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<int64_t>(ScorePolicy::kStep, 24, InitializerKind::kUniform, 9);
+  run_parity<uint64_t>(ScorePolicy::kLfu, 24, InitializerKind::kNormal, 10);
 }
 
 TEST(CudaParity, StepUint64Dim1) {
