@@ -36,6 +36,14 @@ DYNEMB_HD float sub(float a, float b) {
 #endif
 }
 
+DYNEMB_HD float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 DYNEMB_HD float fma(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
@@ -104,8 +112,8 @@ DYNEMB_HD float log(float x) {
 
 // sin(2*pi*u) and cos(2*pi*u) for u in [0, 1) that is a multiple of 2^-24.
 DYNEMB_HD void sincos_2pi(float u, float* s, float* c) {
-  const float v = mul(u, 4.0f);               // exact
-  const int quarter = static_cast<int>(add(v, 0.5f));  // nearest quarter turn (v >= 0)
+  const float v = mul(u, 4.0f);                         // exact
+  const int quarter = static_cast<int>(add(v, 0.5f));   // nearest quarter turn (v >= 0)
   const float r = sub(v, static_cast<float>(quarter));  // [-0.5, 0.5], exact
   const float a = mul(r, 1.57079632679489662f);
   const float z = mul(a, a);
@@ -118,10 +126,22 @@ DYNEMB_HD void sincos_2pi(float u, float* s, float* c) {
   cp = fma(cp, z, 4.166664568298827e-2f);
   const float ca = add(fma(mul(cp, z), z, mul(-0.5f, z)), 1.0f);
   switch (quarter & 3) {
-    case 0: *s = sa; *c = ca; break;
-    case 1: *s = ca; *c = -sa; break;
-    case 2: *s = -sa; *c = -ca; break;
-    default: *s = -ca; *c = sa; break;
+    case 0:
+      *s = sa;
+      *c = ca;
+      break;
+    case 1:
+      *s = ca;
+      *c = -sa;
+      break;
+    case 2:
+      *s = -sa;
+      *c = -ca;
+      break;
+    default:
+      *s = -ca;
+      *c = sa;
+      break;
   }
 }
 

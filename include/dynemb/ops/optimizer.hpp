@@ -86,36 +86,50 @@ DYNEMB_HD float effective_grad(const OptimizerOptions& o, float g, float w, floa
 
 }  // namespace optimizer_detail
 
-// The factor that brings a row gradient's L2 norm down to clip_norm (1 when within it).
-DYNEMB_HD float clip_norm_scale(const OptimizerOptions& o, const float* grad, uint32_t dim) {
-  if (!(o.clip_norm > 0.0f)) return 1.0f;
-  float sq = 0.0f;
-  for (uint32_t j = 0; j < dim; ++j) sq += grad[j] * grad[j];
-  const float norm = optimizer_detail::sqrtf_(sq);
-  return norm > o.clip_norm ? o.clip_norm / norm : 1.0f;
-}
+// How the elements of one row are shared out: a lane handles elements first, first + stride,
+// ...; sum() adds a value over all lanes of the row, sync() orders the lanes, and the leader
+// writes the row's scalars. One lane on the host; a warp's 32 lanes on the GPU.
+struct SingleLane {
+  DYNEMB_HD uint32_t first() const { return 0; }
+  DYNEMB_HD uint32_t stride() const { return 1; }
+  DYNEMB_HD float sum(float v) const { return v; }
+  DYNEMB_HD void sync() const {}
+  DYNEMB_HD bool leader() const { return true; }
+};
 
-// Applies one update of `grad` (dim floats) to `row` = [w (dim) | state], in place.
-// `scale` multiplies the gradient first (clip_norm_scale's result, usually).
-DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const float* grad,
-                               uint32_t dim, float scale) {
+// Applies one update of `grad` (dim floats) to `row` = [w (dim) | state], in place, with the
+// published rule of o.kind (after clip_norm, weight decay and clip_value), on `lanes`.
+template <class Lanes>
+DYNEMB_HD void apply_optimizer_on(const OptimizerOptions& o, float* row, const float* grad,
+                                  uint32_t dim, const Lanes& lanes) {
   using namespace optimizer_detail;
+  const uint32_t first = lanes.first(), stride = lanes.stride();
+  float scale = 1.0f;
+  if (o.clip_norm > 0.0f) {
+    float sq = 0.0f;
+    for (uint32_t j = first; j < dim; j += stride) sq += grad[j] * grad[j];
+    const float norm = sqrtf_(lanes.sum(sq));
+    if (norm > o.clip_norm) scale = o.clip_norm / norm;
+  }
   float* w = row;
   float* state = row + dim;
   const float lr = o.learning_rate;
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      for (uint32_t j = 0; j < dim; ++j) w[j] -= lr * effective_grad(o, grad[j], w[j], scale);
+      for (uint32_t j = first; j < dim; j += stride) {
+        w[j] -= lr * effective_grad(o, grad[j], w[j], scale);
+      }
       break;
     case OptimizerKind::kAdam: {
       float* m = state;
       float* v = state + dim;
       uint32_t* step = reinterpret_cast<uint32_t*>(state + 2 * dim);
       const uint32_t t = *step + 1;
-      *step = t;
+      lanes.sync();
+      if (lanes.leader()) *step = t;
       const float bc1 = 1.0f - powf_(o.beta1, static_cast<float>(t));
       const float bc2 = 1.0f - powf_(o.beta2, static_cast<float>(t));
-      for (uint32_t j = 0; j < dim; ++j) {
+      for (uint32_t j = first; j < dim; j += stride) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         m[j] = o.beta1 * m[j] + (1.0f - o.beta1) * g;
         v[j] = o.beta2 * v[j] + (1.0f - o.beta2) * g * g;
@@ -126,7 +140,7 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
       break;
     }
     case OptimizerKind::kAdaGrad:
-      for (uint32_t j = 0; j < dim; ++j) {
+      for (uint32_t j = first; j < dim; j += stride) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         state[j] += g * g;
         w[j] -= lr * g / (sqrtf_(state[j] + o.initial_accumulator) + o.eps);
@@ -134,17 +148,21 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
       break;
     case OptimizerKind::kRowWiseAdaGrad: {
       float sum_sq = 0.0f;
-      for (uint32_t j = 0; j < dim; ++j) {
+      for (uint32_t j = first; j < dim; j += stride) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         sum_sq += g * g;
       }
-      state[0] += sum_sq / static_cast<float>(dim);
-      const float step = lr / (sqrtf_(state[0] + o.initial_accumulator) + o.eps);
-      for (uint32_t j = 0; j < dim; ++j) w[j] -= step * effective_grad(o, grad[j], w[j], scale);
+      const float accumulated = state[0] + lanes.sum(sum_sq) / static_cast<float>(dim);
+      const float step = lr / (sqrtf_(accumulated + o.initial_accumulator) + o.eps);
+      for (uint32_t j = first; j < dim; j += stride) {
+        w[j] -= step * effective_grad(o, grad[j], w[j], scale);
+      }
+      lanes.sync();
+      if (lanes.leader()) state[0] = accumulated;
       break;
     }
     case OptimizerKind::kRmsProp:
-      for (uint32_t j = 0; j < dim; ++j) {
+      for (uint32_t j = first; j < dim; j += stride) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         state[j] = o.rho * state[j] + (1.0f - o.rho) * g * g;
         w[j] -= lr * g / (sqrtf_(state[j]) + o.eps);
@@ -153,7 +171,7 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
     case OptimizerKind::kFtrl: {
       float* z = state;
       float* n = state + dim;
-      for (uint32_t j = 0; j < dim; ++j) {
+      for (uint32_t j = first; j < dim; j += stride) {
         const float g = effective_grad(o, grad[j], w[j], scale);
         const float n_old = n[j] + o.initial_accumulator;
         const float n_new = n_old + g * g;
@@ -171,6 +189,12 @@ DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const floa
       break;
     }
   }
+}
+
+// apply_optimizer_on with one lane: the host's row update.
+DYNEMB_HD void apply_optimizer(const OptimizerOptions& o, float* row, const float* grad,
+                               uint32_t dim) {
+  apply_optimizer_on(o, row, grad, dim, SingleLane{});
 }
 
 }  // namespace dynemb

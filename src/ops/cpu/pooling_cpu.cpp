@@ -2,17 +2,9 @@
 #include <vector>
 
 #include "ops/backends.hpp"
+#include "ops/id_factor.hpp"
 
 namespace dynemb::detail {
-namespace {
-
-// The factor id i's row is multiplied by in bag of length `len`.
-float id_factor(const LookupFeature& x, int64_t i, int64_t len) {
-  const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
-  return x.mode == PoolingMode::kMean ? w / static_cast<float>(len) : w;
-}
-
-}  // namespace
 
 void pooled_lookup_cpu(std::span<const LookupFeature> features,
                        std::span<const LookupOutput> outputs) {

@@ -58,8 +58,7 @@ void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, 
                               const bool* skip) {
   for (size_t i = 0; i < n; ++i) {
     if (skip != nullptr && skip[i]) continue;
-    const float* g = grads + i * grad_stride;
-    apply_optimizer(o, rows + i * row_stride, g, dim, clip_norm_scale(o, g, dim));
+    apply_optimizer(o, rows + i * row_stride, grads + i * grad_stride, dim);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "core/cuda/device_array.hpp"
 #include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
+#include "ops/id_factor.hpp"
 
 namespace dynemb::detail {
 namespace {
@@ -20,12 +21,6 @@ using ops_cuda::blocks_for_warps;
 using ops_cuda::kBlock;
 using ops_cuda::lane_index;
 using ops_cuda::warp_index;
-
-// The factor id i's row is multiplied by, in a bag of `len` ids (as on the CPU).
-__device__ __forceinline__ float id_factor(const LookupFeature& x, int64_t i, int64_t len) {
-  const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
-  return x.mode == PoolingMode::kMean ? __fdiv_rn(w, static_cast<float>(len)) : w;
-}
 
 // first[0]: first b >= 1 with offsets[b] < offsets[b-1]; first[1]: first i with a bad index.
 __global__ void check_offsets_kernel(const int64_t* offsets, size_t num_bags,

@@ -81,8 +81,8 @@ __global__ void optimizer_kernel(OptimizerOptions o, size_t n, float* rows, uint
                                  const bool* skip) {
   const size_t i = warp_index();
   if (i >= n || (skip != nullptr && skip[i])) return;
-  ops_cuda::apply_optimizer_warp(o, rows + i * row_stride, grads + i * grad_stride, dim,
-                                 lane_index());
+  apply_optimizer_on(o, rows + i * row_stride, grads + i * grad_stride, dim,
+                     ops_cuda::WarpLanes{lane_index()});
 }
 
 }  // namespace
