@@ -22,6 +22,10 @@ using ops_cuda::kBlock;
 using ops_cuda::lane_index;
 using ops_cuda::warp_index;
 
+// Row elements a warp keeps in registers at once: kPerLane per lane.
+constexpr uint32_t kPerLane = 4;
+constexpr uint32_t kTile = 32 * kPerLane;
+
 // first[0]: first b >= 1 with offsets[b] < offsets[b-1]; first[1]: first i with a bad index.
 __global__ void check_offsets_kernel(const int64_t* offsets, size_t num_bags,
                                      unsigned long long* first) {
@@ -50,13 +54,23 @@ __global__ void pool_kernel(LookupFeature x, LookupOutput o) {
     return;
   }
   float* out = o.out + b * o.out_stride;
-  for (uint32_t j = lane_index(); j < x.dim; j += 32) {
-    float acc = 0.0f;
+  // Tiles of kTile elements (kTile / 32 per lane) in registers; ids in order inside a tile.
+  for (uint32_t tile = 0; tile < x.dim; tile += kTile) {
+    float acc[kPerLane] = {};
     for (int64_t i = begin; i < end; ++i) {
-      const float v = x.rows[static_cast<size_t>(x.indices[i]) * x.row_stride + j];
-      acc = __fadd_rn(acc, __fmul_rn(id_factor(x, i, end - begin), v));
+      const float f = id_factor(x, i, end - begin);
+      const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride + tile;
+#pragma unroll
+      for (uint32_t q = 0; q < kPerLane; ++q) {
+        const uint32_t j = lane_index() + 32 * q;
+        if (tile + j < x.dim) acc[q] = __fadd_rn(acc[q], __fmul_rn(f, row[j]));
+      }
     }
-    out[j] = acc;
+#pragma unroll
+    for (uint32_t q = 0; q < kPerLane; ++q) {
+      const uint32_t j = lane_index() + 32 * q;
+      if (tile + j < x.dim) out[tile + j] = acc[q];
+    }
   }
 }
 
@@ -97,9 +111,21 @@ __global__ void chunk_row_kernel(const uint32_t* chunk_first, const uint32_t* ch
   }
 }
 
+// For each id in row-sorted order: the gradient row it reads and its factor, so the chunk
+// kernel does one broadcast load per id instead of a chain of dependent ones.
+__global__ void id_terms_kernel(LookupFeature x, const uint32_t* sorted_ids, const uint32_t* bag_of,
+                                size_t n, uint32_t* grad_row, float* factor) {
+  const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= n) return;
+  const uint32_t i = sorted_ids[p];
+  const uint32_t b = bag_of[i];
+  grad_row[p] = x.mode == PoolingMode::kNone ? i : b;
+  factor[p] = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
+}
+
 // One warp per chunk: the sum, from zero and in ascending id order, of its ids' contributions.
-__global__ void chunk_sum_kernel(LookupFeature x, LookupOutput g, const uint32_t* sorted_ids,
-                                 const uint32_t* bag_of, const uint32_t* seg_begin,
+__global__ void chunk_sum_kernel(uint32_t dim, LookupOutput g, const uint32_t* grad_row,
+                                 const float* factor, const uint32_t* seg_begin,
                                  const uint32_t* seg_end, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, const uint32_t* chunk_row,
                                  size_t num_rows, size_t max_chunks, float* partial) {
@@ -111,16 +137,22 @@ __global__ void chunk_sum_kernel(LookupFeature x, LookupOutput g, const uint32_t
   const uint32_t begin =
       seg_begin[row] + (static_cast<uint32_t>(k) - chunk_first[row]) * kGradientChunk;
   const uint32_t end = min(begin + kGradientChunk, seg_end[row]);
-  for (uint32_t j = lane_index(); j < x.dim; j += 32) {
-    float acc = 0.0f;
+  for (uint32_t tile = 0; tile < dim; tile += kTile) {
+    float acc[kPerLane] = {};
     for (uint32_t p = begin; p < end; ++p) {
-      const uint32_t i = sorted_ids[p];
-      const uint32_t b = bag_of[i];
-      const int64_t len = x.offsets[b + 1] - x.offsets[b];
-      const size_t grad_row = x.mode == PoolingMode::kNone ? i : b;
-      acc = __fadd_rn(acc, __fmul_rn(id_factor(x, i, len), g.out[grad_row * g.out_stride + j]));
+      const float f = factor[p];
+      const float* grad = g.out + static_cast<size_t>(grad_row[p]) * g.out_stride + tile;
+#pragma unroll
+      for (uint32_t q = 0; q < kPerLane; ++q) {
+        const uint32_t j = lane_index() + 32 * q;
+        if (tile + j < dim) acc[q] = __fadd_rn(acc[q], __fmul_rn(f, grad[j]));
+      }
     }
-    partial[k * x.dim + j] = acc;
+#pragma unroll
+    for (uint32_t q = 0; q < kPerLane; ++q) {
+      const uint32_t j = lane_index() + 32 * q;
+      if (tile + j < dim) partial[k * dim + tile + j] = acc[q];
+    }
   }
 }
 
@@ -217,8 +249,8 @@ void reduce_gradients_cuda(std::span<const LookupFeature> features,
     cuda::DeviceArray<uint32_t> ids(n, stream), sorted_ids(n, stream), sorted_rows(n, stream),
         bag_of(n, stream), seg_begin(x.num_rows, stream), seg_end(x.num_rows, stream),
         chunk_count(x.num_rows, stream), chunk_first(x.num_rows, stream),
-        chunk_row(max_chunks, stream);
-    cuda::DeviceArray<float> partial(max_chunks * x.dim, stream);
+        chunk_row(max_chunks, stream), grad_row(n, stream);
+    cuda::DeviceArray<float> partial(max_chunks * x.dim, stream), factor(n, stream);
     cuda::check(cudaMemsetAsync(seg_begin.data(), 0, x.num_rows * sizeof(uint32_t), stream),
                 "reduce_gradients: cudaMemsetAsync");
     cuda::check(cudaMemsetAsync(seg_end.data(), 0, x.num_rows * sizeof(uint32_t), stream),
@@ -260,8 +292,13 @@ void reduce_gradients_cuda(std::span<const LookupFeature> features,
     chunk_row_kernel<<<blocks_for_warps(x.num_rows), kBlock, 0, stream>>>(
         chunk_first.data(), chunk_count.data(), x.num_rows, chunk_row.data());
     cuda::check_launch("reduce_gradients: chunk_row_kernel");
+    if (n > 0) {
+      id_terms_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(
+          x, sorted_ids.data(), bag_of.data(), n, grad_row.data(), factor.data());
+      cuda::check_launch("reduce_gradients: id_terms_kernel");
+    }
     chunk_sum_kernel<<<blocks_for_warps(max_chunks), kBlock, 0, stream>>>(
-        x, grads[f], sorted_ids.data(), bag_of.data(), seg_begin.data(), seg_end.data(),
+        x.dim, grads[f], grad_row.data(), factor.data(), seg_begin.data(), seg_end.data(),
         chunk_first.data(), chunk_count.data(), chunk_row.data(), x.num_rows, max_chunks,
         partial.data());
     cuda::check_launch("reduce_gradients: chunk_sum_kernel");
