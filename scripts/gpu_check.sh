@@ -7,6 +7,7 @@
 # Usage: bash scripts/gpu_check.sh [BUILD_DIR]
 #   env: GPU_CHECK_SKIP_BENCH=1     skip the benchmark
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
+#        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 240)
 set -uo pipefail
@@ -50,8 +51,8 @@ grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
 record dynemb_tests $rc
 
 # memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
-memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable.*:*cuda_int64*:-*Concurrency*:CudaTable.Threads*}"
-racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaTable.Hybrid*:TableOpsTest/cuda_int64.*}"
+memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable.*:*cuda_int64*:OpsCudaParity*:EmbeddingCudaParity*:-*Concurrency*:CudaTable.Threads*}"
+racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaTable.Hybrid*:TableOpsTest/cuda_int64.*:OpsCudaParity.Pooling*:OpsCudaParity.Optimizer*}"
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-240}"
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
@@ -77,6 +78,13 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       --markdown "$out/bench_cuda.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
     rc=${PIPESTATUS[0]}
     record bench $rc
+    for shape in 13m 1m; do
+      step "dynemb bench train --backend cuda --shape $shape"
+      "$program" bench train --backend cuda --shape "$shape" --json "$out/train_cuda_$shape.json" \
+        2>&1 | tail -14
+      rc=${PIPESTATUS[0]}
+      record "bench_train_$shape" $rc
+    done
   else
     echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"
   fi
