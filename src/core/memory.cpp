@@ -88,15 +88,18 @@ void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t 
 #endif
 }
 
-void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes) {
+void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes,
+                         StreamHandle stream) {
   if (bytes == 0) return;
   if (backend == Backend::kCpu) {
     std::memmove(dst, src, bytes);
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy_within_backend: cudaMemcpy");
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+             "copy_within_backend: cudaMemcpyAsync");
 #else
+  (void)stream;
   no_cuda("copy_within_backend");
 #endif
 }

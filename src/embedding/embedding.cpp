@@ -100,11 +100,11 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   ensure(s.rows, backend_, u * row_dim_, device);
   ensure(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
-                      batch.num_bags == 0 ? 0 : (batch.num_bags + 1) * sizeof(int64_t));
+                      batch.num_bags == 0 ? 0 : (batch.num_bags + 1) * sizeof(int64_t), stream);
   s.weighted = batch.weights != nullptr;
   if (s.weighted) {
     ensure(s.weights, backend_, n, device);
-    copy_within_backend(backend_, s.weights.data(), batch.weights, n * sizeof(float));
+    copy_within_backend(backend_, s.weights.data(), batch.weights, n * sizeof(float), stream);
   }
   s.num_unique = u;
   s.num_ids = n;

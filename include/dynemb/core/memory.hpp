@@ -18,8 +18,10 @@ void backend_free(Backend backend, void* ptr) noexcept;
 void copy_to_backend(Backend backend, void* dst, const void* src_host, size_t bytes);
 // Copies `bytes` from backend memory into host memory (synchronous).
 void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t bytes);
-// Copies `bytes` between two buffers of backend memory (synchronous).
-void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes);
+// Copies `bytes` between two buffers of backend memory, ordered on `stream` (asynchronous on
+// CUDA).
+void copy_within_backend(Backend backend, void* dst, const void* src, size_t bytes,
+                         StreamHandle stream = nullptr);
 // Sets `bytes` of backend memory to zero (asynchronous on `stream` for CUDA).
 void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream = nullptr);
 // Waits for all work queued on the backend's device (no-op on CPU).
