@@ -11,4 +11,4 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 DYNEMB_BUILD_DIR=build-tsan bash scripts/setup.sh -DDYNEMB_SANITIZE=thread -DDYNEMB_CUDA=OFF \
   -DDYNEMB_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir build-tsan --output-on-failure -j "$(nproc)" -R 'Concurrency|Stress'
+  ctest --test-dir build-tsan --output-on-failure -j "$(nproc)" -R 'Concurrency|Stress|Pooling|EmbeddingTraining'

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "ops/backends.hpp"
+#include "ops/cpu/parallel_for.hpp"
 #include "ops/id_factor.hpp"
 
 namespace dynemb::detail {
@@ -11,25 +12,27 @@ void pooled_lookup_cpu(std::span<const LookupFeature> features,
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
-    for (size_t b = 0; b < x.num_bags; ++b) {
-      const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
-      if (x.mode == PoolingMode::kNone) {
+    parallel_for(x.num_bags, 256, [&](size_t first_bag, size_t last_bag) {
+      for (size_t b = first_bag; b < last_bag; ++b) {
+        const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
+        if (x.mode == PoolingMode::kNone) {
+          for (int64_t i = begin; i < end; ++i) {
+            const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
+            float* out = o.out + static_cast<size_t>(i) * o.out_stride;
+            const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
+            for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * row[j];
+          }
+          continue;
+        }
+        float* out = o.out + b * o.out_stride;
+        std::fill(out, out + x.dim, 0.0f);
         for (int64_t i = begin; i < end; ++i) {
           const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
-          float* out = o.out + static_cast<size_t>(i) * o.out_stride;
-          const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
-          for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * row[j];
+          const float factor = id_factor(x, i, end - begin);
+          for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * row[j];
         }
-        continue;
       }
-      float* out = o.out + b * o.out_stride;
-      std::fill(out, out + x.dim, 0.0f);
-      for (int64_t i = begin; i < end; ++i) {
-        const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
-        const float factor = id_factor(x, i, end - begin);
-        for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * row[j];
-      }
-    }
+    });
   }
 }
 
@@ -37,7 +40,6 @@ void reduce_gradients_cpu(std::span<const LookupFeature> features,
                           std::span<const LookupOutput> grads,
                           std::span<const LookupOutput> row_grads) {
   std::vector<uint32_t> row_begin, ids_by_row, bag_of;
-  std::vector<float> partial;
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
     const LookupOutput& g = grads[f];
@@ -55,25 +57,27 @@ void reduce_gradients_cpu(std::span<const LookupFeature> features,
         bag_of[i] = static_cast<uint32_t>(b);
       }
     }
-    partial.resize(x.dim);
-    for (size_t row = 0; row < x.num_rows; ++row) {
-      float* dst = r.out + row * r.out_stride;
-      std::fill(dst, dst + x.dim, 0.0f);
-      // Chunks of kGradientChunk ids, each summed from zero, then added in order.
-      for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
-        const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
-        std::fill(partial.begin(), partial.end(), 0.0f);
-        for (uint32_t k = c; k < chunk_end; ++k) {
-          const uint32_t i = ids_by_row[k];
-          const uint32_t b = bag_of[i];
-          const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
-                                                           : g.out + size_t{b} * g.out_stride;
-          const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
-          for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+    parallel_for(x.num_rows, 256, [&](size_t first_row, size_t last_row) {
+      std::vector<float> partial(x.dim);
+      for (size_t row = first_row; row < last_row; ++row) {
+        float* dst = r.out + row * r.out_stride;
+        std::fill(dst, dst + x.dim, 0.0f);
+        // Chunks of kGradientChunk ids, each summed from zero, then added in order.
+        for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
+          const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
+          std::fill(partial.begin(), partial.end(), 0.0f);
+          for (uint32_t k = c; k < chunk_end; ++k) {
+            const uint32_t i = ids_by_row[k];
+            const uint32_t b = bag_of[i];
+            const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
+                                                             : g.out + size_t{b} * g.out_stride;
+            const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
+            for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+          }
+          for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
         }
-        for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
       }
-    }
+    });
   }
 }
 

@@ -3,34 +3,41 @@
 
 #include "dynemb/ops/row_ops.hpp"
 #include "ops/backends.hpp"
+#include "ops/cpu/parallel_for.hpp"
 
 namespace dynemb::detail {
 
 void gather_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                      float* dst, uint32_t dst_stride, uint32_t width) {
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * dst_stride, src + static_cast<size_t>(index[i]) * src_stride,
-                width * sizeof(float));
-  }
+  parallel_for(n, 1024, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      std::memcpy(dst + i * dst_stride, src + static_cast<size_t>(index[i]) * src_stride,
+                  width * sizeof(float));
+    }
+  });
 }
 
 void scatter_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                       float* dst, uint32_t dst_stride, uint32_t width) {
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(dst + static_cast<size_t>(index[i]) * dst_stride, src + i * src_stride,
-                width * sizeof(float));
-  }
+  parallel_for(n, 1024, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      std::memcpy(dst + static_cast<size_t>(index[i]) * dst_stride, src + i * src_stride,
+                  width * sizeof(float));
+    }
+  });
 }
 
 template <TableKey K>
 void fill_initial_rows_cpu(size_t n, const K* keys, const bool* flags, bool when,
                            const InitializerOptions& init, float* rows, uint32_t stride,
                            uint32_t width) {
-  for (size_t i = 0; i < n; ++i) {
-    if (flags == nullptr || flags[i] == when) {
-      fill_initial_row(init, key_bits(keys[i]), rows + i * stride, width);
+  parallel_for(n, 256, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (flags == nullptr || flags[i] == when) {
+        fill_initial_row(init, key_bits(keys[i]), rows + i * stride, width);
+      }
     }
-  }
+  });
 }
 
 size_t select_indices_cpu(size_t n, const bool* flags, bool value, uint32_t* out) {
@@ -56,10 +63,12 @@ size_t flag_nonfinite_rows_cpu(size_t n, const float* grads, uint32_t stride, ui
 void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
                               const float* grads, uint32_t grad_stride, uint32_t dim,
                               const bool* skip) {
-  for (size_t i = 0; i < n; ++i) {
-    if (skip != nullptr && skip[i]) continue;
-    apply_optimizer(o, rows + i * row_stride, grads + i * grad_stride, dim);
-  }
+  parallel_for(n, 256, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (skip != nullptr && skip[i]) continue;
+      apply_optimizer(o, rows + i * row_stride, grads + i * grad_stride, dim);
+    }
+  });
 }
 
 template void fill_initial_rows_cpu<int64_t>(size_t, const int64_t*, const bool*, bool,

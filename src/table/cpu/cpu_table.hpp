@@ -16,7 +16,7 @@
 #include "table/cpu/score_clock.hpp"
 #include "table/cpu/slot_budget.hpp"
 #include "table/cpu/spin_lock.hpp"
-#include "table/cpu/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dynemb::cpu {
 

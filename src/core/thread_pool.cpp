@@ -1,4 +1,4 @@
-#include "table/cpu/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dynemb::cpu {
 
