@@ -7,11 +7,9 @@ cd "$(dirname "$0")/.."
 packages=(
   cmake ninja-build g++ pkg-config git
   libgtest-dev libgmock-dev        # unit tests
-  libbenchmark-dev                 # micro-benchmarks
   libcuckoo-dev libabsl-dev        # CPU peers measured by `dynemb bench table`
   libcli11-dev                     # the dynemb program's command line
-  nlohmann-json3-dev               # benchmark results and manifests as JSON
-  libfmt-dev                       # formatting
+  nlohmann-json3-dev               # checkpoint manifests, benchmark and training results
 )
 missing=()
 for p in "${packages[@]}"; do
