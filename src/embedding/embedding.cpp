@@ -14,10 +14,13 @@
 namespace dynemb {
 namespace {
 
-// Grows `buffer` to at least `count` elements (contents are not kept).
+// Grows `buffer` to at least `count` elements (contents are not kept); never leaves it
+// unallocated, so an empty batch still passes valid pointers on.
 template <class T>
 void ensure(BackendBuffer<T>& buffer, Backend backend, size_t count, int device) {
-  if (buffer.size() < count) buffer = BackendBuffer<T>(backend, count + count / 4 + 16, device);
+  if (buffer.data() == nullptr || buffer.size() < count) {
+    buffer = BackendBuffer<T>(backend, count + count / 4 + 16, device);
+  }
 }
 
 TableOptions table_options_for(const EmbeddingOptions& o) {

@@ -272,6 +272,21 @@ TEST(EmbeddingGradients, NonFiniteRowsAreSkippedOrRaise) {
   }
 }
 
+TEST(EmbeddingBatches, EmptyBagsAndEmptyBatchesWork) {
+  Embedding<K> emb(Backend::kCpu, small_options(OptimizerKind::kAdam, 4));
+  HostBatch b;
+  b.offsets = {0, 0, 0};  // two bags, no ids
+  std::vector<float> out(8, NAN), grad(8, 1.0f);
+  emb.forward(b.view(PoolingMode::kMean, false), out.data(), 4, true);
+  for (float v : out) EXPECT_EQ(v, 0.0f) << "an empty bag pools to zeros";
+  emb.backward(grad.data(), 4);
+  EXPECT_EQ(emb.end_step(), 0u);
+  HostBatch none;  // no bags at all
+  emb.forward(none.view(PoolingMode::kSum, false), out.data(), 4, true);
+  emb.backward(grad.data(), 4);
+  EXPECT_EQ(emb.table().size(), 0u);
+}
+
 TEST(EmbeddingBadInput, BadOffsetsLeaveTheTableUnchanged) {
   Embedding<K> emb(Backend::kCpu, small_options(OptimizerKind::kSgd, 4));
   HostBatch b;
