@@ -9,6 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "core/thread_pool.hpp"
 #include "dynemb/table/table.hpp"
 #include "table/cpu/bucket_storage.hpp"
 #include "table/cpu/lock_stripes.hpp"
@@ -16,7 +17,6 @@
 #include "table/cpu/score_clock.hpp"
 #include "table/cpu/slot_budget.hpp"
 #include "table/cpu/spin_lock.hpp"
-#include "core/thread_pool.hpp"
 
 namespace dynemb::cpu {
 
