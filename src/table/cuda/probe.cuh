@@ -89,9 +89,21 @@ struct Probe {
   int empty;
 };
 
-// Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
-// when `want_empty`, an empty slot; each thread confirms its first key candidate and its first
-// empty candidate with two independent loads.
+// A key word read for a writer: a slot that another tile owns (kLockedKey) is waited on until
+// its owner releases it, so a probe never mistakes an owned slot for "not this key".
+__device__ __forceinline__ uint64_t settled_key(const uint64_t* p) {
+  uint64_t k = __ldcg(p);
+  while (k == kLockedKey) {
+    __nanosleep(16);
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(k) : "l"(p) : "memory");
+  }
+  return k;
+}
+
+// Writers' probe (lock-free, or under the bucket lock): one pass over the digests finds the
+// key's slot and, when `want_empty`, an empty slot; each thread confirms its first key
+// candidate and its first empty candidate with two independent loads. Candidates owned by
+// another tile are waited on (settled_key).
 __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
                                               uint64_t key_bits, uint8_t digest, bool want_empty) {
   const uint32_t pattern = 0x01010101u * digest;
@@ -109,7 +121,7 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
       while (key_mask != 0 || empty_mask != 0) {
         const int ks = key_mask != 0 ? __ffs(key_mask) - 1 : -1;
         const int es = empty_mask != 0 ? __ffs(empty_mask) - 1 : -1;
-        const uint64_t kk = ks >= 0 ? __ldcg(t.keys + base + first + ks) : 0;
+        const uint64_t kk = ks >= 0 ? settled_key(t.keys + base + first + ks) : 0;
         const uint64_t ke = es >= 0 ? __ldcg(t.keys + base + first + es) : 0;
         if (ks >= 0) {
           key_mask &= key_mask - 1;
@@ -137,6 +149,9 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
   }
   return result;
 }
+
+// find_victim's slot when the victim cannot be told yet (a tied slot is owned by another tile).
+inline constexpr int kVictimBusy = -2;
 
 // The bucket's eviction victim: the lowest score, ties broken by the smallest key bit pattern.
 struct Victim {
@@ -175,12 +190,15 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
     const int slot = tile.shfl(low_slot, __ffs(holders) - 1);
     return Victim{slot, best, __ldcg(t.keys + base + slot)};
   }
-  // Equal lowest scores: the smallest key bit pattern among them.
+  // Equal lowest scores: the smallest key bit pattern among them. A tied slot owned by another
+  // tile hides its key: the caller retries (slot kVictimBusy).
   uint64_t key = ~0ull;
   int slot = -1;
+  bool busy = false;
   for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
     if (__ldcg(t.scores + base + s) != best) continue;
     const uint64_t k = __ldcg(t.keys + base + s);
+    busy = busy || k == kLockedKey;
     if (slot < 0 || k < key) {
       key = k;
       slot = static_cast<int>(s);
@@ -195,6 +213,7 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
       slot = other_slot;
     }
   }
+  if (tile.any(busy)) return Victim{kVictimBusy, best, key};
   return Victim{slot, best, key};
 }
 
