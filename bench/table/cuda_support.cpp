@@ -1,6 +1,9 @@
 // The CUDA parts of the table benchmark: event timing on a created stream, device properties.
 #include "bench/table/bench_clock.hpp"
+#include "bench/table/pcie_floor.hpp"
 #include "dynemb/core/error.hpp"
+
+#include <algorithm>
 
 #if defined(DYNEMB_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -55,6 +58,37 @@ std::unique_ptr<BenchClock> make_cuda_bench_clock(int device) {
   return std::make_unique<CudaEventClock>(device);
 }
 
+std::optional<PcieBandwidth> measure_pcie_bandwidth(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) return std::nullopt;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  constexpr size_t kBytes = size_t{1} << 30;
+  void* host = nullptr;
+  void* dev = nullptr;
+  check(cudaHostAlloc(&host, kBytes, cudaHostAllocDefault), "cudaHostAlloc (1 GiB)");
+  if (cudaMalloc(&dev, kBytes) != cudaSuccess) {
+    cudaFreeHost(host);
+    return std::nullopt;
+  }
+  CudaEventClock clock(device);
+  auto best = [&](void* dst, const void* src, cudaMemcpyKind kind) {
+    double seconds = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      clock.start();
+      check(cudaMemcpyAsync(dst, src, kBytes, kind, static_cast<cudaStream_t>(clock.stream())),
+            "cudaMemcpyAsync");
+      seconds = std::min(seconds, clock.stop());
+    }
+    return static_cast<double>(kBytes) / seconds;
+  };
+  PcieBandwidth b;
+  b.host_to_device = best(dev, host, cudaMemcpyHostToDevice);
+  b.device_to_host = best(host, dev, cudaMemcpyDeviceToHost);
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return b;
+}
+
 std::optional<GpuInfo> query_gpu_info(int device) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) return std::nullopt;
@@ -76,6 +110,10 @@ std::unique_ptr<BenchClock> make_cuda_bench_clock(int) {
 }
 
 std::optional<GpuInfo> query_gpu_info(int) {
+  return std::nullopt;
+}
+
+std::optional<PcieBandwidth> measure_pcie_bandwidth(int) {
   return std::nullopt;
 }
 

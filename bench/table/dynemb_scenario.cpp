@@ -33,6 +33,7 @@ class DynembBench {
         fill_keys_(backend_, batch_),
         values_(backend_, batch_ * dim),
         founds_(backend_, batch_),
+        row_ptrs_(backend_, batch_),
         evicted_keys_(backend_, batch_),
         evicted_values_(backend_, batch_ * dim),
         evicted_scores_(backend_, batch_),
@@ -145,6 +146,9 @@ class DynembBench {
       case TableOp::kFindOrInsert:
         table_->find_or_insert(n, keys_.data(), values_.data(), founds_.data(), nullptr, stream_);
         return n;
+      case TableOp::kFindPointers:
+        table_->find_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr, stream_);
+        return n;
       case TableOp::kAssign:
         table_->assign(n, keys_.data(), values_.data(), nullptr, stream_);
         return n;
@@ -222,6 +226,7 @@ class DynembBench {
   BackendBuffer<uint64_t> keys_, fill_keys_;
   BackendBuffer<float> values_;
   BackendBuffer<bool> founds_;
+  BackendBuffer<float*> row_ptrs_;
   BackendBuffer<uint64_t> evicted_keys_;
   BackendBuffer<float> evicted_values_;
   BackendBuffer<uint64_t> evicted_scores_;

@@ -37,6 +37,25 @@ std::optional<double> ratio(std::optional<double> ours, std::optional<double> th
   return *ours / *theirs;
 }
 
+// The call's PCIe floor in seconds (hybrid runs whose rows partly live in host memory).
+std::optional<double> pcie_floor_of(const TableBenchReport& r, const ScenarioResult& s,
+                                    TableOp op) {
+  if (!r.pcie || !r.config.hbm_budget_gb) return std::nullopt;
+  const double share = host_row_share(s.capacity, s.dim, *r.config.hbm_budget_gb * 1073741824.0);
+  const double floor = pcie_floor_seconds(pcie_bytes(op, r.config.batch, s.dim, share), *r.pcie);
+  if (share <= 0.0 || floor <= 0.0) return std::nullopt;
+  return floor;
+}
+
+// Measured time over the PCIe floor (1.0 = at the limit).
+std::optional<double> over_pcie_floor(const TableBenchReport& r, const ScenarioResult& s,
+                                      TableOp op) {
+  const auto floor = pcie_floor_of(r, s, op);
+  const auto it = s.dynemb.find(op);
+  if (!floor || it == s.dynemb.end() || it->second.seconds <= 0) return std::nullopt;
+  return it->second.seconds / *floor;
+}
+
 std::optional<double> anchor_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op) {
   if (r.config.backend != Backend::kCuda) return std::nullopt;
   return hkv_anchor(s.dim, s.capacity, s.load_factor, op, r.config.hbm_budget_gb);
@@ -160,6 +179,10 @@ std::string render_tables(const TableBenchReport& report) {
           return ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor_of(report, s, op));
         },
         2);
+    render_block(
+        out, report, dim,
+        "hybrid: time over the PCIe floor (host-resident rows' bytes / measured PCIe bandwidth)",
+        [&](const ScenarioResult& s, TableOp op) { return over_pcie_floor(report, s, op); }, 2);
     for (const ScenarioResult& s : report.scenarios) {
       if (s.dim != dim) continue;
       for (const std::string& note : s.notes) {
@@ -188,6 +211,11 @@ nlohmann::json to_json(const TableBenchReport& report) {
                 {"multiprocessors", report.gpu->multiprocessors}};
   } else {
     j["gpu"] = nullptr;
+  }
+  if (report.pcie) {
+    j["pcie_bandwidth_gb_s"] = {{"host_to_device", report.pcie->host_to_device / 1e9},
+                                {"device_to_host", report.pcie->device_to_host / 1e9},
+                                {"method", "1 GiB cudaMemcpyAsync, pinned host memory, best of 3"}};
   }
   j["load_average"] = {{"start", report.load_average_start}, {"end", report.load_average_end}};
   j["git_commit"] = report.git_commit;
@@ -265,6 +293,10 @@ nlohmann::json to_json(const TableBenchReport& report) {
         oj["hkv_anchor_b_kv_s"] = optional_json(anchor);
         oj["ratio_vs_hkv"] =
             optional_json(ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor));
+        if (report.pcie) {
+          oj["pcie_floor_s"] = optional_json(pcie_floor_of(report, s, op));
+          oj["over_pcie_floor"] = optional_json(over_pcie_floor(report, s, op));
+        }
       }
       ops_json[std::string(op_name(op))] = oj;
     }

@@ -9,6 +9,7 @@
 
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/config.hpp"
+#include "bench/table/pcie_floor.hpp"
 #include "bench/table/table_op.hpp"
 #include "dynemb/core/stats.hpp"
 
@@ -62,6 +63,9 @@ struct TableBenchReport {
   uint32_t threads = 0;
   MachineInfo machine;
   std::optional<GpuInfo> gpu;
+  // Hybrid runs (values past the HBM budget in pinned host memory): the PCIe bandwidth
+  // measured at the start, for each call's PCIe floor.
+  std::optional<PcieBandwidth> pcie;
   std::string git_commit;
   std::string date_utc;  // ISO 8601, e.g. 2025-01-31T12:00:00Z
   // /proc/loadavg (1, 5, 15 min) when the run started and ended: other load skews CPU figures.

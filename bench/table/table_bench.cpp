@@ -58,6 +58,9 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
   report.threads = effective_threads(config);
   report.machine = query_machine_info();
   report.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;
+  if (config.backend == Backend::kCuda && config.hbm_budget_gb) {
+    report.pcie = measure_pcie_bandwidth(0);
+  }
   report.git_commit = git_commit(DYNEMB_SOURCE_DIR);
   report.date_utc = utc_now_iso8601();
   report.load_average_start = load_averages();

@@ -24,6 +24,8 @@ std::string_view op_name(TableOp op) {
       return "erase";
     case TableOp::kAccumOrAssign:
       return "accum_or_assign";
+    case TableOp::kFindPointers:
+      return "find_pointers";
   }
   return "unknown";
 }

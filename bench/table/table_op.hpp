@@ -19,13 +19,14 @@ enum class TableOp {
   kContains,
   kErase,
   kAccumOrAssign,
+  kFindPointers,  // find_pointers: row addresses instead of copies
 };
 
 // Every operation, in the column order of the printed table (HKV's order first).
-inline constexpr std::array<TableOp, 9> kAllTableOps = {
-    TableOp::kInsertOrAssign, TableOp::kFind,           TableOp::kFindOrInsert,
-    TableOp::kAssign,         TableOp::kInsertAndEvict, TableOp::kExport,
-    TableOp::kContains,       TableOp::kErase,          TableOp::kAccumOrAssign,
+inline constexpr std::array<TableOp, 10> kAllTableOps = {
+    TableOp::kInsertOrAssign, TableOp::kFind,           TableOp::kFindOrInsert, TableOp::kAssign,
+    TableOp::kFindPointers,   TableOp::kInsertAndEvict, TableOp::kExport,       TableOp::kContains,
+    TableOp::kErase,          TableOp::kAccumOrAssign,
 };
 
 // The operation's name as the command line and the JSON spell it ("insert_or_assign", ...).

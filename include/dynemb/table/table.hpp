@@ -69,6 +69,12 @@ class Table {
   // Sets founds[i] to whether keys[i] is stored.
   virtual void contains(size_t n, const K* keys, bool* founds, StreamHandle stream = nullptr) = 0;
 
+  // find without copying: rows[i] is the address of the key's row in the table's memory
+  // (device or mapped host memory on CUDA), nullptr for a missing or reserved key. An address
+  // stays valid until the next call that writes to the table (any insert, erase, clear, growth).
+  virtual void find_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                             uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
+
   // --- writes ---------------------------------------------------------------------------------
 
   // Copies each key's row to values[i], first inserting missing keys with the initializer's
@@ -76,6 +82,14 @@ class Table {
   // initial row is still written to values[i] (and counted as refused).
   virtual void find_or_insert(size_t n, const K* keys, float* values, bool* founds,
                               const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
+
+  // find_or_insert without copying: rows[i] is the address of the key's row in the table's
+  // memory, new keys' rows holding the initializer's row; nullptr for a refused or reserved
+  // key, and for a key this same call inserted and then evicted for a later key. Addresses are
+  // valid as find_pointers' are, and the caller may update the rows through them.
+  virtual void find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                       const uint64_t* scores = nullptr,
+                                       StreamHandle stream = nullptr) = 0;
 
   // Stores values[i] under keys[i], inserting or overwriting.
   virtual void insert_or_assign(size_t n, const K* keys, const float* values,

@@ -49,6 +49,10 @@ class CpuTable final : public Table<K> {
   size_t find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
                           uint64_t* missed_indices, uint64_t* scores, StreamHandle stream) override;
   void contains(size_t n, const K* keys, bool* founds, StreamHandle stream) override;
+  void find_pointers(size_t n, const K* keys, float** rows, bool* founds, uint64_t* scores,
+                     StreamHandle stream) override;
+  void find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                               const uint64_t* scores, StreamHandle stream) override;
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
                       StreamHandle stream) override;
   void insert_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
@@ -94,6 +98,9 @@ class CpuTable final : public Table<K> {
   // find without the pointer checks; `call` names the operation in errors.
   void find_rows(const char* call, size_t n, const K* keys, float* values, bool* founds,
                  uint64_t* scores);
+  // find_pointers without the checks: rows[i] (and founds[i], scores[i] when set).
+  void find_row_pointers(const char* call, size_t n, const K* keys, float** rows, bool* founds,
+                         uint64_t* scores);
   // ERROR: throws on the first reserved key. Otherwise counts (and, WARNING, logs) them.
   void screen_reserved(const char* call, size_t n, const K* keys);
 

@@ -39,6 +39,34 @@ void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* va
 }
 
 template <TableKey K>
+void CpuTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "find_pointers", "keys");
+  require_pointer(rows, "find_pointers", "rows");
+  screen_reserved("find_pointers", n, keys);
+  find_row_pointers("find_pointers", n, keys, rows, founds, scores);
+}
+
+template <TableKey K>
+void CpuTable<K>::find_row_pointers(const char*, size_t n, const K* keys, float** rows,
+                                    bool* founds, uint64_t* scores) {
+  for_keys<Access::kRead>(
+      n, keys,
+      [&](const KeyAt& k, const BucketStorage& s) {
+        const int32_t slot = k.probe.found;
+        rows[k.index] = slot >= 0 ? s.row(k.bucket, static_cast<uint32_t>(slot)) : nullptr;
+        if (slot >= 0 && scores) scores[k.index] = s.score(k.bucket, slot);
+        if (founds) founds[k.index] = slot >= 0;
+        return Step::kDone;
+      },
+      [&](size_t i) {
+        rows[i] = nullptr;
+        if (founds) founds[i] = false;
+      });
+}
+
+template <TableKey K>
 size_t CpuTable<K>::find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
                                      uint64_t* missed_indices, uint64_t* scores, StreamHandle) {
   if (n == 0) return 0;
@@ -78,10 +106,18 @@ template void CpuTable<int64_t>::find(size_t, const int64_t*, float*, bool*, uin
 template size_t CpuTable<int64_t>::find_with_misses(size_t, const int64_t*, float*, int64_t*,
                                                     uint64_t*, uint64_t*, StreamHandle);
 template void CpuTable<int64_t>::contains(size_t, const int64_t*, bool*, StreamHandle);
+template void CpuTable<int64_t>::find_pointers(size_t, const int64_t*, float**, bool*, uint64_t*,
+                                               StreamHandle);
+template void CpuTable<int64_t>::find_row_pointers(const char*, size_t, const int64_t*, float**,
+                                                   bool*, uint64_t*);
 template void CpuTable<uint64_t>::find(size_t, const uint64_t*, float*, bool*, uint64_t*,
                                        StreamHandle);
 template size_t CpuTable<uint64_t>::find_with_misses(size_t, const uint64_t*, float*, uint64_t*,
                                                      uint64_t*, uint64_t*, StreamHandle);
 template void CpuTable<uint64_t>::contains(size_t, const uint64_t*, bool*, StreamHandle);
+template void CpuTable<uint64_t>::find_pointers(size_t, const uint64_t*, float**, bool*, uint64_t*,
+                                                StreamHandle);
+template void CpuTable<uint64_t>::find_row_pointers(const char*, size_t, const uint64_t*, float**,
+                                                    bool*, uint64_t*);
 
 }  // namespace dynemb::cpu

@@ -115,6 +115,45 @@ void CpuTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* f
 }
 
 template <TableKey K>
+void CpuTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                          const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "find_or_insert_pointers", "keys");
+  require_pointer(rows, "find_or_insert_pointers", "rows");
+  struct Hooks {
+    float** rows;
+    bool* founds;
+    uint32_t dim;
+    const InitializerOptions& init;
+    void existing(size_t i, float* row) const {
+      rows[i] = row;
+      if (founds) founds[i] = true;
+    }
+    void inserted(size_t i, uint64_t bits, float* row) const {
+      write_initial_row(init, bits, row, dim);
+      rows[i] = row;
+      if (founds) founds[i] = false;
+    }
+    void evicted(uint64_t, const float*, uint64_t) const {}
+    void refused(size_t i, uint64_t, uint64_t) const {
+      rows[i] = nullptr;
+      if (founds) founds[i] = false;
+    }
+    void reserved(size_t i) const {
+      rows[i] = nullptr;
+      if (founds) founds[i] = false;
+    }
+  } hooks{rows, founds, static_cast<uint32_t>(options_.dim), options_.initializer};
+  const uint64_t rehashes = rehashes_.load(), evictions = evictions_.load();
+  run_upserts("find_or_insert_pointers", n, keys, scores, hooks);
+  // A growth moved rows, or an eviction may have dropped a row this call inserted: the
+  // addresses are looked up again (keys no longer stored get nullptr).
+  if (rehashes_.load() != rehashes || evictions_.load() != evictions) {
+    find_row_pointers("find_or_insert_pointers", n, keys, rows, nullptr, nullptr);
+  }
+}
+
+template <TableKey K>
 void CpuTable<K>::insert_or_assign(size_t n, const K* keys, const float* values,
                                    const uint64_t* scores, StreamHandle) {
   if (n == 0) return;
@@ -231,6 +270,8 @@ void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
       [](size_t) {});
 }
 
+template void CpuTable<int64_t>::find_or_insert_pointers(size_t, const int64_t*, float**, bool*,
+                                                         const uint64_t*, StreamHandle);
 template void CpuTable<int64_t>::find_or_insert(size_t, const int64_t*, float*, bool*,
                                                 const uint64_t*, StreamHandle);
 template void CpuTable<int64_t>::insert_or_assign(size_t, const int64_t*, const float*,
@@ -245,6 +286,8 @@ template void CpuTable<int64_t>::assign(size_t, const int64_t*, const float*, co
 template void CpuTable<int64_t>::assign_scores(size_t, const int64_t*, const uint64_t*,
                                                StreamHandle);
 template void CpuTable<int64_t>::erase(size_t, const int64_t*, StreamHandle);
+template void CpuTable<uint64_t>::find_or_insert_pointers(size_t, const uint64_t*, float**, bool*,
+                                                          const uint64_t*, StreamHandle);
 template void CpuTable<uint64_t>::find_or_insert(size_t, const uint64_t*, float*, bool*,
                                                  const uint64_t*, StreamHandle);
 template void CpuTable<uint64_t>::insert_or_assign(size_t, const uint64_t*, const float*,

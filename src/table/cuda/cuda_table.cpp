@@ -115,7 +115,37 @@ class CudaTable final : public Table<K> {
     lookup("contains", n, keys, nullptr, founds, nullptr, to_stream(stream));
   }
 
+  void find_pointers(size_t n, const K* keys, float** rows, bool* founds, uint64_t* scores,
+                     StreamHandle stream) override {
+    if (n == 0) return;
+    require_pointer(keys, "find_pointers", "keys");
+    require_pointer(rows, "find_pointers", "rows");
+    lookup("find_pointers", n, keys, nullptr, founds, scores, to_stream(stream), rows);
+  }
+
   // --- writes -----------------------------------------------------------------------------------
+
+  void find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                               const uint64_t* scores, StreamHandle stream) override {
+    if (n == 0) return;
+    require_pointer(rows, "find_or_insert_pointers", "rows");
+    WriteArgs a;
+    a.row_ptrs = rows;
+    a.founds = founds;
+    a.scores_in = scores;
+    const cudaStream_t s = to_stream(stream);
+    const uint64_t rehashes = rehashes_.load();
+    write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, s);
+    // A growth moved rows; at max capacity a later key of the batch may have evicted a row this
+    // call inserted: the addresses are looked up again (keys no longer stored get nullptr).
+    if (rehashes_.load() != rehashes || storage_.capacity() >= options_.max_capacity) {
+      DeviceGuard device(options_.device);
+      StreamOrder::Read guard(order_, s);
+      ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, rows);
+      r.skip_reserved = false;  // counted by the write already
+      launch_find(storage_.view(), r, s);
+    }
+  }
 
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
                       StreamHandle stream) override {
@@ -334,11 +364,12 @@ class CudaTable final : public Table<K> {
   bool error_mode() const { return options_.safe_check == SafeCheck::kError; }
 
   ReadArgs read_args(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
-                     CallState* state) const {
+                     CallState* state, float** row_ptrs = nullptr) const {
     ReadArgs a;
     a.keys = bits_of(keys);
     a.n = n;
     a.values = values;
+    a.row_ptrs = row_ptrs;
     a.founds = founds;
     a.scores = scores;
     a.skip_reserved = !error_mode();
@@ -348,16 +379,18 @@ class CudaTable final : public Table<K> {
 
   // find / contains: asynchronous in IGNORE mode, else one synchronization to report.
   void lookup(const char* call, size_t n, const K* keys, float* values, bool* founds,
-              uint64_t* scores, cudaStream_t s) {
+              uint64_t* scores, cudaStream_t s, float** row_ptrs = nullptr) {
     DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     if (options_.safe_check == SafeCheck::kIgnore) {
-      launch_find(storage_.view(), read_args(n, keys, values, founds, scores, nullptr), s);
+      launch_find(storage_.view(), read_args(n, keys, values, founds, scores, nullptr, row_ptrs),
+                  s);
       return;
     }
     CallScratch scratch(s);
     if (error_mode()) launch_reserved_check(bits_of(keys), n, scratch.get(), s);
-    launch_find(storage_.view(), read_args(n, keys, values, founds, scores, scratch.get()), s);
+    launch_find(storage_.view(),
+                read_args(n, keys, values, founds, scores, scratch.get(), row_ptrs), s);
     report(call, scratch.read(), bits_of(keys), s);
   }
 

@@ -81,6 +81,7 @@ struct WriteArgs {
   uint64_t n = 0;
   const float* values_in = nullptr;  // insert_or_assign / accum / assign / insert_and_evict
   float* values_out = nullptr;       // find_or_insert
+  float** row_ptrs = nullptr;        // find_or_insert_pointers: row addresses instead of copies
   bool* founds = nullptr;            // find_or_insert
   const uint64_t* scores_in = nullptr;
   ScorePolicy policy = ScorePolicy::kTimestamp;
@@ -100,6 +101,7 @@ struct ReadArgs {
   const uint64_t* keys = nullptr;
   uint64_t n = 0;
   float* values = nullptr;
+  float** row_ptrs = nullptr;  // find_pointers: row addresses (nullptr: missing)
   bool* founds = nullptr;
   uint64_t* scores = nullptr;
   bool skip_reserved = false;

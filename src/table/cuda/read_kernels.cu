@@ -53,6 +53,10 @@ __global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadAr
       if (leader && a.scores != nullptr) a.scores[i] = t.scores[slot];
     }
     if (leader && a.founds != nullptr) a.founds[i] = found >= 0;
+    if (leader && a.row_ptrs != nullptr)
+      a.row_ptrs[i] = found >= 0
+                          ? row_of(t, bucket * t.bucket_capacity + static_cast<uint64_t>(found))
+                          : nullptr;
   }
   __syncthreads();
   if (threadIdx.x == 0 && reserved != 0 && a.skip_reserved) {

@@ -78,7 +78,11 @@ __device__ void update_owned(const Tile& tile, const TableView& t, const WriteAr
     if (leader) t.scores[slot] = given;
   } else {
     if constexpr (kOp == WriteOp::kFindOrInsert) {
-      copy_row<kVec, true>(tile, a.values_out + i * dim, row, dim);
+      if (a.row_ptrs != nullptr) {
+        if (leader) a.row_ptrs[i] = row;
+      } else {
+        copy_row<kVec, true>(tile, a.values_out + i * dim, row, dim);
+      }
       if (leader && a.founds != nullptr) a.founds[i] = true;
     } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
       accumulate_row<kVec>(tile, row, a.values_in + i * dim, dim);
@@ -165,7 +169,11 @@ __device__ void insert_new(const Tile& tile, const TableView& t, const WriteArgs
       if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
     }
     if constexpr (kOp == WriteOp::kFindOrInsert) {
-      init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+      if (a.row_ptrs != nullptr) {
+        if (leader) a.row_ptrs[i] = nullptr;
+      } else {
+        init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+      }
       if (leader && a.founds != nullptr) a.founds[i] = false;
     } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
       emit<kVec>(tile, a, key, a.values_in + i * dim, new_score, dim, false);
@@ -181,7 +189,8 @@ __device__ void insert_new(const Tile& tile, const TableView& t, const WriteArgs
     }
   }
   if constexpr (kOp == WriteOp::kFindOrInsert) {
-    init_row(tile, a.init, key, row, a.values_out + i * dim, dim);
+    init_row(tile, a.init, key, row, a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
+    if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
     if (leader && a.founds != nullptr) a.founds[i] = false;
   } else {
     copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
@@ -204,7 +213,10 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   const uint64_t key = a.keys[i];
   if (key >= kFirstReservedKey) {
     if (leader) atomicAdd(&counts->reserved, 1ull);
-    if (kOp == WriteOp::kFindOrInsert && a.founds != nullptr && leader) a.founds[i] = false;
+    if (kOp == WriteOp::kFindOrInsert && leader) {
+      if (a.founds != nullptr) a.founds[i] = false;
+      if (a.row_ptrs != nullptr) a.row_ptrs[i] = nullptr;
+    }
     return;
   }
   const uint64_t hash = hash_key_bits(key);

@@ -1,0 +1,189 @@
+// find_pointers and find_or_insert_pointers (docs/table_contract.md): row addresses in the
+// table's memory instead of copies, on every backend and key type.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "table/table_harness.hpp"
+
+namespace dynemb::testing {
+namespace {
+
+template <class Config>
+class TablePointersTest : public TableTestBase<Config> {};
+TYPED_TEST_SUITE(TablePointersTest, AllTableConfigs, TableConfigNames);
+
+// What a pointer call returned, downloaded: the addresses and founds.
+struct PointerResult {
+  std::vector<float*> rows;
+  std::vector<bool> founds;
+};
+
+template <TableKey K>
+PointerResult find_pointers(TableHarness<K>& h, const std::vector<K>& keys) {
+  const size_t n = keys.size();
+  auto k = h.upload(keys);
+  auto p = h.filled(n, reinterpret_cast<float*>(uintptr_t{1}));
+  auto f = h.flags(n, true);
+  h->find_pointers(n, k.data(), p.data(), f.data());
+  return PointerResult{h.download(p, n), h.download_flags(f, n)};
+}
+
+template <TableKey K>
+PointerResult find_or_insert_pointers(TableHarness<K>& h, const std::vector<K>& keys,
+                                      const std::vector<uint64_t>& scores = {}) {
+  const size_t n = keys.size();
+  auto k = h.upload(keys);
+  auto p = h.filled(n, reinterpret_cast<float*>(uintptr_t{1}));
+  auto f = h.flags(n, true);
+  auto s = h.upload(scores);
+  h->find_or_insert_pointers(n, k.data(), p.data(), f.data(), s.data());
+  return PointerResult{h.download(p, n), h.download_flags(f, n)};
+}
+
+// The row at a table address, read into host memory.
+Row read_row(Backend backend, const float* address, uint32_t dim) {
+  Row row(dim);
+  copy_from_backend(backend, row.data(), address, dim * sizeof(float));
+  return row;
+}
+
+// Every non-null address of `r` is distinct and holds its key's stored row; every null one
+// belongs to a key the table does not hold.
+template <TableKey K>
+void expect_addresses_match_contents(TableHarness<K>& h, const std::vector<K>& keys,
+                                     const PointerResult& r) {
+  const Snapshot<K> contents = h.snapshot();
+  std::set<const float*> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto it = contents.find(keys[i]);
+    if (r.rows[i] == nullptr) {
+      EXPECT_EQ(it, contents.end()) << "key " << keys[i] << " is stored but got no address";
+      continue;
+    }
+    ASSERT_NE(it, contents.end()) << "key " << keys[i] << " got an address but is not stored";
+    EXPECT_TRUE(seen.insert(r.rows[i]).second) << "address of key " << keys[i] << " repeated";
+    EXPECT_EQ(read_row(h.backend(), r.rows[i], h.dim()), it->second.row) << "key " << keys[i];
+  }
+}
+
+TYPED_TEST(TablePointersTest, FindPointersAddressStoredRowsAndNullForMisses) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(roomy_options());
+  const auto keys = random_keys<K>(rng, 300);
+  const std::vector<K> stored(keys.begin(), keys.begin() + 200);
+  h.insert_or_assign(stored, value_rows(stored, h.dim()));
+  const PointerResult r = find_pointers(h, keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(r.founds[i], i < stored.size()) << i;
+    EXPECT_EQ(r.rows[i] != nullptr, i < stored.size()) << i;
+  }
+  expect_addresses_match_contents(h, keys, r);
+}
+
+TYPED_TEST(TablePointersTest, FindOrInsertPointersInsertsInitialRowsAndRowsUpdateInPlace) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  TableOptions o = roomy_options(ScorePolicy::kCustomized, 6);
+  o.initializer = InitializerOptions{InitializerKind::kUniform};
+  o.initializer.seed = rng.next();
+  auto h = this->make(o);
+  const auto keys = random_keys<K>(rng, 400);
+  std::vector<K> stored;
+  for (size_t i = 0; i < keys.size(); i += 2) stored.push_back(keys[i]);
+  h.insert_or_assign(stored, value_rows(stored, h.dim()));
+
+  const PointerResult r = find_or_insert_pointers(h, keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool was_stored = i % 2 == 0;
+    EXPECT_EQ(r.founds[i], was_stored) << i;
+    ASSERT_NE(r.rows[i], nullptr) << i;
+    const Row expected =
+        was_stored ? value_row(keys[i], h.dim()) : initial_row(o.initializer, keys[i], h.dim());
+    EXPECT_EQ(read_row(h.backend(), r.rows[i], h.dim()), expected) << i;
+  }
+  expect_addresses_match_contents(h, keys, r);
+
+  // Rows written through the addresses are what the table then holds.
+  const std::vector<float> updated = value_rows(keys, h.dim(), 7.5f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    copy_to_backend(h.backend(), r.rows[i], updated.data() + i * h.dim(), h.dim() * sizeof(float));
+  }
+  const FindResult after = h.find(keys);
+  EXPECT_EQ(after.values, updated);
+}
+
+TYPED_TEST(TablePointersTest, AddressesSurviveAGrowthInsideTheCall) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  TableOptions o = roomy_options();
+  o.init_capacity = 128;
+  o.bucket_capacity = 16;
+  o.max_capacity = 8192;
+  auto h = this->make(o);
+  const auto first = random_keys<K>(rng, 60);
+  h.insert_or_assign(first, value_rows(first, h.dim()));
+  auto keys = random_keys<K>(rng, 1500, std::set<K>(first.begin(), first.end()));
+  keys.insert(keys.end(), first.begin(), first.end());
+  const PointerResult r = find_or_insert_pointers(h, keys);
+  EXPECT_GT(h->capacity(), 128u);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_NE(r.rows[i], nullptr) << i;
+  expect_addresses_match_contents(h, keys, r);
+}
+
+TYPED_TEST(TablePointersTest, KeyEvictedLaterInTheSameCallGetsNoAddress) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(tiny_options());
+  // One full bucket: one entry at score 100, the rest at 1000.
+  const uint64_t bucket = rng.uniform(0, h.num_buckets() - 1);
+  const auto stored = keys_in_bucket<K>(rng, bucket, h.num_buckets(), 16);
+  std::vector<uint64_t> scores(16, 1000);
+  scores[rng.uniform(0, 15)] = 100;
+  h.insert_or_assign(stored, value_rows(stored, h.dim()), scores);
+  // Two newcomers: whichever goes first takes the score-100 slot and becomes the lowest, so
+  // the other either evicts it (500 < 600) or is refused; only one of them can stay.
+  const auto fresh =
+      keys_in_bucket<K>(rng, bucket, h.num_buckets(), 2, std::set<K>(stored.begin(), stored.end()));
+  const PointerResult r = find_or_insert_pointers(h, fresh, {500, 600});
+  expect_addresses_match_contents(h, fresh, r);
+  const Snapshot<K> contents = h.snapshot();
+  EXPECT_EQ(contents.count(fresh[0]) + contents.count(fresh[1]), 1u);
+  EXPECT_EQ(contents.size(), 16u);
+}
+
+TYPED_TEST(TablePointersTest, ReservedKeysGetNoAddressOrThrowUnderError) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto keys = random_keys<K>(rng, 20);
+  keys.push_back(static_cast<K>(kEmptyKey));
+  {
+    TableOptions o = roomy_options();
+    o.safe_check = SafeCheck::kIgnore;
+    auto h = this->make(o);
+    const PointerResult r = find_or_insert_pointers(h, keys);
+    EXPECT_EQ(r.rows.back(), nullptr);
+    EXPECT_FALSE(r.founds.back());
+    expect_addresses_match_contents(h, std::vector<K>(keys.begin(), keys.end() - 1), r);
+    EXPECT_EQ(h->stats().reserved_keys, 1u);
+  }
+  auto h = this->make(roomy_options());  // safe_check = ERROR
+  EXPECT_THROW(find_or_insert_pointers(h, keys), InvalidArgument);
+  EXPECT_EQ(h->size(), 0u);
+}
+
+TYPED_TEST(TablePointersTest, NullRowsArgumentIsRejected) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(roomy_options());
+  const auto keys = random_keys<K>(rng, 4);
+  auto k = h.upload(keys);
+  EXPECT_THROW(h->find_pointers(keys.size(), k.data(), nullptr, nullptr), InvalidArgument);
+  EXPECT_THROW(h->find_or_insert_pointers(keys.size(), k.data(), nullptr, nullptr),
+               InvalidArgument);
+  EXPECT_EQ(h->size(), 0u);
+}
+
+}  // namespace
+}  // namespace dynemb::testing
