@@ -57,6 +57,7 @@ struct TrainBenchReport {
   double forward_floor_bytes = 0.0, step_floor_bytes = 0.0;
   double forward_floor_seconds = 0.0, step_floor_seconds = 0.0;
   uint64_t rows_after = 0;
+  uint32_t row_dim = 0;  // floats per table row (embedding, optimizer state, padding)
 };
 
 // Runs warm-up and timed steps; progress lines go to `progress`.

@@ -10,6 +10,8 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "embedding/admission_counter.hpp"
+#include "ops/backends.hpp"
+#include "ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {
@@ -23,10 +25,13 @@ void ensure(BackendBuffer<T>& buffer, Backend backend, size_t count, int device)
   }
 }
 
+// Counts kept in backend memory, so a step never waits for them (read by stats()).
+enum Counter : size_t { kRowsCreated, kNonfinite, kAdmissionPending, kEvalMisses, kCounters };
+
 TableOptions table_options_for(const EmbeddingOptions& o) {
   TableOptions t = o.table;
-  t.dim = o.dim + optimizer_state_dim(o.optimizer.kind, o.dim);
-  t.initializer.width = o.dim;  // optimizer state starts at 0
+  t.dim = embedding_row_dim(o);
+  t.initializer.width = o.dim;  // optimizer state (and padding) starts at 0
   return t;
 }
 
@@ -36,16 +41,21 @@ TableOptions table_options_for(const EmbeddingOptions& o) {
 template <TableKey K>
 struct Embedding<K>::Step {
   BackendBuffer<K> unique_keys;
-  BackendBuffer<uint32_t> inverse, counts, scratch;
+  BackendBuffer<uint32_t> inverse, counts, ids_by_row, row_begin;
   BackendBuffer<float> rows, row_grads;
   BackendBuffer<bool> found, admit, skip;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights;
   BackendBuffer<uint64_t> zero_scores;
+  size_t zeroed_scores = 0;  // leading entries of zero_scores known to be 0
+  BackendBuffer<uint64_t> counters;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
+  bool all_found = false;  // every unique key has a trainable row (found[] all true)
   bool pending_backward = false;
+
+  detail::IdGroups groups() const { return {ids_by_row.data(), row_begin.data()}; }
 
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     LookupFeature f;
@@ -70,6 +80,9 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
   const TableOptions t = table_options_for(options);
   row_dim_ = t.dim;
   table_ = make_table<K>(backend, t);
+  step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
+  backend_zero(backend, step_->counters.data(), kCounters * sizeof(uint64_t));
+  backend_synchronize(backend);
   if (options.admit_threshold > 1) {
     require(backend == Backend::kCpu, "Embedding", "admit_threshold",
             std::to_string(options.admit_threshold),
@@ -94,13 +107,11 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
           "must be non-null when num_ids = " + std::to_string(n));
   require(batch.num_bags == 0 || batch.offsets != nullptr, "Embedding::forward", "batch.offsets",
           "nullptr", "must be non-null when num_bags = " + std::to_string(batch.num_bags));
+  s.pending_backward = false;
   ensure(s.unique_keys, backend_, n, device);
   ensure(s.inverse, backend_, n, device);
-  ensure(s.counts, backend_, n, device);
-  const size_t u = dedup<K>(backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(),
-                            s.counts.data(), stream);
-  stage_done("dedup");
-  ensure(s.rows, backend_, u * row_dim_, device);
+  ensure(s.ids_by_row, backend_, n, device);
+  ensure(s.row_begin, backend_, n + 1, device);
   ensure(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
                       batch.num_bags == 0 ? 0 : (batch.num_bags + 1) * sizeof(int64_t), stream);
@@ -109,20 +120,29 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
     ensure(s.weights, backend_, n, device);
     copy_within_backend(backend_, s.weights.data(), batch.weights, n * sizeof(float), stream);
   }
-  s.num_unique = u;
   s.num_ids = n;
   s.num_bags = batch.num_bags;
   s.mode = batch.mode;
-  s.pending_backward = false;
+  s.num_unique = 0;
 
-  // Everything is checked before the table is touched.
-  const LookupFeature feature = s.feature(options_.dim, row_dim_);
+  // Everything is checked before the table is touched: the offsets in the dedup's one
+  // synchronization, then the shapes (the indices are the dedup's own, so they are in range).
   const LookupOutput output{out, out_stride};
-  validate_lookup(backend_, {&feature, 1}, {&output, 1}, "Embedding::forward");
+  uint64_t counters[kCounters];
+  const size_t u = detail::dedup_grouped<K>(
+      backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(), s.ids_by_row.data(),
+      s.row_begin.data(), s.offsets.data(), batch.num_bags, "Embedding::forward",
+      {s.counters.data(), kCounters, counters}, stream);
+  report_nonfinite(counters[kNonfinite]);
+  stage_done("dedup");
+  s.num_unique = u;
+  ensure(s.rows, backend_, u * row_dim_, device);
+  const LookupFeature feature = s.feature(options_.dim, row_dim_);
+  detail::validate_lookup_shape("Embedding::forward", {&feature, 1}, {&output, 1}, "outputs");
 
   lookup_rows(training, stream);
   stage_done("lookup");
-  pooled_lookup(backend_, {&feature, 1}, {&output, 1}, stream);
+  detail::pooled_lookup_unchecked(backend_, feature, output, stream);
   stage_done("pool");
   stats_.lookups += n;
   stats_.unique_lookups += u;
@@ -140,18 +160,24 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   K* keys = s.unique_keys.data();
   float* rows = s.rows.data();
   bool* found = s.found.data();
+  uint64_t* counters = s.counters.data();
+  s.all_found = false;
   if (training && admission_ == nullptr) {
     table_->find_or_insert(u, keys, rows, found, nullptr, stream);
-    ensure(s.scratch, backend_, u, device);
-    stats_.rows_created += select_indices(backend_, u, found, false, s.scratch.data(), stream);
+    detail::count_flags(backend_, u, found, false, counters + kRowsCreated, stream);
     // Every key now has a row (refusals were counted by the table; their rows are not kept).
-    fill_flags(backend_, u, true, found, stream);
+    s.all_found = true;
     return;
   }
   table_->find(u, keys, rows, found, nullptr, stream);
   if (training) {
+    // Counter admission (cpu backend only): the occurrences of each unique key.
+    ensure(s.counts, backend_, u, device);
+    const uint32_t* row_begin = s.row_begin.data();
+    uint32_t* counts = s.counts.data();
+    for (size_t i = 0; i < u; ++i) counts[i] = row_begin[i + 1] - row_begin[i];
     bool* admit = s.admit.data();
-    admission_->count_and_admit(u, keys, s.counts.data(), found, admit);
+    admission_->count_and_admit(u, keys, counts, found, admit);
     std::vector<K> admitted;
     std::vector<uint32_t> where;
     for (size_t i = 0; i < u; ++i) {
@@ -166,12 +192,11 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     scatter_rows(backend_, where.size(), where.data(), new_rows.data(), row_dim_, rows, row_dim_,
                  row_dim_, stream);
     for (uint32_t i : where) found[i] = true;
-    stats_.rows_created += admitted.size();
+    counters[kRowsCreated] += admitted.size();
   }
   // Keys without a row read the evaluation initializer.
-  ensure(s.scratch, backend_, u, device);
-  const size_t m = select_indices(backend_, u, found, false, s.scratch.data(), stream);
-  (training ? stats_.admission_pending : stats_.eval_misses) += m;
+  detail::count_flags(backend_, u, found, false,
+                      counters + (training ? kAdmissionPending : kEvalMisses), stream);
   fill_initial_rows<K>(backend_, u, keys, found, false, options_.eval_initializer, rows, row_dim_,
                        options_.dim, stream);
 }
@@ -188,32 +213,51 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   const LookupFeature feature = s.feature(options_.dim, row_dim_);
   const LookupOutput grads{const_cast<float*>(grad), grad_stride};
   const LookupOutput row_grads{s.row_grads.data(), options_.dim};
-  reduce_gradients(backend_, {&feature, 1}, {&grads, 1}, {&row_grads, 1}, stream);
+  detail::validate_lookup_shape("Embedding::backward", {&feature, 1}, {&grads, 1}, "grad");
+  detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads, row_grads, stream);
   stage_done("reduce");
 
-  bool* skip = s.skip.data();
-  const size_t bad = flag_nonfinite_rows(backend_, u, s.row_grads.data(), options_.dim,
-                                         options_.dim, skip, stream);
-  if (bad > 0) {
-    stats_.nonfinite_gradients += bad;
-    const std::string what = "Embedding::backward: grad holds NaN or Inf for " +
-                             std::to_string(bad) + " of " + std::to_string(u) + " keys";
-    if (options_.gradient_check == SafeCheck::kError) {
-      s.pending_backward = false;
-      throw InvalidArgument(what + "; gradient_check = error, no row was changed");
-    }
-    if (options_.gradient_check == SafeCheck::kWarning) warn(what + "; those rows were skipped");
-  }
   // Keys without a row (not admitted) get no update.
-  or_flags(backend_, u, s.found.data(), false, skip, stream);
-  apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_, s.row_grads.data(),
-                       options_.dim, options_.dim, skip, stream);
+  const bool* skip = nullptr;
+  if (!s.all_found) {
+    fill_flags(backend_, u, false, s.skip.data(), stream);
+    or_flags(backend_, u, s.found.data(), false, s.skip.data(), stream);
+    skip = s.skip.data();
+  }
+  if (options_.gradient_check == SafeCheck::kError) {
+    // The one synchronization of a backward: the count must be known before any row changes.
+    ensure(s.admit, backend_, u, device);
+    const size_t bad = flag_nonfinite_rows(backend_, u, s.row_grads.data(), options_.dim,
+                                           options_.dim, s.admit.data(), stream);
+    if (bad > 0) {
+      stats_.nonfinite_gradients += bad;
+      s.pending_backward = false;
+      throw InvalidArgument("Embedding::backward: grad holds NaN or Inf for " +
+                            std::to_string(bad) + " of " + std::to_string(u) +
+                            " keys; gradient_check = error, no row was changed");
+    }
+    apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
+                         s.row_grads.data(), options_.dim, options_.dim, skip, stream);
+  } else {
+    // Rows with NaN / Inf are skipped and counted on the device (reported at the next forward
+    // or stats()).
+    detail::apply_optimizer_rows_guarded(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
+                                         s.row_grads.data(), options_.dim, options_.dim, skip,
+                                         s.counters.data() + kNonfinite, stream);
+    if (backend_ == Backend::kCpu) report_nonfinite(s.counters.data()[kNonfinite]);
+  }
   stage_done("optimizer");
   // LFU counts lookups: the write-back must not count as another touch.
   const uint64_t* scores = nullptr;
   if (options_.table.score_policy == ScorePolicy::kLfu) {
-    ensure(s.zero_scores, backend_, u, device);
-    backend_zero(backend_, s.zero_scores.data(), u * sizeof(uint64_t), stream);
+    if (s.zero_scores.data() == nullptr || s.zero_scores.size() < u) {
+      ensure(s.zero_scores, backend_, u, device);
+      s.zeroed_scores = 0;
+    }
+    if (s.zeroed_scores < u) {
+      backend_zero(backend_, s.zero_scores.data(), s.zero_scores.size() * sizeof(uint64_t), stream);
+      s.zeroed_scores = s.zero_scores.size();
+    }
     scores = s.zero_scores.data();
   }
   table_->assign(u, s.unique_keys.data(), s.rows.data(), scores, stream);
@@ -243,8 +287,27 @@ size_t Embedding<K>::end_step() {
 }
 
 template <TableKey K>
+void Embedding<K>::report_nonfinite(uint64_t total) {
+  if (total <= reported_nonfinite_) return;
+  const uint64_t fresh = total - reported_nonfinite_;
+  reported_nonfinite_ = total;
+  if (options_.gradient_check == SafeCheck::kWarning) {
+    warn("Embedding::backward: grad held NaN or Inf for " + std::to_string(fresh) +
+         " keys since the last report; those rows were skipped");
+  }
+}
+
+template <TableKey K>
 EmbeddingStats Embedding<K>::stats() const {
   EmbeddingStats s = stats_;
+  uint64_t counters[kCounters];
+  // Whatever stream the last step ran on (it may be gone by now): wait for the whole device.
+  backend_synchronize(backend_);
+  detail::read_words(backend_, step_->counters.data(), kCounters, counters, nullptr);
+  s.rows_created += counters[kRowsCreated];
+  s.nonfinite_gradients += counters[kNonfinite];
+  s.admission_pending += counters[kAdmissionPending];
+  s.eval_misses += counters[kEvalMisses];
   s.table = table_->stats();
   return s;
 }

@@ -24,4 +24,10 @@ void validate_embedding_options(const EmbeddingOptions& o) {
           "must be error, warning or ignore");
 }
 
+uint32_t embedding_row_dim(const EmbeddingOptions& o) {
+  const uint32_t unpadded = o.dim + optimizer_state_dim(o.optimizer.kind, o.dim);
+  if (!o.align_rows || o.dim % 4 != 0) return unpadded;
+  return (unpadded + 3) / 4 * 4;
+}
+
 }  // namespace dynemb

@@ -8,6 +8,7 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "ops/step_ops.hpp"
 
 namespace dynemb::detail {
 
@@ -51,6 +52,15 @@ size_t flag_nonfinite_rows_cpu(size_t n, const float* grads, uint32_t stride, ui
 void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
                               const float* grads, uint32_t grad_stride, uint32_t dim,
                               const bool* skip);
+// Groups ids [0, num_ids) by indices[i] (< num_rows): ids_by_row (num_ids), row_begin
+// (num_rows + 1), each row's ids ascending.
+void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uint32_t* ids_by_row,
+                   uint32_t* row_begin);
+void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                                  const LookupOutput& r);
+void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float* rows,
+                                      uint32_t row_stride, const float* grads, uint32_t grad_stride,
+                                      uint32_t dim, const bool* skip, uint64_t* nonfinite);
 
 // --- CUDA (src/ops/cuda; without the CUDA backend, src/ops/no_cuda throws NotAvailable) -------
 
@@ -81,6 +91,19 @@ size_t flag_nonfinite_rows_cuda(size_t n, const float* grads, uint32_t stride, u
 void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream);
+template <TableKey K>
+size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
+                          uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
+                          size_t num_bags, const char* where, ReadAlong along, StreamHandle stream);
+void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                                   const LookupOutput& r, StreamHandle stream);
+void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,
+                      StreamHandle stream);
+void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, float* rows,
+                                       uint32_t row_stride, const float* grads,
+                                       uint32_t grad_stride, uint32_t dim, const bool* skip,
+                                       uint64_t* nonfinite, StreamHandle stream);
+void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream);
 
 // Throws NotAvailable naming `where` (a CUDA op in a build without the CUDA backend).
 [[noreturn]] inline void no_cuda_ops(const char* where) {

@@ -40,13 +40,23 @@ struct EmbeddingOptions {
   // are erased by end_step(). 0 = off.
   uint64_t ttl_steps = 0;
   double ttl_seconds = 0.0;
-  // NaN / Inf gradients: ERROR throws before any row changes; WARNING / IGNORE skip the row
-  // (counted).
+  // NaN / Inf gradients: ERROR throws before any row changes (one host synchronization per
+  // backward); WARNING / IGNORE skip the row (counted on the device; WARNING logs the count at
+  // the next forward).
   SafeCheck gradient_check = SafeCheck::kWarning;
+  // Pad each table row with zeros to a multiple of 4 floats (16 bytes) when dim is a multiple
+  // of 4, so every row, its embedding and its state arrays start 16-byte aligned and the GPU
+  // kernels move them as float4. The padding is part of the table's dim (row_dim()), so
+  // checkpoints and stats see it as optimizer state; false keeps rows unpadded.
+  bool align_rows = true;
 };
 
 // Throws InvalidArgument naming the bad field, its value and its limit.
 void validate_embedding_options(const EmbeddingOptions& options);
+
+// Floats per table row of an embedding with these options: dim + optimizer state, rounded up to
+// a multiple of 4 when align_rows and dim % 4 == 0.
+uint32_t embedding_row_dim(const EmbeddingOptions& options);
 
 // One feature's batch: bag b holds keys[offsets[b] .. offsets[b+1]). Pointers in the
 // backend's memory; weights optional.
@@ -100,8 +110,9 @@ class Embedding {
   const Table<K>& table() const { return *table_; }
   const EmbeddingOptions& options() const { return options_; }
   Backend backend() const { return backend_; }
-  // Floats per table row: dim + optimizer state.
+  // Floats per table row: dim + optimizer state (+ padding, see align_rows).
   uint32_t row_dim() const { return row_dim_; }
+  // The counts so far; synchronizes the device (the step's counts live in backend memory).
   EmbeddingStats stats() const;
 
   // Called with the stage's name as each stage of forward ("dedup", "lookup", "pool") and
@@ -117,6 +128,8 @@ class Embedding {
 
   struct Step;
   void lookup_rows(bool training, StreamHandle stream);
+  // Logs (WARNING) the non-finite gradient rows counted since the last report, out of `total`.
+  void report_nonfinite(uint64_t total);
 
   Backend backend_;
   EmbeddingOptions options_;
@@ -124,7 +137,8 @@ class Embedding {
   std::unique_ptr<Table<K>> table_;
   std::unique_ptr<detail::AdmissionCounter<K>> admission_;
   std::unique_ptr<Step> step_;
-  EmbeddingStats stats_{};
+  EmbeddingStats stats_{};  // the counts kept on the host (the others: Step::counters)
+  uint64_t reported_nonfinite_ = 0;
   StageObserver observer_;
 };
 

@@ -97,98 +97,158 @@ struct SingleLane {
   DYNEMB_HD bool leader() const { return true; }
 };
 
+// Per-element state arrays (each `dim` floats, right after the embedding) of an optimizer:
+// Adam m, v; AdaGrad G; RMSProp v; FTRL z, n. Row-wise AdaGrad keeps one float, SGD none.
+DYNEMB_HD constexpr uint32_t element_state_arrays(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kFtrl:
+      return 2;
+    case OptimizerKind::kAdaGrad:
+    case OptimizerKind::kRmsProp:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// The constants of one row's update, known before its element pass (begin_row_update).
+struct RowUpdate {
+  float scale = 1.0f;            // clip_norm's factor on the gradient
+  float bc1 = 1.0f, bc2 = 1.0f;  // Adam's bias corrections for step `step`
+  uint32_t step = 0;             // Adam: the row's step count after this update
+  float accumulated = 0.0f;      // row-wise AdaGrad: the row's accumulator after this update
+  float rowwise_rate = 0.0f;     // row-wise AdaGrad: lr / (sqrt(accumulated + initial) + eps)
+};
+
+// Reads what the row-wide part of the rule needs (gradient norm, Adam's step count, row-wise
+// AdaGrad's mean square) from `row` = [w (dim) | state] and `grad`, on `lanes`; writes nothing.
+template <class Lanes>
+DYNEMB_HD RowUpdate begin_row_update(const OptimizerOptions& o, const float* row, const float* grad,
+                                     uint32_t dim, const Lanes& lanes) {
+  using namespace optimizer_detail;
+  const uint32_t first = lanes.first(), stride = lanes.stride();
+  RowUpdate u;
+  if (o.clip_norm > 0.0f) {
+    float sq = 0.0f;
+    for (uint32_t j = first; j < dim; j += stride) sq += grad[j] * grad[j];
+    const float norm = sqrtf_(lanes.sum(sq));
+    if (norm > o.clip_norm) u.scale = o.clip_norm / norm;
+  }
+  if (o.kind == OptimizerKind::kAdam) {
+    u.step = *reinterpret_cast<const uint32_t*>(row + 3 * dim) + 1;
+    u.bc1 = 1.0f - powf_(o.beta1, static_cast<float>(u.step));
+    u.bc2 = 1.0f - powf_(o.beta2, static_cast<float>(u.step));
+  } else if (o.kind == OptimizerKind::kRowWiseAdaGrad) {
+    float sum_sq = 0.0f;
+    for (uint32_t j = first; j < dim; j += stride) {
+      const float g = effective_grad(o, grad[j], row[j], u.scale);
+      sum_sq += g * g;
+    }
+    u.accumulated = row[dim] + lanes.sum(sum_sq) / static_cast<float>(dim);
+    u.rowwise_rate = o.learning_rate / (sqrtf_(u.accumulated + o.initial_accumulator) + o.eps);
+  }
+  return u;
+}
+
+// Updates one element: its weight w, its state a = state[j] and b = state[dim + j] (those of
+// element_state_arrays(kKind); the others are left alone) from its raw gradient.
+template <OptimizerKind kKind>
+DYNEMB_HD void update_element(const OptimizerOptions& o, const RowUpdate& u, float& w, float& a,
+                              float& b, float grad) {
+  using namespace optimizer_detail;
+  const float lr = o.learning_rate;
+  if constexpr (kKind == OptimizerKind::kSgd) {
+    w -= lr * effective_grad(o, grad, w, u.scale);
+  } else if constexpr (kKind == OptimizerKind::kAdam) {
+    const float g = effective_grad(o, grad, w, u.scale);
+    a = o.beta1 * a + (1.0f - o.beta1) * g;
+    b = o.beta2 * b + (1.0f - o.beta2) * g * g;
+    const float m_hat = a / u.bc1;
+    const float v_hat = b / u.bc2;
+    w -= lr * m_hat / (sqrtf_(v_hat) + o.eps);
+  } else if constexpr (kKind == OptimizerKind::kAdaGrad) {
+    const float g = effective_grad(o, grad, w, u.scale);
+    a += g * g;
+    w -= lr * g / (sqrtf_(a + o.initial_accumulator) + o.eps);
+  } else if constexpr (kKind == OptimizerKind::kRowWiseAdaGrad) {
+    w -= u.rowwise_rate * effective_grad(o, grad, w, u.scale);
+  } else if constexpr (kKind == OptimizerKind::kRmsProp) {
+    const float g = effective_grad(o, grad, w, u.scale);
+    a = o.rho * a + (1.0f - o.rho) * g * g;
+    w -= lr * g / (sqrtf_(a) + o.eps);
+  } else {  // FTRL-proximal: a = z, b = n (stored minus initial_accumulator)
+    const float g = effective_grad(o, grad, w, u.scale);
+    const float n_old = b + o.initial_accumulator;
+    const float n_new = n_old + g * g;
+    const float sigma = (sqrtf_(n_new) - sqrtf_(n_old)) / lr;
+    a += g - sigma * w;
+    b += g * g;
+    const float abs_z = a < 0.0f ? -a : a;
+    if (abs_z <= o.ftrl_l1) {
+      w = 0.0f;
+    } else {
+      const float sign_z = a < 0.0f ? -1.0f : 1.0f;
+      w = -(a - sign_z * o.ftrl_l1) / ((o.ftrl_beta + sqrtf_(n_new)) / lr + o.ftrl_l2);
+    }
+  }
+}
+
+// The element pass of one row on `lanes`: update_element over the lane's elements.
+template <OptimizerKind kKind, class Lanes>
+DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                   const float* grad, uint32_t dim, const Lanes& lanes) {
+  constexpr uint32_t kArrays = element_state_arrays(kKind);
+  float* a = row + dim;
+  float* b = row + 2 * dim;
+  for (uint32_t j = lanes.first(); j < dim; j += lanes.stride()) {
+    float sa = 0.0f, sb = 0.0f;
+    if constexpr (kArrays >= 1) sa = a[j];
+    if constexpr (kArrays >= 2) sb = b[j];
+    update_element<kKind>(o, u, row[j], sa, sb, grad[j]);
+    if constexpr (kArrays >= 1) a[j] = sa;
+    if constexpr (kArrays >= 2) b[j] = sb;
+  }
+}
+
+// Writes the row's scalars (Adam's step count, row-wise AdaGrad's accumulator) once every lane
+// is past begin_row_update.
+template <class Lanes>
+DYNEMB_HD void end_row_update(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                              uint32_t dim, const Lanes& lanes) {
+  lanes.sync();
+  if (!lanes.leader()) return;
+  if (o.kind == OptimizerKind::kAdam) *reinterpret_cast<uint32_t*>(row + 3 * dim) = u.step;
+  if (o.kind == OptimizerKind::kRowWiseAdaGrad) row[dim] = u.accumulated;
+}
+
 // Applies one update of `grad` (dim floats) to `row` = [w (dim) | state], in place, with the
 // published rule of o.kind (after clip_norm, weight decay and clip_value), on `lanes`.
 template <class Lanes>
 DYNEMB_HD void apply_optimizer_on(const OptimizerOptions& o, float* row, const float* grad,
                                   uint32_t dim, const Lanes& lanes) {
-  using namespace optimizer_detail;
-  const uint32_t first = lanes.first(), stride = lanes.stride();
-  float scale = 1.0f;
-  if (o.clip_norm > 0.0f) {
-    float sq = 0.0f;
-    for (uint32_t j = first; j < dim; j += stride) sq += grad[j] * grad[j];
-    const float norm = sqrtf_(lanes.sum(sq));
-    if (norm > o.clip_norm) scale = o.clip_norm / norm;
-  }
-  float* w = row;
-  float* state = row + dim;
-  const float lr = o.learning_rate;
+  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      for (uint32_t j = first; j < dim; j += stride) {
-        w[j] -= lr * effective_grad(o, grad[j], w[j], scale);
-      }
+      update_row_elements<OptimizerKind::kSgd>(o, u, row, grad, dim, lanes);
       break;
-    case OptimizerKind::kAdam: {
-      float* m = state;
-      float* v = state + dim;
-      uint32_t* step = reinterpret_cast<uint32_t*>(state + 2 * dim);
-      const uint32_t t = *step + 1;
-      lanes.sync();
-      if (lanes.leader()) *step = t;
-      const float bc1 = 1.0f - powf_(o.beta1, static_cast<float>(t));
-      const float bc2 = 1.0f - powf_(o.beta2, static_cast<float>(t));
-      for (uint32_t j = first; j < dim; j += stride) {
-        const float g = effective_grad(o, grad[j], w[j], scale);
-        m[j] = o.beta1 * m[j] + (1.0f - o.beta1) * g;
-        v[j] = o.beta2 * v[j] + (1.0f - o.beta2) * g * g;
-        const float m_hat = m[j] / bc1;
-        const float v_hat = v[j] / bc2;
-        w[j] -= lr * m_hat / (sqrtf_(v_hat) + o.eps);
-      }
+    case OptimizerKind::kAdam:
+      update_row_elements<OptimizerKind::kAdam>(o, u, row, grad, dim, lanes);
       break;
-    }
     case OptimizerKind::kAdaGrad:
-      for (uint32_t j = first; j < dim; j += stride) {
-        const float g = effective_grad(o, grad[j], w[j], scale);
-        state[j] += g * g;
-        w[j] -= lr * g / (sqrtf_(state[j] + o.initial_accumulator) + o.eps);
-      }
+      update_row_elements<OptimizerKind::kAdaGrad>(o, u, row, grad, dim, lanes);
       break;
-    case OptimizerKind::kRowWiseAdaGrad: {
-      float sum_sq = 0.0f;
-      for (uint32_t j = first; j < dim; j += stride) {
-        const float g = effective_grad(o, grad[j], w[j], scale);
-        sum_sq += g * g;
-      }
-      const float accumulated = state[0] + lanes.sum(sum_sq) / static_cast<float>(dim);
-      const float step = lr / (sqrtf_(accumulated + o.initial_accumulator) + o.eps);
-      for (uint32_t j = first; j < dim; j += stride) {
-        w[j] -= step * effective_grad(o, grad[j], w[j], scale);
-      }
-      lanes.sync();
-      if (lanes.leader()) state[0] = accumulated;
+    case OptimizerKind::kRowWiseAdaGrad:
+      update_row_elements<OptimizerKind::kRowWiseAdaGrad>(o, u, row, grad, dim, lanes);
       break;
-    }
     case OptimizerKind::kRmsProp:
-      for (uint32_t j = first; j < dim; j += stride) {
-        const float g = effective_grad(o, grad[j], w[j], scale);
-        state[j] = o.rho * state[j] + (1.0f - o.rho) * g * g;
-        w[j] -= lr * g / (sqrtf_(state[j]) + o.eps);
-      }
+      update_row_elements<OptimizerKind::kRmsProp>(o, u, row, grad, dim, lanes);
       break;
-    case OptimizerKind::kFtrl: {
-      float* z = state;
-      float* n = state + dim;
-      for (uint32_t j = first; j < dim; j += stride) {
-        const float g = effective_grad(o, grad[j], w[j], scale);
-        const float n_old = n[j] + o.initial_accumulator;
-        const float n_new = n_old + g * g;
-        const float sigma = (sqrtf_(n_new) - sqrtf_(n_old)) / lr;
-        z[j] += g - sigma * w[j];
-        n[j] += g * g;
-        const float abs_z = z[j] < 0.0f ? -z[j] : z[j];
-        if (abs_z <= o.ftrl_l1) {
-          w[j] = 0.0f;
-        } else {
-          const float sign_z = z[j] < 0.0f ? -1.0f : 1.0f;
-          w[j] = -(z[j] - sign_z * o.ftrl_l1) / ((o.ftrl_beta + sqrtf_(n_new)) / lr + o.ftrl_l2);
-        }
-      }
+    case OptimizerKind::kFtrl:
+      update_row_elements<OptimizerKind::kFtrl>(o, u, row, grad, dim, lanes);
       break;
-    }
   }
+  end_row_update(o, u, row, dim, lanes);
 }
 
 // apply_optimizer_on with one lane: the host's row update.

@@ -36,48 +36,57 @@ void pooled_lookup_cpu(std::span<const LookupFeature> features,
   }
 }
 
+void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uint32_t* ids_by_row,
+                   uint32_t* row_begin) {
+  // A stable counting sort by row.
+  std::fill(row_begin, row_begin + num_rows + 1, 0u);
+  for (size_t i = 0; i < num_ids; ++i) ++row_begin[indices[i] + 1];
+  for (size_t row = 0; row < num_rows; ++row) row_begin[row + 1] += row_begin[row];
+  std::vector<uint32_t> fill(row_begin, row_begin + num_rows);
+  for (size_t i = 0; i < num_ids; ++i) ids_by_row[fill[indices[i]]++] = static_cast<uint32_t>(i);
+}
+
+void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                                  const LookupOutput& r) {
+  std::vector<uint32_t> bag_of(x.num_ids);
+  for (size_t b = 0; b < x.num_bags; ++b) {
+    for (int64_t i = x.offsets[b]; i < x.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
+  }
+  const uint32_t* row_begin = groups.row_begin;
+  const uint32_t* ids_by_row = groups.ids_by_row;
+  parallel_for(x.num_rows, 256, [&](size_t first_row, size_t last_row) {
+    std::vector<float> partial(x.dim);
+    for (size_t row = first_row; row < last_row; ++row) {
+      float* dst = r.out + row * r.out_stride;
+      std::fill(dst, dst + x.dim, 0.0f);
+      // Chunks of kGradientChunk ids, each summed from zero, then added in order.
+      for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
+        const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
+        std::fill(partial.begin(), partial.end(), 0.0f);
+        for (uint32_t k = c; k < chunk_end; ++k) {
+          const uint32_t i = ids_by_row[k];
+          const uint32_t b = bag_of[i];
+          const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
+                                                           : g.out + size_t{b} * g.out_stride;
+          const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
+          for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+        }
+        for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
+      }
+    }
+  });
+}
+
 void reduce_gradients_cpu(std::span<const LookupFeature> features,
                           std::span<const LookupOutput> grads,
                           std::span<const LookupOutput> row_grads) {
-  std::vector<uint32_t> row_begin, ids_by_row, bag_of;
+  std::vector<uint32_t> row_begin, ids_by_row;
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
-    const LookupOutput& g = grads[f];
-    const LookupOutput& r = row_grads[f];
-    // Each row's ids in ascending order (a stable counting sort by row).
-    row_begin.assign(x.num_rows + 1, 0);
-    for (size_t i = 0; i < x.num_ids; ++i) ++row_begin[x.indices[i] + 1];
-    for (size_t row = 0; row < x.num_rows; ++row) row_begin[row + 1] += row_begin[row];
+    row_begin.resize(x.num_rows + 1);
     ids_by_row.resize(x.num_ids);
-    bag_of.resize(x.num_ids);
-    std::vector<uint32_t> fill(row_begin.begin(), row_begin.end() - 1);
-    for (size_t b = 0; b < x.num_bags; ++b) {
-      for (int64_t i = x.offsets[b]; i < x.offsets[b + 1]; ++i) {
-        ids_by_row[fill[x.indices[i]]++] = static_cast<uint32_t>(i);
-        bag_of[i] = static_cast<uint32_t>(b);
-      }
-    }
-    parallel_for(x.num_rows, 256, [&](size_t first_row, size_t last_row) {
-      std::vector<float> partial(x.dim);
-      for (size_t row = first_row; row < last_row; ++row) {
-        float* dst = r.out + row * r.out_stride;
-        std::fill(dst, dst + x.dim, 0.0f);
-        // Chunks of kGradientChunk ids, each summed from zero, then added in order.
-        for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
-          const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
-          std::fill(partial.begin(), partial.end(), 0.0f);
-          for (uint32_t k = c; k < chunk_end; ++k) {
-            const uint32_t i = ids_by_row[k];
-            const uint32_t b = bag_of[i];
-            const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
-                                                             : g.out + size_t{b} * g.out_stride;
-            const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
-            for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
-          }
-          for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
-        }
-      }
-    });
+    group_ids_cpu(x.num_ids, x.indices, x.num_rows, ids_by_row.data(), row_begin.data());
+    reduce_gradients_grouped_cpu(x, {ids_by_row.data(), row_begin.data()}, grads[f], row_grads[f]);
   }
 }
 

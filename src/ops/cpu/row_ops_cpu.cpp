@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -69,6 +70,28 @@ void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, 
       apply_optimizer(o, rows + i * row_stride, grads + i * grad_stride, dim);
     }
   });
+}
+
+void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float* rows,
+                                      uint32_t row_stride, const float* grads, uint32_t grad_stride,
+                                      uint32_t dim, const bool* skip, uint64_t* nonfinite) {
+  std::atomic<uint64_t> bad_rows{0};
+  parallel_for(n, 256, [&](size_t first, size_t last) {
+    uint64_t bad = 0;
+    for (size_t i = first; i < last; ++i) {
+      const float* grad = grads + i * grad_stride;
+      bool finite = true;
+      for (uint32_t j = 0; j < dim; ++j) finite &= std::isfinite(grad[j]);
+      if (!finite) {
+        ++bad;
+        continue;
+      }
+      if (skip != nullptr && skip[i]) continue;
+      apply_optimizer(o, rows + i * row_stride, grad, dim);
+    }
+    bad_rows += bad;
+  });
+  *nonfinite += bad_rows.load();
 }
 
 template void fill_initial_rows_cpu<int64_t>(size_t, const int64_t*, const bool*, bool,

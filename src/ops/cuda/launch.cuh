@@ -30,6 +30,11 @@ inline cudaStream_t as_stream(StreamHandle s) {
 // out[i] = i for i in [0, n), on `stream`.
 void fill_iota(uint32_t* out, size_t n, cudaStream_t stream);
 
+// Lets the current device's default memory pool keep what it has grown to (release threshold:
+// unlimited), so the ops' stream-ordered temporaries are not unmapped at every synchronization
+// and mapped again by the next step. Once per device; cheap afterwards.
+void keep_pool_memory(cudaStream_t stream);
+
 // The global index of this thread's warp and its lane.
 __device__ __forceinline__ size_t warp_index() {
   return (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;

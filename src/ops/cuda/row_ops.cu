@@ -10,6 +10,7 @@
 #include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/optimizer_warp.cuh"
+#include "ops/cuda/tile_lanes.cuh"
 
 namespace dynemb::detail {
 namespace {
@@ -21,7 +22,8 @@ using ops_cuda::kBlock;
 using ops_cuda::lane_index;
 using ops_cuda::warp_index;
 
-template <bool kScatter>
+// One warp per row; float4 lanes when kVec = 4 (strides, pointers and width allow it).
+template <bool kScatter, uint32_t kVec>
 __global__ void move_rows_kernel(size_t n, const uint32_t* index, const float* src,
                                  uint32_t src_stride, float* dst, uint32_t dst_stride,
                                  uint32_t width) {
@@ -29,8 +31,14 @@ __global__ void move_rows_kernel(size_t n, const uint32_t* index, const float* s
   if (i >= n) return;
   const size_t from = kScatter ? i : index[i];
   const size_t to = kScatter ? index[i] : i;
-  for (uint32_t j = lane_index(); j < width; j += 32) {
-    dst[to * dst_stride + j] = src[from * src_stride + j];
+  const float* s = src + from * src_stride;
+  float* d = dst + to * dst_stride;
+  if constexpr (kVec == 4) {
+    for (uint32_t j = 4 * lane_index(); j < width; j += 128) {
+      *reinterpret_cast<float4*>(d + j) = *reinterpret_cast<const float4*>(s + j);
+    }
+  } else {
+    for (uint32_t j = lane_index(); j < width; j += 32) d[j] = s[j];
   }
 }
 
@@ -75,14 +83,118 @@ __global__ void nonfinite_kernel(size_t n, const float* grads, uint32_t stride, 
   }
 }
 
-// One warp per row (coalesced over the row's elements).
+// Whether the warp's gradient row (dim floats) holds a NaN or Inf (every lane gets the answer).
+template <uint32_t kVec>
+__device__ bool row_nonfinite(const float* grad, uint32_t dim) {
+  bool bad = false;
+  if constexpr (kVec == 4) {
+    for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
+      const float4 g = *reinterpret_cast<const float4*>(grad + j);
+      bad |= !isfinite(g.x) || !isfinite(g.y) || !isfinite(g.z) || !isfinite(g.w);
+    }
+  } else {
+    for (uint32_t j = lane_index(); j < dim; j += 32) bad |= !isfinite(grad[j]);
+  }
+  return __any_sync(0xFFFFFFFFu, bad);
+}
+
+// The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
+// 128-element tile of w, the state arrays and the gradient.
+template <OptimizerKind kKind>
+__device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                const float* grad, uint32_t dim) {
+  constexpr uint32_t kArrays = element_state_arrays(kKind);
+  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
+    float4 w = *reinterpret_cast<const float4*>(row + j);
+    const float4 g = *reinterpret_cast<const float4*>(grad + j);
+    float4 a{}, b{};
+    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
+    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
+    update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
+    update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
+    update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
+    update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
+    *reinterpret_cast<float4*>(row + j) = w;
+    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
+    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
+  }
+}
+
+// One warp per row. kVec = 4: float4 lanes (rows, grads, strides and dim allow it); 1: lane l
+// takes elements l, l + 32, ... (apply_optimizer_on over WarpLanes). A non-null `nonfinite`
+// makes the warp check its gradient row first: a row with a NaN / Inf is counted, not updated.
+template <OptimizerKind kKind, uint32_t kVec>
 __global__ void optimizer_kernel(OptimizerOptions o, size_t n, float* rows, uint32_t row_stride,
                                  const float* grads, uint32_t grad_stride, uint32_t dim,
-                                 const bool* skip) {
+                                 const bool* skip, unsigned long long* nonfinite) {
   const size_t i = warp_index();
-  if (i >= n || (skip != nullptr && skip[i])) return;
-  apply_optimizer_on(o, rows + i * row_stride, grads + i * grad_stride, dim,
-                     ops_cuda::WarpLanes{lane_index()});
+  if (i >= n) return;
+  float* row = rows + i * row_stride;
+  const float* grad = grads + i * grad_stride;
+  if (nonfinite != nullptr && row_nonfinite<kVec>(grad, dim)) {
+    if (lane_index() == 0) atomicAdd(nonfinite, 1ull);
+    return;
+  }
+  if (skip != nullptr && skip[i]) return;
+  const ops_cuda::WarpLanes lanes{lane_index()};
+  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
+  if constexpr (kVec == 4) {
+    update_row_vec4<kKind>(o, u, row, grad, dim);
+  } else {
+    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+  }
+  end_row_update(o, u, row, dim, lanes);
+}
+
+template <OptimizerKind kKind>
+void launch_optimizer(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+                      const float* grads, uint32_t grad_stride, uint32_t dim, const bool* skip,
+                      unsigned long long* nonfinite, cudaStream_t stream) {
+  const bool vec =
+      ops_cuda::vec4_ok(rows, row_stride, dim) && ops_cuda::vec4_ok(grads, grad_stride, dim);
+  if (vec) {
+    optimizer_kernel<kKind, 4><<<blocks_for_warps(n), kBlock, 0, stream>>>(
+        o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite);
+  } else {
+    optimizer_kernel<kKind, 1><<<blocks_for_warps(n), kBlock, 0, stream>>>(
+        o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite);
+  }
+  cuda::check_launch("apply_optimizer_rows");
+}
+
+void launch_optimizer_any(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+                          const float* grads, uint32_t grad_stride, uint32_t dim, const bool* skip,
+                          unsigned long long* nonfinite, cudaStream_t stream) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return launch_optimizer<OptimizerKind::kSgd>(o, n, rows, row_stride, grads, grad_stride, dim,
+                                                   skip, nonfinite, stream);
+    case OptimizerKind::kAdam:
+      return launch_optimizer<OptimizerKind::kAdam>(o, n, rows, row_stride, grads, grad_stride, dim,
+                                                    skip, nonfinite, stream);
+    case OptimizerKind::kAdaGrad:
+      return launch_optimizer<OptimizerKind::kAdaGrad>(o, n, rows, row_stride, grads, grad_stride,
+                                                       dim, skip, nonfinite, stream);
+    case OptimizerKind::kRowWiseAdaGrad:
+      return launch_optimizer<OptimizerKind::kRowWiseAdaGrad>(
+          o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite, stream);
+    case OptimizerKind::kRmsProp:
+      return launch_optimizer<OptimizerKind::kRmsProp>(o, n, rows, row_stride, grads, grad_stride,
+                                                       dim, skip, nonfinite, stream);
+    case OptimizerKind::kFtrl:
+      return launch_optimizer<OptimizerKind::kFtrl>(o, n, rows, row_stride, grads, grad_stride, dim,
+                                                    skip, nonfinite, stream);
+  }
+}
+
+// counter += how many flags[i] == value (a warp's count added once).
+__global__ void count_flags_kernel(size_t n, const bool* flags, bool value,
+                                   unsigned long long* counter) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool hit = i < n && flags[i] == value;
+  const unsigned votes = __ballot_sync(0xFFFFFFFFu, hit);
+  if (lane_index() == 0 && votes != 0)
+    atomicAdd(counter, static_cast<unsigned long long>(__popc(votes)));
 }
 
 }  // namespace
@@ -90,16 +202,26 @@ __global__ void optimizer_kernel(OptimizerOptions o, size_t n, float* rows, uint
 void gather_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                       float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream) {
   if (n == 0) return;
-  move_rows_kernel<false><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
-      n, index, src, src_stride, dst, dst_stride, width);
+  if (ops_cuda::vec4_ok(src, src_stride, width) && ops_cuda::vec4_ok(dst, dst_stride, width)) {
+    move_rows_kernel<false, 4><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
+        n, index, src, src_stride, dst, dst_stride, width);
+  } else {
+    move_rows_kernel<false, 1><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
+        n, index, src, src_stride, dst, dst_stride, width);
+  }
   cuda::check_launch("gather_rows");
 }
 
 void scatter_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                        float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream) {
   if (n == 0) return;
-  move_rows_kernel<true><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
-      n, index, src, src_stride, dst, dst_stride, width);
+  if (ops_cuda::vec4_ok(src, src_stride, width) && ops_cuda::vec4_ok(dst, dst_stride, width)) {
+    move_rows_kernel<true, 4><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
+        n, index, src, src_stride, dst, dst_stride, width);
+  } else {
+    move_rows_kernel<true, 1><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
+        n, index, src, src_stride, dst, dst_stride, width);
+  }
   cuda::check_launch("scatter_rows");
 }
 
@@ -166,9 +288,33 @@ void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream) {
   if (n == 0) return;
-  optimizer_kernel<<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
-      o, n, rows, row_stride, grads, grad_stride, dim, skip);
-  cuda::check_launch("apply_optimizer_rows");
+  launch_optimizer_any(o, n, rows, row_stride, grads, grad_stride, dim, skip, nullptr,
+                       as_stream(stream));
+}
+
+void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, float* rows,
+                                       uint32_t row_stride, const float* grads,
+                                       uint32_t grad_stride, uint32_t dim, const bool* skip,
+                                       uint64_t* nonfinite, StreamHandle stream) {
+  if (n == 0) return;
+  launch_optimizer_any(o, n, rows, row_stride, grads, grad_stride, dim, skip,
+                       reinterpret_cast<unsigned long long*>(nonfinite), as_stream(stream));
+}
+
+void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,
+                      StreamHandle stream) {
+  if (n == 0) return;
+  count_flags_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(
+      n, flags, value, reinterpret_cast<unsigned long long*>(counter));
+  cuda::check_launch("count_flags");
+}
+
+void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream) {
+  if (count == 0) return;
+  const cudaStream_t s = as_stream(stream);
+  cuda::check(cudaMemcpyAsync(host, words, count * sizeof(uint64_t), cudaMemcpyDeviceToHost, s),
+              "read_words: cudaMemcpyAsync");
+  cuda::sync(s, "read_words");
 }
 
 }  // namespace dynemb::detail

@@ -1,3 +1,7 @@
+// Small device helpers shared by the ops: iota, the memory pool's release threshold.
+#include <atomic>
+#include <cstdint>
+
 #include "core/cuda/check.hpp"
 #include "ops/cuda/launch.cuh"
 
@@ -15,6 +19,20 @@ void fill_iota(uint32_t* out, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   iota_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(out, n);
   cuda::check_launch("fill_iota");
+}
+
+void keep_pool_memory(cudaStream_t) {
+  static std::atomic<uint64_t> done_devices{0};
+  int device = 0;
+  cuda::check(cudaGetDevice(&device), "keep_pool_memory: cudaGetDevice");
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (done_devices.load(std::memory_order_relaxed) & bit) != 0) return;
+  cudaMemPool_t pool;
+  cuda::check(cudaDeviceGetDefaultMemPool(&pool, device), "keep_pool_memory: default pool");
+  uint64_t unlimited = UINT64_MAX;
+  cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &unlimited),
+              "keep_pool_memory: release threshold");
+  done_devices.fetch_or(bit, std::memory_order_relaxed);
 }
 
 }  // namespace dynemb::ops_cuda

@@ -58,4 +58,31 @@ void apply_optimizer_rows_cuda(const OptimizerOptions&, size_t, float*, uint32_t
   no_cuda_ops("apply_optimizer_rows");
 }
 
+template <TableKey K>
+size_t dedup_grouped_cuda(size_t, const K*, K*, uint32_t*, uint32_t*, uint32_t*, const int64_t*,
+                          size_t, const char*, ReadAlong, StreamHandle) {
+  no_cuda_ops("dedup");
+}
+template size_t dedup_grouped_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
+                                            uint32_t*, const int64_t*, size_t, const char*,
+                                            ReadAlong, StreamHandle);
+template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*,
+                                             uint32_t*, uint32_t*, const int64_t*, size_t,
+                                             const char*, ReadAlong, StreamHandle);
+void reduce_gradients_grouped_cuda(const LookupFeature&, IdGroups, const LookupOutput&,
+                                   const LookupOutput&, StreamHandle) {
+  no_cuda_ops("reduce_gradients");
+}
+void count_flags_cuda(size_t, const bool*, bool, uint64_t*, StreamHandle) {
+  no_cuda_ops("count_flags");
+}
+void apply_optimizer_rows_guarded_cuda(const OptimizerOptions&, size_t, float*, uint32_t,
+                                       const float*, uint32_t, uint32_t, const bool*, uint64_t*,
+                                       StreamHandle) {
+  no_cuda_ops("apply_optimizer_rows");
+}
+void read_words_cuda(const uint64_t*, size_t, uint64_t*, StreamHandle) {
+  no_cuda_ops("read_words");
+}
+
 }  // namespace dynemb::detail

@@ -1,0 +1,69 @@
+// Entry points for a training step that already knows its inputs are sound (the trainable
+// table, src/embedding/): no re-validation, no host synchronization beyond what each names.
+// Results are the same as the public ops' (include/dynemb/ops/).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dynemb/core/key.hpp"
+#include "dynemb/core/options.hpp"
+#include "dynemb/ops/pooling.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::detail {
+
+// A batch's ids grouped by the row they read: row r's ids, ascending, are
+// ids_by_row[row_begin[r] .. row_begin[r + 1]). Backend memory.
+struct IdGroups {
+  const uint32_t* ids_by_row = nullptr;  // num_ids entries
+  const uint32_t* row_begin = nullptr;   // num_rows + 1 entries
+};
+
+// Device words read back together with dedup_grouped's unique count (one synchronization).
+struct ReadAlong {
+  const uint64_t* counters = nullptr;  // backend memory
+  size_t count = 0;
+  uint64_t* host = nullptr;
+};
+
+// dedup (include/dynemb/ops/dedup.hpp, same unique keys and inverse) that also writes the
+// groups of the ids by unique key (ids_by_row: n, row_begin: n + 1 entries) and checks the
+// bags' offsets (offsets[0] == 0, non-decreasing, offsets[num_bags] == n) in the same host
+// synchronization; throws InvalidArgument naming `where` (as validate_lookup does) when they
+// are bad. Reads `along` in that synchronization too. Returns the number of unique keys.
+template <TableKey K>
+size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
+                     uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
+                     size_t num_bags, const char* where, ReadAlong along, StreamHandle stream);
+
+// pooled_lookup of one feature without the data checks (the caller vouches for offsets and
+// indices).
+void pooled_lookup_unchecked(Backend backend, const LookupFeature& feature,
+                             const LookupOutput& output, StreamHandle stream);
+
+// reduce_gradients of one feature whose ids are grouped by row (feature.indices agree with
+// groups), without the data checks: no sort, no host synchronization. Bit-identical to
+// reduce_gradients.
+void reduce_gradients_grouped(Backend backend, const LookupFeature& feature, IdGroups groups,
+                              const LookupOutput& grads, const LookupOutput& row_grads,
+                              StreamHandle stream);
+
+// Adds how many flags[i] == value (i < n) to *counter (backend memory); no synchronization.
+void count_flags(Backend backend, size_t n, const bool* flags, bool value, uint64_t* counter,
+                 StreamHandle stream);
+
+// apply_optimizer_rows that first checks each row's gradient: a row holding a NaN or Inf is
+// left unchanged and counted into *nonfinite (backend memory), whether or not skip[i] is set;
+// no synchronization. Rows agree with apply_optimizer_rows'.
+void apply_optimizer_rows_guarded(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                                  float* rows, uint32_t row_stride, const float* grads,
+                                  uint32_t grad_stride, uint32_t dim, const bool* skip,
+                                  uint64_t* nonfinite, StreamHandle stream);
+
+// Copies `count` words of backend memory to the host once `stream`'s work is done (synchronizes
+// it on CUDA).
+void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* host,
+                StreamHandle stream);
+
+}  // namespace dynemb::detail

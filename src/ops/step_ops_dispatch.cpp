@@ -1,0 +1,97 @@
+// The backend-neutral entry points of the training-step ops (src/ops/step_ops.hpp).
+#include <cstring>
+
+#include "dynemb/core/error.hpp"
+#include "ops/backends.hpp"
+
+namespace dynemb::detail {
+namespace {
+
+// The offsets-only view validate_lookup_data_host checks.
+LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const int64_t* offsets,
+                              size_t num_bags) {
+  LookupFeature f;
+  f.num_ids = n;
+  f.indices = inverse;
+  f.num_rows = u;
+  f.offsets = offsets;
+  f.num_bags = num_bags;
+  return f;
+}
+
+}  // namespace
+
+template <TableKey K>
+size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
+                     uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
+                     size_t num_bags, const char* where, ReadAlong along, StreamHandle stream) {
+  require(n <= 0xFFFFFFFFull, where, "num_ids", std::to_string(n), "must be < 2^32");
+  require(num_bags == 0 || offsets != nullptr, where, "offsets", "nullptr",
+          "must be non-null when num_bags = " + std::to_string(num_bags));
+  require(n == 0 || num_bags > 0, where, "num_ids", std::to_string(n),
+          "must be 0 when num_bags = 0");
+  if (backend == Backend::kCuda) {
+    return dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, offsets,
+                              num_bags, where, along, stream);
+  }
+  const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
+  group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
+  const LookupFeature f = offsets_feature(n, inverse, u, offsets, num_bags);
+  validate_lookup_data_host(where, {&f, 1});
+  if (along.count > 0) std::memcpy(along.host, along.counters, along.count * sizeof(uint64_t));
+  return u;
+}
+
+void pooled_lookup_unchecked(Backend backend, const LookupFeature& feature,
+                             const LookupOutput& output, StreamHandle stream) {
+  if (backend == Backend::kCpu) return pooled_lookup_cpu({&feature, 1}, {&output, 1});
+  pooled_lookup_cuda({&feature, 1}, {&output, 1}, stream);
+}
+
+void reduce_gradients_grouped(Backend backend, const LookupFeature& feature, IdGroups groups,
+                              const LookupOutput& grads, const LookupOutput& row_grads,
+                              StreamHandle stream) {
+  if (feature.num_rows == 0) return;
+  if (backend == Backend::kCpu) {
+    return reduce_gradients_grouped_cpu(feature, groups, grads, row_grads);
+  }
+  reduce_gradients_grouped_cuda(feature, groups, grads, row_grads, stream);
+}
+
+void count_flags(Backend backend, size_t n, const bool* flags, bool value, uint64_t* counter,
+                 StreamHandle stream) {
+  if (n == 0) return;
+  if (backend == Backend::kCuda) return count_flags_cuda(n, flags, value, counter, stream);
+  uint64_t c = 0;
+  for (size_t i = 0; i < n; ++i) c += flags[i] == value;
+  *counter += c;
+}
+
+void apply_optimizer_rows_guarded(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                                  float* rows, uint32_t row_stride, const float* grads,
+                                  uint32_t grad_stride, uint32_t dim, const bool* skip,
+                                  uint64_t* nonfinite, StreamHandle stream) {
+  if (n == 0) return;
+  if (backend == Backend::kCuda) {
+    return apply_optimizer_rows_guarded_cuda(optimizer, n, rows, row_stride, grads, grad_stride,
+                                             dim, skip, nonfinite, stream);
+  }
+  apply_optimizer_rows_guarded_cpu(optimizer, n, rows, row_stride, grads, grad_stride, dim, skip,
+                                   nonfinite);
+}
+
+void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* host,
+                StreamHandle stream) {
+  if (count == 0) return;
+  if (backend == Backend::kCuda) return read_words_cuda(words, count, host, stream);
+  std::memcpy(host, words, count * sizeof(uint64_t));
+}
+
+template size_t dedup_grouped<int64_t>(Backend, size_t, const int64_t*, int64_t*, uint32_t*,
+                                       uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
+                                       ReadAlong, StreamHandle);
+template size_t dedup_grouped<uint64_t>(Backend, size_t, const uint64_t*, uint64_t*, uint32_t*,
+                                        uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
+                                        ReadAlong, StreamHandle);
+
+}  // namespace dynemb::detail
