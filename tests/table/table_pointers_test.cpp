@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "dynemb/core/error.hpp"
 #include "table/table_harness.hpp"
 
 namespace dynemb::testing {
