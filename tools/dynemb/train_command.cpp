@@ -28,7 +28,8 @@ void install(CLI::App& cmd) {
   cmd.footer(
       "With no options: trains on " + std::to_string(d.samples / 1000000) +
       "M samples of a synthetic Criteo-like stream (26 fields, cardinalities 3..40M, Zipf ids, "
-      "new ids over time) whose labels come from a hidden FM, on the CPU, then reports held-out "
+      "new ids over time) whose labels come from a hidden FM, on the CPU (--device cuda: on the "
+      "GPU, the stream generated there too), then reports held-out "
       "AUC against the ground-truth AUC and writes " +
       d.output_dir +
       "/metrics.json and learning_curve.svg. Ctrl-C stops after the current step, evaluates, "
@@ -42,9 +43,13 @@ void install(CLI::App& cmd) {
   data->add_option("--train-file", o->train_file, "training file (criteo, libsvm, libffm)");
   data->add_option("--eval-file", o->eval_file,
                    "held-out file; default: every --holdout-every-th line of --train-file");
-  data->add_option("--samples", o->samples, "training samples (files: at most; 0 = all)")
-      ->capture_default_str()
-      ->check(u);
+  auto* samples =
+      data->add_option("--samples", o->samples,
+                       "training samples (files: at most; 0 = all); default " +
+                           std::to_string(d.samples / 1000000) + "M, synthetic on cuda " +
+                           std::to_string(dynemb::train::kCudaDefaultSyntheticSamples / 1000000) +
+                           "M")
+          ->check(u);
   data->add_option("--epochs", o->epochs, "passes over --train-file")
       ->capture_default_str()
       ->check(u);
@@ -88,8 +93,10 @@ void install(CLI::App& cmd) {
   model->add_option("--dim", o->dim, "FM factor dim (rows are [w | v] = dim + 1 floats)")
       ->capture_default_str()
       ->check(u);
-  model->add_option("--batch-size", o->batch_size, "samples per step")
-      ->capture_default_str()
+  model
+      ->add_option("--batch-size", o->batch_size,
+                   "samples per step (default: " + std::to_string(dynemb::train::kCpuDefaultBatch) +
+                       " on cpu, " + std::to_string(dynemb::train::kCudaDefaultBatch) + " on cuda)")
       ->check(u);
   model
       ->add_option("--optimizer", o->optimizer,
@@ -155,8 +162,11 @@ void install(CLI::App& cmd) {
   out->add_option("--progress-seconds", o->progress_seconds, "seconds between progress updates")
       ->capture_default_str();
 
-  cmd.callback([o, horizon] {
+  cmd.callback([o, horizon, samples] {
     TrainOptions options = *o;
+    if (samples->count() == 0 && options.device == "cuda" && options.data == "synthetic") {
+      options.samples = dynemb::train::kCudaDefaultSyntheticSamples;
+    }
     options.synthetic.horizon = *horizon != 0 ? *horizon : std::max<uint64_t>(options.samples, 1);
     dynemb::train::run_training(options);
   });

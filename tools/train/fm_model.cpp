@@ -5,6 +5,7 @@
 
 #include "dynemb/core/error.hpp"
 #include "train/feature_key.hpp"
+#include "train/fm_device_step.hpp"
 
 namespace dynemb::train {
 namespace {
@@ -26,6 +27,24 @@ FmModel::FmModel(Backend backend, const EmbeddingOptions& options)
     : embedding_(backend, options), factor_dim_(options.dim - 1) {
   require(options.dim >= 2, "FmModel", "dim", std::to_string(options.dim),
           "must be >= 2 (w and at least one factor)");
+  if (backend == Backend::kCuda) {
+    device_ = std::make_unique<FmDeviceStep>(factor_dim_, options.table.device);
+    staging_ = std::make_unique<DeviceBatch>(options.table.device);
+  }
+}
+
+FmModel::~FmModel() = default;
+
+double FmModel::train_step(const DeviceBatchView& batch, std::vector<float>& probs) {
+  require(device_ != nullptr, "FmModel::train_step", "batch", "in GPU memory",
+          "needs a cuda model (this one is on the cpu)");
+  return device_->train_step(embedding_, batch, probs);
+}
+
+void FmModel::predict(const DeviceBatchView& batch, std::vector<float>& probs) {
+  require(device_ != nullptr, "FmModel::predict", "batch", "in GPU memory",
+          "needs a cuda model (this one is on the cpu)");
+  device_->predict(embedding_, batch, probs);
 }
 
 void FmModel::lookup(const SampleBatch& batch, bool training) {
@@ -69,6 +88,10 @@ float FmModel::logit(const SampleBatch& batch, size_t s, float* sum) const {
 }
 
 double FmModel::train_step(const SampleBatch& batch, std::vector<float>& probs) {
+  if (device_ != nullptr) {
+    staging_->upload(batch);
+    return device_->train_step(embedding_, staging_->view(), probs);
+  }
   lookup(batch, true);
   const uint32_t k = factor_dim_, row = k + 1;
   const size_t n = batch.num_ids(), b = batch.size();
@@ -98,6 +121,11 @@ double FmModel::train_step(const SampleBatch& batch, std::vector<float>& probs) 
 }
 
 void FmModel::predict(const SampleBatch& batch, std::vector<float>& probs) {
+  if (device_ != nullptr) {
+    staging_->upload(batch);
+    device_->predict(embedding_, staging_->view(), probs);
+    return;
+  }
   lookup(batch, false);
   sums_.resize(factor_dim_);
   probs.resize(batch.size());

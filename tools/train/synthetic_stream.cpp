@@ -6,35 +6,9 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "train/feature_key.hpp"
+#include "train/synthetic_math.hpp"
 
 namespace dynemb::train {
-namespace {
-
-// splitmix64: a fast, well-mixed generator; each call advances `state`.
-inline uint64_t next_random(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// A uniform double in (0, 1).
-inline double uniform_open(uint64_t& state) {
-  return (static_cast<double>(next_random(state) >> 11) + 0.5) * 0x1.0p-53;
-}
-
-// A rank in [0, n) with P(r) ~ (r + 1)^-alpha (inverse CDF of the continuous power law on
-// [1, n + 1), floored). `tail` = (n + 1)^(1 - alpha).
-inline uint64_t zipf_rank(double u, double alpha, double tail, uint64_t n) {
-  const double one_minus = 1.0 - alpha;
-  const double x = std::pow(1.0 - u * (1.0 - tail), 1.0 / one_minus);
-  const auto r = static_cast<uint64_t>(x) - 1;
-  return std::min(r, n - 1);
-}
-
-constexpr uint64_t kEvalStreamOffset = uint64_t{1} << 62;
-
-}  // namespace
 
 std::vector<uint64_t> criteo_cardinalities() {
   return {39884406, 39043,    17289,    7420,     20263,  3,     7120, 1543, 63,
@@ -112,36 +86,26 @@ SyntheticStream::SyntheticStream(const SyntheticOptions& options, bool eval)
     : options_(options), truth_((validate_synthetic_options(options), options)), eval_(eval) {}
 
 double SyntheticStream::vocab_fraction(uint64_t t) const {
-  if (eval_) return 1.0;
-  const double progress = std::min(1.0, static_cast<double>(t) / options_.horizon);
-  return options_.start_vocab + (1.0 - options_.start_vocab) * progress;
+  return synthetic::vocab_fraction(eval_, t, options_.start_vocab, options_.horizon);
 }
 
 uint64_t SyntheticStream::key_of(uint32_t field, uint64_t rank) const {
-  // A bijective scramble of (seed, field, rank), so ids carry no rank order.
-  return feature_key(field, hash_key_bits(rank ^ (options_.seed * 0x9e3779b97f4a7c15ull) ^
-                                          (uint64_t{field} << 48)));
+  return synthetic::key_of(options_.seed, field, rank);
 }
 
 void SyntheticStream::generate(uint64_t t, SampleBatch& batch, uint64_t* ranks) const {
-  uint64_t state =
-      hash_key_bits((eval_ ? t + kEvalStreamOffset : t) ^ hash_key_bits(options_.seed));
+  uint64_t state = synthetic::first_state(options_.seed, t, eval_);
   const double fraction = vocab_fraction(t);
-  const double alpha = options_.zipf_alpha;
   const uint32_t fields = truth_.num_fields();
   for (uint32_t f = 0; f < fields; ++f) {
-    const uint64_t card = options_.cardinalities[f];
-    // The hidden FM's active ids are there from the start; the tail grows into the field.
-    const uint64_t grown = static_cast<uint64_t>(std::ceil(static_cast<double>(card) * fraction));
     const uint64_t n =
-        std::max({uint64_t{1}, grown, std::min<uint64_t>(card, options_.active_ids)});
-    const double tail = std::pow(static_cast<double>(n) + 1.0, 1.0 - alpha);
-    ranks[f] = zipf_rank(uniform_open(state), alpha, tail, n);
+        synthetic::field_vocab(options_.cardinalities[f], fraction, options_.active_ids);
+    ranks[f] = synthetic::zipf_rank(synthetic::uniform_open(state), options_.zipf_alpha, n);
     batch.add_id(key_of(f, ranks[f]), 1.0f);
   }
-  const double p = 1.0 / (1.0 + std::exp(-truth_.logit(ranks)));
+  const double p = synthetic::true_probability(truth_.logit(ranks));
   batch.true_probs.push_back(static_cast<float>(p));
-  batch.end_sample(uniform_open(state) < p ? 1.0f : 0.0f);
+  batch.end_sample(synthetic::uniform_open(state) < p ? 1.0f : 0.0f);
 }
 
 size_t SyntheticStream::next(SampleBatch& batch, size_t max_samples) {

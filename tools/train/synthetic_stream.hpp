@@ -40,6 +40,10 @@ class GroundTruthFm {
   // The true logit of one sample given each field's rank.
   double logit(const uint64_t* ranks) const;
   uint32_t num_fields() const { return static_cast<uint32_t>(active_.size()); }
+  // The ranks of `field` with parameters (min(cardinality, active_ids)).
+  uint64_t active(uint32_t field) const { return active_[field]; }
+  // The parameters of `field`: active(field) rows of [w | v (true_dim)].
+  const std::vector<float>& field_rows(uint32_t field) const { return rows_[field]; }
 
  private:
   const float* params(uint32_t field, uint64_t rank) const;
@@ -60,6 +64,9 @@ class SyntheticStream final : public SampleStream {
   // The table key of `rank` in `field` (what the stream emits for it).
   uint64_t key_of(uint32_t field, uint64_t rank) const;
   uint64_t position() const { return position_; }
+  bool eval() const { return eval_; }
+  const SyntheticOptions& options() const { return options_; }
+  const GroundTruthFm& truth() const { return truth_; }
 
  private:
   void generate(uint64_t t, SampleBatch& batch, uint64_t* ranks) const;

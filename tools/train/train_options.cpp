@@ -66,8 +66,8 @@ void validate_train_options(const TrainOptions& o) {
   check(o.eval_samples >= 1 && o.eval_samples <= 100'000'000, "--eval-samples",
         std::to_string(o.eval_samples), "must be in [1, 1e8]");
   check(o.dim >= 1 && o.dim <= 1024, "--dim", std::to_string(o.dim), "must be in [1, 1024]");
-  check(o.batch_size >= 1 && o.batch_size <= (1u << 22), "--batch-size",
-        std::to_string(o.batch_size), "must be in [1, 4194304]");
+  check(o.batch_size <= (1u << 22), "--batch-size", std::to_string(o.batch_size),
+        "must be in [1, 4194304] (0: the device's default)");
   const OptimizerKind kind = parse_optimizer(o.optimizer);
   (void)kind;
   check(std::isfinite(o.learning_rate) && o.learning_rate > 0 && o.learning_rate <= 100, "--lr",
@@ -109,6 +109,9 @@ void validate_train_options(const TrainOptions& o) {
   check(o.ttl_steps == 0 || policy == ScorePolicy::kStep, "--ttl-steps",
         std::to_string(o.ttl_steps), "needs --score-policy step");
   check(o.threads <= 1024, "--threads", std::to_string(o.threads), "must be <= 1024");
+  check(o.admit_threshold <= 1 || backend == Backend::kCpu, "--admit-threshold",
+        std::to_string(o.admit_threshold),
+        "must be <= 1 with --device cuda (counter admission runs on the cpu only for now)");
 
   const bool checkpoints = !o.checkpoint_dir.empty();
   check(checkpoints || o.checkpoint_every == 0, "--checkpoint-every",
@@ -133,19 +136,21 @@ void validate_train_options(const TrainOptions& o) {
         "dynemb train: --memory-mode = caching, the storage tiers (host, rocksdb, "
         "redis) are not built yet; use --memory-mode device");
   }
-  if (backend == Backend::kCuda) {
+  if (backend == Backend::kCuda && !cuda_backend_available()) {
     throw NotAvailable(
-        std::string("dynemb train: --device = cuda, ") +
-        (cuda_backend_available()
-             ? "the trainable Embedding runs on the cpu backend only for now (its "
-               "CUDA path is not built yet); use --device cpu"
-             : "this binary has no CUDA backend or no GPU is visible; use --device cpu"));
+        "dynemb train: --device = cuda, this binary has no CUDA backend or no GPU is visible; "
+        "use --device cpu");
   }
   if (launched_world_size() > 1) {
     throw NotAvailable("dynemb train: world size = " + std::to_string(launched_world_size()) +
                        " (from the launcher's environment), multi-process training needs the "
                        "dist part, which is not built yet; run one process");
   }
+}
+
+uint32_t effective_batch_size(const TrainOptions& o) {
+  if (o.batch_size != 0) return o.batch_size;
+  return parse_backend(o.device) == Backend::kCuda ? kCudaDefaultBatch : kCpuDefaultBatch;
 }
 
 EmbeddingOptions embedding_options(const TrainOptions& o) {
@@ -161,6 +166,8 @@ EmbeddingOptions embedding_options(const TrainOptions& o) {
   e.table.initializer.seed = o.seed;
   e.table.num_threads = o.threads;
   e.table.device = 0;
+  // device (hbm): every value row in HBM (the table's default, no budget); hybrid: values past
+  // the budget go to pinned host memory.
   if (o.memory_mode == "hybrid") {
     e.table.max_hbm_for_values = static_cast<uint64_t>(o.hbm_budget_gb * (1ull << 30));
   }

@@ -22,8 +22,8 @@ struct TrainOptions {
   SyntheticOptions synthetic{};
 
   // --- model and optimizer ---
-  uint32_t dim = 8;  // FM factor dimension (a table row is [w | v] = dim + 1 floats)
-  uint32_t batch_size = 1024;
+  uint32_t dim = 8;         // FM factor dimension (a table row is [w | v] = dim + 1 floats)
+  uint32_t batch_size = 0;  // samples per step; 0: the device's default (default_batch_size)
   std::string optimizer = "ftrl";
   float learning_rate = 0.05f;
   float weight_decay = 0.0f;
@@ -61,6 +61,19 @@ struct TrainOptions {
 // Throws InvalidArgument naming the first bad option (as its command-line flag), its value and
 // its limit; NotAvailable for a choice this build cannot run yet (cuda, caching, ...).
 void validate_train_options(const TrainOptions& options);
+
+// Samples per step when --batch-size is not given: small on the CPU (the best AUC per sample),
+// large on the GPU (a step has a fixed cost of kernel launches and synchronizations that a
+// large batch amortizes; docs/train.md gives the measurements behind the choice).
+inline constexpr uint32_t kCpuDefaultBatch = 1024;
+inline constexpr uint32_t kCudaDefaultBatch = 65536;
+// Synthetic samples when --samples is not given with --device cuda (the command line's default;
+// the cpu's is TrainOptions::samples): 16x the cpu's, the same number of steps as 4M samples at
+// batch 4096, which a larger batch needs to come as close to the ground truth.
+inline constexpr uint64_t kCudaDefaultSyntheticSamples = 64'000'000;
+
+// The batch size a run uses: --batch-size, or the device's default.
+uint32_t effective_batch_size(const TrainOptions& options);
 
 // The embedding options (table, optimizer, initializer) the options describe.
 EmbeddingOptions embedding_options(const TrainOptions& options);

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "dynemb/core/error.hpp"
+#include "train/gpu_kernels.hpp"
+#include "train/gpu_synthetic_stream.hpp"
 #include "train/metrics.hpp"
 #include "train/progress_bar.hpp"
 #include "train/synthetic_stream.hpp"
@@ -175,7 +177,7 @@ nlohmann::json options_json(const TrainOptions& o) {
   j["eval_samples"] = o.eval_samples;
   j["eval_every"] = o.eval_every;
   j["dim"] = o.dim;
-  j["batch_size"] = o.batch_size;
+  j["batch_size"] = effective_batch_size(o);
   j["optimizer"] = o.optimizer;
   j["lr"] = o.learning_rate;
   j["weight_decay"] = o.weight_decay;
@@ -236,10 +238,20 @@ void write_metrics_json(const std::string& path, const TrainOptions& o, const Tr
       {"refused", r.refused},
       {"nonfinite_gradients", r.nonfinite_gradients},
       {"interrupted", r.interrupted}};
-  // Throughput by device; the GPU figure comes once the CUDA embedding ops exist.
-  j["throughput"] = {{o.device,
-                      {{"samples_per_second", r.samples_per_second},
-                       {"hardware_threads", std::thread::hardware_concurrency()}}}};
+  // Throughput by device: samples per second of training steps, and what ran them.
+  nlohmann::json throughput = {{"samples_per_second", r.samples_per_second},
+                               {"batch_size", effective_batch_size(o)},
+                               {"hardware_threads", std::thread::hardware_concurrency()}};
+  if (parse_backend(o.device) == Backend::kCuda) {
+    const gpu::DeviceInfo gpu = gpu::device_info(0);
+    throughput["device_name"] = gpu.name;
+    throughput["device_memory_bytes"] = gpu.memory_bytes;
+    throughput["multiprocessors"] = gpu.multiprocessors;
+    throughput["data_generated_on"] = o.data == "synthetic" ? "gpu" : "host";
+  } else {
+    throughput["device_name"] = read_first_line_with("/proc/cpuinfo", "model name");
+  }
+  j["throughput"] = {{o.device, throughput}};
   nlohmann::json curve = nlohmann::json::array();
   for (const CurvePoint& c : r.curve) {
     curve.push_back({{"samples", c.samples},
@@ -281,12 +293,21 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     store = owned_store.get();
   }
 
-  FmModel model(parse_backend(o.device), embedding_options(o));
-  std::unique_ptr<SampleStream> stream = make_training_stream(o);
+  const Backend backend = parse_backend(o.device);
+  const uint32_t batch_size = effective_batch_size(o);
+  FmModel model(backend, embedding_options(o));
+  // On the GPU the synthetic stream is generated there; files are read on the host (and each
+  // batch copied to the device by the model).
+  const bool gpu_data = backend == Backend::kCuda && o.data == "synthetic";
+  std::unique_ptr<SampleStream> stream = gpu_data ? nullptr : make_training_stream(o);
+  std::unique_ptr<GpuSyntheticStream> gpu_stream =
+      gpu_data ? std::make_unique<GpuSyntheticStream>(o.synthetic, false) : nullptr;
+  DeviceBatch device_batch;
   TrainProgress progress;
   if (!o.resume.empty()) {
     progress = store->load(o.resume, model);
-    const uint64_t skipped = stream->skip(progress.samples);
+    const uint64_t skipped =
+        gpu_stream ? gpu_stream->skip(progress.samples) : stream->skip(progress.samples);
     require(skipped == progress.samples, "--resume", "samples", std::to_string(progress.samples),
             "the data has only " + std::to_string(skipped) + " samples");
     log << "resumed from " << o.resume << " at " << progress.samples << " samples, step "
@@ -301,8 +322,8 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     report.ground_truth_auc = truth->auc;
     report.ground_truth_log_loss = truth->log_loss;
   }
-  log << "dynemb train: " << stream->describe() << "\n"
-      << "  FM dim " << o.dim << ", batch " << o.batch_size << ", " << o.optimizer << " lr "
+  log << "dynemb train: " << (gpu_stream ? gpu_stream->describe() : stream->describe()) << "\n"
+      << "  FM dim " << o.dim << ", batch " << batch_size << ", " << o.optimizer << " lr "
       << o.learning_rate << ", device " << o.device << ", table capacity "
       << human_count(static_cast<double>(o.capacity)) << " rows, " << report.eval_samples
       << " held-out samples\n";
@@ -358,14 +379,25 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
 
   while (!g_stop_requested && (target == 0 || progress.samples < target)) {
     const auto step_start = Clock::now();
-    batch.clear();
     const uint64_t want =
-        target == 0 ? o.batch_size : std::min<uint64_t>(o.batch_size, target - progress.samples);
-    const size_t got = stream->next(batch, static_cast<size_t>(want));
-    if (got == 0) break;
-    const double loss = model.train_step(batch, probs);
+        target == 0 ? batch_size : std::min<uint64_t>(batch_size, target - progress.samples);
+    size_t got = 0;
+    double loss = 0.0;
+    const float* labels = nullptr;
+    if (gpu_stream) {
+      got = gpu_stream->next(device_batch, static_cast<size_t>(want));
+      if (got == 0) break;
+      loss = model.train_step(device_batch.view(), probs);
+      labels = device_batch.host_labels.data();
+    } else {
+      batch.clear();
+      got = stream->next(batch, static_cast<size_t>(want));
+      if (got == 0) break;
+      loss = model.train_step(batch, probs);
+      labels = batch.labels.data();
+    }
     train_seconds += seconds_since(step_start);
-    running.add(probs.data(), batch.labels.data(), got);
+    running.add(probs.data(), labels, got);
     loss_since_point += loss;
     samples_since_point += got;
     progress.samples += got;
