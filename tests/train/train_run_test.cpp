@@ -273,8 +273,12 @@ TEST(TrainOptionsBatch, ZeroIsTheDevicesDefault) {
   EXPECT_EQ(effective_batch_size(o), kCpuDefaultBatch);
   o.device = "cuda";
   EXPECT_EQ(effective_batch_size(o), kCudaDefaultBatch);
+  EXPECT_EQ(default_synthetic_samples(o), kCudaDefaultSteps * kCudaDefaultBatch);
   o.batch_size = 777;
   EXPECT_EQ(effective_batch_size(o), 777u);
+  EXPECT_EQ(default_synthetic_samples(o), TrainOptions{}.samples);  // never below the cpu's
+  o.device = "cpu";
+  EXPECT_EQ(default_synthetic_samples(o), TrainOptions{}.samples);
 }
 
 TEST(TrainSynthetic, LearnsTowardTheGroundTruth) {

@@ -46,9 +46,9 @@ void install(CLI::App& cmd) {
   auto* samples =
       data->add_option("--samples", o->samples,
                        "training samples (files: at most; 0 = all); default " +
-                           std::to_string(d.samples / 1000000) + "M, synthetic on cuda " +
-                           std::to_string(dynemb::train::kCudaDefaultSyntheticSamples / 1000000) +
-                           "M")
+                           std::to_string(d.samples / 1000000) + "M; synthetic on cuda: " +
+                           std::to_string(dynemb::train::kCudaDefaultSteps) +
+                           " batches, at least " + std::to_string(d.samples / 1000000) + "M")
           ->check(u);
   data->add_option("--epochs", o->epochs, "passes over --train-file")
       ->capture_default_str()
@@ -164,8 +164,8 @@ void install(CLI::App& cmd) {
 
   cmd.callback([o, horizon, samples] {
     TrainOptions options = *o;
-    if (samples->count() == 0 && options.device == "cuda" && options.data == "synthetic") {
-      options.samples = dynemb::train::kCudaDefaultSyntheticSamples;
+    if (samples->count() == 0 && options.data == "synthetic") {
+      options.samples = dynemb::train::default_synthetic_samples(options);
     }
     options.synthetic.horizon = *horizon != 0 ? *horizon : std::max<uint64_t>(options.samples, 1);
     dynemb::train::run_training(options);

@@ -1,5 +1,6 @@
 #include "train/train_options.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -151,6 +152,12 @@ void validate_train_options(const TrainOptions& o) {
 uint32_t effective_batch_size(const TrainOptions& o) {
   if (o.batch_size != 0) return o.batch_size;
   return parse_backend(o.device) == Backend::kCuda ? kCudaDefaultBatch : kCpuDefaultBatch;
+}
+
+uint64_t default_synthetic_samples(const TrainOptions& o) {
+  const uint64_t cpu = TrainOptions{}.samples;
+  if (parse_backend(o.device) != Backend::kCuda) return cpu;
+  return std::max<uint64_t>(cpu, kCudaDefaultSteps * effective_batch_size(o));
 }
 
 EmbeddingOptions embedding_options(const TrainOptions& o) {
