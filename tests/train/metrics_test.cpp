@@ -1,6 +1,7 @@
 // AUC and log loss against O(n^2) / float64 references on fresh random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -62,6 +63,22 @@ TEST(TrainMetrics, RunningAucKeepsTheLastWindow) {
   const std::vector<float> ls(s.end() - 300, s.end()), ly(y.end() - 300, y.end());
   EXPECT_EQ(running.count(), 300u);
   EXPECT_NEAR(running.value(), pairwise_auc(ls, ly), 1e-12);
+
+  // Random chunk sizes, some larger than the window (a GPU batch is).
+  RunningAuc ring(300);
+  size_t done = 0;
+  while (done < s.size()) {
+    const size_t n = std::min<size_t>(1 + rng() % 700, s.size() - done);
+    ring.add(&s[done], &y[done], n);
+    done += n;
+    const size_t first = done > 300 ? done - 300 : 0;
+    const std::vector<float> ws(s.begin() + first, s.begin() + done),
+        wy(y.begin() + first, y.begin() + done);
+    EXPECT_EQ(ring.count(), ws.size());
+    const auto clicks = std::count(wy.begin(), wy.end(), 1.0f);
+    if (clicks == 0 || clicks == static_cast<std::ptrdiff_t>(wy.size())) continue;  // no AUC
+    EXPECT_NEAR(ring.value(), pairwise_auc(ws, wy), 1e-12) << "after " << done;
+  }
 }
 
 }  // namespace

@@ -54,12 +54,21 @@ RunningAuc::RunningAuc(size_t window)
     : probs_(std::max<size_t>(window, 1)), labels_(probs_.size()) {}
 
 void RunningAuc::add(const float* probs, const float* labels, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    probs_[next_] = probs[i];
-    labels_[next_] = labels[i];
-    next_ = (next_ + 1) % probs_.size();
+  const size_t window = probs_.size();
+  filled_ = std::min(window, filled_ + n);
+  if (n > window) {  // only the last `window` count
+    probs += n - window;
+    labels += n - window;
+    next_ = (next_ + n - window) % window;
+    n = window;
   }
-  filled_ = std::min(probs_.size(), filled_ + n);
+  // At most two contiguous pieces: up to the end of the ring, then from its start.
+  const size_t first = std::min(n, window - next_);
+  std::copy(probs, probs + first, probs_.begin() + static_cast<std::ptrdiff_t>(next_));
+  std::copy(labels, labels + first, labels_.begin() + static_cast<std::ptrdiff_t>(next_));
+  std::copy(probs + first, probs + n, probs_.begin());
+  std::copy(labels + first, labels + n, labels_.begin());
+  next_ = (next_ + n) % window;
 }
 
 double RunningAuc::value() const {
