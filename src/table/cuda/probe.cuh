@@ -188,7 +188,10 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
   const bool tied = __popc(holders) > 1 || tile.any(low == best && ties > 0);
   if (!tied) {
     const int slot = tile.shfl(low_slot, __ffs(holders) - 1);
-    return Victim{slot, best, __ldcg(t.keys + base + slot)};
+    // One read, shared: the key word may be changing (a slot owner), and the tile must agree.
+    const uint64_t key =
+        tile.shfl(tile.thread_rank() == 0 ? __ldcg(t.keys + base + slot) : 0ull, 0);
+    return Victim{slot, best, key};
   }
   // Equal lowest scores: the smallest key bit pattern among them. A tied slot owned by another
   // tile hides its key: the caller retries (slot kVictimBusy).
@@ -213,7 +216,9 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
       slot = other_slot;
     }
   }
-  if (tile.any(busy)) return Victim{kVictimBusy, best, key};
+  // A tied slot owned by another tile, or lowest scores that changed between the two passes
+  // (an owner updated them): the caller looks again.
+  if (tile.any(busy) || slot < 0) return Victim{kVictimBusy, best, key};
   return Victim{slot, best, key};
 }
 

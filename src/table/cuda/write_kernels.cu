@@ -109,7 +109,9 @@ __device__ Victim claim_victim(const Tile& tile, const TableView& t, uint64_t bu
     }
     if (v.slot < 0 || !may_evict(v.score, new_score)) return Victim{-1, v.score, v.key};
     if (!claim_slot(tile, keys + v.slot, v.key)) continue;
-    if (__ldcg(t.scores + bucket * t.bucket_capacity + v.slot) == v.score) return v;
+    const uint64_t score = tile.shfl(
+        tile.thread_rank() == 0 ? __ldcg(t.scores + bucket * t.bucket_capacity + v.slot) : 0ull, 0);
+    if (score == v.score) return v;
     release_slot(tile, keys + v.slot, v.key);
   }
 }
