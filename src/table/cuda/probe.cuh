@@ -89,21 +89,9 @@ struct Probe {
   int empty;
 };
 
-// A key word read for a writer: a slot that another tile owns (kLockedKey) is waited on until
-// its owner releases it, so a probe never mistakes an owned slot for "not this key".
-__device__ __forceinline__ uint64_t settled_key(const uint64_t* p) {
-  uint64_t k = __ldcg(p);
-  while (k == kLockedKey) {
-    __nanosleep(16);
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(k) : "l"(p) : "memory");
-  }
-  return k;
-}
-
-// Writers' probe (lock-free, or under the bucket lock): one pass over the digests finds the
-// key's slot and, when `want_empty`, an empty slot; each thread confirms its first key
-// candidate and its first empty candidate with two independent loads. Candidates owned by
-// another tile are waited on (settled_key).
+// Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
+// when `want_empty`, an empty slot; each thread confirms its first key candidate and its first
+// empty candidate with two independent loads.
 __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
                                               uint64_t key_bits, uint8_t digest, bool want_empty) {
   const uint32_t pattern = 0x01010101u * digest;
@@ -121,7 +109,7 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
       while (key_mask != 0 || empty_mask != 0) {
         const int ks = key_mask != 0 ? __ffs(key_mask) - 1 : -1;
         const int es = empty_mask != 0 ? __ffs(empty_mask) - 1 : -1;
-        const uint64_t kk = ks >= 0 ? settled_key(t.keys + base + first + ks) : 0;
+        const uint64_t kk = ks >= 0 ? __ldcg(t.keys + base + first + ks) : 0;
         const uint64_t ke = es >= 0 ? __ldcg(t.keys + base + first + es) : 0;
         if (ks >= 0) {
           key_mask &= key_mask - 1;
@@ -149,9 +137,6 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
   }
   return result;
 }
-
-// find_victim's slot when the victim cannot be told yet (a tied slot is owned by another tile).
-inline constexpr int kVictimBusy = -2;
 
 // The bucket's eviction victim: the lowest score, ties broken by the smallest key bit pattern.
 struct Victim {
@@ -188,20 +173,14 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
   const bool tied = __popc(holders) > 1 || tile.any(low == best && ties > 0);
   if (!tied) {
     const int slot = tile.shfl(low_slot, __ffs(holders) - 1);
-    // One read, shared: the key word may be changing (a slot owner), and the tile must agree.
-    const uint64_t key =
-        tile.shfl(tile.thread_rank() == 0 ? __ldcg(t.keys + base + slot) : 0ull, 0);
-    return Victim{slot, best, key};
+    return Victim{slot, best, __ldcg(t.keys + base + slot)};
   }
-  // Equal lowest scores: the smallest key bit pattern among them. A tied slot owned by another
-  // tile hides its key: the caller retries (slot kVictimBusy).
+  // Equal lowest scores: the smallest key bit pattern among them.
   uint64_t key = ~0ull;
   int slot = -1;
-  bool busy = false;
   for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
     if (__ldcg(t.scores + base + s) != best) continue;
     const uint64_t k = __ldcg(t.keys + base + s);
-    busy = busy || k == kLockedKey;
     if (slot < 0 || k < key) {
       key = k;
       slot = static_cast<int>(s);
@@ -216,9 +195,6 @@ __device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView&
       slot = other_slot;
     }
   }
-  // A tied slot owned by another tile, or lowest scores that changed between the two passes
-  // (an owner updated them): the caller looks again.
-  if (tile.any(busy) || slot < 0) return Victim{kVictimBusy, best, key};
   return Victim{slot, best, key};
 }
 

@@ -1,12 +1,11 @@
-// The write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
-// assign_scores, accum_or_assign and erase share one body. A tile claims the key's slot and
-// updates it; a key not in the table is inserted (empty slot, or the victim at max capacity),
-// refused, or deferred to after a growth under its bucket's lock.
+// The locked write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
+// assign_scores, accum_or_assign and erase share one body. A tile locks the key's bucket,
+// probes it, then updates, inserts (empty slot, or the victim at max capacity), refuses, or
+// defers the key to after a growth.
 #include "dynemb/core/score.hpp"
 #include "table/cuda/cuda_check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
-#include "table/cuda/slot_ownership.cuh"
 
 namespace dynemb::cuda_table {
 namespace {
@@ -60,154 +59,6 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
   atomicExch(&s->refusal_lock, 0u);
 }
 
-// Applies the operation to the key's own row, whose slot the tile owns (found in the table).
-template <WriteOp kOp, bool kVec>
-__device__ void update_owned(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
-                             uint64_t slot, uint64_t now, BlockCounts* counts) {
-  const bool leader = tile.thread_rank() == 0;
-  const uint32_t dim = t.dim;
-  const bool has_given = a.scores_in != nullptr;
-  const uint64_t given = has_given ? a.scores_in[i] : 0;
-  float* row = row_of(t, slot);
-  if constexpr (kOp == WriteOp::kErase) {
-    if (leader) {
-      t.digests[slot] = kEmptyDigest;
-      atomicAdd(&counts->erased, 1ull);
-    }
-  } else if constexpr (kOp == WriteOp::kAssignScores) {
-    if (leader) t.scores[slot] = given;
-  } else {
-    if constexpr (kOp == WriteOp::kFindOrInsert) {
-      if (a.row_ptrs != nullptr) {
-        if (leader) a.row_ptrs[i] = row;
-      } else {
-        copy_row<kVec, true>(tile, a.values_out + i * dim, row, dim);
-      }
-      if (leader && a.founds != nullptr) a.founds[i] = true;
-    } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
-      accumulate_row<kVec>(tile, row, a.values_in + i * dim, dim);
-    } else {
-      copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
-    }
-    if (leader) {
-      const uint64_t old = a.policy == ScorePolicy::kLfu ? __ldcg(t.scores + slot) : 0;
-      t.scores[slot] = next_score(a.policy, true, old, has_given, given, now);
-    }
-  }
-}
-
-// A full bucket's victim, owned by the tile (slot < 0: nothing may be evicted for `new_score`).
-// A victim that another tile owns, or whose score changed before the claim, is chosen again.
-__device__ Victim claim_victim(const Tile& tile, const TableView& t, uint64_t bucket,
-                               uint64_t new_score) {
-  uint64_t* keys = t.keys + bucket * t.bucket_capacity;
-  for (;;) {
-    const Victim v = find_victim(tile, t, bucket);
-    if (v.slot == kVictimBusy || (v.slot >= 0 && v.key == kLockedKey)) {
-      __nanosleep(32);
-      continue;
-    }
-    if (v.slot < 0 || !may_evict(v.score, new_score)) return Victim{-1, v.score, v.key};
-    if (!claim_slot(tile, keys + v.slot, v.key)) continue;
-    const uint64_t score = tile.shfl(
-        tile.thread_rank() == 0 ? __ldcg(t.scores + bucket * t.bucket_capacity + v.slot) : 0ull, 0);
-    if (score == v.score) return v;
-    release_slot(tile, keys + v.slot, v.key);
-  }
-}
-
-// A key that is not in its bucket, under the bucket lock: inserts it into the empty slot
-// `empty` (or the victim's slot at max capacity), defers it to after a growth, or refuses it.
-template <WriteOp kOp, bool kVec>
-__device__ void insert_new(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
-                           uint64_t key, uint64_t hash, uint64_t bucket, int32_t size, int empty,
-                           uint64_t now, BlockCounts* counts) {
-  const bool leader = tile.thread_rank() == 0;
-  const uint32_t dim = t.dim;
-  const uint64_t base = bucket * t.bucket_capacity;
-  const bool has_given = a.scores_in != nullptr;
-  const uint64_t given = has_given ? a.scores_in[i] : 0;
-  const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
-  int target = -1;
-  bool evicting = false;
-  bool defer = false;
-  Victim victim{-1, 0, 0};
-  if (size < static_cast<int32_t>(t.bucket_capacity)) {
-    bool allowed = true;
-    if (a.growable) {
-      long long left = 0;
-      if (leader)
-        left = atomicAdd(reinterpret_cast<unsigned long long*>(&a.state->budget),
-                         static_cast<unsigned long long>(-1ll));
-      allowed = tile.shfl(left, 0) > 0;
-    }
-    if (allowed) {
-      target = empty;  // size < capacity: an empty slot exists (none is taken without this lock)
-      if (target >= 0) own_empty_slot(tile, t.keys + base + target);
-    } else {
-      defer = true;
-    }
-  } else if (a.growable) {
-    defer = true;
-  } else {
-    victim = claim_victim(tile, t, bucket, new_score);
-    if (victim.slot >= 0) {
-      target = victim.slot;
-      evicting = true;
-    }
-  }
-
-  if (defer) {
-    if (leader) {
-      const unsigned long long pos = atomicAdd(&a.state->deferred, 1ull);
-      a.deferred_out[pos] = static_cast<uint32_t>(i);
-    }
-    return;
-  }
-  if (target < 0) {
-    // Refused: the table does not change for this key.
-    if (leader) {
-      atomicAdd(&counts->refused, 1ull);
-      if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
-    }
-    if constexpr (kOp == WriteOp::kFindOrInsert) {
-      if (a.row_ptrs != nullptr) {
-        if (leader) a.row_ptrs[i] = nullptr;
-      } else {
-        init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
-      }
-      if (leader && a.founds != nullptr) a.founds[i] = false;
-    } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
-      emit<kVec>(tile, a, key, a.values_in + i * dim, new_score, dim, false);
-    }
-    return;
-  }
-  const uint64_t slot = base + static_cast<uint64_t>(target);
-  float* row = row_of(t, slot);
-  if (evicting) {
-    if (leader) atomicAdd(&counts->evictions, 1ull);
-    if constexpr (kOp == WriteOp::kInsertAndEvict) {
-      emit<kVec>(tile, a, victim.key, row, victim.score, dim, true);
-    }
-  }
-  if constexpr (kOp == WriteOp::kFindOrInsert) {
-    init_row(tile, a.init, key, row, a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
-    if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
-    if (leader && a.founds != nullptr) a.founds[i] = false;
-  } else {
-    copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
-  }
-  if (leader) {
-    t.digests[slot] = digest8_of_hash(hash);
-    t.scores[slot] = new_score;
-    if (!evicting) t.bucket_sizes[bucket] = size + 1;
-  }
-  release_slot(tile, t.keys + slot, key);
-}
-
-// One key of a write launch. A key already in the table is updated under its slot's ownership
-// alone (no bucket lock); a key not found takes the bucket lock, looks again (a copy of it in
-// the same batch may have just been inserted) and inserts, defers or refuses.
 template <WriteOp kOp, bool kVec>
 __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
                           BlockCounts* counts) {
@@ -221,33 +72,127 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
     }
     return;
   }
+  const uint32_t dim = t.dim;
   const uint64_t hash = hash_key_bits(key);
-  const uint8_t digest = digest8_of_hash(hash);
   const uint64_t bucket = bucket_of_hash(hash, t.num_buckets);
   const uint64_t base = bucket * t.bucket_capacity;
+  const bool has_given = a.scores_in != nullptr;
+  const uint64_t given = has_given ? a.scores_in[i] : 0;
   uint64_t now = a.clock;
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
-  const uint64_t released_key = kOp == WriteOp::kErase ? kEmptyKey : key;
 
-  const Claim fast = claim_key(tile, t, bucket, key, digest, false);
-  if (fast.owned >= 0) {
-    update_owned<kOp, kVec>(tile, t, a, i, base + fast.owned, now, counts);
-    release_slot(tile, t.keys + base + fast.owned, released_key);
-    if (kOp == WriteOp::kErase && leader) atomicSub(t.bucket_sizes + bucket, 1);
-    return;
-  }
-  if constexpr (inserts(kOp)) {
-    lock_bucket(tile, t.locks + bucket);
-    const int32_t size = __ldcg(t.bucket_sizes + bucket);
-    const Claim locked = claim_key(tile, t, bucket, key, digest, true);
-    if (locked.owned >= 0) {
-      update_owned<kOp, kVec>(tile, t, a, i, base + locked.owned, now, counts);
-      release_slot(tile, t.keys + base + locked.owned, key);
+  lock_bucket(tile, t.locks + bucket);
+  // Issued before the probe so the two loads overlap.
+  const int32_t size = inserts(kOp) ? __ldcg(t.bucket_sizes + bucket) : 0;
+  const Probe probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
+  const int found = probe.found;
+  if (found >= 0) {
+    const uint64_t slot = base + static_cast<uint64_t>(found);
+    float* row = row_of(t, slot);
+    if constexpr (kOp == WriteOp::kErase) {
+      if (leader) {
+        t.keys[slot] = kEmptyKey;
+        t.digests[slot] = kEmptyDigest;
+        t.bucket_sizes[bucket] = __ldcg(t.bucket_sizes + bucket) - 1;
+        atomicAdd(&counts->erased, 1ull);
+      }
+    } else if constexpr (kOp == WriteOp::kAssignScores) {
+      if (leader) t.scores[slot] = given;
     } else {
-      insert_new<kOp, kVec>(tile, t, a, i, key, hash, bucket, size, locked.empty, now, counts);
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        if (a.row_ptrs != nullptr) {
+          if (leader) a.row_ptrs[i] = row;
+        } else {
+          copy_row<kVec, true>(tile, a.values_out + i * dim, row, dim);
+        }
+        if (leader && a.founds != nullptr) a.founds[i] = true;
+      } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
+        accumulate_row<kVec>(tile, row, a.values_in + i * dim, dim);
+      } else {
+        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+      }
+      if (leader) {
+        const uint64_t old = a.policy == ScorePolicy::kLfu ? __ldcg(t.scores + slot) : 0;
+        t.scores[slot] = next_score(a.policy, true, old, has_given, given, now);
+      }
     }
-    unlock_bucket(tile, t.locks + bucket);
+  } else if constexpr (inserts(kOp)) {
+    const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
+    int target = -1;
+    bool evicting = false;
+    bool defer = false;
+    Victim victim{-1, 0, 0};
+    if (size < static_cast<int32_t>(t.bucket_capacity)) {
+      bool allowed = true;
+      if (a.growable) {
+        long long left = 0;
+        if (leader)
+          left = atomicAdd(reinterpret_cast<unsigned long long*>(&a.state->budget),
+                           static_cast<unsigned long long>(-1ll));
+        allowed = tile.shfl(left, 0) > 0;
+      }
+      if (allowed) {
+        target = probe.empty;
+      } else {
+        defer = true;
+      }
+    } else if (a.growable) {
+      defer = true;
+    } else {
+      victim = find_victim(tile, t, bucket);
+      if (victim.slot >= 0 && may_evict(victim.score, new_score)) {
+        target = victim.slot;
+        evicting = true;
+      }
+    }
+
+    if (defer) {
+      if (leader) {
+        const unsigned long long pos = atomicAdd(&a.state->deferred, 1ull);
+        a.deferred_out[pos] = static_cast<uint32_t>(i);
+      }
+    } else if (target < 0) {
+      // Refused: the table does not change for this key.
+      if (leader) {
+        atomicAdd(&counts->refused, 1ull);
+        if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
+      }
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        if (a.row_ptrs != nullptr) {
+          if (leader) a.row_ptrs[i] = nullptr;
+        } else {
+          init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+        }
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
+        emit<kVec>(tile, a, key, a.values_in + i * dim, new_score, dim, false);
+      }
+    } else {
+      const uint64_t slot = base + static_cast<uint64_t>(target);
+      float* row = row_of(t, slot);
+      if (evicting) {
+        if (leader) atomicAdd(&counts->evictions, 1ull);
+        if constexpr (kOp == WriteOp::kInsertAndEvict) {
+          emit<kVec>(tile, a, victim.key, row, victim.score, dim, true);
+        }
+      }
+      if constexpr (kOp == WriteOp::kFindOrInsert) {
+        init_row(tile, a.init, key, row, a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim,
+                 dim);
+        if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else {
+        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+      }
+      if (leader) {
+        t.keys[slot] = key;
+        t.digests[slot] = digest8_of_hash(hash);
+        t.scores[slot] = new_score;
+        if (!evicting) t.bucket_sizes[bucket] = size + 1;
+      }
+    }
   }
+  unlock_bucket(tile, t.locks + bucket);
 }
 
 template <WriteOp kOp, bool kVec>

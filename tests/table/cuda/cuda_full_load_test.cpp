@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/test_random.hpp"
+#include "dynemb/core/initializer.hpp"
 #include "dynemb/table/table.hpp"
 #include "table/cuda/cuda_test_util.hpp"
 
@@ -93,29 +94,39 @@ TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
       case 1: {
         BackendBuffer<uint64_t> ek(Backend::kCuda, n), es(Backend::kCuda, n);
         BackendBuffer<float> ev(Backend::kCuda, n * kDim);
-        const size_t out =
-            table->insert_and_evict(n, k.data(), v.data(), nullptr, ek.data(), ev.data(), es.data());
+        const size_t out = table->insert_and_evict(n, k.data(), v.data(), nullptr, ek.data(),
+                                                   ev.data(), es.data());
         EXPECT_LE(out, n);
         break;
       }
       case 2: {
-        // find_or_insert keeps stored rows; new keys get the initializer (zeros): give them
-        // this round's row afterwards through assign, which leaves others as they were.
+        // find_or_insert returns each key's stored row, or its initial row when the key was
+        // not stored when its copy ran (new; or evicted earlier in this call by a new key,
+        // which the contract allows). Then every batch key still stored gets this round's row.
         BackendBuffer<float> out(Backend::kCuda, n * kDim);
         table->find_or_insert(n, k.data(), out.data(), nullptr);
+        const auto rows = download(out, n * kDim);
+        for (size_t i = 0; i < n; ++i) {
+          const std::vector<float> got(rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim);
+          std::vector<float> initial(kDim);
+          fill_initial_row(o.initializer, keys[i], initial.data(), kDim);
+          const auto before = stored.find(keys[i]);
+          const bool was_row = before != stored.end() && got == before->second;
+          EXPECT_TRUE(was_row || got == initial) << "find_or_insert row of key " << keys[i];
+        }
         const auto now = contents(*table);
-        std::vector<uint64_t> fresh_stored;
-        for (uint64_t key : added)
-          if (now.count(key)) fresh_stored.push_back(key);
-        std::vector<float> fresh_rows;
-        for (uint64_t key : fresh_stored) {
+        std::vector<uint64_t> still;
+        std::vector<float> still_rows;
+        for (uint64_t key : std::set<uint64_t>(keys.begin(), keys.end())) {
+          if (!now.count(key)) continue;
+          still.push_back(key);
           const auto r = row_for(key, round);
-          fresh_rows.insert(fresh_rows.end(), r.begin(), r.end());
+          still_rows.insert(still_rows.end(), r.begin(), r.end());
           last_round[key] = round;
         }
-        auto fk = upload(Backend::kCuda, fresh_stored);
-        auto fv = upload(Backend::kCuda, fresh_rows);
-        table->assign(fresh_stored.size(), fk.data(), fv.data());
+        auto sk = upload(Backend::kCuda, still);
+        auto sv = upload(Backend::kCuda, still_rows);
+        table->assign(still.size(), sk.data(), sv.data());
         continue;
       }
     }
