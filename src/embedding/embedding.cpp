@@ -1,6 +1,7 @@
 #include "dynemb/embedding/embedding.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -43,7 +44,12 @@ struct Embedding<K>::Step {
   BackendBuffer<K> unique_keys;
   BackendBuffer<uint32_t> inverse, counts, ids_by_row, row_begin;
   BackendBuffer<float> rows, row_grads;
-  BackendBuffer<bool> found, admit, skip;
+  // Rows by address (by_address): the table's row of each unique key, or the fallback row
+  // (eval initializer) where the key has none (missing[i]).
+  BackendBuffer<float*> row_ptrs;
+  BackendBuffer<float> fallback;
+  bool fallback_is_zero_row = false;  // fallback holds one row of zeros (shared, stride 0)
+  BackendBuffer<bool> found, admit, skip, missing;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights;
   BackendBuffer<uint64_t> zero_scores;
@@ -52,14 +58,18 @@ struct Embedding<K>::Step {
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
-  bool all_found = false;  // every unique key has a trainable row (found[] all true)
+  bool by_address = false;  // the step reads and updates the table's rows through row_ptrs
   bool pending_backward = false;
 
   detail::IdGroups groups() const { return {ids_by_row.data(), row_begin.data()}; }
 
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     LookupFeature f;
-    f.rows = rows.data();
+    if (by_address) {
+      f.row_ptrs = row_ptrs.data();
+    } else {
+      f.rows = rows.data();
+    }
     f.row_stride = row_dim;
     f.dim = dim;
     f.num_rows = num_unique;
@@ -136,7 +146,14 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   report_nonfinite(counters[kNonfinite]);
   stage_done("dedup");
   s.num_unique = u;
-  ensure(s.rows, backend_, u * row_dim_, device);
+  // Counter admission keeps the dense path (it copies rows out and back); the rest works on
+  // the table's rows in place.
+  s.by_address = !(training && admission_ != nullptr);
+  if (s.by_address) {
+    ensure(s.row_ptrs, backend_, u, device);
+  } else {
+    ensure(s.rows, backend_, u * row_dim_, device);
+  }
   const LookupFeature feature = s.feature(options_.dim, row_dim_);
   detail::validate_lookup_shape("Embedding::forward", {&feature, 1}, {&output, 1}, "outputs");
 
@@ -149,7 +166,8 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   s.pending_backward = training;
 }
 
-// Fills step rows [u x row_dim] for the unique keys and `found` (has a trainable row).
+// Fills row_ptrs (by address) or step rows [u x row_dim] (counter admission) for the unique
+// keys, and `found` (has a trainable row).
 template <TableKey K>
 void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   Step& s = *step_;
@@ -158,45 +176,66 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   ensure(s.found, backend_, u, device);
   ensure(s.admit, backend_, u, device);
   K* keys = s.unique_keys.data();
-  float* rows = s.rows.data();
   bool* found = s.found.data();
   uint64_t* counters = s.counters.data();
-  s.all_found = false;
-  if (training && admission_ == nullptr) {
-    table_->find_or_insert(u, keys, rows, found, nullptr, stream);
-    detail::count_flags(backend_, u, found, false, counters + kRowsCreated, stream);
-    // Every key now has a row (refusals were counted by the table; their rows are not kept).
-    s.all_found = true;
+  if (s.by_address) {
+    float** rows = s.row_ptrs.data();
+    if (training) {
+      table_->find_or_insert_pointers(u, keys, rows, found, nullptr, stream);
+    } else {
+      table_->find_pointers(u, keys, rows, found, nullptr, stream);
+    }
+    // A key without a row (evaluation: not stored; training: refused, reserved, or evicted by a
+    // later key of the same call) reads the evaluation initializer and gets no update.
+    ensure(s.missing, backend_, u, device);
+    const bool zero_row = options_.eval_initializer.kind == InitializerKind::kConstant &&
+                          std::bit_cast<uint32_t>(options_.eval_initializer.value) == 0;
+    if (zero_row) {
+      if (!s.fallback_is_zero_row || s.fallback.size() < options_.dim) {
+        s.fallback = BackendBuffer<float>(backend_, options_.dim, device);
+        backend_zero(backend_, s.fallback.data(), options_.dim * sizeof(float), stream);
+        s.fallback_is_zero_row = true;
+      }
+    } else {
+      ensure(s.fallback, backend_, u * options_.dim, device);
+      s.fallback_is_zero_row = false;
+    }
+    detail::resolve_missing_rows(backend_, u, rows, s.missing.data(), s.fallback.data(),
+                                 zero_row ? 0 : options_.dim, training ? found : nullptr,
+                                 training ? counters + kRowsCreated : nullptr,
+                                 training ? nullptr : counters + kEvalMisses, stream);
+    if (!zero_row) {
+      fill_initial_rows<K>(backend_, u, keys, s.missing.data(), true, options_.eval_initializer,
+                           s.fallback.data(), options_.dim, options_.dim, stream);
+    }
     return;
   }
+  // Counter admission (cpu backend only): the occurrences of each unique key.
+  float* rows = s.rows.data();
   table_->find(u, keys, rows, found, nullptr, stream);
-  if (training) {
-    // Counter admission (cpu backend only): the occurrences of each unique key.
-    ensure(s.counts, backend_, u, device);
-    const uint32_t* row_begin = s.row_begin.data();
-    uint32_t* counts = s.counts.data();
-    for (size_t i = 0; i < u; ++i) counts[i] = row_begin[i + 1] - row_begin[i];
-    bool* admit = s.admit.data();
-    admission_->count_and_admit(u, keys, counts, found, admit);
-    std::vector<K> admitted;
-    std::vector<uint32_t> where;
-    for (size_t i = 0; i < u; ++i) {
-      if (admit[i]) {
-        admitted.push_back(keys[i]);
-        where.push_back(static_cast<uint32_t>(i));
-      }
+  ensure(s.counts, backend_, u, device);
+  const uint32_t* row_begin = s.row_begin.data();
+  uint32_t* counts = s.counts.data();
+  for (size_t i = 0; i < u; ++i) counts[i] = row_begin[i + 1] - row_begin[i];
+  bool* admit = s.admit.data();
+  admission_->count_and_admit(u, keys, counts, found, admit);
+  std::vector<K> admitted;
+  std::vector<uint32_t> where;
+  for (size_t i = 0; i < u; ++i) {
+    if (admit[i]) {
+      admitted.push_back(keys[i]);
+      where.push_back(static_cast<uint32_t>(i));
     }
-    std::vector<float> new_rows(admitted.size() * row_dim_);
-    table_->find_or_insert(admitted.size(), admitted.data(), new_rows.data(), nullptr, nullptr,
-                           stream);
-    scatter_rows(backend_, where.size(), where.data(), new_rows.data(), row_dim_, rows, row_dim_,
-                 row_dim_, stream);
-    for (uint32_t i : where) found[i] = true;
-    counters[kRowsCreated] += admitted.size();
   }
+  std::vector<float> new_rows(admitted.size() * row_dim_);
+  table_->find_or_insert(admitted.size(), admitted.data(), new_rows.data(), nullptr, nullptr,
+                         stream);
+  scatter_rows(backend_, where.size(), where.data(), new_rows.data(), row_dim_, rows, row_dim_,
+               row_dim_, stream);
+  for (uint32_t i : where) found[i] = true;
+  counters[kRowsCreated] += admitted.size();
   // Keys without a row read the evaluation initializer.
-  detail::count_flags(backend_, u, found, false,
-                      counters + (training ? kAdmissionPending : kEvalMisses), stream);
+  detail::count_flags(backend_, u, found, false, counters + kAdmissionPending, stream);
   fill_initial_rows<K>(backend_, u, keys, found, false, options_.eval_initializer, rows, row_dim_,
                        options_.dim, stream);
 }
@@ -217,9 +256,9 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads, row_grads, stream);
   stage_done("reduce");
 
-  // Keys without a row (not admitted) get no update.
-  const bool* skip = nullptr;
-  if (!s.all_found) {
+  // Keys without a row (not admitted; by address: missing) get no update.
+  const bool* skip = s.missing.data();
+  if (!s.by_address) {
     fill_flags(backend_, u, false, s.skip.data(), stream);
     or_flags(backend_, u, s.found.data(), false, s.skip.data(), stream);
     skip = s.skip.data();
@@ -236,17 +275,31 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
                             std::to_string(bad) + " of " + std::to_string(u) +
                             " keys; gradient_check = error, no row was changed");
     }
-    apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
-                         s.row_grads.data(), options_.dim, options_.dim, skip, stream);
-  } else {
+    if (s.by_address) {
+      apply_optimizer_row_ptrs(backend_, options_.optimizer, u, s.row_ptrs.data(),
+                               s.row_grads.data(), options_.dim, options_.dim, skip, stream);
+    } else {
+      apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
+                           s.row_grads.data(), options_.dim, options_.dim, skip, stream);
+    }
+  } else if (s.by_address) {
     // Rows with NaN / Inf are skipped and counted on the device (reported at the next forward
     // or stats()).
+    detail::apply_optimizer_row_ptrs_guarded(backend_, options_.optimizer, u, s.row_ptrs.data(),
+                                             s.row_grads.data(), options_.dim, options_.dim, skip,
+                                             s.counters.data() + kNonfinite, stream);
+  } else {
     detail::apply_optimizer_rows_guarded(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
                                          s.row_grads.data(), options_.dim, options_.dim, skip,
                                          s.counters.data() + kNonfinite, stream);
-    if (backend_ == Backend::kCpu) report_nonfinite(s.counters.data()[kNonfinite]);
+  }
+  if (options_.gradient_check != SafeCheck::kError && backend_ == Backend::kCpu) {
+    report_nonfinite(s.counters.data()[kNonfinite]);
   }
   stage_done("optimizer");
+  s.pending_backward = false;
+  // By address the rows were updated in place: nothing to write back.
+  if (s.by_address) return;
   // LFU counts lookups: the write-back must not count as another touch.
   const uint64_t* scores = nullptr;
   if (options_.table.score_policy == ScorePolicy::kLfu) {

@@ -52,6 +52,14 @@ size_t flag_nonfinite_rows_cpu(size_t n, const float* grads, uint32_t stride, ui
 void apply_optimizer_rows_cpu(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
                               const float* grads, uint32_t grad_stride, uint32_t dim,
                               const bool* skip);
+// Rows by address (null rows[i] skipped); a non-null `nonfinite` checks each gradient row first
+// (apply_optimizer_rows_guarded's rule).
+void apply_optimizer_row_ptrs_cpu(const OptimizerOptions& o, size_t n, float* const* rows,
+                                  const float* grads, uint32_t grad_stride, uint32_t dim,
+                                  const bool* skip, uint64_t* nonfinite);
+void resolve_missing_rows_cpu(size_t n, float** rows, bool* missing, float* fallback,
+                              uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                              uint64_t* missing_count);
 // Groups ids [0, num_ids) by indices[i] (< num_rows): ids_by_row (num_ids), row_begin
 // (num_rows + 1), each row's ids ascending.
 void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uint32_t* ids_by_row,
@@ -103,6 +111,12 @@ void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, floa
                                        uint32_t row_stride, const float* grads,
                                        uint32_t grad_stride, uint32_t dim, const bool* skip,
                                        uint64_t* nonfinite, StreamHandle stream);
+void apply_optimizer_row_ptrs_cuda(const OptimizerOptions& o, size_t n, float* const* rows,
+                                   const float* grads, uint32_t grad_stride, uint32_t dim,
+                                   const bool* skip, uint64_t* nonfinite, StreamHandle stream);
+void resolve_missing_rows_cuda(size_t n, float** rows, bool* missing, float* fallback,
+                               uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                               uint64_t* missing_count, StreamHandle stream);
 void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream);
 
 // Throws NotAvailable naming `where` (a CUDA op in a build without the CUDA backend).

@@ -22,8 +22,9 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
     const std::string out_name = std::string(outputs_name) + "[" + std::to_string(f) + "].";
     require(x.dim > 0, where, feature_field(f, "dim").c_str(), std::to_string(x.dim),
             "must be > 0");
-    require(x.row_stride >= x.dim, where, feature_field(f, "row_stride").c_str(),
-            std::to_string(x.row_stride), "must be >= dim (" + std::to_string(x.dim) + ")");
+    require(x.row_ptrs != nullptr || x.row_stride >= x.dim, where,
+            feature_field(f, "row_stride").c_str(), std::to_string(x.row_stride),
+            "must be >= dim (" + std::to_string(x.dim) + ") when rows are not given by address");
     require(outputs[f].out_stride >= x.dim, where, (out_name + "out_stride").c_str(),
             std::to_string(outputs[f].out_stride),
             "must be >= dim (" + std::to_string(x.dim) + ")");
@@ -44,8 +45,9 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
     if (x.num_ids == 0) continue;
     require(x.indices != nullptr, where, feature_field(f, "indices").c_str(), "nullptr",
             "must be non-null when num_ids = " + std::to_string(x.num_ids));
-    require(x.rows != nullptr, where, feature_field(f, "rows").c_str(), "nullptr",
-            "must be non-null when num_ids = " + std::to_string(x.num_ids));
+    require(x.rows != nullptr || x.row_ptrs != nullptr, where, feature_field(f, "rows").c_str(),
+            "nullptr",
+            "must be non-null (or row_ptrs given) when num_ids = " + std::to_string(x.num_ids));
   }
 }
 

@@ -99,6 +99,20 @@ void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, si
                                     stream);
 }
 
+void apply_optimizer_row_ptrs(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                              float* const* rows, const float* grads, uint32_t grad_stride,
+                              uint32_t dim, const bool* skip, StreamHandle stream) {
+  require_ptr(rows, n, "apply_optimizer_row_ptrs", "rows");
+  require_ptr(grads, n, "apply_optimizer_row_ptrs", "grads");
+  if (backend == Backend::kCpu) {
+    return detail::apply_optimizer_row_ptrs_cpu(optimizer, n, rows, grads, grad_stride, dim, skip,
+                                                nullptr);
+  }
+  if (n == 0) return;
+  detail::apply_optimizer_row_ptrs_cuda(optimizer, n, rows, grads, grad_stride, dim, skip, nullptr,
+                                        stream);
+}
+
 template void fill_initial_rows<int64_t>(Backend, size_t, const int64_t*, const bool*, bool,
                                          const InitializerOptions&, float*, uint32_t, uint32_t,
                                          StreamHandle);

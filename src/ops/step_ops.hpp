@@ -61,6 +61,23 @@ void apply_optimizer_rows_guarded(Backend backend, const OptimizerOptions& optim
                                   uint32_t grad_stride, uint32_t dim, const bool* skip,
                                   uint64_t* nonfinite, StreamHandle stream);
 
+// apply_optimizer_rows_guarded on rows by address (apply_optimizer_row_ptrs): null rows[i] and
+// rows with skip[i] set are not updated; rows with a NaN / Inf gradient are counted into
+// *nonfinite and not updated. No synchronization.
+void apply_optimizer_row_ptrs_guarded(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                                      float* const* rows, const float* grads, uint32_t grad_stride,
+                                      uint32_t dim, const bool* skip, uint64_t* nonfinite,
+                                      StreamHandle stream);
+
+// After a table's *_pointers call: missing[i] = (rows[i] == nullptr), and each missing address
+// becomes fallback + i * fallback_stride (stride 0: one shared row), so every address can be
+// read. Adds to *missing_count (if not null) how many were missing, and to *created (if not
+// null; founds required) how many have a row that did not exist before (founds[i] false).
+// Backend memory; no synchronization.
+void resolve_missing_rows(Backend backend, size_t n, float** rows, bool* missing, float* fallback,
+                          uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                          uint64_t* missing_count, StreamHandle stream);
+
 // Copies `count` words of backend memory to the host once `stream`'s work is done (synchronizes
 // it on CUDA).
 void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* host,

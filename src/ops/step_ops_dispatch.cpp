@@ -80,6 +80,30 @@ void apply_optimizer_rows_guarded(Backend backend, const OptimizerOptions& optim
                                    nonfinite);
 }
 
+void apply_optimizer_row_ptrs_guarded(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                                      float* const* rows, const float* grads, uint32_t grad_stride,
+                                      uint32_t dim, const bool* skip, uint64_t* nonfinite,
+                                      StreamHandle stream) {
+  if (n == 0) return;
+  if (backend == Backend::kCuda) {
+    return apply_optimizer_row_ptrs_cuda(optimizer, n, rows, grads, grad_stride, dim, skip,
+                                         nonfinite, stream);
+  }
+  apply_optimizer_row_ptrs_cpu(optimizer, n, rows, grads, grad_stride, dim, skip, nonfinite);
+}
+
+void resolve_missing_rows(Backend backend, size_t n, float** rows, bool* missing, float* fallback,
+                          uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                          uint64_t* missing_count, StreamHandle stream) {
+  if (n == 0) return;
+  if (backend == Backend::kCuda) {
+    return resolve_missing_rows_cuda(n, rows, missing, fallback, fallback_stride, founds, created,
+                                     missing_count, stream);
+  }
+  resolve_missing_rows_cpu(n, rows, missing, fallback, fallback_stride, founds, created,
+                           missing_count);
+}
+
 void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* host,
                 StreamHandle stream) {
   if (count == 0) return;

@@ -94,12 +94,17 @@ class Embedding {
 
   // Looks up and pools the batch into out (bag b at out + b * out_stride; NONE: id i at
   // out + i * out_stride). Training inserts admitted unseen keys with the initializer and
-  // remembers the batch for backward(); evaluation never inserts.
+  // remembers the batch for backward(); evaluation never inserts. Without counter admission
+  // the step works on the table's rows in place (find_or_insert_pointers): the table must not
+  // be written by anyone else between a training forward and its backward. A key without a row
+  // (not stored in evaluation; refused at max capacity, or evicted by a later key of the same
+  // batch, in training) reads eval_initializer and gets no update.
   void forward(const EmbeddingBatch<K>& batch, float* out, uint32_t out_stride, bool training,
                StreamHandle stream = nullptr);
 
   // Reduces `grad` (the gradient of the last training forward's out, same layout) to one
-  // gradient per key and applies the optimizer to those rows in place.
+  // gradient per key and applies the optimizer to those rows in place, through the addresses
+  // the forward found (no second lookup; counter admission: a copy written back by assign).
   void backward(const float* grad, uint32_t grad_stride, StreamHandle stream = nullptr);
 
   // Ends a training step: erases rows past their TTL (returns how many), then advances the
@@ -115,9 +120,10 @@ class Embedding {
   // The counts so far; synchronizes the device (the step's counts live in backend memory).
   EmbeddingStats stats() const;
 
-  // Called with the stage's name as each stage of forward ("dedup", "lookup", "pool") and
-  // backward ("reduce", "optimizer", "write_back") finishes issuing its work; for profiling
-  // (the observer may synchronize the stream). nullptr turns it off.
+  // Called with the stage's name as each stage of forward ("dedup", "lookup": the row
+  // addresses, "pool") and backward ("reduce", "optimizer"; with counter admission also
+  // "write_back") finishes issuing its work; for profiling (the observer may synchronize the
+  // stream). nullptr turns it off.
   using StageObserver = std::function<void(const char* stage)>;
   void set_stage_observer(StageObserver observer) { observer_ = std::move(observer); }
 

@@ -21,9 +21,14 @@ std::string to_string(PoolingMode mode);
 // One feature of a lookup: bag b holds ids [offsets[b], offsets[b+1]); id i reads row
 // indices[i] of `rows` (row r at rows + r * row_stride, `dim` floats), weighted by
 // weights[i] when weights is not null. Pointers are in the backend's memory.
+// Rows by address: when row_ptrs is not null, row r is at row_ptrs[r] instead (num_rows
+// entries, e.g. a table's find_pointers output; rows and row_stride are not used) and a null
+// row_ptrs[r] reads as zeros. The arithmetic is the same, so results are bit-identical to the
+// dense layout holding the same rows (zeros for the null ones).
 struct LookupFeature {
   const float* rows = nullptr;
   uint32_t row_stride = 0;
+  const float* const* row_ptrs = nullptr;
   uint32_t dim = 0;
   size_t num_rows = 0;                // rows available: every index must be < num_rows
   const uint32_t* indices = nullptr;  // num_ids entries

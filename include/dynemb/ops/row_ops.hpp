@@ -54,4 +54,12 @@ void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, si
                           uint32_t row_stride, const float* grads, uint32_t grad_stride,
                           uint32_t dim, const bool* skip, StreamHandle stream = nullptr);
 
+// apply_optimizer_rows on rows by address: row i ([w | state]) at rows[i], updated in place
+// (e.g. through a table's find_or_insert_pointers output); a null rows[i] is skipped, as is a
+// row with skip[i] set. Distinct non-null addresses must not overlap. Bit-identical to
+// apply_optimizer_rows on the same rows.
+void apply_optimizer_row_ptrs(Backend backend, const OptimizerOptions& optimizer, size_t n,
+                              float* const* rows, const float* grads, uint32_t grad_stride,
+                              uint32_t dim, const bool* skip, StreamHandle stream = nullptr);
+
 }  // namespace dynemb

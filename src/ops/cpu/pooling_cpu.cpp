@@ -7,6 +7,15 @@
 
 namespace dynemb::detail {
 
+namespace {
+
+// Row r of the feature: by address (nullptr: a row of zeros) or in the dense layout.
+const float* row_of(const LookupFeature& x, uint32_t r) {
+  return x.row_ptrs != nullptr ? x.row_ptrs[r] : x.rows + static_cast<size_t>(r) * x.row_stride;
+}
+
+}  // namespace
+
 void pooled_lookup_cpu(std::span<const LookupFeature> features,
                        std::span<const LookupOutput> outputs) {
   for (size_t f = 0; f < features.size(); ++f) {
@@ -17,19 +26,28 @@ void pooled_lookup_cpu(std::span<const LookupFeature> features,
         const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
         if (x.mode == PoolingMode::kNone) {
           for (int64_t i = begin; i < end; ++i) {
-            const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
+            const float* row = row_of(x, x.indices[i]);
             float* out = o.out + static_cast<size_t>(i) * o.out_stride;
             const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
-            for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * row[j];
+            if (row != nullptr) {
+              for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * row[j];
+            } else {
+              for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * 0.0f;
+            }
           }
           continue;
         }
         float* out = o.out + b * o.out_stride;
         std::fill(out, out + x.dim, 0.0f);
         for (int64_t i = begin; i < end; ++i) {
-          const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
+          const float* row = row_of(x, x.indices[i]);
           const float factor = id_factor(x, i, end - begin);
-          for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * row[j];
+          if (row != nullptr) {
+            for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * row[j];
+          } else {
+            // The same additions as a row of zeros (they can turn -0 into +0).
+            for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * 0.0f;
+          }
         }
       }
     });

@@ -94,6 +94,48 @@ void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float
   *nonfinite += bad_rows.load();
 }
 
+void apply_optimizer_row_ptrs_cpu(const OptimizerOptions& o, size_t n, float* const* rows,
+                                  const float* grads, uint32_t grad_stride, uint32_t dim,
+                                  const bool* skip, uint64_t* nonfinite) {
+  std::atomic<uint64_t> bad_rows{0};
+  parallel_for(n, 256, [&](size_t first, size_t last) {
+    uint64_t bad = 0;
+    for (size_t i = first; i < last; ++i) {
+      const float* grad = grads + i * grad_stride;
+      if (nonfinite != nullptr) {
+        bool finite = true;
+        for (uint32_t j = 0; j < dim; ++j) finite &= std::isfinite(grad[j]);
+        if (!finite) {
+          ++bad;
+          continue;
+        }
+      }
+      if (rows[i] == nullptr || (skip != nullptr && skip[i])) continue;
+      apply_optimizer(o, rows[i], grad, dim);
+    }
+    bad_rows += bad;
+  });
+  if (nonfinite != nullptr) *nonfinite += bad_rows.load();
+}
+
+void resolve_missing_rows_cpu(size_t n, float** rows, bool* missing, float* fallback,
+                              uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                              uint64_t* missing_count) {
+  uint64_t made = 0, lacking = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool none = rows[i] == nullptr;
+    missing[i] = none;
+    if (none) {
+      rows[i] = fallback + i * fallback_stride;
+      ++lacking;
+    } else if (founds != nullptr && !founds[i]) {
+      ++made;
+    }
+  }
+  if (created != nullptr) *created += made;
+  if (missing_count != nullptr) *missing_count += lacking;
+}
+
 template void fill_initial_rows_cpu<int64_t>(size_t, const int64_t*, const bool*, bool,
                                              const InitializerOptions&, float*, uint32_t, uint32_t);
 template void fill_initial_rows_cpu<uint64_t>(size_t, const uint64_t*, const bool*, bool,

@@ -41,12 +41,65 @@ __global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, si
   if (i < num_ids && indices[i] >= num_rows) atomicMin(&first[1], i);
 }
 
+// Rows in the dense layout: row r at base + r * stride; a lane passes a row on as its index.
+struct DenseRows {
+  const float* base;
+  size_t stride;
+  using Handle = uint32_t;
+  static constexpr bool kByAddress = false;
+  __device__ Handle handle(uint32_t r) const { return r; }
+  __device__ const float* at(Handle h) const { return base + h * stride; }
+};
+
+// Rows by address: row r at ptrs[r] (nullptr: zeros); a lane passes a row on as its address.
+struct AddressedRows {
+  const float* const* ptrs;
+  using Handle = const float*;
+  static constexpr bool kByAddress = true;
+  __device__ Handle handle(uint32_t r) const { return ptrs[r]; }
+  __device__ const float* at(Handle h) const { return h; }
+};
+
+__device__ __forceinline__ uint32_t shuffle(uint32_t v, uint32_t from) {
+  return __shfl_sync(0xFFFFFFFFu, v, from);
+}
+__device__ __forceinline__ const float* shuffle(const float* p, uint32_t from) {
+  return reinterpret_cast<const float*>(
+      __shfl_sync(0xFFFFFFFFu, reinterpret_cast<unsigned long long>(p), from));
+}
+
+// Loads the lane's elements of tile [tile, tile + width) of `row` in kVec's layout. By address,
+// a null row reads zeros and a row not 16-byte aligned is read element by element (same
+// layout, so the same values land in the same registers).
+template <uint32_t kVec, class Rows>
+__device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint32_t width,
+                                          uint32_t lane, float (&v)[kTileRegs]) {
+  if constexpr (Rows::kByAddress) {
+    if (row == nullptr) {
+#pragma unroll
+      for (uint32_t q = 0; q < kTileRegs; ++q) v[q] = 0.0f;
+      return;
+    }
+    if constexpr (kVec == 4) {
+      if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+#pragma unroll
+        for (uint32_t q = 0; q < kTileRegs; ++q) {
+          const uint32_t j = 4 * lane + q;
+          v[q] = j < width ? row[tile + j] : 0.0f;
+        }
+        return;
+      }
+    }
+  }
+  TileLanes<kVec>::load(row + tile, width, lane, v);
+}
+
 // Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
-// t: row_t, f_t) is f_t times row row_t of `base` (stride floats), from element `tile`, `width`
+// t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
 // elements. Loads are issued kUnroll terms ahead of their additions.
-template <uint32_t kVec>
-__device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count, uint32_t row_t,
-                                          float f_t, const float* base, size_t stride,
+template <uint32_t kVec, class Rows>
+__device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
+                                          typename Rows::Handle h_t, float f_t, const Rows& rows,
                                           uint32_t tile, uint32_t width) {
   constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
@@ -56,18 +109,18 @@ __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t coun
     float f[kUnroll];
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
-      const uint32_t r = __shfl_sync(0xFFFFFFFFu, row_t, t + u);
+      const typename Rows::Handle h = shuffle(h_t, t + u);
       f[u] = __shfl_sync(0xFFFFFFFFu, f_t, t + u);
-      TileLanes<kVec>::load(base + r * stride + tile, width, lane, v[u]);
+      load_tile<kVec, Rows>(rows.at(h), tile, width, lane, v[u]);
     }
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) add_scaled(acc, f[u], v[u]);
   }
   for (; t < count; ++t) {
     float v[kTileRegs];
-    const uint32_t r = __shfl_sync(0xFFFFFFFFu, row_t, t);
+    const typename Rows::Handle h = shuffle(h_t, t);
     const float f = __shfl_sync(0xFFFFFFFFu, f_t, t);
-    TileLanes<kVec>::load(base + r * stride + tile, width, lane, v);
+    load_tile<kVec, Rows>(rows.at(h), tile, width, lane, v);
     add_scaled(acc, f, v);
   }
 }
@@ -79,8 +132,8 @@ __device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, u
 }
 
 // SUM / MEAN: one warp per bag; ids in order, a tile of the row in registers.
-template <uint32_t kVec>
-__global__ void pool_kernel(LookupFeature x, LookupOutput o) {
+template <uint32_t kVec, class Rows>
+__global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t b = warp_index();
   if (b >= x.num_bags) return;
   const uint32_t lane = lane_index();
@@ -91,31 +144,31 @@ __global__ void pool_kernel(LookupFeature x, LookupOutput o) {
     float acc[kTileRegs] = {};
     for (int64_t first = begin; first < end; first += 32) {
       const uint32_t count = end - first < 32 ? static_cast<uint32_t>(end - first) : 32u;
-      uint32_t row_t = 0;
+      typename Rows::Handle h_t{};
       float f_t = 0.0f;
       if (lane < count) {
-        row_t = x.indices[first + lane];
+        h_t = rows.handle(x.indices[first + lane]);
         f_t = id_factor(x, first + lane, end - begin);
       }
-      add_terms<kVec>(acc, count, row_t, f_t, x.rows, x.row_stride, tile, width);
+      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
-template <uint32_t kVec>
-__global__ void pool_none_kernel(LookupFeature x, LookupOutput o) {
+template <uint32_t kVec, class Rows>
+__global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t i = warp_index();
   if (i >= x.num_ids) return;
   const uint32_t lane = lane_index();
-  const float* row = x.rows + static_cast<size_t>(x.indices[i]) * x.row_stride;
+  const float* row = rows.at(rows.handle(x.indices[i]));
   float* out = o.out + i * o.out_stride;
   const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
   for (uint32_t tile = 0; tile < x.dim; tile += kTileWidth) {
     const uint32_t width = min(kTileWidth, x.dim - tile);
     float v[kTileRegs];
-    TileLanes<kVec>::load(row + tile, width, lane, v);
+    load_tile<kVec, Rows>(row, tile, width, lane, v);
 #pragma unroll
     for (uint32_t q = 0; q < kTileRegs; ++q) v[q] = __fmul_rn(w, v[q]);
     TileLanes<kVec>::store(out + tile, width, lane, v);
@@ -185,7 +238,7 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
-      add_terms<kVec>(acc, count, row_t, f_t, g.out, g.out_stride, tile, width);
+      add_terms<kVec>(acc, count, row_t, f_t, DenseRows{g.out, g.out_stride}, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
@@ -303,6 +356,30 @@ void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature>
   }
 }
 
+namespace {
+
+// Launches the pooling kernels of one feature whose rows `rows` gives.
+template <class Rows>
+void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o, bool vec,
+                 cudaStream_t stream) {
+  if (x.mode == PoolingMode::kNone) {
+    if (x.num_ids == 0) return;
+    const unsigned blocks = blocks_for_warps(x.num_ids);
+    if (vec) {
+      pool_none_kernel<4><<<blocks, kBlock, 0, stream>>>(x, rows, o);
+    } else {
+      pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, rows, o);
+    }
+  } else if (vec) {
+    pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+  } else {
+    pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+  }
+  cuda::check_launch("pooled_lookup: pool_kernel");
+}
+
+}  // namespace
+
 void pooled_lookup_cuda(std::span<const LookupFeature> features,
                         std::span<const LookupOutput> outputs, StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
@@ -310,22 +387,14 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
     if (x.num_bags == 0) continue;
-    const bool vec = ops_cuda::vec4_ok(x.rows, x.row_stride, x.dim) &&
-                     ops_cuda::vec4_ok(o.out, o.out_stride, x.dim);
-    if (x.mode == PoolingMode::kNone) {
-      if (x.num_ids == 0) continue;
-      const unsigned blocks = blocks_for_warps(x.num_ids);
-      if (vec) {
-        pool_none_kernel<4><<<blocks, kBlock, 0, stream>>>(x, o);
-      } else {
-        pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, o);
-      }
-    } else if (vec) {
-      pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, o);
+    const bool out_vec = ops_cuda::vec4_ok(o.out, o.out_stride, x.dim);
+    if (x.row_ptrs != nullptr) {
+      // Rows by address: float4 lanes where dim allows; a misaligned row is read per element.
+      launch_pool(x, AddressedRows{x.row_ptrs}, o, out_vec && x.dim % 4 == 0, stream);
     } else {
-      pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, o);
+      const bool vec = out_vec && ops_cuda::vec4_ok(x.rows, x.row_stride, x.dim);
+      launch_pool(x, DenseRows{x.rows, x.row_stride}, o, vec, stream);
     }
-    cuda::check_launch("pooled_lookup: pool_kernel");
   }
 }
 

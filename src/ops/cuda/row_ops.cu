@@ -120,71 +120,127 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
   }
 }
 
-// One warp per row. kVec = 4: float4 lanes (rows, grads, strides and dim allow it); 1: lane l
-// takes elements l, l + 32, ... (apply_optimizer_on over WarpLanes). A non-null `nonfinite`
-// makes the warp check its gradient row first: a row with a NaN / Inf is counted, not updated.
-template <OptimizerKind kKind, uint32_t kVec>
-__global__ void optimizer_kernel(OptimizerOptions o, size_t n, float* rows, uint32_t row_stride,
-                                 const float* grads, uint32_t grad_stride, uint32_t dim,
-                                 const bool* skip, unsigned long long* nonfinite) {
+// Rows to update in the dense layout: row i at base + i * stride.
+struct DenseRowsOut {
+  float* base;
+  uint32_t stride;
+  static constexpr bool kByAddress = false;
+  __device__ float* row(size_t i) const { return base + i * stride; }
+};
+
+// Rows to update by address: row i at ptrs[i] (nullptr: not updated).
+struct AddressedRowsOut {
+  float* const* ptrs;
+  static constexpr bool kByAddress = true;
+  __device__ float* row(size_t i) const { return ptrs[i]; }
+};
+
+// One warp per row. kVec = 4: float4 lanes (rows, grads, strides and dim allow it; by address, a
+// row not 16-byte aligned takes the per-element path, same arithmetic); 1: lane l takes elements
+// l, l + 32, ... (apply_optimizer_on over WarpLanes). A non-null `nonfinite` makes the warp check
+// its gradient row first: a row with a NaN / Inf is counted, not updated.
+template <OptimizerKind kKind, uint32_t kVec, class Rows>
+__global__ void optimizer_kernel(OptimizerOptions o, size_t n, Rows rows, const float* grads,
+                                 uint32_t grad_stride, uint32_t dim, const bool* skip,
+                                 unsigned long long* nonfinite) {
   const size_t i = warp_index();
   if (i >= n) return;
-  float* row = rows + i * row_stride;
   const float* grad = grads + i * grad_stride;
   if (nonfinite != nullptr && row_nonfinite<kVec>(grad, dim)) {
     if (lane_index() == 0) atomicAdd(nonfinite, 1ull);
     return;
   }
   if (skip != nullptr && skip[i]) return;
+  float* row = rows.row(i);
+  if constexpr (Rows::kByAddress) {
+    if (row == nullptr) return;
+  }
   const ops_cuda::WarpLanes lanes{lane_index()};
   const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
   if constexpr (kVec == 4) {
-    update_row_vec4<kKind>(o, u, row, grad, dim);
+    if (!Rows::kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      update_row_vec4<kKind>(o, u, row, grad, dim);
+    } else {
+      update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+    }
   } else {
     update_row_elements<kKind>(o, u, row, grad, dim, lanes);
   }
   end_row_update(o, u, row, dim, lanes);
 }
 
-template <OptimizerKind kKind>
-void launch_optimizer(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+template <OptimizerKind kKind, class Rows>
+void launch_optimizer(const OptimizerOptions& o, size_t n, const Rows& rows, bool vec,
                       const float* grads, uint32_t grad_stride, uint32_t dim, const bool* skip,
                       unsigned long long* nonfinite, cudaStream_t stream) {
-  const bool vec =
-      ops_cuda::vec4_ok(rows, row_stride, dim) && ops_cuda::vec4_ok(grads, grad_stride, dim);
   if (vec) {
     optimizer_kernel<kKind, 4><<<blocks_for_warps(n), kBlock, 0, stream>>>(
-        o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite);
+        o, n, rows, grads, grad_stride, dim, skip, nonfinite);
   } else {
     optimizer_kernel<kKind, 1><<<blocks_for_warps(n), kBlock, 0, stream>>>(
-        o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite);
+        o, n, rows, grads, grad_stride, dim, skip, nonfinite);
   }
   cuda::check_launch("apply_optimizer_rows");
 }
 
-void launch_optimizer_any(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+// Launches the optimizer kernel of o.kind; `vec`: float4 lanes allowed for the rows.
+template <class Rows>
+void launch_optimizer_any(const OptimizerOptions& o, size_t n, const Rows& rows, bool rows_vec,
                           const float* grads, uint32_t grad_stride, uint32_t dim, const bool* skip,
                           unsigned long long* nonfinite, cudaStream_t stream) {
+  const bool vec = rows_vec && ops_cuda::vec4_ok(grads, grad_stride, dim);
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      return launch_optimizer<OptimizerKind::kSgd>(o, n, rows, row_stride, grads, grad_stride, dim,
-                                                   skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kSgd>(o, n, rows, vec, grads, grad_stride, dim, skip,
+                                                   nonfinite, stream);
     case OptimizerKind::kAdam:
-      return launch_optimizer<OptimizerKind::kAdam>(o, n, rows, row_stride, grads, grad_stride, dim,
-                                                    skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kAdam>(o, n, rows, vec, grads, grad_stride, dim, skip,
+                                                    nonfinite, stream);
     case OptimizerKind::kAdaGrad:
-      return launch_optimizer<OptimizerKind::kAdaGrad>(o, n, rows, row_stride, grads, grad_stride,
-                                                       dim, skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kAdaGrad>(o, n, rows, vec, grads, grad_stride, dim,
+                                                       skip, nonfinite, stream);
     case OptimizerKind::kRowWiseAdaGrad:
-      return launch_optimizer<OptimizerKind::kRowWiseAdaGrad>(
-          o, n, rows, row_stride, grads, grad_stride, dim, skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kRowWiseAdaGrad>(o, n, rows, vec, grads, grad_stride,
+                                                              dim, skip, nonfinite, stream);
     case OptimizerKind::kRmsProp:
-      return launch_optimizer<OptimizerKind::kRmsProp>(o, n, rows, row_stride, grads, grad_stride,
-                                                       dim, skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kRmsProp>(o, n, rows, vec, grads, grad_stride, dim,
+                                                       skip, nonfinite, stream);
     case OptimizerKind::kFtrl:
-      return launch_optimizer<OptimizerKind::kFtrl>(o, n, rows, row_stride, grads, grad_stride, dim,
-                                                    skip, nonfinite, stream);
+      return launch_optimizer<OptimizerKind::kFtrl>(o, n, rows, vec, grads, grad_stride, dim, skip,
+                                                    nonfinite, stream);
   }
+}
+
+// Dense rows: float4 lanes when base, stride and dim allow.
+void launch_optimizer_dense(const OptimizerOptions& o, size_t n, float* rows, uint32_t row_stride,
+                            const float* grads, uint32_t grad_stride, uint32_t dim,
+                            const bool* skip, unsigned long long* nonfinite, cudaStream_t stream) {
+  launch_optimizer_any(o, n, DenseRowsOut{rows, row_stride},
+                       ops_cuda::vec4_ok(rows, row_stride, dim), grads, grad_stride, dim, skip,
+                       nonfinite, stream);
+}
+
+// missing[i] = rows[i] is null, which then points at fallback + i * stride; counts added once
+// per warp.
+__global__ void resolve_missing_kernel(size_t n, float** rows, bool* missing, float* fallback,
+                                       uint32_t fallback_stride, const bool* founds,
+                                       unsigned long long* created,
+                                       unsigned long long* missing_count) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  bool none = false, made = false;
+  if (i < n) {
+    none = rows[i] == nullptr;
+    missing[i] = none;
+    if (none) rows[i] = fallback + i * fallback_stride;
+    made = !none && founds != nullptr && !founds[i];
+  }
+  const unsigned none_votes = __ballot_sync(0xFFFFFFFFu, none);
+  const unsigned made_votes = __ballot_sync(0xFFFFFFFFu, made);
+  if (lane_index() != 0) return;
+  if (missing_count != nullptr && none_votes != 0)
+    atomicAdd(missing_count, static_cast<unsigned long long>(__popc(none_votes)));
+  if (created != nullptr && made_votes != 0)
+    atomicAdd(created, static_cast<unsigned long long>(__popc(made_votes)));
 }
 
 // counter += how many flags[i] == value (a warp's count added once).
@@ -288,8 +344,8 @@ void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream) {
   if (n == 0) return;
-  launch_optimizer_any(o, n, rows, row_stride, grads, grad_stride, dim, skip, nullptr,
-                       as_stream(stream));
+  launch_optimizer_dense(o, n, rows, row_stride, grads, grad_stride, dim, skip, nullptr,
+                         as_stream(stream));
 }
 
 void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, float* rows,
@@ -297,8 +353,27 @@ void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, floa
                                        uint32_t grad_stride, uint32_t dim, const bool* skip,
                                        uint64_t* nonfinite, StreamHandle stream) {
   if (n == 0) return;
-  launch_optimizer_any(o, n, rows, row_stride, grads, grad_stride, dim, skip,
+  launch_optimizer_dense(o, n, rows, row_stride, grads, grad_stride, dim, skip,
+                         reinterpret_cast<unsigned long long*>(nonfinite), as_stream(stream));
+}
+
+void apply_optimizer_row_ptrs_cuda(const OptimizerOptions& o, size_t n, float* const* rows,
+                                   const float* grads, uint32_t grad_stride, uint32_t dim,
+                                   const bool* skip, uint64_t* nonfinite, StreamHandle stream) {
+  if (n == 0) return;
+  launch_optimizer_any(o, n, AddressedRowsOut{rows}, dim % 4 == 0, grads, grad_stride, dim, skip,
                        reinterpret_cast<unsigned long long*>(nonfinite), as_stream(stream));
+}
+
+void resolve_missing_rows_cuda(size_t n, float** rows, bool* missing, float* fallback,
+                               uint32_t fallback_stride, const bool* founds, uint64_t* created,
+                               uint64_t* missing_count, StreamHandle stream) {
+  if (n == 0) return;
+  resolve_missing_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(
+      n, rows, missing, fallback, fallback_stride, founds,
+      reinterpret_cast<unsigned long long*>(created),
+      reinterpret_cast<unsigned long long*>(missing_count));
+  cuda::check_launch("resolve_missing_rows");
 }
 
 void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,

@@ -81,6 +81,14 @@ void apply_optimizer_rows_guarded_cuda(const OptimizerOptions&, size_t, float*, 
                                        StreamHandle) {
   no_cuda_ops("apply_optimizer_rows");
 }
+void apply_optimizer_row_ptrs_cuda(const OptimizerOptions&, size_t, float* const*, const float*,
+                                   uint32_t, uint32_t, const bool*, uint64_t*, StreamHandle) {
+  no_cuda_ops("apply_optimizer_row_ptrs");
+}
+void resolve_missing_rows_cuda(size_t, float**, bool*, float*, uint32_t, const bool*, uint64_t*,
+                               uint64_t*, StreamHandle) {
+  no_cuda_ops("resolve_missing_rows");
+}
 void read_words_cuda(const uint64_t*, size_t, uint64_t*, StreamHandle) {
   no_cuda_ops("read_words");
 }
