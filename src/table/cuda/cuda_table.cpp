@@ -434,6 +434,31 @@ class CudaTable final : public Table<K> {
     a.init = options_.initializer;
     if (error_mode()) launch_reserved_check(a.keys, n, a.state, s);
 
+    // find_or_insert_pointers: a lock-free pass finds the stored keys (address written, score
+    // touched); only the keys it did not find go through the locked kernel. Measured: 2.2x
+    // faster where nearly every key is stored (a training step's lookup), slower on the table
+    // benchmark's 40% new keys, so the copying find_or_insert keeps one locked pass
+    // (docs/cuda_table.md).
+    DeviceArray<uint32_t> missed;
+    if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr && n <= 0xFFFFFFFFull) {
+      missed = DeviceArray<uint32_t>(n, s);
+      TouchArgs t;
+      t.keys = a.keys;
+      t.n = n;
+      t.values_out = a.values_out;
+      t.row_ptrs = a.row_ptrs;
+      t.founds = a.founds;
+      t.scores_in = a.scores_in;
+      t.policy = a.policy;
+      t.clock = a.clock;
+      t.skip_reserved = a.skip_reserved;
+      t.missed_out = missed.data();
+      t.state = a.state;
+      launch_find_and_touch(storage_.view(), t, s);
+      a.subset = missed.data();
+      a.n_device = &a.state->missed;
+    }
+
     DeviceArray<uint32_t> deferred[2];
     a.growable = op_inserts(op) && storage_.capacity() < options_.max_capacity;
     if (a.growable) {
@@ -457,6 +482,7 @@ class CudaTable final : public Table<K> {
       grow_once(s);
       a.subset = deferred[current].data();
       a.n = st.deferred;
+      a.n_device = nullptr;
       current ^= 1;
       a.deferred_out = deferred[current].data();
       a.growable = storage_.capacity() < options_.max_capacity;

@@ -55,6 +55,7 @@ struct CallState {
   unsigned long long refused;            // refusals in this call
   unsigned long long reserved;           // reserved keys skipped in this call
   unsigned long long count;              // erase_if / size / export counts
+  unsigned long long missed;             // find_or_insert: keys the lock-free pass did not find
   unsigned int refusal_lock;             // guards the first_refused_* record
   unsigned int pad;
   unsigned long long first_refused_position;
@@ -79,6 +80,8 @@ struct WriteArgs {
   const uint64_t* keys = nullptr;
   const uint32_t* subset = nullptr;  // when set, the launch covers keys[subset[t]], t < n
   uint64_t n = 0;
+  // When set, the launch covers min(*n_device, n) entries (a count a previous kernel wrote).
+  const unsigned long long* n_device = nullptr;
   const float* values_in = nullptr;  // insert_or_assign / accum / assign / insert_and_evict
   float* values_out = nullptr;       // find_or_insert
   float** row_ptrs = nullptr;        // find_or_insert_pointers: row addresses instead of copies
@@ -94,6 +97,23 @@ struct WriteArgs {
   float* evicted_values = nullptr;
   uint64_t* evicted_scores = nullptr;
   InitializerOptions init{};
+};
+
+// Arguments of find_or_insert's lock-free first pass: keys already stored are found, their rows
+// copied out (or their addresses written) and their scores touched; the others are listed for
+// the locked pass.
+struct TouchArgs {
+  const uint64_t* keys = nullptr;
+  uint64_t n = 0;
+  float* values_out = nullptr;
+  float** row_ptrs = nullptr;
+  bool* founds = nullptr;
+  const uint64_t* scores_in = nullptr;
+  ScorePolicy policy = ScorePolicy::kTimestamp;
+  uint64_t clock = 0;
+  bool skip_reserved = false;
+  uint32_t* missed_out = nullptr;  // batch positions not found, count in state->missed
+  CallState* state = nullptr;
 };
 
 // Arguments of the lock-free read kernels (find, contains).

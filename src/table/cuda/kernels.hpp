@@ -23,6 +23,10 @@ void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, c
 // Runs one locked write operation over the batch (or the subset) described by `args`.
 void launch_write(WriteOp op, const TableView& table, const WriteArgs& args, cudaStream_t stream);
 
+// find_or_insert's lock-free first pass (TouchArgs). Only valid while no other kernel changes
+// the table: it runs under the call's writer lock, before the locked pass.
+void launch_find_and_touch(const TableView& table, const TouchArgs& args, cudaStream_t stream);
+
 // find (values set) or contains (values null): lock-free lookups.
 void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stream);
 

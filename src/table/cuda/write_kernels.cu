@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, Write
   const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
   if (!aborted) {
     const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
-    for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < a.n; k += stride) {
+    const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
+    for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
       write_one<kOp, kVec>(tile, t, a, i, &counts);
     }
