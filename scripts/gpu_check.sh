@@ -5,7 +5,11 @@
 # go to $OUT when it is set (else to gpu_check_out/).
 #
 # Usage: bash scripts/gpu_check.sh [BUILD_DIR]
-#   env: GPU_CHECK_SKIP_BENCH=1     skip the benchmark
+#   env: GPU_CHECK_TEST_FILTER="..." gtest filter of the full run (default: every test; a build
+#        carried from another machine has test-data paths of that machine: exclude
+#        '*TrainOnFile*:TrainCuda.FileTrains*' there)
+#        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
+#        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM)
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
 #        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
@@ -44,15 +48,16 @@ tests="$build/tests/dynemb_tests"
 [ -x "$tests" ] || { echo "no test binary at $tests"; exit 1; }
 
 step "dynemb_tests (every test, CUDA ones included)"
-"$tests" --gtest_color=no --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1
+"$tests" --gtest_color=no --gtest_filter="${GPU_CHECK_TEST_FILTER:-*}" \
+  --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1
 rc=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
 grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
 record dynemb_tests $rc
 
 # memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
-memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable.*:*cuda_int64*:OpsCudaParity*:EmbeddingCudaParity*:-*Concurrency*:CudaTable.Threads*}"
-racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaTable.Hybrid*:TableOpsTest/cuda_int64.*:OpsCudaParity.Pooling*:OpsCudaParity.Optimizer*}"
+memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:*cuda_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:-*Concurrency*:CudaTable.Threads*}"
+racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:TableDuplicatesTest/cuda_int64.*:TablePointersTest/cuda_int64.*:TableOpsTest/cuda_int64.*:*RowAddresses*/cuda*:OpsCudaFastPaths.*}"
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-240}"
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do
@@ -85,6 +90,17 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       rc=${PIPESTATUS[0]}
       record "bench_train_$shape" $rc
     done
+    if [ "${GPU_CHECK_HYBRID:-0}" = 1 ]; then
+      step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM)"
+      "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
+        --load-factors 0.5 --json "$out/bench_cuda_hybrid.json" \
+        --markdown "$out/bench_cuda_hybrid.md" 2>&1 | tail -30
+      record bench_hybrid "${PIPESTATUS[0]}"
+    fi
+    step "dynemb train --device cuda (defaults: batch 65536, 65.5M synthetic samples)"
+    "$program" train --device cuda --progress lines --output-dir "${TMPDIR:-/tmp}/dynemb_gpu_check_train" \
+      --metrics-json "$out/train_fm_cuda.json" 2>&1 | tail -4
+    record train_cuda "${PIPESTATUS[0]}"
   else
     echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"
   fi
