@@ -1,47 +1,18 @@
-// Stream-ordered temporaries of one call: device arrays and the call state that the host reads
-// back where a call returns a count or may throw.
+// The call state of one call, on the device, that the host reads back where a call returns a
+// count or may throw.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
-#include <utility>
-
-#include "table/cuda/cuda_check.hpp"
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_array.hpp"
 #include "table/cuda/device_layout.hpp"
 #include "table/cuda/kernels.hpp"
 
 namespace dynemb::cuda_table {
 
-// `count` elements of T, allocated and freed in the order of `stream` (cudaMallocAsync).
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(size_t count, cudaStream_t stream) : stream_(stream) {
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&data_),
-                               (count == 0 ? 1 : count) * sizeof(T), stream),
-               "cudaMallocAsync (call scratch)");
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  DeviceArray(DeviceArray&& o) noexcept
-      : stream_(o.stream_), data_(std::exchange(o.data_, nullptr)) {}
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    std::swap(stream_, o.stream_);
-    std::swap(data_, o.data_);
-    return *this;
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* data() const { return data_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  T* data_ = nullptr;
-};
+// The table's stream-ordered temporaries are core's.
+using cuda::DeviceArray;
 
 // One call's CallState on the device.
 class CallScratch {
@@ -54,9 +25,9 @@ class CallScratch {
   // Copies the state to the host; synchronizes the stream.
   CallState read() const {
     CallState host{};
-    check_cuda(cudaMemcpyAsync(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost, stream_),
-               "cudaMemcpyAsync (call state)");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    cuda::check(cudaMemcpyAsync(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost, stream_),
+                "cudaMemcpyAsync (call state)");
+    cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return host;
   }
 

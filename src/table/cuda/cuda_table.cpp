@@ -10,11 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_guard.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "table/backends.hpp"
 #include "table/cuda/call_scratch.hpp"
-#include "table/cuda/cuda_check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/stream_order.hpp"
 #include "table/cuda/table_storage.hpp"
@@ -57,15 +58,15 @@ template <TableKey K>
 class CudaTable final : public Table<K> {
  public:
   explicit CudaTable(const TableOptions& options) : options_(options), order_(options.thread_safe) {
-    DeviceGuard device(options_.device);
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
-               "cudaMalloc (stats)");
-    check_cuda(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
+    cuda::DeviceGuard device(options_.device);
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
+                "cudaMalloc (stats)");
+    cuda::check(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
     storage_ =
         TableStorage(options_.init_capacity / options_.bucket_capacity, options_.bucket_capacity,
                      options_.dim, options_.max_hbm_for_values, stats_, nullptr);
     capacity_ = storage_.capacity();
-    check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
+    cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
 
   ~CudaTable() override {
@@ -94,7 +95,7 @@ class CudaTable final : public Table<K> {
     require_pointer(missed_keys, call, "missed_keys");
     require_pointer(missed_indices, call, "missed_indices");
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     CallScratch scratch(s);
     DeviceArray<bool> founds(n, s);
@@ -139,7 +140,7 @@ class CudaTable final : public Table<K> {
     // A growth moved rows; at max capacity a later key of the batch may have evicted a row this
     // call inserted: the addresses are looked up again (keys no longer stored get nullptr).
     if (rehashes_.load() != rehashes || storage_.capacity() >= options_.max_capacity) {
-      DeviceGuard device(options_.device);
+      cuda::DeviceGuard device(options_.device);
       StreamOrder::Read guard(order_, s);
       ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, rows);
       r.skip_reserved = false;  // counted by the write already
@@ -220,7 +221,7 @@ class CudaTable final : public Table<K> {
 
   size_t erase_if(ScorePredicate predicate, StreamHandle stream) override {
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     CallScratch scratch(s);
     launch_erase_if(storage_.view(), static_cast<uint8_t>(predicate.compare), predicate.threshold,
@@ -230,7 +231,7 @@ class CudaTable final : public Table<K> {
 
   void clear(StreamHandle stream) override {
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     launch_clear(storage_.view(), s);
   }
@@ -239,7 +240,7 @@ class CudaTable final : public Table<K> {
 
   size_t size(StreamHandle stream) const override {
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     CallScratch scratch(s);
     launch_count_size(storage_.view(), scratch.get(), s);
@@ -257,7 +258,7 @@ class CudaTable final : public Table<K> {
             std::to_string(new_capacity),
             "must be <= max_capacity (" + std::to_string(options_.max_capacity) + ")");
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     while (storage_.capacity() < new_capacity) grow_once(s);
   }
@@ -267,7 +268,7 @@ class CudaTable final : public Table<K> {
     if (n_slots == 0) return 0;
     require_pointer(keys, "export_batch", "keys");
     const cudaStream_t s = to_stream(stream);
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     const uint64_t cap = storage_.capacity();
     if (offset >= cap) return 0;
@@ -280,7 +281,7 @@ class CudaTable final : public Table<K> {
 
   void for_each(const typename Table<K>::RowVisitor& visit) override {
     const cudaStream_t s = nullptr;
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     const uint64_t cap = storage_.capacity();
     const uint32_t dim = options_.dim;
@@ -297,14 +298,14 @@ class CudaTable final : public Table<K> {
                     d_values.data(), d_scores.data(), scratch.get(), s);
       const uint64_t count = scratch.read().count;
       if (count == 0) continue;
-      check_cuda(cudaMemcpy(h_keys.data(), d_keys.data(), count * sizeof(K), cudaMemcpyDefault),
-                 "cudaMemcpy (for_each keys)");
-      check_cuda(
+      cuda::check(cudaMemcpy(h_keys.data(), d_keys.data(), count * sizeof(K), cudaMemcpyDefault),
+                  "cudaMemcpy (for_each keys)");
+      cuda::check(
           cudaMemcpy(h_scores.data(), d_scores.data(), count * sizeof(uint64_t), cudaMemcpyDefault),
           "cudaMemcpy (for_each scores)");
-      check_cuda(cudaMemcpy(h_values.data(), d_values.data(), count * dim * sizeof(float),
-                            cudaMemcpyDefault),
-                 "cudaMemcpy (for_each values)");
+      cuda::check(cudaMemcpy(h_values.data(), d_values.data(), count * dim * sizeof(float),
+                             cudaMemcpyDefault),
+                  "cudaMemcpy (for_each values)");
       for (uint64_t i = 0; i < count; ++i) {
         visit(h_keys[i], std::span<const float>(h_values.data() + i * dim, dim), h_scores[i]);
       }
@@ -347,10 +348,10 @@ class CudaTable final : public Table<K> {
   Backend backend() const override { return Backend::kCuda; }
 
   TableStats stats() const override {
-    DeviceGuard device(options_.device);
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
+    cuda::DeviceGuard device(options_.device);
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
     DeviceStats d{};
-    check_cuda(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
+    cuda::check(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
     TableStats out;
     out.evictions = d.evictions;
     out.refused = d.refused;
@@ -380,7 +381,7 @@ class CudaTable final : public Table<K> {
   // find / contains: asynchronous in IGNORE mode, else one synchronization to report.
   void lookup(const char* call, size_t n, const K* keys, float* values, bool* founds,
               uint64_t* scores, cudaStream_t s, float** row_ptrs = nullptr) {
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
     if (options_.safe_check == SafeCheck::kIgnore) {
       launch_find(storage_.view(), read_args(n, keys, values, founds, scores, nullptr, row_ptrs),
@@ -422,7 +423,7 @@ class CudaTable final : public Table<K> {
   CallState write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
                   cudaStream_t s) {
     require_pointer(keys, call, "keys");
-    DeviceGuard device(options_.device);
+    cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     CallScratch scratch(s);
     a.keys = bits_of(keys);
@@ -505,7 +506,7 @@ class CudaTable final : public Table<K> {
     TableStorage bigger(old.num_buckets * 2, old.bucket_capacity, old.dim,
                         options_.max_hbm_for_values, stats_, s);
     launch_rehash(old, bigger.view(), s);
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize (rehash)");
+    cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (rehash)");
     storage_ = std::move(bigger);
     capacity_.store(storage_.capacity());
     rehashes_.fetch_add(1);
@@ -518,10 +519,10 @@ class CudaTable final : public Table<K> {
               bool refusals_returned = false) const {
     if (st.reserved_position != kNoPosition) {
       uint64_t key = 0;
-      check_cuda(
+      cuda::check(
           cudaMemcpyAsync(&key, keys + st.reserved_position, sizeof key, cudaMemcpyDeviceToHost, s),
           "cudaMemcpyAsync (reserved key)");
-      check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       throw InvalidArgument(std::string(call) + ": keys[" + std::to_string(st.reserved_position) +
                             "] = " + hex(key) + ", a reserved key (>= " + hex(kFirstReservedKey) +
                             "); nothing was changed");

@@ -3,7 +3,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <cub/device/device_select.cuh>
 
-#include "table/cuda/cuda_check.hpp"
+#include "core/cuda/check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
 
@@ -131,15 +131,15 @@ void select_indices(uint64_t first, uint64_t n, Pred pred, uint64_t* out, unsign
                     cudaStream_t stream) {
   thrust::counting_iterator<uint64_t> in(first);
   size_t temp_bytes = 0;
-  check_cuda(cub::DeviceSelect::If(nullptr, temp_bytes, in, out, count, static_cast<int64_t>(n),
-                                   pred, stream),
-             "cub::DeviceSelect::If (size)");
+  cuda::check(cub::DeviceSelect::If(nullptr, temp_bytes, in, out, count, static_cast<int64_t>(n),
+                                    pred, stream),
+              "cub::DeviceSelect::If (size)");
   void* temp = nullptr;
-  check_cuda(cudaMallocAsync(&temp, temp_bytes, stream), "cudaMallocAsync (select temp)");
+  cuda::check(cudaMallocAsync(&temp, temp_bytes, stream), "cudaMallocAsync (select temp)");
   const cudaError_t status = cub::DeviceSelect::If(temp, temp_bytes, in, out, count,
                                                    static_cast<int64_t>(n), pred, stream);
   cudaFreeAsync(temp, stream);
-  check_cuda(status, "cub::DeviceSelect::If");
+  cuda::check(status, "cub::DeviceSelect::If");
 }
 
 }  // namespace
@@ -149,23 +149,23 @@ void launch_rehash(const TableView& from, const TableView& to, cudaStream_t stre
   const unsigned blocks =
       static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
   rehash_kernel<<<blocks, kBlockThreads, 0, stream>>>(from, to);
-  check_cuda(cudaGetLastError(), "rehash_kernel launch");
+  cuda::check(cudaGetLastError(), "rehash_kernel launch");
 }
 
 void launch_erase_if(const TableView& t, uint8_t compare, uint64_t threshold, CallState* state,
                      cudaStream_t stream) {
   erase_if_kernel<<<grid_for(t.num_buckets * t.bucket_capacity), 256, 0, stream>>>(
       t, compare, threshold, state);
-  check_cuda(cudaGetLastError(), "erase_if_kernel launch");
+  cuda::check(cudaGetLastError(), "erase_if_kernel launch");
 }
 
 void launch_clear(const TableView& t, cudaStream_t stream) {
   const uint64_t slots = t.num_buckets * t.bucket_capacity;
-  check_cuda(cudaMemsetAsync(t.keys, 0xFF, slots * sizeof(uint64_t), stream), "clear keys");
-  check_cuda(cudaMemsetAsync(t.digests, kEmptyDigest, slots, stream), "clear digests");
-  check_cuda(cudaMemsetAsync(t.bucket_sizes, 0, t.num_buckets * sizeof(int32_t), stream),
-             "clear bucket sizes");
-  check_cuda(cudaMemsetAsync(t.locks, 0, t.num_buckets * sizeof(uint32_t), stream), "clear locks");
+  cuda::check(cudaMemsetAsync(t.keys, 0xFF, slots * sizeof(uint64_t), stream), "clear keys");
+  cuda::check(cudaMemsetAsync(t.digests, kEmptyDigest, slots, stream), "clear digests");
+  cuda::check(cudaMemsetAsync(t.bucket_sizes, 0, t.num_buckets * sizeof(int32_t), stream),
+              "clear bucket sizes");
+  cuda::check(cudaMemsetAsync(t.locks, 0, t.num_buckets * sizeof(uint32_t), stream), "clear locks");
 }
 
 void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool has_min,
@@ -173,8 +173,8 @@ void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool h
                    CallState* state, cudaStream_t stream) {
   if (n_slots == 0) return;
   uint64_t* slots = nullptr;
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&slots), n_slots * sizeof(uint64_t), stream),
-             "cudaMallocAsync (export slots)");
+  cuda::check(cudaMallocAsync(reinterpret_cast<void**>(&slots), n_slots * sizeof(uint64_t), stream),
+              "cudaMallocAsync (export slots)");
   select_indices(offset, n_slots, StoredSlot{t.keys, t.scores, has_min, min_score}, slots,
                  &state->count, stream);
   const uint64_t blocks64 = (n_slots + kTilesPerBlock - 1) / kTilesPerBlock;
@@ -182,7 +182,7 @@ void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool h
       static_cast<unsigned>(blocks64 < 65535ull * 16 ? blocks64 : 65535ull * 16);
   gather_slots_kernel<<<blocks, kBlockThreads, 0, stream>>>(t, slots, &state->count, keys, values,
                                                             scores);
-  check_cuda(cudaGetLastError(), "gather_slots_kernel launch");
+  cuda::check(cudaGetLastError(), "gather_slots_kernel launch");
   cudaFreeAsync(slots, stream);
 }
 
@@ -193,7 +193,7 @@ void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
   select_indices(0, n, NotFound{founds}, missed_indices, &state->count, stream);
   gather_keys_kernel<<<grid_for(n), 256, 0, stream>>>(keys, missed_indices, &state->count,
                                                       missed_keys);
-  check_cuda(cudaGetLastError(), "gather_keys_kernel launch");
+  cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
 }
 
 }  // namespace dynemb::cuda_table

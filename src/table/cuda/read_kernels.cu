@@ -1,7 +1,7 @@
 // Lock-free lookups (find, contains) and the small per-call kernels: call-state setup, the
 // reserved-key check and the size count. Readers never run beside writers (the host lock and
 // stream events order them), so they use ordinary cached loads.
-#include "table/cuda/cuda_check.hpp"
+#include "core/cuda/check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
 
@@ -96,19 +96,19 @@ bool aligned16(const void* p) {
 
 void launch_init_state(CallState* state, long long budget, cudaStream_t stream) {
   init_state_kernel<<<1, 1, 0, stream>>>(state, budget);
-  check_cuda(cudaGetLastError(), "init_state_kernel launch");
+  cuda::check(cudaGetLastError(), "init_state_kernel launch");
 }
 
 void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream) {
   reset_retry_kernel<<<1, 1, 0, stream>>>(state, budget);
-  check_cuda(cudaGetLastError(), "reset_retry_kernel launch");
+  cuda::check(cudaGetLastError(), "reset_retry_kernel launch");
 }
 
 void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
                            cudaStream_t stream) {
   if (n == 0) return;
   reserved_check_kernel<<<grid_for(n), 256, 0, stream>>>(keys, n, state);
-  check_cuda(cudaGetLastError(), "reserved_check_kernel launch");
+  cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
 }
 
 void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
@@ -123,13 +123,13 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
   } else {
     find_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
-  check_cuda(cudaGetLastError(), "find_kernel launch");
+  cuda::check(cudaGetLastError(), "find_kernel launch");
 }
 
 void launch_count_size(const TableView& t, CallState* state, cudaStream_t stream) {
   count_size_kernel<<<grid_for(t.num_buckets), 256, 0, stream>>>(t.bucket_sizes, t.num_buckets,
                                                                  state);
-  check_cuda(cudaGetLastError(), "count_size_kernel launch");
+  cuda::check(cudaGetLastError(), "count_size_kernel launch");
 }
 
 }  // namespace dynemb::cuda_table

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "table/cuda/cuda_check.hpp"
+#include "core/cuda/check.hpp"
 
 namespace dynemb::cuda_table {
 
@@ -17,40 +17,42 @@ TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint3
   const uint64_t row_bytes = static_cast<uint64_t>(dim) * sizeof(float);
   view_.hbm_rows = std::min<uint64_t>(slots, max_hbm_bytes / row_bytes);
   try {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.keys), slots * sizeof(uint64_t)),
-               "cudaMalloc (keys)");
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.digests), slots), "cudaMalloc (digests)");
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.scores), slots * sizeof(uint64_t)),
-               "cudaMalloc (scores)");
-    check_cuda(
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.keys), slots * sizeof(uint64_t)),
+                "cudaMalloc (keys)");
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.digests), slots),
+                "cudaMalloc (digests)");
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.scores), slots * sizeof(uint64_t)),
+                "cudaMalloc (scores)");
+    cuda::check(
         cudaMalloc(reinterpret_cast<void**>(&view_.bucket_sizes), num_buckets * sizeof(int32_t)),
         "cudaMalloc (bucket sizes)");
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
-               "cudaMalloc (bucket locks)");
+    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
+                "cudaMalloc (bucket locks)");
     if (view_.hbm_rows > 0) {
-      check_cuda(
+      cuda::check(
           cudaMalloc(reinterpret_cast<void**>(&view_.hbm_values), view_.hbm_rows * row_bytes),
           "cudaMalloc (values in HBM)");
     }
     if (slots > view_.hbm_rows) {
       void* host = nullptr;
-      check_cuda(cudaHostAlloc(&host, (slots - view_.hbm_rows) * row_bytes,
-                               cudaHostAllocMapped | cudaHostAllocPortable),
-                 "cudaHostAlloc (values in pinned host memory)");
+      cuda::check(cudaHostAlloc(&host, (slots - view_.hbm_rows) * row_bytes,
+                                cudaHostAllocMapped | cudaHostAllocPortable),
+                  "cudaHostAlloc (values in pinned host memory)");
       view_.host_values = static_cast<float*>(host);
       void* mapped = nullptr;
-      check_cuda(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
+      cuda::check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
       view_.host_values = static_cast<float*>(mapped);
     }
-    check_cuda(cudaMemsetAsync(view_.keys, 0xFF, slots * sizeof(uint64_t), stream),
-               "cudaMemset (keys)");
-    check_cuda(cudaMemsetAsync(view_.digests, kEmptyDigest, slots, stream), "cudaMemset (digests)");
-    check_cuda(cudaMemsetAsync(view_.scores, 0, slots * sizeof(uint64_t), stream),
-               "cudaMemset (scores)");
-    check_cuda(cudaMemsetAsync(view_.bucket_sizes, 0, num_buckets * sizeof(int32_t), stream),
-               "cudaMemset (bucket sizes)");
-    check_cuda(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
-               "cudaMemset (locks)");
+    cuda::check(cudaMemsetAsync(view_.keys, 0xFF, slots * sizeof(uint64_t), stream),
+                "cudaMemset (keys)");
+    cuda::check(cudaMemsetAsync(view_.digests, kEmptyDigest, slots, stream),
+                "cudaMemset (digests)");
+    cuda::check(cudaMemsetAsync(view_.scores, 0, slots * sizeof(uint64_t), stream),
+                "cudaMemset (scores)");
+    cuda::check(cudaMemsetAsync(view_.bucket_sizes, 0, num_buckets * sizeof(int32_t), stream),
+                "cudaMemset (bucket sizes)");
+    cuda::check(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
+                "cudaMemset (locks)");
   } catch (...) {
     release();
     throw;

@@ -3,8 +3,8 @@
 // listed for the locked write kernel. Safe because nothing inserts, evicts or erases while it
 // runs (the call holds the table's writer lock and the locked pass comes after it in stream
 // order), and rows are only read.
+#include "core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
-#include "table/cuda/cuda_check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
 
@@ -95,7 +95,7 @@ void launch_find_and_touch(const TableView& t, const TouchArgs& a, cudaStream_t 
   } else {
     find_and_touch_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
-  check_cuda(cudaGetLastError(), "find_and_touch_kernel launch");
+  cuda::check(cudaGetLastError(), "find_and_touch_kernel launch");
 }
 
 }  // namespace dynemb::cuda_table

@@ -2,8 +2,8 @@
 // assign_scores, accum_or_assign and erase share one body. A tile locks the key's bucket,
 // probes it, then updates, inserts (empty slot, or the victim at max capacity), refuses, or
 // defers the key to after a growth.
+#include "core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
-#include "table/cuda/cuda_check.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
 
@@ -231,11 +231,11 @@ __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, Write
 template <class Kernel>
 unsigned resident_blocks(Kernel kernel) {
   int device = 0, sms = 0, per_sm = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-             "cudaDeviceGetAttribute");
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, 0),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+              "cudaDeviceGetAttribute");
+  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, 0),
+              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
 }
 
@@ -245,7 +245,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) 
   const uint64_t needed = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
   const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
   write_kernel<kOp, kVec><<<blocks, kBlockThreads, 0, stream>>>(t, a);
-  check_cuda(cudaGetLastError(), "write_kernel launch");
+  cuda::check(cudaGetLastError(), "write_kernel launch");
 }
 
 template <WriteOp kOp>

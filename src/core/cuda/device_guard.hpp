@@ -1,12 +1,7 @@
-// Checks CUDA runtime results: every failed call becomes a dynemb::CudaError naming the call.
+// Makes one CUDA device current for a scope.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
-namespace dynemb::cuda_table {
-
-// Throws CudaError("<what>: <error name>: <error string>") unless status is cudaSuccess.
-void check_cuda(cudaError_t status, const char* what);
+namespace dynemb::cuda {
 
 // Makes `device` current for the guard's lifetime, then restores the previous device.
 class DeviceGuard {
@@ -21,4 +16,4 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::cuda
