@@ -5,9 +5,7 @@
 # go to $OUT when it is set (else to gpu_check_out/).
 #
 # Usage: bash scripts/gpu_check.sh [BUILD_DIR]
-#   env: GPU_CHECK_TEST_FILTER="..." gtest filter of the full run (default: every test; a build
-#        carried from another machine has test-data paths of that machine: exclude
-#        '*TrainOnFile*:TrainCuda.FileTrains*' there)
+#   env: GPU_CHECK_TEST_FILTER="..." gtest filter of the full run (default: every test)
 #        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
 #        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM)
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
@@ -43,6 +41,8 @@ if [ -z "$build" ]; then
   [ $rc -eq 0 ] || exit 1
 fi
 tests="$build/tests/dynemb_tests"
+# Test data from this checkout (a carried build would look in the tree it was built from).
+export DYNEMB_TEST_DATA_DIR="${DYNEMB_TEST_DATA_DIR:-$PWD/tests/data}"
 # A carried build may bring the shared libraries the device machine lacks (absl) in lib/.
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd):${LD_LIBRARY_PATH:-}"
 [ -x "$tests" ] || { echo "no test binary at $tests"; exit 1; }

@@ -3,6 +3,7 @@
 // ends; options are validated with messages naming the flag.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,7 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// tests/data of this source tree, or $DYNEMB_TEST_DATA_DIR (a binary built on another machine:
+// scripts/gpu_check.sh sets it to the checkout it runs in).
 fs::path data_dir() {
+  if (const char* dir = std::getenv("DYNEMB_TEST_DATA_DIR"); dir != nullptr && *dir != '\0')
+    return fs::path(dir);
   return fs::path(__FILE__).parent_path().parent_path() / "data";
 }
 
