@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dynemb/core/error.hpp"
+#include "dynemb/core/key.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/optimizer.hpp"
@@ -62,6 +63,58 @@ TEST_F(OpsCudaParity, DedupMatchesCpu) {
     EXPECT_EQ(to_host(du, gpu_u), std::vector<int64_t>(cu.begin(), cu.begin() + cpu_u));
     EXPECT_EQ(to_host(dinv, n), cinv);
     EXPECT_EQ(to_host(dcnt, gpu_u), std::vector<uint32_t>(ccnt.begin(), ccnt.begin() + cpu_u));
+  }
+}
+
+// Batches long enough that the GPU sorts only the key bits that differ: keys sharing high bits,
+// keys on both sides of zero, all keys equal, full-range keys; both key types.
+template <class K>
+void expect_dedup_like_cpu(const std::vector<K>& keys) {
+  const size_t n = keys.size();
+  std::vector<K> cu(n);
+  std::vector<uint32_t> cinv(n), ccnt(n);
+  const size_t cpu_u = dedup<K>(Backend::kCpu, n, keys.data(), cu.data(), cinv.data(), ccnt.data());
+  auto dkeys = to_gpu(keys);
+  BackendBuffer<K> du(kGpu, n);
+  BackendBuffer<uint32_t> dinv(kGpu, n), dcnt(kGpu, n);
+  const size_t gpu_u = dedup<K>(kGpu, n, dkeys.data(), du.data(), dinv.data(), dcnt.data());
+  ASSERT_EQ(gpu_u, cpu_u);
+  EXPECT_EQ(to_host(du, gpu_u), std::vector<K>(cu.begin(), cu.begin() + cpu_u));
+  EXPECT_EQ(to_host(dinv, n), cinv);
+  EXPECT_EQ(to_host(dcnt, gpu_u), std::vector<uint32_t>(ccnt.begin(), ccnt.begin() + cpu_u));
+}
+
+TEST_F(OpsCudaParity, DedupOfLongBatchesSortsOnlyDifferingBitsAndMatchesCpu) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const size_t n = 300000;
+  for (int shape = 0; shape < 4; ++shape) {
+    SCOPED_TRACE("shape " + std::to_string(shape));
+    const uint64_t high = rng() & ~((uint64_t{1} << 40) - 1);
+    std::vector<int64_t> signed_keys(n);
+    std::vector<uint64_t> unsigned_keys(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t bits = 0;
+      switch (shape) {
+        case 0:  // shared high bits, 20 random low bits
+          bits = high | (rng() & 0xFFFFF);
+          break;
+        case 1:  // small values on both sides of zero
+          bits = static_cast<uint64_t>(static_cast<int64_t>(rng() % 200001) - 100000);
+          break;
+        case 2:  // one key
+          bits = high | 12345;
+          break;
+        default:  // full range, with copies
+          bits = i % 3 == 0 || i == 0 ? rng() : static_cast<uint64_t>(signed_keys[i - 1]);
+      }
+      if (is_reserved_key(bits)) bits = 7;
+      signed_keys[i] = static_cast<int64_t>(bits);
+      unsigned_keys[i] = bits;
+    }
+    expect_dedup_like_cpu(signed_keys);
+    expect_dedup_like_cpu(unsigned_keys);
   }
 }
 

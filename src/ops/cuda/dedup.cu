@@ -58,6 +58,54 @@ __global__ void offsets_status_kernel(const int64_t* offsets, size_t num_bags,
   if (b >= 1 && offsets[b] < offsets[b - 1]) atomicMin(&status[kFirstBadOffset], b);
 }
 
+// OR and AND of every key's bit pattern (words[0] |=, words[1] &=): the bits where all keys
+// agree need no radix pass.
+template <class K>
+__global__ void bit_agreement_kernel(const K* keys, size_t n, unsigned long long* words) {
+  unsigned long long any = 0, all = ~0ull;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const auto bits = static_cast<unsigned long long>(keys[i]);
+    any |= bits;
+    all &= bits;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    any |= __shfl_xor_sync(0xFFFFFFFFu, any, offset);
+    all &= __shfl_xor_sync(0xFFFFFFFFu, all, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicOr(&words[0], any);
+    atomicAnd(&words[1], all);
+  }
+}
+
+// Batches at least this long first find the key bits that differ (one small kernel and a read
+// back) and sort only those; shorter ones sort all bits (the read back would cost more).
+constexpr size_t kNarrowSortMin = size_t{1} << 18;
+
+// The end bit of the radix sort of keys[0, n): one past the highest bit on which keys differ.
+// Keys agree on every bit at or above it, so sorting the bits below gives the full order (for
+// signed keys too: the sign bit is then equal for all).
+template <class K>
+int sort_end_bit(const K* keys, size_t n, cudaStream_t stream) {
+  constexpr int kAll = static_cast<int>(sizeof(K) * 8);
+  if (n < kNarrowSortMin) return kAll;
+  cuda::DeviceArray<unsigned long long> words(2, stream);
+  cuda::check(cudaMemsetAsync(words.data(), 0, sizeof(unsigned long long), stream),
+              "dedup: cudaMemsetAsync");
+  cuda::check(cudaMemsetAsync(words.data() + 1, 0xFF, sizeof(unsigned long long), stream),
+              "dedup: cudaMemsetAsync");
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(n), 1024));
+  bit_agreement_kernel<<<blocks, kBlock, 0, stream>>>(keys, n, words.data());
+  cuda::check_launch("dedup: bit_agreement_kernel");
+  unsigned long long host[2];
+  cuda::check(cudaMemcpyAsync(host, words.data(), sizeof host, cudaMemcpyDeviceToHost, stream),
+              "dedup: read key bits");
+  cuda::sync(stream, "dedup: key bits");
+  const unsigned long long differ = host[0] ^ host[1];
+  return differ == 0 ? 1 : kAll - __builtin_clzll(differ);
+}
+
 __global__ void counts_kernel(const uint32_t* row_begin, size_t u, uint32_t* counts) {
   const size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r < u) counts[r] = row_begin[r + 1] - row_begin[r];
@@ -109,9 +157,10 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     ops_cuda::fill_iota(positions_in.data(), n, stream);
     size_t sort_bytes = 0, scan_bytes = 0;
     const int num_items = static_cast<int>(n);
+    const int end_bit = sort_end_bit(keys, n, stream);
     cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted.data(),
                                                 positions_in.data(), ids_by_row, num_items, 0,
-                                                static_cast<int>(sizeof(K) * 8), stream),
+                                                end_bit, stream),
                 "dedup: SortPairs (size)");
     cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, rank.data(), rank.data(),
                                               num_items, stream),
@@ -119,7 +168,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     cuda::DeviceArray<uint8_t> temp(std::max(sort_bytes, scan_bytes), stream);
     cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, keys, sorted.data(),
                                                 positions_in.data(), ids_by_row, num_items, 0,
-                                                static_cast<int>(sizeof(K) * 8), stream),
+                                                end_bit, stream),
                 "dedup: SortPairs");
     head_flags_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(sorted.data(), n, rank.data());
     cuda::check_launch("dedup: head_flags_kernel");
