@@ -16,6 +16,7 @@
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "ops/backend_vectors.hpp"
 #include "ops/step_ops.hpp"
 
 namespace dynemb {
@@ -23,19 +24,8 @@ namespace {
 
 constexpr Backend kGpu = Backend::kCuda;
 
-template <class T>
-BackendBuffer<T> to_gpu(const std::vector<T>& host) {
-  BackendBuffer<T> b(kGpu, host.size() + 1);
-  b.upload(host.data(), host.size());
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const BackendBuffer<T>& b, size_t n) {
-  std::vector<T> h(n);
-  b.download(h.data(), n);
-  return h;
-}
+using ops_test::to_gpu;
+using ops_test::to_host;
 
 class OpsCudaFastPaths : public testing::Test {
  protected:

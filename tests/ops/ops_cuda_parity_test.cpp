@@ -16,25 +16,15 @@
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "dynemb/table/table.hpp"
+#include "ops/backend_vectors.hpp"
 
 namespace dynemb {
 namespace {
 
 constexpr Backend kGpu = Backend::kCuda;
 
-template <class T>
-BackendBuffer<T> to_gpu(const std::vector<T>& host) {
-  BackendBuffer<T> b(kGpu, host.size() + 1);
-  b.upload(host.data(), host.size());
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const BackendBuffer<T>& b, size_t n) {
-  std::vector<T> h(n);
-  b.download(h.data(), n);
-  return h;
-}
+using ops_test::to_gpu;
+using ops_test::to_host;
 
 class OpsCudaParity : public testing::Test {
  protected:
@@ -43,31 +33,7 @@ class OpsCudaParity : public testing::Test {
   }
 };
 
-TEST_F(OpsCudaParity, DedupMatchesCpu) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  for (size_t n : {size_t{1}, size_t{1000}, size_t{300000}}) {
-    std::vector<int64_t> keys(n);
-    for (auto& k : keys)
-      k = static_cast<int64_t>(rng() % (n / 3 + 1)) - static_cast<int64_t>(n / 6) * 1000;
-    std::vector<int64_t> cu(n);
-    std::vector<uint32_t> cinv(n), ccnt(n);
-    const size_t cpu_u =
-        dedup<int64_t>(Backend::kCpu, n, keys.data(), cu.data(), cinv.data(), ccnt.data());
-    auto dkeys = to_gpu(keys);
-    BackendBuffer<int64_t> du(kGpu, n);
-    BackendBuffer<uint32_t> dinv(kGpu, n), dcnt(kGpu, n);
-    const size_t gpu_u = dedup<int64_t>(kGpu, n, dkeys.data(), du.data(), dinv.data(), dcnt.data());
-    ASSERT_EQ(gpu_u, cpu_u);
-    EXPECT_EQ(to_host(du, gpu_u), std::vector<int64_t>(cu.begin(), cu.begin() + cpu_u));
-    EXPECT_EQ(to_host(dinv, n), cinv);
-    EXPECT_EQ(to_host(dcnt, gpu_u), std::vector<uint32_t>(ccnt.begin(), ccnt.begin() + cpu_u));
-  }
-}
-
-// Batches long enough that the GPU sorts only the key bits that differ: keys sharing high bits,
-// keys on both sides of zero, all keys equal, full-range keys; both key types.
+// GPU dedup (unique keys, inverse, counts) equals the CPU dedup of the same keys.
 template <class K>
 void expect_dedup_like_cpu(const std::vector<K>& keys) {
   const size_t n = keys.size();
@@ -84,6 +50,20 @@ void expect_dedup_like_cpu(const std::vector<K>& keys) {
   EXPECT_EQ(to_host(dcnt, gpu_u), std::vector<uint32_t>(ccnt.begin(), ccnt.begin() + cpu_u));
 }
 
+TEST_F(OpsCudaParity, DedupMatchesCpu) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{300000}}) {
+    std::vector<int64_t> keys(n);
+    for (auto& k : keys)
+      k = static_cast<int64_t>(rng() % (n / 3 + 1)) - static_cast<int64_t>(n / 6) * 1000;
+    expect_dedup_like_cpu(keys);
+  }
+}
+
+// Batches long enough that the GPU sorts only the key bits that differ: keys sharing high bits,
+// keys on both sides of zero, all keys equal, full-range keys; both key types.
 TEST_F(OpsCudaParity, DedupOfLongBatchesSortsOnlyDifferingBitsAndMatchesCpu) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));

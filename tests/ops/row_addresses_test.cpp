@@ -17,24 +17,14 @@
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "ops/backend_vectors.hpp"
 #include "ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {
 
-template <class T>
-BackendBuffer<T> upload(Backend backend, const std::vector<T>& host) {
-  BackendBuffer<T> b(backend, host.size() + 1);
-  b.upload(host.data(), host.size());
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const BackendBuffer<T>& b, size_t n) {
-  std::vector<T> h(n);
-  b.download(h.data(), n);
-  return h;
-}
+using ops_test::download;
+using ops_test::upload;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
