@@ -4,7 +4,8 @@
 # memcheck and racecheck on the CUDA tests, and the GPU table benchmark. Logs and result JSON
 # go to $OUT when it is set (else to gpu_check_out/).
 #
-# Usage: bash scripts/gpu_check.sh [BUILD_DIR]
+# Usage: bash scripts/gpu_check.sh [BUILD_DIR]   (a carried BUILD_DIR may hold a COMMIT file
+#        naming the commit it was built from; the result files then name it)
 #   env: GPU_CHECK_TEST_FILTER="..." gtest filter of the full run (default: every test)
 #        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
 #        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM)
@@ -41,6 +42,11 @@ if [ -z "$build" ]; then
   [ $rc -eq 0 ] || exit 1
 fi
 tests="$build/tests/dynemb_tests"
+# The commit the results name: this checkout's, else the COMMIT file a carried build brings.
+if [ -z "${DYNEMB_GIT_COMMIT:-}" ]; then
+  DYNEMB_GIT_COMMIT="$(git rev-parse --short HEAD 2> /dev/null || cat "$build/COMMIT" 2> /dev/null || true)"
+  export DYNEMB_GIT_COMMIT
+fi
 # Test data from this checkout (a carried build would look in the tree it was built from).
 export DYNEMB_TEST_DATA_DIR="${DYNEMB_TEST_DATA_DIR:-$PWD/tests/data}"
 # A carried build may bring the shared libraries the device machine lacks (absl) in lib/.

@@ -9,19 +9,13 @@
 
 #if defined(DYNEMB_WITH_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_guard.hpp"
 #endif
 
 namespace dynemb {
 namespace {
-
-#if defined(DYNEMB_WITH_CUDA)
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw CudaError(std::string(what) + ": " + cudaGetErrorName(status) + ": " +
-                    cudaGetErrorString(status));
-  }
-}
-#endif
 
 [[noreturn, maybe_unused]] void no_cuda(const char* what) {
   throw NotAvailable(std::string(what) + ": backend = cuda, but this build has no CUDA backend");
@@ -37,13 +31,12 @@ void* backend_alloc(Backend backend, size_t bytes, int device) {
     return p;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  int previous = 0;
-  check_cuda(cudaGetDevice(&previous), "backend_alloc: cudaGetDevice");
-  check_cuda(cudaSetDevice(device), "backend_alloc: cudaSetDevice");
   void* p = nullptr;
-  const cudaError_t status = cudaMalloc(&p, bytes);
-  cudaSetDevice(previous);
-  check_cuda(status, ("backend_alloc: cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+  {
+    const cuda::DeviceGuard on_device(device);
+    cuda::check(cudaMalloc(&p, bytes),
+                ("backend_alloc: cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+  }
   return p;
 #else
   (void)device;
@@ -69,7 +62,7 @@ void copy_to_backend(Backend backend, void* dst, const void* src_host, size_t by
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemcpy(dst, src_host, bytes, cudaMemcpyDefault), "copy_to_backend: cudaMemcpy");
+  cuda::check(cudaMemcpy(dst, src_host, bytes, cudaMemcpyDefault), "copy_to_backend: cudaMemcpy");
 #else
   no_cuda("copy_to_backend");
 #endif
@@ -82,7 +75,7 @@ void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t 
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault), "copy_from_backend: cudaMemcpy");
+  cuda::check(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault), "copy_from_backend: cudaMemcpy");
 #else
   no_cuda("copy_from_backend");
 #endif
@@ -96,8 +89,9 @@ void copy_within_backend(Backend backend, void* dst, const void* src, size_t byt
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
-             "copy_within_backend: cudaMemcpyAsync");
+  cuda::check(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+      "copy_within_backend: cudaMemcpyAsync");
 #else
   (void)stream;
   no_cuda("copy_within_backend");
@@ -111,8 +105,8 @@ void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream)
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)),
-             "backend_zero: cudaMemsetAsync");
+  cuda::check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)),
+              "backend_zero: cudaMemsetAsync");
 #else
   (void)stream;
   no_cuda("backend_zero");
@@ -122,7 +116,7 @@ void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream)
 void backend_synchronize(Backend backend) {
   if (backend == Backend::kCpu) return;
 #if defined(DYNEMB_WITH_CUDA)
-  check_cuda(cudaDeviceSynchronize(), "backend_synchronize: cudaDeviceSynchronize");
+  cuda::check(cudaDeviceSynchronize(), "backend_synchronize: cudaDeviceSynchronize");
 #else
   no_cuda("backend_synchronize");
 #endif

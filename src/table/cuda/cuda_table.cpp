@@ -161,12 +161,8 @@ class CudaTable final : public Table<K> {
 
   void insert_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
                         StreamHandle stream) override {
-    if (n == 0) return;
-    require_pointer(values, "insert_or_assign", "values");
-    WriteArgs a;
-    a.values_in = values;
-    a.scores_in = scores;
-    write("insert_or_assign", WriteOp::kInsertOrAssign, n, keys, a, to_stream(stream));
+    store_rows("insert_or_assign", WriteOp::kInsertOrAssign, n, keys, values, scores,
+               to_stream(stream));
   }
 
   size_t insert_and_evict(size_t n, const K* keys, const float* values, const uint64_t* scores,
@@ -187,12 +183,7 @@ class CudaTable final : public Table<K> {
 
   void assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
               StreamHandle stream) override {
-    if (n == 0) return;
-    require_pointer(values, "assign", "values");
-    WriteArgs a;
-    a.values_in = values;
-    a.scores_in = scores;
-    write("assign", WriteOp::kAssign, n, keys, a, to_stream(stream));
+    store_rows("assign", WriteOp::kAssign, n, keys, values, scores, to_stream(stream));
   }
 
   void assign_scores(size_t n, const K* keys, const uint64_t* scores,
@@ -206,12 +197,8 @@ class CudaTable final : public Table<K> {
 
   void accum_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
                        StreamHandle stream) override {
-    if (n == 0) return;
-    require_pointer(values, "accum_or_assign", "values");
-    WriteArgs a;
-    a.values_in = values;
-    a.scores_in = scores;
-    write("accum_or_assign", WriteOp::kAccumOrAssign, n, keys, a, to_stream(stream));
+    store_rows("accum_or_assign", WriteOp::kAccumOrAssign, n, keys, values, scores,
+               to_stream(stream));
   }
 
   void erase(size_t n, const K* keys, StreamHandle stream) override {
@@ -417,6 +404,17 @@ class CudaTable final : public Table<K> {
   long long load_limit() const {
     return static_cast<long long>(
         std::floor(options_.max_load_factor * static_cast<double>(storage_.capacity())));
+  }
+
+  // The writes that store the caller's rows (insert_or_assign, assign, accum_or_assign).
+  void store_rows(const char* call, WriteOp op, size_t n, const K* keys, const float* values,
+                  const uint64_t* scores, cudaStream_t s) {
+    if (n == 0) return;
+    require_pointer(values, call, "values");
+    WriteArgs a;
+    a.values_in = values;
+    a.scores_in = scores;
+    write(call, op, n, keys, a, s);
   }
 
   // Runs a locked write op, growing and retrying deferred keys while the table can grow.

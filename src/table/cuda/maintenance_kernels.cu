@@ -10,11 +10,6 @@
 namespace dynemb::cuda_table {
 namespace {
 
-unsigned grid_for(uint64_t threads) {
-  const uint64_t blocks = (threads + 255) / 256;
-  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 65535ull * 16 ? blocks : 65535ull * 16));
-}
-
 // One tile per old bucket b: its keys go to buckets 2b and 2b + 1 of `to`, packed from slot 0.
 __global__ void __launch_bounds__(kBlockThreads) rehash_kernel(TableView from, TableView to) {
   const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
@@ -145,17 +140,15 @@ void select_indices(uint64_t first, uint64_t n, Pred pred, uint64_t* out, unsign
 }  // namespace
 
 void launch_rehash(const TableView& from, const TableView& to, cudaStream_t stream) {
-  const uint64_t blocks64 = (from.num_buckets + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks =
-      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
+  const unsigned blocks = blocks_for_tiles(from.num_buckets, 65535ull * 64);
   rehash_kernel<<<blocks, kBlockThreads, 0, stream>>>(from, to);
   cuda::check(cudaGetLastError(), "rehash_kernel launch");
 }
 
 void launch_erase_if(const TableView& t, uint8_t compare, uint64_t threshold, CallState* state,
                      cudaStream_t stream) {
-  erase_if_kernel<<<grid_for(t.num_buckets * t.bucket_capacity), 256, 0, stream>>>(
-      t, compare, threshold, state);
+  erase_if_kernel<<<blocks_for_threads(t.num_buckets * t.bucket_capacity, 65535ull * 16), 256, 0,
+                    stream>>>(t, compare, threshold, state);
   cuda::check(cudaGetLastError(), "erase_if_kernel launch");
 }
 
@@ -177,9 +170,7 @@ void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool h
               "cudaMallocAsync (export slots)");
   select_indices(offset, n_slots, StoredSlot{t.keys, t.scores, has_min, min_score}, slots,
                  &state->count, stream);
-  const uint64_t blocks64 = (n_slots + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks =
-      static_cast<unsigned>(blocks64 < 65535ull * 16 ? blocks64 : 65535ull * 16);
+  const unsigned blocks = blocks_for_tiles(n_slots, 65535ull * 16);
   gather_slots_kernel<<<blocks, kBlockThreads, 0, stream>>>(t, slots, &state->count, keys, values,
                                                             scores);
   cuda::check(cudaGetLastError(), "gather_slots_kernel launch");
@@ -191,8 +182,8 @@ void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
                           cudaStream_t stream) {
   if (n == 0) return;
   select_indices(0, n, NotFound{founds}, missed_indices, &state->count, stream);
-  gather_keys_kernel<<<grid_for(n), 256, 0, stream>>>(keys, missed_indices, &state->count,
-                                                      missed_keys);
+  gather_keys_kernel<<<blocks_for_threads(n, 65535ull * 16), 256, 0, stream>>>(
+      keys, missed_indices, &state->count, missed_keys);
   cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
 }
 

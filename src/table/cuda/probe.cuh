@@ -23,6 +23,24 @@ using Tile = cg::thread_block_tile<kTileSize>;
 inline constexpr uint32_t kBlockThreads = 256;
 inline constexpr uint32_t kTilesPerBlock = kBlockThreads / kTileSize;
 
+// Blocks of kBlockThreads for one tile per item, at most `max_blocks` (the kernels stride over
+// the rest); at least one.
+inline unsigned blocks_for_tiles(uint64_t items, uint64_t max_blocks) {
+  const uint64_t blocks = (items + kTilesPerBlock - 1) / kTilesPerBlock;
+  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < max_blocks ? blocks : max_blocks));
+}
+
+// Blocks of 256 threads for one thread per item, at most `max_blocks`; at least one.
+inline unsigned blocks_for_threads(uint64_t items, uint64_t max_blocks) {
+  const uint64_t blocks = (items + 255) / 256;
+  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < max_blocks ? blocks : max_blocks));
+}
+
+// Whether float4 access at `p` is aligned (null counts as aligned: it is never read).
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
 // Nanoseconds of the device's global timer.
 __device__ __forceinline__ uint64_t global_time_ns() {
   uint64_t t;

@@ -83,15 +83,6 @@ __global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s
   }
 }
 
-unsigned grid_for(uint64_t threads) {
-  const uint64_t blocks = (threads + 255) / 256;
-  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 8192 ? blocks : 8192));
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 void launch_init_state(CallState* state, long long budget, cudaStream_t stream) {
@@ -107,15 +98,13 @@ void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream)
 void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
                            cudaStream_t stream) {
   if (n == 0) return;
-  reserved_check_kernel<<<grid_for(n), 256, 0, stream>>>(keys, n, state);
+  reserved_check_kernel<<<blocks_for_threads(n, 8192), 256, 0, stream>>>(keys, n, state);
   cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
 }
 
 void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  const uint64_t blocks64 = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks =
-      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
+  const unsigned blocks = blocks_for_tiles(a.n, 65535ull * 64);
   const bool vec =
       t.dim % 4 == 0 && aligned16(a.values) && aligned16(t.hbm_values) && aligned16(t.host_values);
   if (vec) {
@@ -127,8 +116,8 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
 }
 
 void launch_count_size(const TableView& t, CallState* state, cudaStream_t stream) {
-  count_size_kernel<<<grid_for(t.num_buckets), 256, 0, stream>>>(t.bucket_sizes, t.num_buckets,
-                                                                 state);
+  count_size_kernel<<<blocks_for_threads(t.num_buckets, 8192), 256, 0, stream>>>(
+      t.bucket_sizes, t.num_buckets, state);
   cuda::check(cudaGetLastError(), "count_size_kernel launch");
 }
 

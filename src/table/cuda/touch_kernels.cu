@@ -77,17 +77,11 @@ __global__ void __launch_bounds__(kBlockThreads) find_and_touch_kernel(TableView
   }
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 void launch_find_and_touch(const TableView& t, const TouchArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  const uint64_t blocks64 = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks =
-      static_cast<unsigned>(blocks64 < 65535ull * 64 ? blocks64 : 65535ull * 64);
+  const unsigned blocks = blocks_for_tiles(a.n, 65535ull * 64);
   const bool vec = t.dim % 4 == 0 && aligned16(a.values_out) && aligned16(t.hbm_values) &&
                    aligned16(t.host_values);
   if (vec) {

@@ -257,10 +257,6 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t st
   }
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, cudaStream_t stream) {
