@@ -62,8 +62,8 @@ grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
 record dynemb_tests $rc
 
 # memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
-memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:*cuda_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:-*Concurrency*:CudaTable.Threads*}"
-racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:TableDuplicatesTest/cuda_int64.*:TablePointersTest/cuda_int64.*:TableOpsTest/cuda_int64.*:*RowAddresses*/cuda*:OpsCudaFastPaths.*}"
+memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:CudaGroupedWrites.*:*cuda_int64*:*cuda_grouped_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:-*Concurrency*:CudaTable.Threads*}"
+racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaGroupedWrites.*:TableDuplicatesTest/cuda_grouped_int64.*:TableDuplicatesTest/cuda_int64.*:TablePointersTest/cuda_int64.*:TableOpsTest/cuda_int64.*:*RowAddresses*/cuda*:OpsCudaFastPaths.*}"
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-240}"
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck; do

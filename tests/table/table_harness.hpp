@@ -25,22 +25,26 @@
 
 namespace dynemb::testing {
 
-// One instance of the typed fixture: a key type and a backend.
-template <TableKey K, Backend B>
+// One instance of the typed fixture: a key type and a backend; `kGrouped` (CUDA) makes every
+// writing call, however small, take the grouped-by-bucket path (grouped_write_min_batch = 0)
+// instead of the bucket locks.
+template <TableKey K, Backend B, bool kGroupedWrites = false>
 struct TableConfig {
   using Key = K;
   static constexpr Backend kBackend = B;
+  static constexpr bool kGrouped = kGroupedWrites;
 };
 
 using AllTableConfigs =
     ::testing::Types<TableConfig<int64_t, Backend::kCpu>, TableConfig<uint64_t, Backend::kCpu>,
-                     TableConfig<int64_t, Backend::kCuda>, TableConfig<uint64_t, Backend::kCuda>>;
+                     TableConfig<int64_t, Backend::kCuda>, TableConfig<uint64_t, Backend::kCuda>,
+                     TableConfig<int64_t, Backend::kCuda, true>>;
 
-// Readable instance names: cpu_int64, cuda_uint64, ...
+// Readable instance names: cpu_int64, cuda_uint64, cuda_grouped_int64, ...
 struct TableConfigNames {
   template <class Config>
   static std::string GetName(int) {
-    return to_string(Config::kBackend) +
+    return to_string(Config::kBackend) + (Config::kGrouped ? "_grouped" : "") +
            (std::is_same_v<typename Config::Key, int64_t> ? "_int64" : "_uint64");
   }
 };
@@ -398,8 +402,9 @@ class TableTestBase : public ::testing::Test {
     }
   }
 
-  // A table of this instance's backend and key type.
-  TableHarness<Key> make(const TableOptions& options) const {
+  // A table of this instance's backend and key type (and write path).
+  TableHarness<Key> make(TableOptions options) const {
+    if (Config::kGrouped) options.grouped_write_min_batch = 0;
     return TableHarness<Key>(kBackend, options);
   }
 };

@@ -30,11 +30,11 @@ enum class Backend : uint8_t { kCpu, kCuda };
 
 // Everything that shapes a table. Capacities count slots (key-value pairs).
 struct TableOptions {
-  uint32_t dim = 0;                 // floats per value row, > 0
-  uint64_t init_capacity = 0;       // slots at construction, a multiple of bucket_capacity
-  uint64_t max_capacity = 0;        // growth stops here; >= init_capacity, same multiple rule
-  uint32_t bucket_capacity = 128;   // slots per bucket, a power of two in [16, 1024]
-  double max_load_factor = 0.5;     // grow (double) when size would exceed this; in (0, 1]
+  uint32_t dim = 0;                // floats per value row, > 0
+  uint64_t init_capacity = 0;      // slots at construction, a multiple of bucket_capacity
+  uint64_t max_capacity = 0;       // growth stops here; >= init_capacity, same multiple rule
+  uint32_t bucket_capacity = 128;  // slots per bucket, a power of two in [16, 1024]
+  double max_load_factor = 0.5;    // grow (double) when size would exceed this; in (0, 1]
   ScorePolicy score_policy = ScorePolicy::kTimestamp;
   SafeCheck safe_check = SafeCheck::kError;
   InitializerOptions initializer{};
@@ -45,6 +45,10 @@ struct TableOptions {
   int device = 0;
   uint64_t max_hbm_for_values = std::numeric_limits<uint64_t>::max();
   bool thread_safe = true;
+  // CUDA backend: writing calls of at least this many keys are sorted by bucket and each
+  // bucket written by one tile without locks; smaller ones lock bucket by bucket (0: always
+  // sort).
+  uint64_t grouped_write_min_batch = 16384;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

@@ -15,6 +15,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "table/backends.hpp"
+#include "table/cuda/bucket_order.hpp"
 #include "table/cuda/call_scratch.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/stream_order.hpp"
@@ -417,7 +418,7 @@ class CudaTable final : public Table<K> {
     write(call, op, n, keys, a, s);
   }
 
-  // Runs a locked write op, growing and retrying deferred keys while the table can grow.
+  // Runs a write op, growing and retrying deferred keys while the table can grow.
   CallState write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
                   cudaStream_t s) {
     require_pointer(keys, call, "keys");
@@ -469,7 +470,7 @@ class CudaTable final : public Table<K> {
       launch_reset_retry(a.state, load_limit(), s);
       launch_count_size(storage_.view(), a.state, s);
     }
-    launch_write(op, storage_.view(), a, s);
+    launch_write_op(op, a, s);
 
     CallState st{};
     bool have_state = false;
@@ -487,7 +488,7 @@ class CudaTable final : public Table<K> {
       a.growable = storage_.capacity() < options_.max_capacity;
       launch_reset_retry(a.state, a.growable ? load_limit() : 0, s);
       if (a.growable) launch_count_size(storage_.view(), a.state, s);
-      launch_write(op, storage_.view(), a, s);
+      launch_write_op(op, a, s);
       have_state = false;
     }
     const bool must_read =
@@ -496,6 +497,24 @@ class CudaTable final : public Table<K> {
     if (must_read)
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
     return st;
+  }
+
+  // Launches `op` over a's batch: grouped by bucket (one tile per bucket, no locks) when the
+  // batch is large and its length known on the host, else key by key under bucket locks.
+  void launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
+    const TableView& view = storage_.view();
+    const bool grouped = a.n_device == nullptr && a.n > 0 &&
+                         a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
+                         view.num_buckets <= (1ull << 32);
+    if (!grouped) {
+      launch_write(op, view, a, s);
+      return;
+    }
+    // The order's arrays are freed in stream order, after the kernel.
+    const BucketOrder order = group_by_bucket(view, a.keys, a.subset, a.n, s);
+    a.subset = order.positions.data();
+    a.run_buckets = order.buckets.data();
+    launch_write(op, view, a, s);
   }
 
   // Doubles the capacity by rehashing into new storage (caller holds the write lock).

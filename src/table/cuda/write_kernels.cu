@@ -1,7 +1,8 @@
-// The locked write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
-// assign_scores, accum_or_assign and erase share one body. A tile locks the key's bucket,
-// probes it, then updates, inserts (empty slot, or the victim at max capacity), refuses, or
-// defers the key to after a growth.
+// The write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
+// assign_scores, accum_or_assign and erase share one body. A tile owns the key's bucket (a
+// grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
+// order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
+// or the victim at max capacity), refuses, or defers the key to after a growth.
 #include "core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
 #include "table/cuda/kernels.hpp"
@@ -59,7 +60,7 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
   atomicExch(&s->refusal_lock, 0u);
 }
 
-template <WriteOp kOp, bool kVec>
+template <WriteOp kOp, bool kVec, bool kLocked>
 __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
                           BlockCounts* counts) {
   const bool leader = tile.thread_rank() == 0;
@@ -81,7 +82,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   uint64_t now = a.clock;
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
 
-  lock_bucket(tile, t.locks + bucket);
+  if constexpr (kLocked) lock_bucket(tile, t.locks + bucket);
   // Issued before the probe so the two loads overlap.
   const int32_t size = inserts(kOp) ? __ldcg(t.bucket_sizes + bucket) : 0;
   const Probe probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
@@ -192,10 +193,14 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       }
     }
   }
-  unlock_bucket(tile, t.locks + bucket);
+  if constexpr (kLocked) {
+    unlock_bucket(tile, t.locks + bucket);
+  } else {
+    tile.sync();  // the tile's next key (same bucket) sees this key's writes
+  }
 }
 
-template <WriteOp kOp, bool kVec>
+template <WriteOp kOp, bool kVec, bool kGrouped>
 __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
@@ -207,8 +212,17 @@ __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, Write
     const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
-      const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-      write_one<kOp, kVec>(tile, t, a, i, &counts);
+      if constexpr (kGrouped) {
+        // The tile at a bucket's first entry writes all of that bucket's entries, in order.
+        const uint32_t bucket = a.run_buckets[k];
+        if (k > 0 && a.run_buckets[k - 1] == bucket) continue;
+        for (uint64_t j = k; j < n && a.run_buckets[j] == bucket; ++j) {
+          write_one<kOp, kVec, false>(tile, t, a, a.subset[j], &counts);
+        }
+      } else {
+        const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
+        write_one<kOp, kVec, true>(tile, t, a, i, &counts);
+      }
     }
   }
   __syncthreads();
@@ -239,21 +253,26 @@ unsigned resident_blocks(Kernel kernel) {
   return static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
 }
 
-template <WriteOp kOp, bool kVec>
+template <WriteOp kOp, bool kVec, bool kGrouped>
 void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) {
-  static const unsigned resident = resident_blocks(write_kernel<kOp, kVec>);
+  static const unsigned resident = resident_blocks(write_kernel<kOp, kVec, kGrouped>);
   const uint64_t needed = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
   const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
-  write_kernel<kOp, kVec><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  write_kernel<kOp, kVec, kGrouped><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   cuda::check(cudaGetLastError(), "write_kernel launch");
 }
 
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
-  if (vec) {
-    launch_kernel<kOp, true>(t, a, stream);
+  const bool grouped = a.run_buckets != nullptr;
+  if (vec && grouped) {
+    launch_kernel<kOp, true, true>(t, a, stream);
+  } else if (vec) {
+    launch_kernel<kOp, true, false>(t, a, stream);
+  } else if (grouped) {
+    launch_kernel<kOp, false, true>(t, a, stream);
   } else {
-    launch_kernel<kOp, false>(t, a, stream);
+    launch_kernel<kOp, false, false>(t, a, stream);
   }
 }
 

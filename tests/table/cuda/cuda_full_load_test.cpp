@@ -38,8 +38,8 @@ std::map<uint64_t, std::vector<float>> contents(Table<uint64_t>& table) {
   return out;
 }
 
-TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
-  DYNEMB_REQUIRE_CUDA();
+// One run of 12 mixed calls; `grouped_min` is the table's grouped_write_min_batch.
+void run_full_load(uint64_t grouped_min) {
   TestRng rng;
   TableOptions o;
   o.dim = kDim;
@@ -48,6 +48,7 @@ TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
   o.max_load_factor = 1.0;
   o.score_policy = ScorePolicy::kTimestamp;
   o.safe_check = SafeCheck::kIgnore;
+  o.grouped_write_min_batch = grouped_min;
   auto table = make_table<uint64_t>(Backend::kCuda, o);
 
   std::set<uint64_t> issued;
@@ -135,6 +136,16 @@ TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
   const TableStats s = table->stats();
   EXPECT_GT(s.evictions, 0u);
   EXPECT_EQ(table->size(), contents(*table).size());
+}
+
+TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
+  DYNEMB_REQUIRE_CUDA();
+  run_full_load(TableOptions{}.grouped_write_min_batch);  // 200K-key batches: grouped
+}
+
+TEST(CudaTableFullLoad, LockedWritesKeepTheTableConsistentToo) {
+  DYNEMB_REQUIRE_CUDA();
+  run_full_load(~uint64_t{0});  // never grouped: bucket locks
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ class Driver {
 };
 
 template <TableKey K>
-void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind, uint32_t width = 0) {
+void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind, uint32_t width = 0,
+                bool grouped_writes = false) {
   TestRng rng;
   TableOptions o;
   o.dim = dim;
@@ -125,6 +126,7 @@ void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind, uin
   o.initializer.seed = rng.next();
   o.initializer.width = width;
   o.num_threads = 2;
+  if (grouped_writes) o.grouped_write_min_batch = 0;
   Driver<K> cpu(Backend::kCpu, o);
   Driver<K> gpu(Backend::kCuda, o);
 
@@ -262,6 +264,23 @@ TEST(CudaParity, InitializerWidthLeavesTheStateZero) {
 TEST(CudaParity, StepUint64Dim1) {
   DYNEMB_REQUIRE_CUDA();
   run_parity<uint64_t>(ScorePolicy::kStep, 1, InitializerKind::kUniform);
+}
+
+// The same sequences with every write grouped by bucket (no bucket locks), growth retries and
+// evictions included.
+TEST(CudaParity, GroupedWritesStepInt64Uniform) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<int64_t>(ScorePolicy::kStep, 7, InitializerKind::kUniform, 0, true);
+}
+
+TEST(CudaParity, GroupedWritesLfuUint64Normal) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<uint64_t>(ScorePolicy::kLfu, 16, InitializerKind::kNormal, 0, true);
+}
+
+TEST(CudaParity, GroupedWritesCustomizedInt64) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<int64_t>(ScorePolicy::kCustomized, 32, InitializerKind::kTruncatedNormal, 0, true);
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+// Grouping a write batch by bucket: one kernel computes each key's bucket, CUB's stable radix
+// sort orders (bucket, position) pairs over the bucket index's bits only.
+#include "table/cuda/bucket_order.hpp"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <bit>
+
+#include "core/cuda/check.hpp"
+#include "dynemb/core/hash.hpp"
+#include "table/cuda/probe.cuh"
+
+namespace dynemb::cuda_table {
+namespace {
+
+__global__ void bucket_of_keys_kernel(const uint64_t* keys, const uint32_t* subset, uint64_t n,
+                                      uint64_t num_buckets, uint32_t* buckets,
+                                      uint32_t* positions) {
+  const uint64_t k = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  const uint32_t i = subset != nullptr ? subset[k] : static_cast<uint32_t>(k);
+  buckets[k] = static_cast<uint32_t>(bucket_of_hash(hash_key_bits(keys[i]), num_buckets));
+  positions[k] = i;
+}
+
+}  // namespace
+
+BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset,
+                            uint64_t n, cudaStream_t stream) {
+  cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
+  BucketOrder out{cuda::DeviceArray<uint32_t>(n, stream), cuda::DeviceArray<uint32_t>(n, stream)};
+  bucket_of_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
+      keys, subset, n, t.num_buckets, buckets_in.data(), positions_in.data());
+  cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
+  const int end_bit = t.num_buckets <= 1 ? 1 : std::bit_width(t.num_buckets - 1);
+  const int items = static_cast<int>(n);
+  size_t temp_bytes = 0;
+  cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, buckets_in.data(),
+                                              out.buckets.data(), positions_in.data(),
+                                              out.positions.data(), items, 0, end_bit, stream),
+              "cub::DeviceRadixSort::SortPairs (size)");
+  cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, buckets_in.data(),
+                                              out.buckets.data(), positions_in.data(),
+                                              out.positions.data(), items, 0, end_bit, stream),
+              "cub::DeviceRadixSort::SortPairs");
+  return out;
+}
+
+}  // namespace dynemb::cuda_table

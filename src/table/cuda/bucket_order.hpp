@@ -1,0 +1,26 @@
+// A write batch's positions grouped by bucket, so that one tile can own each bucket for the
+// whole launch and write it without a lock (docs/cuda_table.md, "Grouped writes").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/cuda/device_array.hpp"
+#include "table/cuda/device_layout.hpp"
+
+namespace dynemb::cuda_table {
+
+// Batch positions sorted by their key's bucket; inside a bucket in the order they were given
+// (the sort is stable), so a bucket's keys are written in batch order.
+struct BucketOrder {
+  cuda::DeviceArray<uint32_t> buckets;    // bucket of each entry, ascending
+  cuda::DeviceArray<uint32_t> positions;  // batch position of each entry
+};
+
+// Groups keys[subset[k]] (keys[k] when subset is null), k < n, by bucket of `table`. Requires
+// n < 2^32 and table.num_buckets <= 2^32.
+BucketOrder group_by_bucket(const TableView& table, const uint64_t* keys, const uint32_t* subset,
+                            uint64_t n, cudaStream_t stream);
+
+}  // namespace dynemb::cuda_table
