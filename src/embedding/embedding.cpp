@@ -55,6 +55,8 @@ struct Embedding<K>::Step {
   BackendBuffer<uint64_t> zero_scores;
   size_t zeroed_scores = 0;  // leading entries of zero_scores known to be 0
   BackendBuffer<uint64_t> counters;
+  // The ops' scratch, pinned read-back words and key-bit prediction, kept between steps.
+  std::unique_ptr<detail::StepWorkspace> workspace;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
@@ -91,6 +93,7 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
   row_dim_ = t.dim;
   table_ = make_table<K>(backend, t);
   step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
+  step_->workspace = std::make_unique<detail::StepWorkspace>(backend, options.table.device);
   backend_zero(backend, step_->counters.data(), kCounters * sizeof(uint64_t));
   backend_synchronize(backend);
   if (options.admit_threshold > 1) {
@@ -142,7 +145,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   const size_t u = detail::dedup_grouped<K>(
       backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(), s.ids_by_row.data(),
       s.row_begin.data(), s.offsets.data(), batch.num_bags, "Embedding::forward",
-      {s.counters.data(), kCounters, counters}, stream);
+      {s.counters.data(), kCounters, counters}, *s.workspace, stream);
   report_nonfinite(counters[kNonfinite]);
   stage_done("dedup");
   s.num_unique = u;
@@ -247,12 +250,26 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
           "backward must follow a forward with training = true, once");
   const int device = options_.table.device;
   const size_t u = s.num_unique;
-  ensure(s.row_grads, backend_, u * options_.dim, device);
-  ensure(s.skip, backend_, u, device);
   const LookupFeature feature = s.feature(options_.dim, row_dim_);
   const LookupOutput grads{const_cast<float*>(grad), grad_stride};
-  const LookupOutput row_grads{s.row_grads.data(), options_.dim};
   detail::validate_lookup_shape("Embedding::backward", {&feature, 1}, {&grads, 1}, "grad");
+  if (s.by_address && options_.gradient_check != SafeCheck::kError) {
+    // Each row's gradient reduced and applied in one pass (never stored); rows with NaN / Inf
+    // are skipped and counted on the device (reported at the next forward or stats()); keys
+    // without a row (missing) get no update.
+    detail::reduce_and_optimize_row_ptrs(backend_, options_.optimizer, feature, s.groups(), grads,
+                                         s.row_ptrs.data(), s.missing.data(),
+                                         s.counters.data() + kNonfinite, *s.workspace, stream);
+    if (backend_ == Backend::kCpu) report_nonfinite(s.counters.data()[kNonfinite]);
+    stage_done("reduce+optimizer");
+    s.pending_backward = false;
+    return;
+  }
+  // gradient_check = ERROR (its check needs the gradients before any row changes) and counter
+  // admission: the gradients reduced into memory first.
+  ensure(s.row_grads, backend_, u * options_.dim, device);
+  ensure(s.skip, backend_, u, device);
+  const LookupOutput row_grads{s.row_grads.data(), options_.dim};
   detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads, row_grads, stream);
   stage_done("reduce");
 
@@ -282,12 +299,6 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
       apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
                            s.row_grads.data(), options_.dim, options_.dim, skip, stream);
     }
-  } else if (s.by_address) {
-    // Rows with NaN / Inf are skipped and counted on the device (reported at the next forward
-    // or stats()).
-    detail::apply_optimizer_row_ptrs_guarded(backend_, options_.optimizer, u, s.row_ptrs.data(),
-                                             s.row_grads.data(), options_.dim, options_.dim, skip,
-                                             s.counters.data() + kNonfinite, stream);
   } else {
     detail::apply_optimizer_rows_guarded(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
                                          s.row_grads.data(), options_.dim, options_.dim, skip,

@@ -66,6 +66,9 @@ void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uin
                    uint32_t* row_begin);
 void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
                                   const LookupOutput& r);
+void reduce_and_optimize_row_ptrs_cpu(const OptimizerOptions& o, const LookupFeature& x,
+                                      IdGroups groups, const LookupOutput& g, float* const* rows,
+                                      const bool* skip, uint64_t* nonfinite);
 void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float* rows,
                                       uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                       uint32_t dim, const bool* skip, uint64_t* nonfinite);
@@ -99,10 +102,12 @@ size_t flag_nonfinite_rows_cuda(size_t n, const float* grads, uint32_t stride, u
 void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream);
+// workspace: nullptr = stream-ordered temporaries (the public dedup).
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
                           uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                          size_t num_bags, const char* where, ReadAlong along, StreamHandle stream);
+                          size_t num_bags, const char* where, ReadAlong along,
+                          StepWorkspace* workspace, StreamHandle stream);
 void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
                                    const LookupOutput& r, StreamHandle stream);
 void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,
@@ -111,6 +116,10 @@ void apply_optimizer_rows_guarded_cuda(const OptimizerOptions& o, size_t n, floa
                                        uint32_t row_stride, const float* grads,
                                        uint32_t grad_stride, uint32_t dim, const bool* skip,
                                        uint64_t* nonfinite, StreamHandle stream);
+void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFeature& x,
+                                       IdGroups groups, const LookupOutput& g, float* const* rows,
+                                       const bool* skip, uint64_t* nonfinite,
+                                       StepWorkspace& workspace, StreamHandle stream);
 void apply_optimizer_row_ptrs_cuda(const OptimizerOptions& o, size_t n, float* const* rows,
                                    const float* grads, uint32_t grad_stride, uint32_t dim,
                                    const bool* skip, uint64_t* nonfinite, StreamHandle stream);
@@ -118,6 +127,12 @@ void resolve_missing_rows_cuda(size_t n, float** rows, bool* missing, float* fal
                                uint32_t fallback_stride, const bool* founds, uint64_t* created,
                                uint64_t* missing_count, StreamHandle stream);
 void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream);
+void fill_iota_cuda(uint32_t* out, size_t n, StreamHandle stream);
+// Page-locked host memory (cudaMallocHost) and its release.
+void* pinned_host_alloc_cuda(size_t bytes);
+void pinned_host_free_cuda(void* p) noexcept;
+// Waits for `stream`'s work.
+void sync_stream_cuda(StreamHandle stream);
 
 // Throws NotAvailable naming `where` (a CUDA op in a build without the CUDA backend).
 [[noreturn]] inline void no_cuda_ops(const char* where) {

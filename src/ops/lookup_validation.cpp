@@ -53,6 +53,7 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
 
 void throw_bad_first_offset(const char* where, size_t f, int64_t value) {
   require(false, where, feature_field(f, "offsets[0]").c_str(), std::to_string(value), "must be 0");
+  __builtin_unreachable();  // require(false, ...) always throws
 }
 
 void throw_bad_last_offset(const char* where, size_t f, size_t num_bags, int64_t value,
@@ -60,6 +61,7 @@ void throw_bad_last_offset(const char* where, size_t f, size_t num_bags, int64_t
   require(false, where, feature_field(f, "offsets[" + std::to_string(num_bags) + "]").c_str(),
           std::to_string(value),
           "must equal num_ids (" + std::to_string(num_ids) + "): the last offset ends the ids");
+  __builtin_unreachable();  // require(false, ...) always throws
 }
 
 void throw_decreasing_offset(const char* where, size_t f, size_t b, int64_t value,
@@ -68,11 +70,13 @@ void throw_decreasing_offset(const char* where, size_t f, size_t b, int64_t valu
           std::to_string(value),
           "must be >= offsets[" + std::to_string(b - 1) + "] (" + std::to_string(previous) +
               "): offsets must be non-decreasing");
+  __builtin_unreachable();  // require(false, ...) always throws
 }
 
 void throw_bad_index(const char* where, size_t f, size_t i, uint32_t value, size_t num_rows) {
   require(false, where, feature_field(f, "indices[" + std::to_string(i) + "]").c_str(),
           std::to_string(value), "must be < num_rows (" + std::to_string(num_rows) + ")");
+  __builtin_unreachable();  // require(false, ...) always throws
 }
 
 void validate_lookup_data_host(const char* where, std::span<const LookupFeature> features) {

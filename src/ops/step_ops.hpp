@@ -8,8 +8,10 @@
 
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/options.hpp"
+#include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/table/table.hpp"
+#include "ops/step_workspace.hpp"
 
 namespace dynemb::detail {
 
@@ -31,11 +33,15 @@ struct ReadAlong {
 // groups of the ids by unique key (ids_by_row: n, row_begin: n + 1 entries) and checks the
 // bags' offsets (offsets[0] == 0, non-decreasing, offsets[num_bags] == n) in the same host
 // synchronization; throws InvalidArgument naming `where` (as validate_lookup does) when they
-// are bad. Reads `along` in that synchronization too. Returns the number of unique keys.
+// are bad. Reads `along` in that synchronization too (at most StepWorkspace::kHostWords - 6
+// words). Returns the number of unique keys. Its scratch comes from `workspace`, which also
+// remembers the key bits the batch needed, so the next batch sorts only those (a batch that needs
+// more is sorted again after the synchronization: a second one, only then).
 template <TableKey K>
 size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
                      uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                     size_t num_bags, const char* where, ReadAlong along, StreamHandle stream);
+                     size_t num_bags, const char* where, ReadAlong along, StepWorkspace& workspace,
+                     StreamHandle stream);
 
 // pooled_lookup of one feature without the data checks (the caller vouches for offsets and
 // indices).
@@ -48,6 +54,24 @@ void pooled_lookup_unchecked(Backend backend, const LookupFeature& feature,
 void reduce_gradients_grouped(Backend backend, const LookupFeature& feature, IdGroups groups,
                               const LookupOutput& grads, const LookupOutput& row_grads,
                               StreamHandle stream);
+
+// reduce_gradients_grouped of `feature` (by address: rows[r] is row r's address, as in
+// feature.row_ptrs) followed by the optimizer on each row with its reduced gradient, as
+// apply_optimizer_row_ptrs_guarded (nonfinite not null: a row whose gradient holds a NaN / Inf is
+// counted, not updated) or apply_optimizer_row_ptrs (nonfinite null) would; skip[r] set or a null
+// rows[r]: not updated. Bit-identical to those two calls. On CUDA one warp reduces a row of at most
+// kGradientChunk ids into shared memory and updates it there and then; rows of more ids keep the
+// two-level chunk sums and are updated by the block that adds their chunks; the per-row gradients
+// never go to backend memory (dims over kFusedMaxDim: they do, in the workspace). No
+// synchronization; scratch from `workspace`.
+void reduce_and_optimize_row_ptrs(Backend backend, const OptimizerOptions& optimizer,
+                                  const LookupFeature& feature, IdGroups groups,
+                                  const LookupOutput& grads, float* const* rows, const bool* skip,
+                                  uint64_t* nonfinite, StepWorkspace& workspace,
+                                  StreamHandle stream);
+
+// The largest dim reduce_and_optimize_row_ptrs keeps a row's gradient on chip for (CUDA).
+inline constexpr uint32_t kFusedMaxDim = 1024;
 
 // Adds how many flags[i] == value (i < n) to *counter (backend memory); no synchronization.
 void count_flags(Backend backend, size_t n, const bool* flags, bool value, uint64_t* counter,

@@ -24,7 +24,8 @@ LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const
 template <TableKey K>
 size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
                      uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                     size_t num_bags, const char* where, ReadAlong along, StreamHandle stream) {
+                     size_t num_bags, const char* where, ReadAlong along, StepWorkspace& workspace,
+                     StreamHandle stream) {
   require(n <= 0xFFFFFFFFull, where, "num_ids", std::to_string(n), "must be < 2^32");
   require(num_bags == 0 || offsets != nullptr, where, "offsets", "nullptr",
           "must be non-null when num_bags = " + std::to_string(num_bags));
@@ -32,7 +33,7 @@ size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, u
           "must be 0 when num_bags = 0");
   if (backend == Backend::kCuda) {
     return dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, offsets,
-                              num_bags, where, along, stream);
+                              num_bags, where, along, &workspace, stream);
   }
   const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
   group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
@@ -56,6 +57,20 @@ void reduce_gradients_grouped(Backend backend, const LookupFeature& feature, IdG
     return reduce_gradients_grouped_cpu(feature, groups, grads, row_grads);
   }
   reduce_gradients_grouped_cuda(feature, groups, grads, row_grads, stream);
+}
+
+void reduce_and_optimize_row_ptrs(Backend backend, const OptimizerOptions& optimizer,
+                                  const LookupFeature& feature, IdGroups groups,
+                                  const LookupOutput& grads, float* const* rows, const bool* skip,
+                                  uint64_t* nonfinite, StepWorkspace& workspace,
+                                  StreamHandle stream) {
+  if (feature.num_rows == 0) return;
+  if (backend == Backend::kCpu) {
+    return reduce_and_optimize_row_ptrs_cpu(optimizer, feature, groups, grads, rows, skip,
+                                            nonfinite);
+  }
+  reduce_and_optimize_row_ptrs_cuda(optimizer, feature, groups, grads, rows, skip, nonfinite,
+                                    workspace, stream);
 }
 
 void count_flags(Backend backend, size_t n, const bool* flags, bool value, uint64_t* counter,
@@ -113,9 +128,9 @@ void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* 
 
 template size_t dedup_grouped<int64_t>(Backend, size_t, const int64_t*, int64_t*, uint32_t*,
                                        uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
-                                       ReadAlong, StreamHandle);
+                                       ReadAlong, StepWorkspace&, StreamHandle);
 template size_t dedup_grouped<uint64_t>(Backend, size_t, const uint64_t*, uint64_t*, uint32_t*,
                                         uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
-                                        ReadAlong, StreamHandle);
+                                        ReadAlong, StepWorkspace&, StreamHandle);
 
 }  // namespace dynemb::detail

@@ -74,9 +74,10 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       const size_t n = b.keys.size(), bags = b.offsets.size() - 1;
       std::vector<int64_t> unique(n);
       std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
+      detail::StepWorkspace workspace(Backend::kCpu, 0);
       const size_t u = detail::dedup_grouped<int64_t>(
           Backend::kCpu, n, b.keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
-          b.offsets.data(), bags, "test", {}, nullptr);
+          b.offsets.data(), bags, "test", {}, workspace, nullptr);
       std::vector<float> rows(u * shape.row_stride);
       for (auto& v : rows) v = normal(rng);
       const size_t out_rows = mode == PoolingMode::kNone ? n : bags;
@@ -122,9 +123,10 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       // The training step's path: the GPU's own grouped dedup, then the grouped reduction.
       BackendBuffer<int64_t> gunique(kGpu, n);
       BackendBuffer<uint32_t> ginv(kGpu, n), gids(kGpu, n), gbegin(kGpu, n + 1);
-      const size_t gu = detail::dedup_grouped<int64_t>(kGpu, n, dkeys.data(), gunique.data(),
-                                                       ginv.data(), gids.data(), gbegin.data(),
-                                                       doff.data(), bags, "test", {}, nullptr);
+      detail::StepWorkspace gworkspace(kGpu, 0);
+      const size_t gu = detail::dedup_grouped<int64_t>(
+          kGpu, n, dkeys.data(), gunique.data(), ginv.data(), gids.data(), gbegin.data(),
+          doff.data(), bags, "test", {}, gworkspace, nullptr);
       ASSERT_EQ(gu, u);
       EXPECT_EQ(to_host(gunique, u), std::vector<int64_t>(unique.begin(), unique.begin() + u));
       EXPECT_EQ(to_host(ginv, n), inverse);
@@ -296,11 +298,13 @@ TEST_F(OpsCudaFastPaths, GroupedDedupNamesBadOffsetsAndReadsAlong) {
   const std::vector<uint64_t> words = {11, 22};
   along.upload(words.data(), 2);
   uint64_t host[2] = {0, 0};
+  detail::StepWorkspace workspace(kGpu, 0);
   auto run = [&](const std::vector<int64_t>& offsets) {
     auto doff = to_gpu(offsets);
-    return detail::dedup_grouped<int64_t>(
-        kGpu, keys.size(), dkeys.data(), unique.data(), inv.data(), ids.data(), begin.data(),
-        doff.data(), offsets.size() - 1, "Embedding::forward", {along.data(), 2, host}, nullptr);
+    return detail::dedup_grouped<int64_t>(kGpu, keys.size(), dkeys.data(), unique.data(),
+                                          inv.data(), ids.data(), begin.data(), doff.data(),
+                                          offsets.size() - 1, "Embedding::forward",
+                                          {along.data(), 2, host}, workspace, nullptr);
   };
   EXPECT_EQ(run({0, 2, 4}), 3u);
   EXPECT_EQ(host[0], 11u);

@@ -21,6 +21,9 @@ namespace {
 
 constexpr Backend kCpu = Backend::kCpu;
 
+// The CPU's dedup needs no scratch; one workspace serves the calls of a test.
+detail::StepWorkspace workspace(kCpu, 0);
+
 TEST(StepOps, DedupGroupedMatchesAMapModel) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -34,9 +37,9 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
   std::vector<int64_t> offsets{0, 100, 100, static_cast<int64_t>(n)};
   std::vector<int64_t> unique(n);
   std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
-  const size_t u = detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(),
-                                                  inverse.data(), ids.data(), begin.data(),
-                                                  offsets.data(), 3, "test", {}, nullptr);
+  const size_t u = detail::dedup_grouped<int64_t>(
+      kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), offsets.data(),
+      3, "test", {}, workspace, nullptr);
   ASSERT_EQ(u, model.size());
   size_t r = 0;
   for (const auto& [key, positions] : model) {
@@ -52,12 +55,12 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
   offsets = {0, 200, 100, static_cast<int64_t>(n)};
   EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
                                               ids.data(), begin.data(), offsets.data(), 3, "test",
-                                              {}, nullptr),
+                                              {}, workspace, nullptr),
                InvalidArgument);
   offsets = {0, 100, 200, static_cast<int64_t>(n) + 1};
   EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
                                               ids.data(), begin.data(), offsets.data(), 3, "test",
-                                              {}, nullptr),
+                                              {}, workspace, nullptr),
                InvalidArgument);
 }
 
@@ -82,9 +85,9 @@ TEST(StepOps, GroupedReductionIsBitIdenticalToReduceGradients) {
     const size_t n = keys.size();
     std::vector<int64_t> unique(n);
     std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
-    const size_t u = detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(),
-                                                    inverse.data(), ids.data(), begin.data(),
-                                                    offsets.data(), bags, "test", {}, nullptr);
+    const size_t u = detail::dedup_grouped<int64_t>(
+        kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
+        offsets.data(), bags, "test", {}, workspace, nullptr);
     ASSERT_GT(
         begin[1 + std::distance(unique.begin(), std::find(unique.begin(), unique.begin() + u, 7))] -
             begin[std::distance(unique.begin(), std::find(unique.begin(), unique.begin() + u, 7))],

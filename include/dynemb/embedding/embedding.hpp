@@ -84,6 +84,8 @@ struct EmbeddingStats {
 
 // A trainable table on one backend (counter admission: cpu only for now). Not safe for concurrent
 // forward/backward calls on one object (a training step is a sequence); the table underneath is.
+// Embeddings share no mutable state (each keeps its own scratch), so different objects may train
+// at the same time on different threads and streams.
 template <TableKey K>
 class Embedding {
  public:
@@ -104,7 +106,10 @@ class Embedding {
 
   // Reduces `grad` (the gradient of the last training forward's out, same layout) to one
   // gradient per key and applies the optimizer to those rows in place, through the addresses
-  // the forward found (no second lookup; counter admission: a copy written back by assign).
+  // the forward found (no second lookup; counter admission: a copy written back by assign). By
+  // address and without gradient_check = ERROR the two are one pass: a key's gradient is summed
+  // and applied without being stored (same rows, bit for bit, as the two passes); no host
+  // synchronization. gradient_check = ERROR synchronizes once.
   void backward(const float* grad, uint32_t grad_stride, StreamHandle stream = nullptr);
 
   // Ends a training step: erases rows past their TTL (returns how many), then advances the
@@ -121,9 +126,10 @@ class Embedding {
   EmbeddingStats stats() const;
 
   // Called with the stage's name as each stage of forward ("dedup", "lookup": the row
-  // addresses, "pool") and backward ("reduce", "optimizer"; with counter admission also
-  // "write_back") finishes issuing its work; for profiling (the observer may synchronize the
-  // stream). nullptr turns it off.
+  // addresses, "pool") and backward ("reduce+optimizer": the two fused; with gradient_check =
+  // ERROR or counter admission "reduce", "optimizer", and with counter admission "write_back")
+  // finishes issuing its work; for profiling (the observer may synchronize the stream). nullptr
+  // turns it off.
   using StageObserver = std::function<void(const char* stage)>;
   void set_stage_observer(StageObserver observer) { observer_ = std::move(observer); }
 

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "ops/backends.hpp"
@@ -64,35 +66,76 @@ void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uin
   for (size_t i = 0; i < num_ids; ++i) ids_by_row[fill[indices[i]]++] = static_cast<uint32_t>(i);
 }
 
-void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
-                                  const LookupOutput& r) {
+namespace {
+
+// bag_of[i] = the bag holding id i.
+std::vector<uint32_t> bags_of_ids(const LookupFeature& x) {
   std::vector<uint32_t> bag_of(x.num_ids);
   for (size_t b = 0; b < x.num_bags; ++b) {
     for (int64_t i = x.offsets[b]; i < x.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
   }
+  return bag_of;
+}
+
+// Row `row`'s gradient into dst (dim floats): chunks of kGradientChunk ids, each summed from zero,
+// then added in order (reduce_gradients' fixed order). `partial` holds dim floats of scratch.
+void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                      const uint32_t* bag_of, size_t row, float* dst, float* partial) {
   const uint32_t* row_begin = groups.row_begin;
-  const uint32_t* ids_by_row = groups.ids_by_row;
+  std::fill(dst, dst + x.dim, 0.0f);
+  for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
+    const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
+    std::fill(partial, partial + x.dim, 0.0f);
+    for (uint32_t k = c; k < chunk_end; ++k) {
+      const uint32_t i = groups.ids_by_row[k];
+      const uint32_t b = bag_of[i];
+      const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
+                                                       : g.out + size_t{b} * g.out_stride;
+      const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
+      for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+    }
+    for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
+  }
+}
+
+}  // namespace
+
+void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                                  const LookupOutput& r) {
+  const std::vector<uint32_t> bag_of = bags_of_ids(x);
   parallel_for(x.num_rows, 256, [&](size_t first_row, size_t last_row) {
     std::vector<float> partial(x.dim);
     for (size_t row = first_row; row < last_row; ++row) {
-      float* dst = r.out + row * r.out_stride;
-      std::fill(dst, dst + x.dim, 0.0f);
-      // Chunks of kGradientChunk ids, each summed from zero, then added in order.
-      for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
-        const uint32_t chunk_end = std::min(c + kGradientChunk, row_begin[row + 1]);
-        std::fill(partial.begin(), partial.end(), 0.0f);
-        for (uint32_t k = c; k < chunk_end; ++k) {
-          const uint32_t i = ids_by_row[k];
-          const uint32_t b = bag_of[i];
-          const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
-                                                           : g.out + size_t{b} * g.out_stride;
-          const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
-          for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
-        }
-        for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
-      }
+      sum_row_gradient(x, groups, g, bag_of.data(), row, r.out + row * r.out_stride,
+                       partial.data());
     }
   });
+}
+
+void reduce_and_optimize_row_ptrs_cpu(const OptimizerOptions& o, const LookupFeature& x,
+                                      IdGroups groups, const LookupOutput& g, float* const* rows,
+                                      const bool* skip, uint64_t* nonfinite) {
+  const std::vector<uint32_t> bag_of = bags_of_ids(x);
+  std::atomic<uint64_t> bad_rows{0};
+  parallel_for(x.num_rows, 256, [&](size_t first_row, size_t last_row) {
+    std::vector<float> grad(x.dim), partial(x.dim);
+    uint64_t bad = 0;
+    for (size_t row = first_row; row < last_row; ++row) {
+      sum_row_gradient(x, groups, g, bag_of.data(), row, grad.data(), partial.data());
+      if (nonfinite != nullptr) {
+        bool finite = true;
+        for (uint32_t j = 0; j < x.dim; ++j) finite &= std::isfinite(grad[j]);
+        if (!finite) {
+          ++bad;
+          continue;
+        }
+      }
+      if (rows[row] == nullptr || (skip != nullptr && skip[row])) continue;
+      apply_optimizer(o, rows[row], grad.data(), x.dim);
+    }
+    bad_rows += bad;
+  });
+  if (nonfinite != nullptr) *nonfinite += bad_rows.load();
 }
 
 void reduce_gradients_cpu(std::span<const LookupFeature> features,

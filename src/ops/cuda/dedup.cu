@@ -1,6 +1,8 @@
 // dedup on the GPU: radix sort (key, position), mark run heads, scan them into ranks. The sorted
 // positions are the ids grouped by unique key (ascending in each group: the sort is stable),
-// which the gradient reduction reuses instead of sorting again.
+// which the gradient reduction reuses instead of sorting again. The sort covers only the key bits
+// that differ: predicted from the last batch when a workspace is given (checked on the device,
+// read back with the unique count, sorted again if short), else measured for long batches.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -11,6 +13,7 @@
 #include "core/cuda/device_array.hpp"
 #include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
+#include "ops/step_workspace.hpp"
 
 namespace dynemb::detail {
 namespace {
@@ -19,8 +22,18 @@ using ops_cuda::as_stream;
 using ops_cuda::blocks_for_threads;
 using ops_cuda::kBlock;
 
-// What one synchronization reads back.
-enum Status : int { kUnique, kFirstBadOffset, kFirstOffset, kLastOffset, kStatusWords };
+// What one synchronization reads back. The words from kFirstBadOffset on start at all ones, the
+// others at zero.
+enum Status : int {
+  kUnique,
+  kFirstOffset,
+  kLastOffset,
+  kKeysOr,
+  kFirstBadOffset,
+  kKeysAnd,
+  kStatusWords
+};
+constexpr int kZeroWords = kFirstBadOffset;
 
 template <class K>
 __global__ void head_flags_kernel(const K* sorted, size_t n, uint32_t* heads) {
@@ -48,23 +61,24 @@ __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const
   }
 }
 
-// The offsets' first and last value, and the first b with offsets[b] < offsets[b - 1].
-__global__ void offsets_status_kernel(const int64_t* offsets, size_t num_bags,
-                                      unsigned long long* status) {
-  const size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b > num_bags) return;
-  if (b == 0) status[kFirstOffset] = static_cast<unsigned long long>(offsets[0]);
-  if (b == num_bags) status[kLastOffset] = static_cast<unsigned long long>(offsets[num_bags]);
-  if (b >= 1 && offsets[b] < offsets[b - 1]) atomicMin(&status[kFirstBadOffset], b);
-}
-
-// OR and AND of every key's bit pattern (words[0] |=, words[1] &=): the bits where all keys
-// agree need no radix pass.
+// One pass over the batch (grid-stride): the offsets' first and last value and the first b with
+// offsets[b] < offsets[b - 1]; and, over keys[0, key_count), the OR and AND of every key's bit
+// pattern (the bits where all keys agree need no radix pass).
 template <class K>
-__global__ void bit_agreement_kernel(const K* keys, size_t n, unsigned long long* words) {
+__global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, const K* keys,
+                                    size_t key_count, unsigned long long* status) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (num_bags > 0) {
+    for (size_t b = first; b <= num_bags; b += stride) {
+      if (b == 0) status[kFirstOffset] = static_cast<unsigned long long>(offsets[0]);
+      if (b == num_bags) status[kLastOffset] = static_cast<unsigned long long>(offsets[num_bags]);
+      if (b >= 1 && offsets[b] < offsets[b - 1]) atomicMin(&status[kFirstBadOffset], b);
+    }
+  }
+  if (key_count == 0) return;
   unsigned long long any = 0, all = ~0ull;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  for (size_t i = first; i < key_count; i += stride) {
     const auto bits = static_cast<unsigned long long>(keys[i]);
     any |= bits;
     all &= bits;
@@ -74,35 +88,23 @@ __global__ void bit_agreement_kernel(const K* keys, size_t n, unsigned long long
     all &= __shfl_xor_sync(0xFFFFFFFFu, all, offset);
   }
   if ((threadIdx.x & 31) == 0) {
-    atomicOr(&words[0], any);
-    atomicAnd(&words[1], all);
+    atomicOr(&status[kKeysOr], any);
+    atomicAnd(&status[kKeysAnd], all);
   }
 }
 
-// Batches at least this long first find the key bits that differ (one small kernel and a read
-// back) and sort only those; shorter ones sort all bits (the read back would cost more).
+// Batches at least this long, when nothing predicts their key bits (no workspace, or its first
+// batch), first read back the bits that differ and sort only those; shorter ones sort all bits
+// (the read back would cost more than the passes it saves).
 constexpr size_t kNarrowSortMin = size_t{1} << 18;
 
-// The end bit of the radix sort of keys[0, n): one past the highest bit on which keys differ.
-// Keys agree on every bit at or above it, so sorting the bits below gives the full order (for
-// signed keys too: the sign bit is then equal for all).
+// One past the highest bit on which keys whose OR and AND are `any` and `all` differ (1 when they
+// are all equal). Keys agree on every bit at or above it, so sorting the bits below gives the
+// full order (for signed keys too: the sign bit is then equal for all).
 template <class K>
-int sort_end_bit(const K* keys, size_t n, cudaStream_t stream) {
+int end_bit_for(unsigned long long any, unsigned long long all) {
   constexpr int kAll = static_cast<int>(sizeof(K) * 8);
-  if (n < kNarrowSortMin) return kAll;
-  cuda::DeviceArray<unsigned long long> words(2, stream);
-  cuda::check(cudaMemsetAsync(words.data(), 0, sizeof(unsigned long long), stream),
-              "dedup: cudaMemsetAsync");
-  cuda::check(cudaMemsetAsync(words.data() + 1, 0xFF, sizeof(unsigned long long), stream),
-              "dedup: cudaMemsetAsync");
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(n), 1024));
-  bit_agreement_kernel<<<blocks, kBlock, 0, stream>>>(keys, n, words.data());
-  cuda::check_launch("dedup: bit_agreement_kernel");
-  unsigned long long host[2];
-  cuda::check(cudaMemcpyAsync(host, words.data(), sizeof host, cudaMemcpyDeviceToHost, stream),
-              "dedup: read key bits");
-  cuda::sync(stream, "dedup: key bits");
-  const unsigned long long differ = host[0] ^ host[1];
+  const unsigned long long differ = any ^ all;
   return differ == 0 ? 1 : kAll - __builtin_clzll(differ);
 }
 
@@ -112,8 +114,8 @@ __global__ void counts_kernel(const uint32_t* row_begin, size_t u, uint32_t* cou
 }
 
 // Throws what validate_lookup would for bad offsets (status read back).
-void check_offsets_status(const char* where, const unsigned long long* status,
-                          const int64_t* offsets, size_t num_bags, size_t n) {
+void check_offsets_status(const char* where, const uint64_t* status, const int64_t* offsets,
+                          size_t num_bags, size_t n) {
   if (num_bags == 0) return;
   const auto first = static_cast<int64_t>(status[kFirstOffset]);
   if (first != 0) throw_bad_first_offset(where, 0, first);
@@ -128,68 +130,165 @@ void check_offsets_status(const char* where, const unsigned long long* status,
   if (static_cast<size_t>(last) != n) throw_bad_last_offset(where, 0, num_bags, last, n);
 }
 
+// The sort, head flags, rank scan and scatter of one dedup call, on scratch from the workspace
+// (kept between calls) or on stream-ordered temporaries.
+template <class K>
+class SortPass {
+ public:
+  SortPass(StepWorkspace* workspace, cudaStream_t stream)
+      : workspace_(workspace), stream_(stream) {}
+
+  // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
+  // status[kUnique].
+  void issue(size_t n, const K* keys, int end_bit, K* unique_keys, uint32_t* inverse,
+             uint32_t* ids_by_row, uint32_t* row_begin, unsigned long long* status) {
+    const int items = static_cast<int>(n);
+    size_t sort_bytes = 0, scan_bytes = 0;
+    StepWorkspace::SortSizes* cached = workspace_ != nullptr ? &workspace_->sort_sizes : nullptr;
+    if (cached != nullptr && cached->items == n && cached->end_bit == end_bit) {
+      sort_bytes = cached->sort_bytes;
+      scan_bytes = cached->scan_bytes;
+    } else {
+      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, unique_keys, inverse,
+                                                  ids_by_row, items, 0, end_bit, stream_),
+                  "dedup: SortPairs (size)");
+      cuda::check(
+          cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, inverse, inverse, items, stream_),
+          "dedup: InclusiveSum (size)");
+      if (cached != nullptr) *cached = {n, end_bit, sort_bytes, scan_bytes};
+    }
+    const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
+    K* sorted = nullptr;
+    uint32_t *rank = nullptr, *positions = nullptr;
+    void* temp = nullptr;
+    const auto carve = [&](ScratchCarver& c) {
+      sorted = c.take<K>(n);
+      rank = c.take<uint32_t>(n);
+      if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
+      temp = c.take<uint8_t>(temp_bytes);
+    };
+    ScratchCarver measure;
+    carve(measure);
+    void* block = nullptr;
+    if (workspace_ != nullptr) {
+      block = workspace_->scratch(measure.bytes(), stream_);
+    } else {
+      owned_ = cuda::DeviceArray<uint8_t>(measure.bytes(), stream_);
+      block = owned_.data();
+    }
+    ScratchCarver place(block);
+    carve(place);
+    const uint32_t* positions_in = nullptr;
+    if (workspace_ != nullptr) {
+      positions_in = workspace_->iota(n, stream_);
+    } else {
+      ops_cuda::fill_iota(positions, n, stream_);
+      positions_in = positions;
+    }
+    cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
+                                                ids_by_row, items, 0, end_bit, stream_),
+                "dedup: SortPairs");
+    head_flags_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(sorted, n, rank);
+    cuda::check_launch("dedup: head_flags_kernel");
+    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, rank, rank, items, stream_),
+                "dedup: InclusiveSum");
+    scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
+        sorted, ids_by_row, rank, n, unique_keys, inverse, row_begin, status);
+    cuda::check_launch("dedup: scatter_kernel");
+  }
+
+ private:
+  StepWorkspace* workspace_;
+  cudaStream_t stream_;
+  cuda::DeviceArray<uint8_t> owned_;
+};
+
+// Copies `count` words to the host on `stream` (asynchronous into pinned memory).
+void read_back(uint64_t* host, const void* device, size_t count, cudaStream_t stream,
+               const char* what) {
+  cuda::check(
+      cudaMemcpyAsync(host, device, count * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream),
+      what);
+}
+
 }  // namespace
 
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
                           uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
                           size_t num_bags, const char* where, ReadAlong along,
-                          StreamHandle stream_handle) {
+                          StepWorkspace* workspace, StreamHandle stream_handle) {
+  constexpr int kAll = static_cast<int>(sizeof(K) * 8);
   const cudaStream_t stream = as_stream(stream_handle);
+  require(along.count + kStatusWords <= StepWorkspace::kHostWords, where, "along.count",
+          std::to_string(along.count),
+          "must be <= " + std::to_string(StepWorkspace::kHostWords - kStatusWords));
   ops_cuda::keep_pool_memory(stream);
-  cuda::DeviceArray<unsigned long long> status(kStatusWords, stream);
-  cuda::check(cudaMemsetAsync(status.data(), 0, kStatusWords * sizeof(unsigned long long), stream),
+  // The status words and the host words they are read into: the workspace's, else temporaries
+  // (pageable host memory).
+  cuda::DeviceArray<unsigned long long> own_status;
+  unsigned long long* status = nullptr;
+  uint64_t own_host[StepWorkspace::kHostWords];
+  uint64_t* host = own_host;
+  if (workspace != nullptr) {
+    status = reinterpret_cast<unsigned long long*>(workspace->device_words());
+    host = workspace->host_words();
+  } else {
+    own_status = cuda::DeviceArray<unsigned long long>(kStatusWords, stream);
+    status = own_status.data();
+  }
+  cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
               "dedup: cudaMemsetAsync");
-  cuda::check(
-      cudaMemsetAsync(status.data() + kFirstBadOffset, 0xFF, sizeof(unsigned long long), stream),
-      "dedup: cudaMemsetAsync");
-  if (num_bags > 0) {
-    offsets_status_kernel<<<blocks_for_threads(num_bags + 1), kBlock, 0, stream>>>(
-        offsets, num_bags, status.data());
-    cuda::check_launch("dedup: offsets_status_kernel");
+  cuda::check(cudaMemsetAsync(status + kZeroWords, 0xFF,
+                              (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
+              "dedup: cudaMemsetAsync");
+  // The key bits are measured when a workspace will predict the next batch's from them, or when
+  // this batch is long enough to sort narrowly.
+  const int predicted = workspace != nullptr ? workspace->sort_end_bit : 0;
+  const bool measure_bits = n > 0 && (workspace != nullptr || n >= kNarrowSortMin);
+  const size_t items = std::max(num_bags + 1, measure_bits ? n : size_t{0});
+  if (num_bags > 0 || measure_bits) {
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));
+    batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, keys,
+                                                       measure_bits ? n : 0, status);
+    cuda::check_launch("dedup: batch_status_kernel");
   }
   if (n == 0) {
     cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream), "dedup: cudaMemsetAsync");
-  } else {
-    // One temporary block: sorted keys, the iota, the ranks and the CUB scratch.
-    cuda::DeviceArray<K> sorted(n, stream);
-    cuda::DeviceArray<uint32_t> positions_in(n, stream), rank(n, stream);
-    ops_cuda::fill_iota(positions_in.data(), n, stream);
-    size_t sort_bytes = 0, scan_bytes = 0;
-    const int num_items = static_cast<int>(n);
-    const int end_bit = sort_end_bit(keys, n, stream);
-    cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted.data(),
-                                                positions_in.data(), ids_by_row, num_items, 0,
-                                                end_bit, stream),
-                "dedup: SortPairs (size)");
-    cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, rank.data(), rank.data(),
-                                              num_items, stream),
-                "dedup: InclusiveSum (size)");
-    cuda::DeviceArray<uint8_t> temp(std::max(sort_bytes, scan_bytes), stream);
-    cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, keys, sorted.data(),
-                                                positions_in.data(), ids_by_row, num_items, 0,
-                                                end_bit, stream),
-                "dedup: SortPairs");
-    head_flags_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(sorted.data(), n, rank.data());
-    cuda::check_launch("dedup: head_flags_kernel");
-    cuda::check(cub::DeviceScan::InclusiveSum(temp.data(), scan_bytes, rank.data(), rank.data(),
-                                              num_items, stream),
-                "dedup: InclusiveSum");
-    scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(
-        sorted.data(), ids_by_row, rank.data(), n, unique_keys, inverse, row_begin, status.data());
-    cuda::check_launch("dedup: scatter_kernel");
   }
-  unsigned long long host[kStatusWords];
-  cuda::check(cudaMemcpyAsync(host, status.data(), sizeof host, cudaMemcpyDeviceToHost, stream),
-              "dedup: read status");
-  if (along.count > 0) {
-    cuda::check(cudaMemcpyAsync(along.host, along.counters, along.count * sizeof(uint64_t),
-                                cudaMemcpyDeviceToHost, stream),
-                "dedup: read along");
+  // The sort's end bit: the workspace's prediction (checked below), else for a long batch its own
+  // bits (one more read back), else all bits.
+  int end_bit = kAll;
+  if (predicted > 0) {
+    end_bit = predicted;
+  } else if (n >= kNarrowSortMin) {
+    read_back(host, status, kStatusWords, stream, "dedup: read key bits");
+    cuda::sync(stream, "dedup: key bits");
+    end_bit = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
   }
+  SortPass<K> pass(workspace, stream);
+  if (n > 0) pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, status);
+  read_back(host, status, kStatusWords, stream, "dedup: read status");
+  if (along.count > 0)
+    read_back(host + kStatusWords, along.counters, along.count, stream, "dedup: read along");
   cuda::sync(stream, "dedup");
+  if (along.count > 0) std::copy_n(host + kStatusWords, along.count, along.host);
   check_offsets_status(where, host, offsets, num_bags, n);
-  return static_cast<size_t>(host[kUnique]);
+  size_t unique = static_cast<size_t>(host[kUnique]);
+  if (measure_bits) {
+    const int needed = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
+    if (workspace != nullptr) workspace->sort_end_bit = needed;
+    if (needed > end_bit) {
+      // The prediction was short: sort again on the bits this batch needs (rare: the keys' range
+      // grew).
+      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, status);
+      read_back(host, status, 1, stream, "dedup: read unique count");
+      cuda::sync(stream, "dedup");
+      unique = static_cast<size_t>(host[kUnique]);
+    }
+  }
+  return unique;
 }
 
 template <TableKey K>
@@ -198,8 +297,9 @@ size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, ui
   const cudaStream_t stream = as_stream(stream_handle);
   ops_cuda::keep_pool_memory(stream);
   cuda::DeviceArray<uint32_t> ids_by_row(n, stream), row_begin(n + 1, stream);
-  const size_t u = dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row.data(),
-                                      row_begin.data(), nullptr, 0, "dedup", {}, stream_handle);
+  const size_t u =
+      dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row.data(), row_begin.data(),
+                         nullptr, 0, "dedup", {}, nullptr, stream_handle);
   if (counts != nullptr && u > 0) {
     counts_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(row_begin.data(), u, counts);
     cuda::check_launch("dedup: counts_kernel");
@@ -213,9 +313,9 @@ template size_t dedup_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_
                                      StreamHandle);
 template size_t dedup_grouped_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
                                             uint32_t*, const int64_t*, size_t, const char*,
-                                            ReadAlong, StreamHandle);
+                                            ReadAlong, StepWorkspace*, StreamHandle);
 template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*,
                                              uint32_t*, uint32_t*, const int64_t*, size_t,
-                                             const char*, ReadAlong, StreamHandle);
+                                             const char*, ReadAlong, StepWorkspace*, StreamHandle);
 
 }  // namespace dynemb::detail

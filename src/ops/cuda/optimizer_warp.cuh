@@ -1,11 +1,15 @@
 // The 32 lanes of a warp sharing one row of the fused optimizer (apply_optimizer_on in
 // include/dynemb/ops/optimizer.hpp): lane l updates elements l, l + 32, ..., so a warp reads
-// and writes the row's embedding and state coalesced; row sums go by shuffle.
+// and writes the row's embedding and state coalesced; row sums go by shuffle. The row update of
+// every optimizer kernel (by index, by address, fused with the gradient reduction) is update_row,
+// so they all round the same.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dynemb/ops/optimizer.hpp"
+#include "ops/cuda/launch.cuh"
 
 namespace dynemb::ops_cuda {
 
@@ -20,5 +24,90 @@ struct WarpLanes {
   __device__ void sync() const { __syncwarp(); }
   __device__ bool leader() const { return lane == 0; }
 };
+
+// Whether the warp's gradient row (dim floats) holds a NaN or Inf (every lane gets the answer).
+template <uint32_t kVec>
+__device__ bool row_nonfinite(const float* grad, uint32_t dim) {
+  bool bad = false;
+  if constexpr (kVec == 4) {
+    for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
+      const float4 g = *reinterpret_cast<const float4*>(grad + j);
+      bad |= !isfinite(g.x) || !isfinite(g.y) || !isfinite(g.z) || !isfinite(g.w);
+    }
+  } else {
+    for (uint32_t j = lane_index(); j < dim; j += 32) bad |= !isfinite(grad[j]);
+  }
+  return __any_sync(0xFFFFFFFFu, bad);
+}
+
+// row_nonfinite that also adds the row to *nonfinite (once, by lane 0) when it is bad.
+template <uint32_t kVec>
+__device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned long long* nonfinite) {
+  if (!row_nonfinite<kVec>(grad, dim)) return false;
+  if (lane_index() == 0) atomicAdd(nonfinite, 1ull);
+  return true;
+}
+
+// The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
+// 128-element tile of w, the state arrays and the gradient.
+template <OptimizerKind kKind>
+__device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                const float* grad, uint32_t dim) {
+  constexpr uint32_t kArrays = element_state_arrays(kKind);
+  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
+    float4 w = *reinterpret_cast<const float4*>(row + j);
+    const float4 g = *reinterpret_cast<const float4*>(grad + j);
+    float4 a{}, b{};
+    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
+    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
+    update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
+    update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
+    update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
+    update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
+    *reinterpret_cast<float4*>(row + j) = w;
+    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
+    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
+  }
+}
+
+// Applies the kKind update of `grad` (dim floats) to `row` = [w | state] with the whole warp.
+// kVec = 4: float4 lanes (grad 16-byte aligned, dim % 4 == 0; the row too unless kByAddress, where
+// a row not 16-byte aligned takes the per-element path); 1: lane l takes elements l, l + 32, ....
+// Both paths do the same arithmetic per element.
+template <OptimizerKind kKind, uint32_t kVec, bool kByAddress>
+__device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
+  const WarpLanes lanes{lane_index()};
+  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
+  if constexpr (kVec == 4) {
+    if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      update_row_vec4<kKind>(o, u, row, grad, dim);
+    } else {
+      update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+    }
+  } else {
+    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+  }
+  end_row_update(o, u, row, dim, lanes);
+}
+
+// Calls f(std::integral_constant<OptimizerKind, kind>{}) for the optimizer kind `kind`, so a
+// launcher instantiates its kernel once per kind.
+template <class F>
+void with_optimizer_kind(OptimizerKind kind, const F& f) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kSgd>{});
+    case OptimizerKind::kAdam:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdam>{});
+    case OptimizerKind::kAdaGrad:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdaGrad>{});
+    case OptimizerKind::kRowWiseAdaGrad:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kRowWiseAdaGrad>{});
+    case OptimizerKind::kRmsProp:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kRmsProp>{});
+    case OptimizerKind::kFtrl:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kFtrl>{});
+  }
+}
 
 }  // namespace dynemb::ops_cuda

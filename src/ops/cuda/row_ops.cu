@@ -18,8 +18,10 @@ namespace {
 using ops_cuda::as_stream;
 using ops_cuda::blocks_for_threads;
 using ops_cuda::blocks_for_warps;
+using ops_cuda::gradient_nonfinite;
 using ops_cuda::kBlock;
 using ops_cuda::lane_index;
+using ops_cuda::update_row;
 using ops_cuda::warp_index;
 
 // One warp per row; float4 lanes when kVec = 4 (strides, pointers and width allow it).
@@ -83,43 +85,6 @@ __global__ void nonfinite_kernel(size_t n, const float* grads, uint32_t stride, 
   }
 }
 
-// Whether the warp's gradient row (dim floats) holds a NaN or Inf (every lane gets the answer).
-template <uint32_t kVec>
-__device__ bool row_nonfinite(const float* grad, uint32_t dim) {
-  bool bad = false;
-  if constexpr (kVec == 4) {
-    for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-      const float4 g = *reinterpret_cast<const float4*>(grad + j);
-      bad |= !isfinite(g.x) || !isfinite(g.y) || !isfinite(g.z) || !isfinite(g.w);
-    }
-  } else {
-    for (uint32_t j = lane_index(); j < dim; j += 32) bad |= !isfinite(grad[j]);
-  }
-  return __any_sync(0xFFFFFFFFu, bad);
-}
-
-// The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
-// 128-element tile of w, the state arrays and the gradient.
-template <OptimizerKind kKind>
-__device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                const float* grad, uint32_t dim) {
-  constexpr uint32_t kArrays = element_state_arrays(kKind);
-  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    float4 w = *reinterpret_cast<const float4*>(row + j);
-    const float4 g = *reinterpret_cast<const float4*>(grad + j);
-    float4 a{}, b{};
-    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
-    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
-    update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
-    update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
-    update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
-    update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
-    *reinterpret_cast<float4*>(row + j) = w;
-    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
-    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
-  }
-}
-
 // Rows to update in the dense layout: row i at base + i * stride.
 struct DenseRowsOut {
   float* base;
@@ -135,10 +100,10 @@ struct AddressedRowsOut {
   __device__ float* row(size_t i) const { return ptrs[i]; }
 };
 
-// One warp per row. kVec = 4: float4 lanes (rows, grads, strides and dim allow it; by address, a
-// row not 16-byte aligned takes the per-element path, same arithmetic); 1: lane l takes elements
-// l, l + 32, ... (apply_optimizer_on over WarpLanes). A non-null `nonfinite` makes the warp check
-// its gradient row first: a row with a NaN / Inf is counted, not updated.
+// One warp per row: optimize_row (optimizer_warp.cuh). kVec = 4: float4 lanes (rows, grads,
+// strides and dim allow it; by address, a row not 16-byte aligned takes the per-element path, same
+// arithmetic). A non-null `nonfinite` makes the warp check its gradient row first: a row with a
+// NaN / Inf is counted, not updated.
 template <OptimizerKind kKind, uint32_t kVec, class Rows>
 __global__ void optimizer_kernel(OptimizerOptions o, size_t n, Rows rows, const float* grads,
                                  uint32_t grad_stride, uint32_t dim, const bool* skip,
@@ -146,27 +111,13 @@ __global__ void optimizer_kernel(OptimizerOptions o, size_t n, Rows rows, const 
   const size_t i = warp_index();
   if (i >= n) return;
   const float* grad = grads + i * grad_stride;
-  if (nonfinite != nullptr && row_nonfinite<kVec>(grad, dim)) {
-    if (lane_index() == 0) atomicAdd(nonfinite, 1ull);
-    return;
-  }
+  if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (skip != nullptr && skip[i]) return;
   float* row = rows.row(i);
   if constexpr (Rows::kByAddress) {
     if (row == nullptr) return;
   }
-  const ops_cuda::WarpLanes lanes{lane_index()};
-  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
-  if constexpr (kVec == 4) {
-    if (!Rows::kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-      update_row_vec4<kKind>(o, u, row, grad, dim);
-    } else {
-      update_row_elements<kKind>(o, u, row, grad, dim, lanes);
-    }
-  } else {
-    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
-  }
-  end_row_update(o, u, row, dim, lanes);
+  update_row<kKind, kVec, Rows::kByAddress>(o, row, grad, dim);
 }
 
 template <OptimizerKind kKind, class Rows>

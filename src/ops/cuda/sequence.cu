@@ -1,8 +1,10 @@
-// Small device helpers shared by the ops: iota, the memory pool's release threshold.
+// Small device helpers shared by the ops: iota, the memory pool's release threshold, pinned
+// host words, stream synchronization.
 #include <atomic>
 #include <cstdint>
 
 #include "core/cuda/check.hpp"
+#include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
 
 namespace dynemb::ops_cuda {
@@ -36,3 +38,25 @@ void keep_pool_memory(cudaStream_t) {
 }
 
 }  // namespace dynemb::ops_cuda
+
+namespace dynemb::detail {
+
+void fill_iota_cuda(uint32_t* out, size_t n, StreamHandle stream) {
+  ops_cuda::fill_iota(out, n, ops_cuda::as_stream(stream));
+}
+
+void* pinned_host_alloc_cuda(size_t bytes) {
+  void* p = nullptr;
+  cuda::check(cudaMallocHost(&p, bytes), "StepWorkspace: cudaMallocHost");
+  return p;
+}
+
+void pinned_host_free_cuda(void* p) noexcept {
+  if (p != nullptr) cudaFreeHost(p);
+}
+
+void sync_stream_cuda(StreamHandle stream) {
+  cuda::sync(ops_cuda::as_stream(stream), "StepWorkspace");
+}
+
+}  // namespace dynemb::detail

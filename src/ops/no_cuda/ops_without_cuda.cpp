@@ -60,15 +60,15 @@ void apply_optimizer_rows_cuda(const OptimizerOptions&, size_t, float*, uint32_t
 
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t, const K*, K*, uint32_t*, uint32_t*, uint32_t*, const int64_t*,
-                          size_t, const char*, ReadAlong, StreamHandle) {
+                          size_t, const char*, ReadAlong, StepWorkspace*, StreamHandle) {
   no_cuda_ops("dedup");
 }
 template size_t dedup_grouped_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
                                             uint32_t*, const int64_t*, size_t, const char*,
-                                            ReadAlong, StreamHandle);
+                                            ReadAlong, StepWorkspace*, StreamHandle);
 template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*,
                                              uint32_t*, uint32_t*, const int64_t*, size_t,
-                                             const char*, ReadAlong, StreamHandle);
+                                             const char*, ReadAlong, StepWorkspace*, StreamHandle);
 void reduce_gradients_grouped_cuda(const LookupFeature&, IdGroups, const LookupOutput&,
                                    const LookupOutput&, StreamHandle) {
   no_cuda_ops("reduce_gradients");
@@ -81,6 +81,11 @@ void apply_optimizer_rows_guarded_cuda(const OptimizerOptions&, size_t, float*, 
                                        StreamHandle) {
   no_cuda_ops("apply_optimizer_rows");
 }
+void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions&, const LookupFeature&, IdGroups,
+                                       const LookupOutput&, float* const*, const bool*, uint64_t*,
+                                       StepWorkspace&, StreamHandle) {
+  no_cuda_ops("reduce_and_optimize_row_ptrs");
+}
 void apply_optimizer_row_ptrs_cuda(const OptimizerOptions&, size_t, float* const*, const float*,
                                    uint32_t, uint32_t, const bool*, uint64_t*, StreamHandle) {
   no_cuda_ops("apply_optimizer_row_ptrs");
@@ -91,6 +96,16 @@ void resolve_missing_rows_cuda(size_t, float**, bool*, float*, uint32_t, const b
 }
 void read_words_cuda(const uint64_t*, size_t, uint64_t*, StreamHandle) {
   no_cuda_ops("read_words");
+}
+void fill_iota_cuda(uint32_t*, size_t, StreamHandle) {
+  no_cuda_ops("fill_iota");
+}
+void* pinned_host_alloc_cuda(size_t) {
+  no_cuda_ops("StepWorkspace");
+}
+void pinned_host_free_cuda(void*) noexcept {}
+void sync_stream_cuda(StreamHandle) {
+  no_cuda_ops("StepWorkspace");
 }
 
 }  // namespace dynemb::detail

@@ -1,0 +1,148 @@
+// The hot chunks of the gradient reduction (gradient_chunks.cuh).
+#include <cub/device/device_scan.cuh>
+
+#include "core/cuda/check.hpp"
+#include "ops/cuda/gradient_chunks.cuh"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/row_tiles.cuh"
+#include "ops/cuda/tile_lanes.cuh"
+
+namespace dynemb::ops_cuda {
+namespace {
+
+using detail::IdGroups;
+
+// bag_of[i] = the bag holding id i (one warp per bag).
+__global__ void bag_of_id_kernel(const int64_t* offsets, size_t num_bags, uint32_t* bag_of) {
+  const size_t b = warp_index();
+  if (b >= num_bags) return;
+  for (int64_t i = offsets[b] + lane_index(); i < offsets[b + 1]; i += 32) {
+    bag_of[i] = static_cast<uint32_t>(b);
+  }
+}
+
+// Hot rows (more than one chunk): chunk_count[r] = their chunks (0 for the others), and the
+// hot rows listed (in any order) in hot_rows[0, *hot_count).
+__global__ void hot_rows_kernel(const uint32_t* row_begin, size_t num_rows, uint32_t* chunk_count,
+                                uint32_t* hot_rows, uint32_t* hot_count) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= num_rows) return;
+  const uint32_t len = row_begin[r + 1] - row_begin[r];
+  const uint32_t chunks = len > kGradientChunk ? (len + kGradientChunk - 1) / kGradientChunk : 0;
+  chunk_count[r] = chunks;
+  if (chunks > 0) hot_rows[atomicAdd(hot_count, 1u)] = static_cast<uint32_t>(r);
+}
+
+// chunk_row[k] = the row of hot chunk k (chunk_first: exclusive scan of chunk_count); one warp
+// per hot row.
+__global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_count,
+                                 size_t max_hot_rows, const uint32_t* chunk_first,
+                                 const uint32_t* chunk_count, uint32_t* chunk_row) {
+  const size_t h = warp_index();
+  if (h >= max_hot_rows || h >= *hot_count) return;
+  const uint32_t r = hot_rows[h];
+  for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) chunk_row[chunk_first[r] + c] = r;
+}
+
+// One warp per hot chunk k (launched for an upper bound; the real count is read here).
+template <uint32_t kVec>
+__global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
+                                 const uint32_t* bag_of, const uint32_t* chunk_first,
+                                 const uint32_t* chunk_count, const uint32_t* chunk_row,
+                                 size_t max_chunks, uint32_t partial_stride, float* partial) {
+  const size_t k = warp_index();
+  const size_t last = x.num_rows - 1;
+  if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
+  const uint32_t r = chunk_row[k];
+  const uint32_t begin =
+      groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
+  const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
+  sum_ids<kVec>(x, g, groups.ids_by_row, bag_of, begin, end, partial + k * partial_stride);
+}
+
+}  // namespace
+
+struct HotChunkPlan::Arrays {
+  uint32_t *bag_of, *chunk_count, *chunk_first, *hot_rows, *hot_count, *chunk_row;
+  float* partial;
+  void* scan_temp;
+};
+
+HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
+  Arrays a;
+  a.bag_of = c.take<uint32_t>(num_ids_);
+  a.chunk_count = c.take<uint32_t>(num_rows_);
+  a.chunk_first = c.take<uint32_t>(num_rows_);
+  a.hot_rows = c.take<uint32_t>(max_hot_rows_);
+  a.hot_count = c.take<uint32_t>(1);
+  a.chunk_row = c.take<uint32_t>(max_chunks_);
+  a.partial = c.take<float>(max_chunks_ * partial_stride_);
+  a.scan_temp = c.take<uint8_t>(scan_bytes_);
+  return a;
+}
+
+HotChunkPlan::HotChunkPlan(const LookupFeature& x, cudaStream_t stream)
+    : num_ids_(x.num_ids), num_rows_(x.num_rows) {
+  // Rows of more than kGradientChunk ids: at most n / (kGradientChunk + 1); their chunks at most
+  // n / kGradientChunk + one partly filled per hot row.
+  max_hot_rows_ = num_ids_ / (kGradientChunk + 1) + 1;
+  max_chunks_ = num_ids_ / kGradientChunk + max_hot_rows_;
+  partial_stride_ = (x.dim + 3) / 4 * 4;
+  cuda::check(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
+                                            static_cast<uint32_t*>(nullptr),
+                                            static_cast<int>(num_rows_), stream),
+              "reduce_gradients: ExclusiveSum (size)");
+  detail::ScratchCarver measure;
+  carve(measure);
+  bytes_ = measure.bytes();
+}
+
+HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                              void* scratch, cudaStream_t stream) const {
+  detail::ScratchCarver place(scratch);
+  const Arrays a = carve(place);
+  const size_t n = num_ids_, u = num_rows_;
+  cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
+              "reduce_gradients: cudaMemsetAsync");
+  if (n > 0 && x.mode != PoolingMode::kNone) {
+    bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
+                                                                          a.bag_of);
+    cuda::check_launch("reduce_gradients: bag_of_id_kernel");
+  }
+  hot_rows_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(groups.row_begin, u, a.chunk_count,
+                                                                a.hot_rows, a.hot_count);
+  cuda::check_launch("reduce_gradients: hot_rows_kernel");
+  size_t scan_bytes = scan_bytes_;
+  cuda::check(cub::DeviceScan::ExclusiveSum(a.scan_temp, scan_bytes, a.chunk_count, a.chunk_first,
+                                            static_cast<int>(u), stream),
+              "reduce_gradients: ExclusiveSum");
+  chunk_row_kernel<<<blocks_for_warps(max_hot_rows_), kBlock, 0, stream>>>(
+      a.hot_rows, a.hot_count, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
+  cuda::check_launch("reduce_gradients: chunk_row_kernel");
+  if (n > 0) {
+    const unsigned blocks = blocks_for_warps(max_chunks_);
+    // partial is 256-byte aligned with a stride of a multiple of 4 floats.
+    if (vec4_ok(g.out, g.out_stride, x.dim)) {
+      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_of, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
+    } else {
+      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_of, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
+    }
+    cuda::check_launch("reduce_gradients: hot_chunk_kernel");
+  }
+  HotChunks h;
+  h.bag_of = a.bag_of;
+  h.chunk_count = a.chunk_count;
+  h.chunk_first = a.chunk_first;
+  h.hot_rows = a.hot_rows;
+  h.hot_count = a.hot_count;
+  h.max_hot_rows = max_hot_rows_;
+  h.partial = a.partial;
+  h.partial_stride = partial_stride_;
+  return h;
+}
+
+}  // namespace dynemb::ops_cuda

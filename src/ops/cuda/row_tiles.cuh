@@ -1,0 +1,132 @@
+// How a warp gathers rows tile by tile into registers (the pooled lookup's forward and the
+// gradient reduction's chunk sums share it): row handles passed lane to lane, tiles loaded ahead
+// of their additions, each product and sum rounded once in ascending id order, so results are
+// bit-identical to the CPU backend's.
+#pragma once
+
+#include <cstdint>
+
+#include "dynemb/ops/pooling.hpp"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/tile_lanes.cuh"
+#include "ops/id_factor.hpp"
+
+namespace dynemb::ops_cuda {
+
+// Rows in the dense layout: row r at base + r * stride; a lane passes a row on as its index.
+struct DenseRows {
+  const float* base;
+  size_t stride;
+  using Handle = uint32_t;
+  static constexpr bool kByAddress = false;
+  __device__ Handle handle(uint32_t r) const { return r; }
+  __device__ const float* at(Handle h) const { return base + h * stride; }
+};
+
+// Rows by address: row r at ptrs[r] (nullptr: zeros); a lane passes a row on as its address.
+struct AddressedRows {
+  const float* const* ptrs;
+  using Handle = const float*;
+  static constexpr bool kByAddress = true;
+  __device__ Handle handle(uint32_t r) const { return ptrs[r]; }
+  __device__ const float* at(Handle h) const { return h; }
+};
+
+__device__ __forceinline__ uint32_t shuffle(uint32_t v, uint32_t from) {
+  return __shfl_sync(0xFFFFFFFFu, v, from);
+}
+__device__ __forceinline__ const float* shuffle(const float* p, uint32_t from) {
+  return reinterpret_cast<const float*>(
+      __shfl_sync(0xFFFFFFFFu, reinterpret_cast<unsigned long long>(p), from));
+}
+
+// Loads the lane's elements of tile [tile, tile + width) of `row` in kVec's layout. By address,
+// a null row reads zeros and a row not 16-byte aligned is read element by element (same
+// layout, so the same values land in the same registers).
+template <uint32_t kVec, class Rows>
+__device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint32_t width,
+                                          uint32_t lane, float (&v)[kTileRegs]) {
+  if constexpr (Rows::kByAddress) {
+    if (row == nullptr) {
+#pragma unroll
+      for (uint32_t q = 0; q < kTileRegs; ++q) v[q] = 0.0f;
+      return;
+    }
+    if constexpr (kVec == 4) {
+      if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+#pragma unroll
+        for (uint32_t q = 0; q < kTileRegs; ++q) {
+          const uint32_t j = 4 * lane + q;
+          v[q] = j < width ? row[tile + j] : 0.0f;
+        }
+        return;
+      }
+    }
+  }
+  TileLanes<kVec>::load(row + tile, width, lane, v);
+}
+
+// Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
+// t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
+// elements. Loads are issued kUnroll terms ahead of their additions.
+template <uint32_t kVec, class Rows>
+__device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
+                                          typename Rows::Handle h_t, float f_t, const Rows& rows,
+                                          uint32_t tile, uint32_t width) {
+  constexpr uint32_t kUnroll = 4;
+  const uint32_t lane = lane_index();
+  uint32_t t = 0;
+  for (; t + kUnroll <= count; t += kUnroll) {
+    float v[kUnroll][kTileRegs];
+    float f[kUnroll];
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) {
+      const typename Rows::Handle h = shuffle(h_t, t + u);
+      f[u] = __shfl_sync(0xFFFFFFFFu, f_t, t + u);
+      load_tile<kVec, Rows>(rows.at(h), tile, width, lane, v[u]);
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) add_scaled(acc, f[u], v[u]);
+  }
+  for (; t < count; ++t) {
+    float v[kTileRegs];
+    const typename Rows::Handle h = shuffle(h_t, t);
+    const float f = __shfl_sync(0xFFFFFFFFu, f_t, t);
+    load_tile<kVec, Rows>(rows.at(h), tile, width, lane, v);
+    add_scaled(acc, f, v);
+  }
+}
+
+// The factor of id i (id_factor), reading the bag length only for MEAN.
+__device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, uint32_t bag) {
+  const int64_t len = x.mode == PoolingMode::kMean ? x.offsets[bag + 1] - x.offsets[bag] : 1;
+  return detail::id_factor(x, i, len);
+}
+
+// The sum, from zero and in ascending id order, of ids_by_row[begin, end) into `out` (dim
+// floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor.
+template <uint32_t kVec>
+__device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
+                                        const uint32_t* ids_by_row, const uint32_t* bag_of,
+                                        uint32_t begin, uint32_t end, float* out) {
+  const uint32_t lane = lane_index();
+  for (uint32_t tile = 0; tile < x.dim; tile += kTileWidth) {
+    const uint32_t width = min(kTileWidth, x.dim - tile);
+    float acc[kTileRegs] = {};
+    for (uint32_t first = begin; first < end; first += 32) {
+      const uint32_t count = min(32u, end - first);
+      uint32_t row_t = 0;
+      float f_t = 0.0f;
+      if (lane < count) {
+        const uint32_t i = ids_by_row[first + lane];
+        const uint32_t b = x.mode == PoolingMode::kNone ? 0 : bag_of[i];
+        row_t = x.mode == PoolingMode::kNone ? i : b;
+        f_t = factor_of(x, i, b);
+      }
+      add_terms<kVec>(acc, count, row_t, f_t, DenseRows{g.out, g.out_stride}, tile, width);
+    }
+    TileLanes<kVec>::store(out + tile, width, lane, acc);
+  }
+}
+
+}  // namespace dynemb::ops_cuda

@@ -1,0 +1,105 @@
+// The training step's dedup with a workspace (detail::dedup_grouped): each batch's sort covers
+// the key bits the previous batch needed, checked on the device, and a batch that needs more bits
+// is sorted again. A sequence of batches whose key ranges grow, shrink and change sign (short
+// and long batches, int64 and uint64 keys) must give what the CPU gives for every batch.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "dynemb/core/memory.hpp"
+#include "ops/backend_vectors.hpp"
+#include "ops/step_ops.hpp"
+
+namespace dynemb {
+namespace {
+
+using ops_test::download;
+using ops_test::upload;
+
+class DedupWorkspace : public testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
+      GTEST_SKIP() << "no CUDA device";
+    }
+  }
+};
+
+// Keys drawn below 2^bits (some repeated), shifted by `base`.
+template <class K>
+std::vector<K> draw(std::mt19937_64& rng, size_t n, int bits, K base) {
+  std::vector<K> keys(n);
+  const uint64_t mask = bits >= 64 ? ~0ull : (uint64_t{1} << bits) - 1;
+  for (auto& k : keys) {
+    const uint64_t v = rng() % 4 == 0 ? 3 : rng() & mask;
+    k = static_cast<K>(static_cast<uint64_t>(base) + v);
+  }
+  return keys;
+}
+
+template <class K>
+void check_sequence(Backend backend, std::mt19937_64& rng) {
+  detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
+  struct Shape {
+    size_t n;
+    int bits;
+    K base;
+  };
+  const K negative = std::is_signed_v<K> ? static_cast<K>(-1000) : static_cast<K>(1ull << 63);
+  const std::vector<Shape> shapes = {{1000, 10, 0},
+                                     {3000, 10, 0},
+                                     {3000, 33, 0},
+                                     {500, 5, 0},
+                                     {2000, 12, negative},
+                                     {1, 0, 7},
+                                     {300000, 20, 0},
+                                     {300000, 40, 0},
+                                     {300000, 8, negative},
+                                     {4000, 64, 0},
+                                     {100, 3, 0},
+                                     {0, 0, 0},
+                                     {70000, 17, K(1) << 50},
+                                     {70000, 18, K(1) << 50}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE("n " + std::to_string(shape.n) + " bits " + std::to_string(shape.bits));
+    const std::vector<K> keys = draw<K>(rng, shape.n, shape.bits, shape.base);
+    const size_t n = keys.size();
+    const std::vector<int64_t> offsets{0, static_cast<int64_t>(n)};
+    std::vector<K> unique(n + 1);
+    std::vector<uint32_t> inverse(n + 1), ids(n + 1), begin(n + 2);
+    const size_t u = detail::dedup_grouped<K>(
+        Backend::kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
+        offsets.data(), 1, "test", {}, cpu_workspace, nullptr);
+    auto dkeys = upload(backend, keys);
+    auto doffsets = upload(backend, offsets);
+    BackendBuffer<K> dunique(backend, n + 1);
+    BackendBuffer<uint32_t> dinverse(backend, n + 1), dids(backend, n + 1), dbegin(backend, n + 2);
+    const size_t du = detail::dedup_grouped<K>(backend, n, dkeys.data(), dunique.data(),
+                                               dinverse.data(), dids.data(), dbegin.data(),
+                                               doffsets.data(), 1, "test", {}, workspace, nullptr);
+    ASSERT_EQ(du, u);
+    EXPECT_EQ(download(dunique, u), std::vector<K>(unique.begin(), unique.begin() + u));
+    EXPECT_EQ(download(dinverse, n), std::vector<uint32_t>(inverse.begin(), inverse.begin() + n));
+    EXPECT_EQ(download(dids, n), std::vector<uint32_t>(ids.begin(), ids.begin() + n));
+    EXPECT_EQ(download(dbegin, u + 1), std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
+  }
+}
+
+TEST_P(DedupWorkspace, KeyRangesThatGrowShrinkAndChangeSignMatchTheCpu) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  check_sequence<int64_t>(GetParam(), rng);
+  check_sequence<uint64_t>(GetParam(), rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DedupWorkspace, testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const testing::TestParamInfo<Backend>& info) {
+                           return to_string(info.param);
+                         });
+
+}  // namespace
+}  // namespace dynemb
