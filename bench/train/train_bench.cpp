@@ -12,6 +12,7 @@
 #include <random>
 
 #include "bench/table/machine_info.hpp"
+#include "bench/train/table_workers.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
@@ -135,19 +136,58 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   std::vector<float> host_grad(config.batch * config.dim);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
   for (auto& g : host_grad) g = normal(rng);
-  BackendBuffer<float> grad(backend, host_grad.size()), out(backend, host_grad.size());
+  BackendBuffer<float> grad(backend, host_grad.size());
   grad.upload(host_grad.data(), host_grad.size());
 
-  auto run_step = [&](int set, bool backward) {
-    for (uint32_t t = 0; t < config.tables; ++t) {
-      const EmbeddingBatch<int64_t> batch{keys[t][set].data(), ids,     offsets.data(),
-                                          config.batch,        nullptr, PoolingMode::kSum};
-      tables[t]->forward(batch, out.data(), config.dim, true, stream);
-      if (backward) {
-        tables[t]->backward(grad.data(), config.dim, stream);
-        tables[t]->end_step();
-      }
+  // Concurrent tables: a clock (its own stream) and an output buffer per table, one host thread
+  // each. Otherwise every table works on the run's clock stream and shares one output.
+  const bool concurrent = config.concurrent_tables;
+  std::vector<std::unique_ptr<BenchClock>> table_clocks;
+  std::vector<BackendBuffer<float>> outs;
+  for (uint32_t t = 0; t < (concurrent ? config.tables : 1u); ++t) {
+    if (concurrent) table_clocks.push_back(make_bench_clock(backend));
+    outs.emplace_back(backend, host_grad.size());
+  }
+  auto stream_of = [&](uint32_t t) { return concurrent ? table_clocks[t]->stream() : stream; };
+  auto synchronize_all = [&] {
+    clock->synchronize();
+    for (auto& c : table_clocks) c->synchronize();
+  };
+  std::unique_ptr<TableWorkers> workers;
+  if (concurrent) workers = std::make_unique<TableWorkers>(config.tables);
+
+  auto table_step = [&](uint32_t t, int set, bool backward) {
+    const EmbeddingBatch<int64_t> batch{keys[t][set].data(), ids,     offsets.data(),
+                                        config.batch,        nullptr, PoolingMode::kSum};
+    const StreamHandle s = stream_of(t);
+    tables[t]->forward(batch, outs[concurrent ? t : 0].data(), config.dim, true, s);
+    if (backward) {
+      tables[t]->backward(grad.data(), config.dim, s);
+      tables[t]->end_step();
     }
+  };
+  // One step over every table; concurrent: returns once every table's stream is done.
+  auto run_step = [&](int set, bool backward) {
+    if (!concurrent) {
+      for (uint32_t t = 0; t < config.tables; ++t) table_step(t, set, backward);
+      return;
+    }
+    workers->run([&](uint32_t t) {
+      table_step(t, set, backward);
+      table_clocks[t]->synchronize();
+    });
+  };
+  // Seconds of one step: CUDA events on the one stream, or the host's wall clock around the
+  // concurrent step (which ends with every stream done).
+  auto timed_step = [&](int set, bool backward) {
+    if (!concurrent) {
+      clock->start();
+      run_step(set, backward);
+      return clock->stop();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    run_step(set, backward);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   auto unique_total = [&] {
     uint64_t u = 0;
@@ -156,44 +196,43 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   };
 
   for (uint32_t s = 0; s < config.warmup_steps; ++s) run_step(s % kBatchSets, true);
-  clock->synchronize();
-  progress << "warm-up done: " << config.warmup_steps << " steps\n";
+  synchronize_all();
+  progress << "warm-up done: " << config.warmup_steps << " steps"
+           << (concurrent ? " (tables side by side)" : "") << "\n";
 
   std::vector<double> step_times, forward_times;
   const uint64_t unique_before = unique_total();
-  for (uint32_t s = 0; s < config.steps; ++s) {
-    clock->start();
-    run_step(s % kBatchSets, true);
-    step_times.push_back(clock->stop());
-  }
+  for (uint32_t s = 0; s < config.steps; ++s)
+    step_times.push_back(timed_step(s % kBatchSets, true));
   r.unique_per_step = double(unique_total() - unique_before) / config.steps;
   for (uint32_t s = 0; s < config.steps; ++s) {
-    clock->start();
-    run_step(s % kBatchSets, false);
-    forward_times.push_back(clock->stop());
+    forward_times.push_back(timed_step(s % kBatchSets, false));
   }
   r.step_seconds = median(step_times);
   r.forward_seconds = median(forward_times);
 
-  // Profiled steps: a sync after every stage, times summed over the tables.
+  // Profiled steps: one table after the other, a sync of its stream after every stage, times
+  // summed over the tables.
   std::map<std::string, std::vector<double>> stage_samples;
   const uint32_t profiled = std::min<uint32_t>(config.steps, 3);
   for (uint32_t s = 0; s < profiled; ++s) {
     std::map<std::string, double> step_stage;
     auto last = std::chrono::steady_clock::now();
-    for (auto& t : tables) {
-      t->set_stage_observer([&](const char* stage) {
-        clock->synchronize();
+    for (uint32_t t = 0; t < config.tables; ++t) {
+      BenchClock* table_clock = concurrent ? table_clocks[t].get() : clock.get();
+      tables[t]->set_stage_observer([&, table_clock](const char* stage) {
+        table_clock->synchronize();
         const auto now = std::chrono::steady_clock::now();
         step_stage[stage] += std::chrono::duration<double>(now - last).count();
         last = now;
       });
     }
-    clock->synchronize();
+    synchronize_all();
     last = std::chrono::steady_clock::now();
-    run_step(s % kBatchSets, true);
+    for (uint32_t t = 0; t < config.tables; ++t) table_step(t, s % kBatchSets, true);
     for (auto& [stage, seconds] : step_stage) stage_samples[stage].push_back(seconds);
   }
+  synchronize_all();
   for (auto& t : tables) t->set_stage_observer(nullptr);
   for (auto& [stage, samples] : stage_samples) r.stage_seconds[stage] = median(samples);
 
@@ -208,7 +247,8 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
                        u * 4.0 * useful_row_floats * 2;
   r.forward_floor_seconds = r.forward_floor_bytes / r.copy_bandwidth;
   r.step_floor_seconds = r.step_floor_bytes / r.copy_bandwidth;
-  for (auto& t : tables) r.rows_after += t->table().size(stream);
+  for (uint32_t t = 0; t < config.tables; ++t)
+    r.rows_after += tables[t]->table().size(stream_of(t));
   return r;
 }
 
@@ -219,7 +259,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       << "): " << c.tables << " tables x dim " << c.dim << ", batch " << c.batch << " x "
       << c.ids_per_bag << " ids, Zipf " << c.zipf_alpha << " over " << c.rows_per_table
       << " ids: " << r.lookups_per_step << " lookups, " << std::setprecision(0) << r.unique_per_step
-      << " unique per step, rows of " << r.row_dim << " floats\n"
+      << " unique per step, rows of " << r.row_dim << " floats"
+      << (c.concurrent_tables ? ", tables side by side" : "") << "\n"
       << std::setprecision(3);
   out << "| stage | ms | floor ms | ms / floor |\n| --- | --- | --- | --- |\n";
   auto row = [&](const std::string& name, double s, double floor) {
@@ -262,6 +303,7 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                      {"warmup_steps", c.warmup_steps},
                      {"steps", c.steps},
                      {"threads", c.threads},
+                     {"concurrent_tables", c.concurrent_tables},
                      {"pooling", "sum"},
                      {"score_policy", "step"},
                      {"key_type", "int64"}};

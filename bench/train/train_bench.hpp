@@ -28,7 +28,10 @@ struct TrainBenchConfig {
   uint32_t warmup_steps = 3;
   uint32_t steps = 10;
   uint32_t threads = 0;  // CPU table threads (0 = all)
-  uint64_t seed = 0;     // 0 = random
+  // The tables' steps run side by side: one host thread and (CUDA) one stream per table. Off:
+  // one table after the other on one stream. Stage profiling stays one table at a time.
+  bool concurrent_tables = false;
+  uint64_t seed = 0;  // 0 = random
   std::string json_path;
 };
 
@@ -47,7 +50,9 @@ struct TrainBenchReport {
   double copy_bandwidth = 0.0;  // bytes (read + written) per second, measured in this run
   uint64_t lookups_per_step = 0;
   double unique_per_step = 0.0;  // distinct keys per step, summed over tables
-  double step_seconds = 0.0;     // median over the timed steps, no profiling syncs
+  // Median over the timed steps, no profiling syncs (concurrent tables: host wall clock from the
+  // first table's start to the last table's stream done; else CUDA events on the one stream).
+  double step_seconds = 0.0;
   double forward_seconds = 0.0;  // median forward-only time (no backward)
   // Median seconds per stage over profiled steps (a sync after each stage), summed over tables.
   std::map<std::string, double> stage_seconds;

@@ -16,6 +16,7 @@ struct BenchTrainArgs {
   uint32_t tables = 0, dim = 0, ids_per_bag = 0, steps = 0, warmup = 0, threads = 0;
   uint64_t rows = 0, batch = 0, seed = 0;
   double alpha = 0.0;
+  bool concurrent_tables = false, sequential_tables = false;
   std::string json_path;
 };
 
@@ -37,6 +38,9 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   if (a.batch) c.batch = a.batch;
   if (a.alpha > 0) c.zipf_alpha = a.alpha;
   c.threads = a.threads;
+  // Tables side by side: by default on cuda (one stream and host thread per table).
+  c.concurrent_tables =
+      a.concurrent_tables || (!a.sequential_tables && c.backend == Backend::kCuda);
   c.seed = a.seed;
   c.json_path = a.json_path;
   return c;
@@ -64,6 +68,11 @@ void install(CLI::App& cmd) {
   cmd.add_option("--warmup", a->warmup, "warm-up steps (default 3)");
   cmd.add_option("--threads", a->threads, "CPU table threads (0 = all)");
   cmd.add_option("--seed", a->seed, "random seed (0 = random)");
+  cmd.add_flag("--concurrent-tables", a->concurrent_tables,
+               "run the tables' steps side by side, one stream and host thread each (default "
+               "for cuda)");
+  cmd.add_flag("--sequential-tables", a->sequential_tables,
+               "run the tables one after the other on one stream (default for cpu)");
   cmd.add_option("--json", a->json_path, "result file (default bench/results/train-...json)");
   cmd.callback([a] {
     const auto config = make_config(*a);

@@ -1,8 +1,10 @@
-// dedup on the GPU: radix sort (key, position), mark run heads, scan them into ranks. The sorted
+// dedup on the GPU: radix sort (key, position), scan the run heads into ranks. The sorted
 // positions are the ids grouped by unique key (ascending in each group: the sort is stable),
 // which the gradient reduction reuses instead of sorting again. The sort covers only the key bits
 // that differ: predicted from the last batch when a workspace is given (checked on the device,
 // read back with the unique count, sorted again if short), else measured for long batches.
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -35,10 +37,19 @@ enum Status : int {
 };
 constexpr int kZeroWords = kFirstBadOffset;
 
+// 1 where sorted[i] starts a run of equal keys, else 0: scanned straight into the ranks.
 template <class K>
-__global__ void head_flags_kernel(const K* sorted, size_t n, uint32_t* heads) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) heads[i] = (i == 0 || sorted[i] != sorted[i - 1]) ? 1u : 0u;
+struct HeadFlag {
+  const K* sorted;
+  __host__ __device__ uint32_t operator()(uint32_t i) const {
+    return (i == 0 || sorted[i] != sorted[i - 1]) ? 1u : 0u;
+  }
+};
+
+template <class K>
+auto head_flags(const K* sorted) {
+  return thrust::make_transform_iterator(thrust::counting_iterator<uint32_t>(0),
+                                         HeadFlag<K>{sorted});
 }
 
 // rank[i] is the inclusive count of heads: the unique position of sorted[i] is rank[i] - 1.
@@ -152,9 +163,9 @@ class SortPass {
       cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, unique_keys, inverse,
                                                   ids_by_row, items, 0, end_bit, stream_),
                   "dedup: SortPairs (size)");
-      cuda::check(
-          cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, inverse, inverse, items, stream_),
-          "dedup: InclusiveSum (size)");
+      cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<K>(unique_keys),
+                                                inverse, items, stream_),
+                  "dedup: InclusiveSum (size)");
       if (cached != nullptr) *cached = {n, end_bit, sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
@@ -188,9 +199,8 @@ class SortPass {
     cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                 ids_by_row, items, 0, end_bit, stream_),
                 "dedup: SortPairs");
-    head_flags_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(sorted, n, rank);
-    cuda::check_launch("dedup: head_flags_kernel");
-    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, rank, rank, items, stream_),
+    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<K>(sorted), rank, items,
+                                              stream_),
                 "dedup: InclusiveSum");
     scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
         sorted, ids_by_row, rank, n, unique_keys, inverse, row_begin, status);
