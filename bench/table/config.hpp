@@ -26,6 +26,8 @@ struct TableBenchConfig {
   uint32_t repeats = 2;                 // timed runs per cell; the best is kept
   uint32_t threads = 0;                 // CPU worker threads (0 = all hardware threads)
   std::optional<double> hbm_budget_gb;  // CUDA hybrid mode: GiB of values kept in HBM
+  // CUDA: writing calls of at least this many keys are grouped by bucket (TableOptions).
+  uint64_t grouped_write_min_batch = TableOptions{}.grouped_write_min_batch;
   std::vector<TableOp> ops = all_table_ops();
   bool peers = true;          // CPU: also time libcuckoo and absl::flat_hash_map
   uint64_t seed = 0;          // key stream seed

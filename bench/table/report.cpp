@@ -251,7 +251,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"init_capacity_equals_max_capacity", true},
       {"safe_check", "ignore"},
       {"thread_safe", c.backend == Backend::kCpu},
-      {"grouped_write_min_batch", TableOptions{}.grouped_write_min_batch},
+      {"grouped_write_min_batch", c.grouped_write_min_batch},
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "

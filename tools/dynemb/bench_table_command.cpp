@@ -22,6 +22,7 @@ struct BenchTableArgs {
   uint32_t repeats = 0;
   uint32_t threads = 0;
   double hbm_budget_gb = 0;
+  uint64_t grouped_write_min_batch = 0;
   std::vector<std::string> ops;
   bool no_peers = false;
   uint64_t seed = 0;
@@ -39,6 +40,7 @@ struct GivenOptions {
   CLI::Option* repeats = nullptr;
   CLI::Option* threads = nullptr;
   CLI::Option* hbm_budget_gb = nullptr;
+  CLI::Option* grouped_write_min_batch = nullptr;
   CLI::Option* ops = nullptr;
 };
 
@@ -52,6 +54,8 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   if (given.repeats->count() > 0) c.repeats = a.repeats;
   if (given.threads->count() > 0) c.threads = a.threads;
   if (given.hbm_budget_gb->count() > 0) c.hbm_budget_gb = a.hbm_budget_gb;
+  if (given.grouped_write_min_batch->count() > 0)
+    c.grouped_write_min_batch = a.grouped_write_min_batch;
   if (given.ops->count() > 0) {
     c.ops.clear();
     for (const std::string& name : a.ops) c.ops.push_back(dynemb::bench::parse_op(name, "--ops"));
@@ -95,6 +99,10 @@ void install(CLI::App& cmd) {
   given->hbm_budget_gb = cmd.add_option(
       "--hbm-budget-gb", args->hbm_budget_gb,
       "cuda: GiB of values kept in HBM, the rest in pinned host memory (hybrid mode)");
+  given->grouped_write_min_batch = cmd.add_option(
+      "--grouped-write-min-batch", args->grouped_write_min_batch,
+      "cuda: writing calls of at least this many keys are sorted by bucket and written without "
+      "bucket locks (default 16384; a huge value keeps every call on the locks)");
   given->ops =
       cmd.add_option(
              "--ops", args->ops,
@@ -104,8 +112,9 @@ void install(CLI::App& cmd) {
   CLI::Option* seed = cmd.add_option("--seed", args->seed,
                                      "Key stream seed (default 0 = random; the JSON records it)");
   // Unsigned options: a negative value is an error, not a wrap-around.
-  for (CLI::Option* option : {given->dims, given->capacity, given->batch, given->repeats,
-                              given->threads, given->hbm_budget_gb, seed}) {
+  for (CLI::Option* option :
+       {given->dims, given->capacity, given->batch, given->repeats, given->threads,
+        given->hbm_budget_gb, given->grouped_write_min_batch, seed}) {
     option->check(dynemb::tools::not_negative());
   }
   cmd.add_option("--json", args->json_path,
