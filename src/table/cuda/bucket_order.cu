@@ -23,12 +23,19 @@ __global__ void bucket_of_keys_kernel(const uint64_t* keys, const uint32_t* subs
   positions[k] = i;
 }
 
+__global__ void gather_keys_kernel(const uint64_t* keys, const uint32_t* positions, uint64_t n,
+                                   uint64_t* out) {
+  const uint64_t k = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = keys[positions[k]];
+}
+
 }  // namespace
 
 BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset,
                             uint64_t n, cudaStream_t stream) {
   cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
-  BucketOrder out{cuda::DeviceArray<uint32_t>(n, stream), cuda::DeviceArray<uint32_t>(n, stream)};
+  BucketOrder out{cuda::DeviceArray<uint32_t>(n, stream), cuda::DeviceArray<uint32_t>(n, stream),
+                  cuda::DeviceArray<uint64_t>(n, stream)};
   bucket_of_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
       keys, subset, n, t.num_buckets, buckets_in.data(), positions_in.data());
   cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
@@ -44,6 +51,10 @@ BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint
                                               out.buckets.data(), positions_in.data(),
                                               out.positions.data(), items, 0, end_bit, stream),
               "cub::DeviceRadixSort::SortPairs");
+  // The write kernel reads each entry's key next to its bucket, not through its position.
+  gather_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
+      keys, out.positions.data(), n, out.keys.data());
+  cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
   return out;
 }
 

@@ -16,6 +16,7 @@ namespace dynemb::cuda_table {
 struct BucketOrder {
   cuda::DeviceArray<uint32_t> buckets;    // bucket of each entry, ascending
   cuda::DeviceArray<uint32_t> positions;  // batch position of each entry
+  cuda::DeviceArray<uint64_t> keys;       // key of each entry
 };
 
 // Groups keys[subset[k]] (keys[k] when subset is null), k < n, by bucket of `table`. Requires

@@ -514,6 +514,7 @@ class CudaTable final : public Table<K> {
     const BucketOrder order = group_by_bucket(view, a.keys, a.subset, a.n, s);
     a.subset = order.positions.data();
     a.run_buckets = order.buckets.data();
+    a.run_keys = order.keys.data();
     launch_write(op, view, a, s);
   }
 

@@ -79,9 +79,10 @@ enum class WriteOp : uint8_t {
 struct WriteArgs {
   const uint64_t* keys = nullptr;
   const uint32_t* subset = nullptr;  // when set, the launch covers keys[subset[t]], t < n
-  // Grouped launch: the bucket of each subset entry, ascending (BucketOrder). One tile writes
-  // each bucket's entries in order, without locks.
+  // Grouped launch (BucketOrder): the bucket and key of each subset entry, buckets ascending.
+  // One tile writes each bucket's entries in order, without locks.
   const uint32_t* run_buckets = nullptr;
+  const uint64_t* run_keys = nullptr;
   uint64_t n = 0;
   // When set, the launch covers min(*n_device, n) entries (a count a previous kernel wrote).
   const unsigned long long* n_device = nullptr;

@@ -60,11 +60,79 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
   atomicExch(&s->refusal_lock, 0u);
 }
 
+constexpr bool stores_input(WriteOp op) {
+  return op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
+         op == WriteOp::kAssign || op == WriteOp::kAccumOrAssign;
+}
+
+// float4s of a caller's row held per thread: rows of up to 4 * kTileSize float4s (128 floats)
+// are loaded before the probe, so their latency overlaps it.
+inline constexpr uint32_t kPrefetchVectors = 4;
+struct RowPrefetch {
+  float4 v[kPrefetchVectors];
+  bool held;
+};
+
+template <bool kVec>
+__device__ __forceinline__ RowPrefetch prefetch_row(const Tile& tile, const float* src,
+                                                    uint32_t dim) {
+  RowPrefetch p;
+  p.held = kVec && dim / 4 <= kTileSize * kPrefetchVectors;
+  if (kVec && p.held) {
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+#pragma unroll
+    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
+      const uint32_t j = tile.thread_rank() + m * kTileSize;
+      if (j < dim / 4) p.v[m] = s4[j];
+    }
+  }
+  return p;
+}
+
+// dst = the caller's row src (from the prefetch when it holds it).
+template <bool kVec>
+__device__ __forceinline__ void store_row(const Tile& tile, float* dst, const float* src,
+                                          const RowPrefetch& p, uint32_t dim) {
+  if (kVec && p.held) {
+    auto* d4 = reinterpret_cast<float4*>(dst);
+#pragma unroll
+    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
+      const uint32_t j = tile.thread_rank() + m * kTileSize;
+      if (j < dim / 4) d4[j] = p.v[m];
+    }
+  } else {
+    copy_row<kVec, false>(tile, dst, src, dim);
+  }
+}
+
+// dst += the caller's row src, element by element (from the prefetch when it holds it).
+template <bool kVec>
+__device__ __forceinline__ void add_row(const Tile& tile, float* dst, const float* src,
+                                        const RowPrefetch& p, uint32_t dim) {
+  if (kVec && p.held) {
+    auto* d4 = reinterpret_cast<float4*>(dst);
+#pragma unroll
+    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
+      const uint32_t j = tile.thread_rank() + m * kTileSize;
+      if (j >= dim / 4) continue;
+      float4 x = __ldcg(d4 + j);
+      x.x = __fadd_rn(x.x, p.v[m].x);
+      x.y = __fadd_rn(x.y, p.v[m].y);
+      x.z = __fadd_rn(x.z, p.v[m].z);
+      x.w = __fadd_rn(x.w, p.v[m].w);
+      d4[j] = x;
+    }
+  } else {
+    accumulate_row<kVec>(tile, dst, src, dim);
+  }
+}
+
+// Applies op to batch entry i (its key already loaded). kLocked: take the bucket's lock; else
+// the caller owns the bucket (grouped launch).
 template <WriteOp kOp, bool kVec, bool kLocked>
 __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
-                          BlockCounts* counts) {
+                          uint64_t key, BlockCounts* counts) {
   const bool leader = tile.thread_rank() == 0;
-  const uint64_t key = a.keys[i];
   if (key >= kFirstReservedKey) {
     if (leader) atomicAdd(&counts->reserved, 1ull);
     if (kOp == WriteOp::kFindOrInsert && leader) {
@@ -81,6 +149,9 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   const uint64_t given = has_given ? a.scores_in[i] : 0;
   uint64_t now = a.clock;
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
+  const float* input = stores_input(kOp) ? a.values_in + i * dim : nullptr;
+  RowPrefetch pre{};
+  if constexpr (stores_input(kOp)) pre = prefetch_row<kVec>(tile, input, dim);
 
   if constexpr (kLocked) lock_bucket(tile, t.locks + bucket);
   // Issued before the probe so the two loads overlap.
@@ -108,9 +179,9 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         }
         if (leader && a.founds != nullptr) a.founds[i] = true;
       } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
-        accumulate_row<kVec>(tile, row, a.values_in + i * dim, dim);
+        add_row<kVec>(tile, row, input, pre, dim);
       } else {
-        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+        store_row<kVec>(tile, row, input, pre, dim);
       }
       if (leader) {
         const uint64_t old = a.policy == ScorePolicy::kLfu ? __ldcg(t.scores + slot) : 0;
@@ -166,7 +237,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         }
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
-        emit<kVec>(tile, a, key, a.values_in + i * dim, new_score, dim, false);
+        emit<kVec>(tile, a, key, input, new_score, dim, false);
       }
     } else {
       const uint64_t slot = base + static_cast<uint64_t>(target);
@@ -183,7 +254,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else {
-        copy_row<kVec, false>(tile, row, a.values_in + i * dim, dim);
+        store_row<kVec>(tile, row, input, pre, dim);
       }
       if (leader) {
         t.keys[slot] = key;
@@ -200,8 +271,23 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   }
 }
 
-template <WriteOp kOp, bool kVec, bool kGrouped>
-__global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, WriteArgs a) {
+// Adds a block's tallies to the table's stats and the call state (one thread).
+__device__ void flush_counts(const BlockCounts& counts, const TableView& t, const WriteArgs& a) {
+  if (counts.evictions) atomicAdd(&t.stats->evictions, counts.evictions);
+  if (counts.refused) {
+    atomicAdd(&t.stats->refused, counts.refused);
+    atomicAdd(&a.state->refused, counts.refused);
+  }
+  if (counts.reserved) {
+    atomicAdd(&t.stats->reserved_keys, counts.reserved);
+    atomicAdd(&a.state->reserved, counts.reserved);
+  }
+  if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
+}
+
+// Key by key under bucket locks; a persistent grid strides over the batch (or subset).
+template <WriteOp kOp, bool kVec>
+__global__ void __launch_bounds__(kBlockThreads) locked_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
   __syncthreads();
@@ -212,32 +298,34 @@ __global__ void __launch_bounds__(kBlockThreads) write_kernel(TableView t, Write
     const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
-      if constexpr (kGrouped) {
-        // The tile at a bucket's first entry writes all of that bucket's entries, in order.
-        const uint32_t bucket = a.run_buckets[k];
-        if (k > 0 && a.run_buckets[k - 1] == bucket) continue;
-        for (uint64_t j = k; j < n && a.run_buckets[j] == bucket; ++j) {
-          write_one<kOp, kVec, false>(tile, t, a, a.subset[j], &counts);
-        }
-      } else {
-        const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-        write_one<kOp, kVec, true>(tile, t, a, i, &counts);
+      const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
+      write_one<kOp, kVec, true>(tile, t, a, i, a.keys[i], &counts);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) flush_counts(counts, t, a);
+}
+
+// A grouped launch (BucketOrder): one tile per entry; the tile at a bucket's first entry writes
+// all of that bucket's entries in order, without a lock: no other tile touches the bucket.
+template <WriteOp kOp, bool kVec>
+__global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView t, WriteArgs a) {
+  __shared__ BlockCounts counts;
+  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  __syncthreads();
+  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
+  const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
+  const uint64_t k = static_cast<uint64_t>(blockIdx.x) * kTilesPerBlock + tile.meta_group_rank();
+  if (!aborted && k < a.n) {
+    const uint32_t bucket = a.run_buckets[k];
+    if (k == 0 || a.run_buckets[k - 1] != bucket) {
+      for (uint64_t j = k; j < a.n && a.run_buckets[j] == bucket; ++j) {
+        write_one<kOp, kVec, false>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
       }
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (counts.evictions) atomicAdd(&t.stats->evictions, counts.evictions);
-    if (counts.refused) {
-      atomicAdd(&t.stats->refused, counts.refused);
-      atomicAdd(&a.state->refused, counts.refused);
-    }
-    if (counts.reserved) {
-      atomicAdd(&t.stats->reserved_keys, counts.reserved);
-      atomicAdd(&a.state->reserved, counts.reserved);
-    }
-    if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
-  }
+  if (threadIdx.x == 0) flush_counts(counts, t, a);
 }
 
 // Blocks that fit on the device at once for `kernel` (a persistent grid: tiles stride over the
@@ -253,26 +341,26 @@ unsigned resident_blocks(Kernel kernel) {
   return static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
 }
 
-template <WriteOp kOp, bool kVec, bool kGrouped>
+template <WriteOp kOp, bool kVec>
 void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) {
-  static const unsigned resident = resident_blocks(write_kernel<kOp, kVec, kGrouped>);
+  if (a.run_buckets != nullptr) {
+    grouped_write_kernel<kOp, kVec><<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
+    cuda::check(cudaGetLastError(), "grouped_write_kernel launch");
+    return;
+  }
+  static const unsigned resident = resident_blocks(locked_write_kernel<kOp, kVec>);
   const uint64_t needed = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
   const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
-  write_kernel<kOp, kVec, kGrouped><<<blocks, kBlockThreads, 0, stream>>>(t, a);
-  cuda::check(cudaGetLastError(), "write_kernel launch");
+  locked_write_kernel<kOp, kVec><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
-  const bool grouped = a.run_buckets != nullptr;
-  if (vec && grouped) {
-    launch_kernel<kOp, true, true>(t, a, stream);
-  } else if (vec) {
-    launch_kernel<kOp, true, false>(t, a, stream);
-  } else if (grouped) {
-    launch_kernel<kOp, false, true>(t, a, stream);
+  if (vec) {
+    launch_kernel<kOp, true>(t, a, stream);
   } else {
-    launch_kernel<kOp, false, false>(t, a, stream);
+    launch_kernel<kOp, false>(t, a, stream);
   }
 }
 
