@@ -1,4 +1,5 @@
-// Stream-ordered device temporaries (cudaMallocAsync / cudaFreeAsync on one stream).
+// Stream-ordered device temporaries (allocated from dynemb's scratch pool, freed with
+// cudaFreeAsync, on one stream).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,18 +8,19 @@
 #include <utility>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/scratch_pool.hpp"
 
 namespace dynemb::cuda {
 
-// `count` elements of T, allocated and freed in the order of `stream`.
+// `count` elements of T on the current device, allocated and freed in the order of `stream`.
 template <class T>
 class DeviceArray {
  public:
   DeviceArray() = default;
   DeviceArray(size_t count, cudaStream_t stream) : stream_(stream), count_(count) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&data_), (count == 0 ? 1 : count) * sizeof(T),
-                          stream),
-          "cudaMallocAsync (temporary)");
+    check(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&data_),
+                                  (count == 0 ? 1 : count) * sizeof(T), scratch_pool(), stream),
+          "cudaMallocFromPoolAsync (temporary)");
   }
   ~DeviceArray() {
     if (data_ != nullptr) cudaFreeAsync(data_, stream_);

@@ -4,6 +4,7 @@
 #include <cub/device/device_select.cuh>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/device_array.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
 
@@ -129,12 +130,10 @@ void select_indices(uint64_t first, uint64_t n, Pred pred, uint64_t* out, unsign
   cuda::check(cub::DeviceSelect::If(nullptr, temp_bytes, in, out, count, static_cast<int64_t>(n),
                                     pred, stream),
               "cub::DeviceSelect::If (size)");
-  void* temp = nullptr;
-  cuda::check(cudaMallocAsync(&temp, temp_bytes, stream), "cudaMallocAsync (select temp)");
-  const cudaError_t status = cub::DeviceSelect::If(temp, temp_bytes, in, out, count,
-                                                   static_cast<int64_t>(n), pred, stream);
-  cudaFreeAsync(temp, stream);
-  cuda::check(status, "cub::DeviceSelect::If");
+  const cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  cuda::check(cub::DeviceSelect::If(temp.data(), temp_bytes, in, out, count,
+                                    static_cast<int64_t>(n), pred, stream),
+              "cub::DeviceSelect::If");
 }
 
 }  // namespace
@@ -165,16 +164,14 @@ void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool h
                    uint64_t min_score, uint64_t* keys, float* values, uint64_t* scores,
                    CallState* state, cudaStream_t stream) {
   if (n_slots == 0) return;
-  uint64_t* slots = nullptr;
-  cuda::check(cudaMallocAsync(reinterpret_cast<void**>(&slots), n_slots * sizeof(uint64_t), stream),
-              "cudaMallocAsync (export slots)");
+  const cuda::DeviceArray<uint64_t> slot_list(n_slots, stream);
+  uint64_t* slots = slot_list.data();
   select_indices(offset, n_slots, StoredSlot{t.keys, t.scores, has_min, min_score}, slots,
                  &state->count, stream);
   const unsigned blocks = blocks_for_tiles(n_slots, 65535ull * 16);
   gather_slots_kernel<<<blocks, kBlockThreads, 0, stream>>>(t, slots, &state->count, keys, values,
                                                             scores);
   cuda::check(cudaGetLastError(), "gather_slots_kernel launch");
-  cudaFreeAsync(slots, stream);
 }
 
 void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
