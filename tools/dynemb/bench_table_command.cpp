@@ -102,7 +102,7 @@ void install(CLI::App& cmd) {
   given->grouped_write_min_batch = cmd.add_option(
       "--grouped-write-min-batch", args->grouped_write_min_batch,
       "cuda: writing calls of at least this many keys are sorted by bucket and written without "
-      "bucket locks (default 16384; a huge value keeps every call on the locks)");
+      "bucket locks (default: never; 0 = every call)");
   given->ops =
       cmd.add_option(
              "--ops", args->ops,

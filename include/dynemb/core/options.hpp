@@ -46,9 +46,9 @@ struct TableOptions {
   uint64_t max_hbm_for_values = std::numeric_limits<uint64_t>::max();
   bool thread_safe = true;
   // CUDA backend: writing calls of at least this many keys are sorted by bucket and each
-  // bucket written by one tile without locks; smaller ones lock bucket by bucket (0: always
-  // sort).
-  uint64_t grouped_write_min_batch = 16384;
+  // bucket written by one tile, in batch order, without locks (0: every call); smaller ones lock
+  // bucket by bucket. Off by default: the sort costs more than the locks (docs/cuda_table.md).
+  uint64_t grouped_write_min_batch = std::numeric_limits<uint64_t>::max();
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

@@ -140,12 +140,12 @@ void run_full_load(uint64_t grouped_min) {
 
 TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
   DYNEMB_REQUIRE_CUDA();
-  run_full_load(TableOptions{}.grouped_write_min_batch);  // 200K-key batches: grouped
+  run_full_load(TableOptions{}.grouped_write_min_batch);  // the default: bucket locks
 }
 
-TEST(CudaTableFullLoad, LockedWritesKeepTheTableConsistentToo) {
+TEST(CudaTableFullLoad, GroupedWritesKeepTheTableConsistentToo) {
   DYNEMB_REQUIRE_CUDA();
-  run_full_load(~uint64_t{0});  // never grouped: bucket locks
+  run_full_load(0);  // every call grouped by bucket
 }
 
 }  // namespace
