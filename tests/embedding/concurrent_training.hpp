@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -112,6 +113,19 @@ inline std::map<int64_t, std::vector<float>> rows_of(Embedding<int64_t>& emb) {
     rows[k].assign(row.begin(), row.end());
   });
   return rows;
+}
+
+// Whether two dumps hold the same keys with bit-identical rows.
+inline bool same_rows(const std::map<int64_t, std::vector<float>>& a,
+                      const std::map<int64_t, std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
+    if (i->first != j->first || i->second.size() != j->second.size() ||
+        std::memcmp(i->second.data(), j->second.data(), i->second.size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace dynemb::embedding_test

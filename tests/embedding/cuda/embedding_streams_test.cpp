@@ -17,21 +17,10 @@ namespace {
 using embedding_test::make_training_run;
 using embedding_test::outputs_of;
 using embedding_test::rows_of;
+using embedding_test::same_rows;
 using embedding_test::train;
 using embedding_test::training_options;
 using embedding_test::TrainingRun;
-
-bool same_rows(const std::map<int64_t, std::vector<float>>& a,
-               const std::map<int64_t, std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
-    if (i->first != j->first || i->second.size() != j->second.size() ||
-        std::memcmp(i->second.data(), j->second.data(), i->second.size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 TEST(EmbeddingStreams, TablesOnTheirOwnThreadsAndStreamsMatchASequentialRun) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
