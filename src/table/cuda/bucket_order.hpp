@@ -20,7 +20,7 @@ struct BucketOrder {
 };
 
 // Groups keys[subset[k]] (keys[k] when subset is null), k < n, by bucket of `table`. Requires
-// n < 2^32 and table.num_buckets <= 2^32.
+// n < 2^31 (CUB's item count) and table.num_buckets <= 2^32.
 BucketOrder group_by_bucket(const TableView& table, const uint64_t* keys, const uint32_t* subset,
                             uint64_t n, cudaStream_t stream);
 
