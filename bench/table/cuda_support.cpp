@@ -1,6 +1,7 @@
 // The CUDA parts of the table benchmark: event timing on a created stream, device properties.
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/pcie_floor.hpp"
+#include "bench/table/random_rows.hpp"
 #include "dynemb/core/error.hpp"
 
 #include <algorithm>
@@ -58,7 +59,8 @@ std::unique_ptr<BenchClock> make_cuda_bench_clock(int device) {
   return std::make_unique<CudaEventClock>(device);
 }
 
-std::optional<PcieBandwidth> measure_pcie_bandwidth(int device) {
+std::optional<PcieBandwidth> measure_pcie_bandwidth(
+    int device, const std::map<uint32_t, size_t>& host_regions) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) return std::nullopt;
   check(cudaSetDevice(device), "cudaSetDevice");
@@ -86,6 +88,8 @@ std::optional<PcieBandwidth> measure_pcie_bandwidth(int device) {
   b.device_to_host = best(host, dev, cudaMemcpyDeviceToHost);
   cudaFree(dev);
   cudaFreeHost(host);
+  for (const auto& [dim, bytes] : host_regions)
+    b.random_rows[dim] = measure_random_rows(dim, bytes);
   return b;
 }
 
@@ -113,7 +117,7 @@ std::optional<GpuInfo> query_gpu_info(int) {
   return std::nullopt;
 }
 
-std::optional<PcieBandwidth> measure_pcie_bandwidth(int) {
+std::optional<PcieBandwidth> measure_pcie_bandwidth(int, const std::map<uint32_t, size_t>&) {
   return std::nullopt;
 }
 

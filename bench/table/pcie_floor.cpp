@@ -41,4 +41,13 @@ double pcie_floor_seconds(const PcieBytes& bytes, const PcieBandwidth& bandwidth
   return std::max(in, out);
 }
 
+std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
+                                               const PcieBandwidth& bandwidth, uint32_t dim) {
+  const auto it = bandwidth.random_rows.find(dim);
+  if (it == bandwidth.random_rows.end()) return std::nullopt;
+  const double in = it->second.read > 0 ? bytes.read / it->second.read : 0.0;
+  const double out = it->second.write > 0 ? bytes.written / it->second.write : 0.0;
+  return std::max(in, out);
+}
+
 }  // namespace dynemb::bench

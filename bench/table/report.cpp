@@ -56,6 +56,26 @@ std::optional<double> over_pcie_floor(const TableBenchReport& r, const ScenarioR
   return it->second.seconds / *floor;
 }
 
+// The call's floor at the random-row rate measured for its dim (hybrid runs).
+std::optional<double> random_row_floor_of(const TableBenchReport& r, const ScenarioResult& s,
+                                          TableOp op) {
+  if (!r.pcie || !r.config.hbm_budget_gb) return std::nullopt;
+  const double share = host_row_share(s.capacity, s.dim, *r.config.hbm_budget_gb * 1073741824.0);
+  const auto floor =
+      random_row_floor_seconds(pcie_bytes(op, r.config.batch, s.dim, share), *r.pcie, s.dim);
+  if (share <= 0.0 || !floor || *floor <= 0.0) return std::nullopt;
+  return floor;
+}
+
+// Measured time over the random-row floor (1.0 = at the rate the link gives random rows).
+std::optional<double> over_random_row_floor(const TableBenchReport& r, const ScenarioResult& s,
+                                            TableOp op) {
+  const auto floor = random_row_floor_of(r, s, op);
+  const auto it = s.dynemb.find(op);
+  if (!floor || it == s.dynemb.end() || it->second.seconds <= 0) return std::nullopt;
+  return it->second.seconds / *floor;
+}
+
 std::optional<double> anchor_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op) {
   if (r.config.backend != Backend::kCuda) return std::nullopt;
   return hkv_anchor(s.dim, s.capacity, s.load_factor, op, r.config.hbm_budget_gb);
@@ -127,6 +147,16 @@ std::string render_tables(const TableBenchReport& report) {
       << (c.backend == Backend::kCuda ? " after a warm-up call" : "")
       << "; TIMESTAMP scores, fixed capacity. B-KV/s = 2^30 KV/s, M-KV/s = 2^20 KV/s. export "
          "walks the whole capacity in export_batch chunks and counts every slot as one pair.\n";
+  if (report.pcie) {
+    out << "\nPCIe measured in this run: bulk copies "
+        << fixed(report.pcie->host_to_device / 1e9, 1) << " GB/s to the device, "
+        << fixed(report.pcie->device_to_host / 1e9, 1) << " GB/s to the host";
+    for (const auto& [dim, rate] : report.pcie->random_rows) {
+      out << "; random rows of dim " << dim << ": read " << fixed(rate.read / 1e9, 1)
+          << " GB/s, written " << fixed(rate.write / 1e9, 1) << " GB/s";
+    }
+    out << ".\n";
+  }
   std::vector<uint32_t> dims;
   for (const ScenarioResult& s : report.scenarios) {
     if (dims.empty() || dims.back() != s.dim) dims.push_back(s.dim);
@@ -183,6 +213,12 @@ std::string render_tables(const TableBenchReport& report) {
         out, report, dim,
         "hybrid: time over the PCIe floor (host-resident rows' bytes / measured PCIe bandwidth)",
         [&](const ScenarioResult& s, TableOp op) { return over_pcie_floor(report, s, op); }, 2);
+    render_block(
+        out, report, dim,
+        "hybrid: time over the random-row floor (host-resident rows' bytes / the rate "
+        "kernels gather or scatter random rows of this dim over the same link)",
+        [&](const ScenarioResult& s, TableOp op) { return over_random_row_floor(report, s, op); },
+        2);
     for (const ScenarioResult& s : report.scenarios) {
       if (s.dim != dim) continue;
       for (const std::string& note : s.notes) {
@@ -216,6 +252,15 @@ nlohmann::json to_json(const TableBenchReport& report) {
     j["pcie_bandwidth_gb_s"] = {{"host_to_device", report.pcie->host_to_device / 1e9},
                                 {"device_to_host", report.pcie->device_to_host / 1e9},
                                 {"method", "1 GiB cudaMemcpyAsync, pinned host memory, best of 3"}};
+    nlohmann::json rows = nlohmann::json::object();
+    for (const auto& [dim, rate] : report.pcie->random_rows) {
+      rows[std::to_string(dim)] = {{"read", rate.read / 1e9}, {"write", rate.write / 1e9}};
+    }
+    j["pcie_random_rows_gb_s"] = {
+        {"by_dim", rows},
+        {"method",
+         "2^20 uniform random rows gathered from / scattered to mapped pinned host memory as "
+         "large as the table's host-resident rows, 8 threads per row, best of 3"}};
   }
   j["load_average"] = {{"start", report.load_average_start}, {"end", report.load_average_end}};
   j["git_commit"] = report.git_commit;
@@ -297,6 +342,8 @@ nlohmann::json to_json(const TableBenchReport& report) {
         if (report.pcie) {
           oj["pcie_floor_s"] = optional_json(pcie_floor_of(report, s, op));
           oj["over_pcie_floor"] = optional_json(over_pcie_floor(report, s, op));
+          oj["random_row_floor_s"] = optional_json(random_row_floor_of(report, s, op));
+          oj["over_random_row_floor"] = optional_json(over_random_row_floor(report, s, op));
         }
       }
       ops_json[std::string(op_name(op))] = oj;

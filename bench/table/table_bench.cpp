@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <random>
 
@@ -59,7 +60,15 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
   report.machine = query_machine_info();
   report.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;
   if (config.backend == Backend::kCuda && config.hbm_budget_gb) {
-    report.pcie = measure_pcie_bandwidth(0);
+    // Random rows are measured over as many bytes as each dim's table keeps in host memory.
+    std::map<uint32_t, size_t> host_regions;
+    for (uint32_t dim : config.dims) {
+      const double share =
+          host_row_share(table_capacity(config, dim), dim, *config.hbm_budget_gb * 1073741824.0);
+      const double bytes = share * static_cast<double>(table_capacity(config, dim)) * 4.0 * dim;
+      if (bytes > 0) host_regions[dim] = static_cast<size_t>(bytes);
+    }
+    report.pcie = measure_pcie_bandwidth(0, host_regions);
   }
   report.git_commit = git_commit(DYNEMB_SOURCE_DIR);
   report.date_utc = utc_now_iso8601();
