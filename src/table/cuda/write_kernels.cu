@@ -65,71 +65,84 @@ constexpr bool stores_input(WriteOp op) {
          op == WriteOp::kAssign || op == WriteOp::kAccumOrAssign;
 }
 
-// float4s of a caller's row held per thread: rows of up to 4 * kTileSize float4s (128 floats)
-// are loaded before the probe, so their latency overlaps it.
-inline constexpr uint32_t kPrefetchVectors = 4;
+// Whether a write takes its bucket's lock: every op of a locked launch but assign_scores.
+constexpr bool takes_lock(WriteOp op, bool locked) {
+  return locked && op != WriteOp::kAssignScores;
+}
+
+// float4s of a caller's row held per thread: a row of up to kHeld * kTileSize float4s is
+// loaded before the probe, so its latency overlaps the probe's. kHeld is chosen per launch from
+// the row's width (1, 2 or 4: dims up to 32, 64, 128; 0: not held), so narrow rows do not pay
+// registers, and occupancy, for wide ones.
+template <uint32_t kHeld>
 struct RowPrefetch {
-  float4 v[kPrefetchVectors];
+  float4 v[kHeld > 0 ? kHeld : 1];
   bool held;
 };
 
-template <bool kVec>
-__device__ __forceinline__ RowPrefetch prefetch_row(const Tile& tile, const float* src,
-                                                    uint32_t dim) {
-  RowPrefetch p;
-  p.held = kVec && dim / 4 <= kTileSize * kPrefetchVectors;
-  if (kVec && p.held) {
-    const auto* s4 = reinterpret_cast<const float4*>(src);
+template <bool kVec, uint32_t kHeld>
+__device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const Tile& tile, const float* src,
+                                                           uint32_t dim) {
+  RowPrefetch<kHeld> p;
+  p.held = kVec && kHeld > 0 && dim / 4 <= kTileSize * kHeld;
+  if constexpr (kVec && kHeld > 0) {
+    if (p.held) {
+      const auto* s4 = reinterpret_cast<const float4*>(src);
 #pragma unroll
-    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
-      const uint32_t j = tile.thread_rank() + m * kTileSize;
-      if (j < dim / 4) p.v[m] = s4[j];
+      for (uint32_t m = 0; m < kHeld; ++m) {
+        const uint32_t j = tile.thread_rank() + m * kTileSize;
+        if (j < dim / 4) p.v[m] = s4[j];
+      }
     }
   }
   return p;
 }
 
 // dst = the caller's row src (from the prefetch when it holds it).
-template <bool kVec>
+template <bool kVec, uint32_t kHeld>
 __device__ __forceinline__ void store_row(const Tile& tile, float* dst, const float* src,
-                                          const RowPrefetch& p, uint32_t dim) {
-  if (kVec && p.held) {
-    auto* d4 = reinterpret_cast<float4*>(dst);
+                                          const RowPrefetch<kHeld>& p, uint32_t dim) {
+  if constexpr (kVec && kHeld > 0) {
+    if (p.held) {
+      auto* d4 = reinterpret_cast<float4*>(dst);
 #pragma unroll
-    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
-      const uint32_t j = tile.thread_rank() + m * kTileSize;
-      if (j < dim / 4) d4[j] = p.v[m];
+      for (uint32_t m = 0; m < kHeld; ++m) {
+        const uint32_t j = tile.thread_rank() + m * kTileSize;
+        if (j < dim / 4) d4[j] = p.v[m];
+      }
+      return;
     }
-  } else {
-    copy_row<kVec, false>(tile, dst, src, dim);
   }
+  copy_row<kVec, false>(tile, dst, src, dim);
 }
 
 // dst += the caller's row src, element by element (from the prefetch when it holds it).
-template <bool kVec>
+template <bool kVec, uint32_t kHeld>
 __device__ __forceinline__ void add_row(const Tile& tile, float* dst, const float* src,
-                                        const RowPrefetch& p, uint32_t dim) {
-  if (kVec && p.held) {
-    auto* d4 = reinterpret_cast<float4*>(dst);
+                                        const RowPrefetch<kHeld>& p, uint32_t dim) {
+  if constexpr (kVec && kHeld > 0) {
+    if (p.held) {
+      auto* d4 = reinterpret_cast<float4*>(dst);
 #pragma unroll
-    for (uint32_t m = 0; m < kPrefetchVectors; ++m) {
-      const uint32_t j = tile.thread_rank() + m * kTileSize;
-      if (j >= dim / 4) continue;
-      float4 x = __ldcg(d4 + j);
-      x.x = __fadd_rn(x.x, p.v[m].x);
-      x.y = __fadd_rn(x.y, p.v[m].y);
-      x.z = __fadd_rn(x.z, p.v[m].z);
-      x.w = __fadd_rn(x.w, p.v[m].w);
-      d4[j] = x;
+      for (uint32_t m = 0; m < kHeld; ++m) {
+        const uint32_t j = tile.thread_rank() + m * kTileSize;
+        if (j >= dim / 4) continue;
+        float4 x = __ldcg(d4 + j);
+        x.x = __fadd_rn(x.x, p.v[m].x);
+        x.y = __fadd_rn(x.y, p.v[m].y);
+        x.z = __fadd_rn(x.z, p.v[m].z);
+        x.w = __fadd_rn(x.w, p.v[m].w);
+        d4[j] = x;
+      }
+      return;
     }
-  } else {
-    accumulate_row<kVec>(tile, dst, src, dim);
   }
+  accumulate_row<kVec>(tile, dst, src, dim);
 }
 
 // Applies op to batch entry i (its key already loaded). kLocked: take the bucket's lock; else
 // the caller owns the bucket (grouped launch).
-template <WriteOp kOp, bool kVec, bool kLocked>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked>
 __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
                           uint64_t key, BlockCounts* counts) {
   const bool leader = tile.thread_rank() == 0;
@@ -150,13 +163,28 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   uint64_t now = a.clock;
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
   const float* input = stores_input(kOp) ? a.values_in + i * dim : nullptr;
-  RowPrefetch pre{};
-  if constexpr (stores_input(kOp)) pre = prefetch_row<kVec>(tile, input, dim);
+  RowPrefetch<kHeld> pre{};
+  if constexpr (stores_input(kOp)) pre = prefetch_row<kVec, kHeld>(tile, input, dim);
 
-  if constexpr (kLocked) lock_bucket(tile, t.locks + bucket);
-  // Issued before the probe so the two loads overlap.
-  const int32_t size = inserts(kOp) ? __ldcg(t.bucket_sizes + bucket) : 0;
-  const Probe probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
+  // assign and assign_scores never change which keys are stored, so they probe without the
+  // lock and a missing key takes no lock at all; a found key's row is written under its bucket's
+  // lock (copies of one key take turns); assign_scores' one 8-byte store needs none.
+  constexpr bool kKeysFixed = kOp == WriteOp::kAssign || kOp == WriteOp::kAssignScores;
+  int32_t size = 0;
+  Probe probe{-1, -1};
+  if constexpr (kKeysFixed) {
+    probe.found = find_in_bucket<false>(tile, t, bucket, key, digest8_of_hash(hash));
+    if (probe.found < 0) return;
+    if constexpr (takes_lock(kOp, kLocked)) lock_bucket(tile, t.locks + bucket);
+  } else {
+    if constexpr (kLocked) {
+      prefetch_bucket_l2(tile, t, bucket);
+      lock_bucket(tile, t.locks + bucket);
+    }
+    // Issued before the probe so the two loads overlap.
+    if constexpr (inserts(kOp)) size = __ldcg(t.bucket_sizes + bucket);
+    probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
+  }
   const int found = probe.found;
   if (found >= 0) {
     const uint64_t slot = base + static_cast<uint64_t>(found);
@@ -179,9 +207,9 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         }
         if (leader && a.founds != nullptr) a.founds[i] = true;
       } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
-        add_row<kVec>(tile, row, input, pre, dim);
+        add_row<kVec, kHeld>(tile, row, input, pre, dim);
       } else {
-        store_row<kVec>(tile, row, input, pre, dim);
+        store_row<kVec, kHeld>(tile, row, input, pre, dim);
       }
       if (leader) {
         const uint64_t old = a.policy == ScorePolicy::kLfu ? __ldcg(t.scores + slot) : 0;
@@ -254,7 +282,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else {
-        store_row<kVec>(tile, row, input, pre, dim);
+        store_row<kVec, kHeld>(tile, row, input, pre, dim);
       }
       if (leader) {
         t.keys[slot] = key;
@@ -264,7 +292,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       }
     }
   }
-  if constexpr (kLocked) {
+  if constexpr (takes_lock(kOp, kLocked)) {
     unlock_bucket(tile, t.locks + bucket);
   } else {
     tile.sync();  // the tile's next key (same bucket) sees this key's writes
@@ -285,8 +313,9 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
   if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
 }
 
-// Key by key under bucket locks; a persistent grid strides over the batch (or subset).
-template <WriteOp kOp, bool kVec>
+// Key by key under bucket locks, one tile per key (striding over the rest of a batch larger
+// than the grid).
+template <WriteOp kOp, bool kVec, uint32_t kHeld>
 __global__ void __launch_bounds__(kBlockThreads) locked_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
@@ -299,7 +328,7 @@ __global__ void __launch_bounds__(kBlockThreads) locked_write_kernel(TableView t
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-      write_one<kOp, kVec, true>(tile, t, a, i, a.keys[i], &counts);
+      write_one<kOp, kVec, kHeld, true>(tile, t, a, i, a.keys[i], &counts);
     }
   }
   __syncthreads();
@@ -308,7 +337,7 @@ __global__ void __launch_bounds__(kBlockThreads) locked_write_kernel(TableView t
 
 // A grouped launch (BucketOrder): one tile per entry; the tile at a bucket's first entry writes
 // all of that bucket's entries in order, without a lock: no other tile touches the bucket.
-template <WriteOp kOp, bool kVec>
+template <WriteOp kOp, bool kVec, uint32_t kHeld>
 __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
@@ -320,7 +349,7 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
     const uint32_t bucket = a.run_buckets[k];
     if (k == 0 || a.run_buckets[k - 1] != bucket) {
       for (uint64_t j = k; j < a.n && a.run_buckets[j] == bucket; ++j) {
-        write_one<kOp, kVec, false>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
+        write_one<kOp, kVec, kHeld, false>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
       }
     }
   }
@@ -328,40 +357,34 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
   if (threadIdx.x == 0) flush_counts(counts, t, a);
 }
 
-// Blocks that fit on the device at once for `kernel` (a persistent grid: tiles stride over the
-// batch, so no block waits on a wave of slower ones).
-template <class Kernel>
-unsigned resident_blocks(Kernel kernel) {
-  int device = 0, sms = 0, per_sm = 0;
-  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-              "cudaDeviceGetAttribute");
-  cuda::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, 0),
-              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
-}
-
-template <WriteOp kOp, bool kVec>
+template <WriteOp kOp, bool kVec, uint32_t kHeld>
 void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) {
   if (a.run_buckets != nullptr) {
-    grouped_write_kernel<kOp, kVec><<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
+    grouped_write_kernel<kOp, kVec, kHeld>
+        <<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
     cuda::check(cudaGetLastError(), "grouped_write_kernel launch");
     return;
   }
-  static const unsigned resident = resident_blocks(locked_write_kernel<kOp, kVec>);
-  const uint64_t needed = (a.n + kTilesPerBlock - 1) / kTilesPerBlock;
-  const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
-  locked_write_kernel<kOp, kVec><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  // One tile per key: the block scheduler hands finished blocks' places to new ones, where a
+  // persistent grid's fixed share per tile left a long tail (ncu: 27% of assign's stall samples
+  // at EXIT).
+  locked_write_kernel<kOp, kVec, kHeld>
+      <<<blocks_for_tiles(a.n, 65535ull * 64), kBlockThreads, 0, stream>>>(t, a);
   cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
+// float4s per thread a launch holds of each caller row (see RowPrefetch): the fewest that
+// cover the row, 0 when the op stores no caller row or the row is wider than 128 floats.
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
-  if (vec) {
-    launch_kernel<kOp, true>(t, a, stream);
-  } else {
-    launch_kernel<kOp, false>(t, a, stream);
+  if (!vec) return launch_kernel<kOp, false, 0>(t, a, stream);
+  if constexpr (stores_input(kOp)) {
+    const uint32_t per_thread = (t.dim / 4 + kTileSize - 1) / kTileSize;
+    if (per_thread <= 1) return launch_kernel<kOp, true, 1>(t, a, stream);
+    if (per_thread <= 2) return launch_kernel<kOp, true, 2>(t, a, stream);
+    if (per_thread <= 4) return launch_kernel<kOp, true, 4>(t, a, stream);
   }
+  launch_kernel<kOp, true, 0>(t, a, stream);
 }
 
 }  // namespace
