@@ -315,8 +315,18 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
 
 // Key by key under bucket locks, one tile per key (striding over the rest of a batch larger
 // than the grid).
+// Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice): 5 (48
+// registers) where ptxas fits that without spilling, i.e. find_or_insert (63 registers, 4
+// blocks, by its own choice) and the kernels that hold at most one float4 of the caller's row.
+constexpr int min_blocks(WriteOp op, uint32_t held) {
+  if (op == WriteOp::kErase || op == WriteOp::kAssignScores || op == WriteOp::kInsertAndEvict)
+    return 0;
+  return op == WriteOp::kFindOrInsert || held <= 1 ? 5 : 0;
+}
+
 template <WriteOp kOp, bool kVec, uint32_t kHeld>
-__global__ void __launch_bounds__(kBlockThreads) locked_write_kernel(TableView t, WriteArgs a) {
+__global__ void __launch_bounds__(kBlockThreads, min_blocks(kOp, kHeld))
+    locked_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
   __syncthreads();
