@@ -13,6 +13,8 @@
 #        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
+#        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run (a device call is
+#        limited to 10 minutes: run them in separate calls there)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,7 +70,7 @@ racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaGrouped
 # sanitizer runs: racecheck loses track of their launches ("failure to track a kernel launch").
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-300}"
 if command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck; do
+  for tool in ${GPU_CHECK_TOOLS:-memcheck racecheck}; do
     filter="$memcheck_filter"
     [ "$tool" = racecheck ] && filter="$racecheck_filter"
     step "compute-sanitizer --tool $tool ($filter)"
