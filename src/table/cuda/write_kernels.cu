@@ -402,8 +402,8 @@ void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) 
     return;
   }
   // One tile per key: the block scheduler hands finished blocks' places to new ones, where a
-  // persistent grid's fixed share per tile left a long tail (ncu: 27% of assign's stall samples
-  // at EXIT).
+  // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
+  // persistent, 323 µs one tile per key).
   locked_write_kernel<kOp, kVec, kHeld>
       <<<locked_blocks(a.n, a.n_device != nullptr), kLockedBlockThreads, 0, stream>>>(t, a);
   cuda::check(cudaGetLastError(), "locked_write_kernel launch");
