@@ -37,40 +37,27 @@ std::optional<double> ratio(std::optional<double> ours, std::optional<double> th
   return *ours / *theirs;
 }
 
-// The call's PCIe floor in seconds (hybrid runs whose rows partly live in host memory).
-std::optional<double> pcie_floor_of(const TableBenchReport& r, const ScenarioResult& s,
-                                    TableOp op) {
+// The two floors of a hybrid call: its host-row bytes at the bulk-copy bandwidth, or at the
+// random-row rate measured for its dim.
+enum class Floor { kBulkCopy, kRandomRows };
+
+// The call's floor in seconds (hybrid runs whose rows partly live in host memory).
+std::optional<double> floor_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op,
+                               Floor kind) {
   if (!r.pcie || !r.config.hbm_budget_gb) return std::nullopt;
   const double share = host_row_share(s.capacity, s.dim, *r.config.hbm_budget_gb * 1073741824.0);
-  const double floor = pcie_floor_seconds(pcie_bytes(op, r.config.batch, s.dim, share), *r.pcie);
-  if (share <= 0.0 || floor <= 0.0) return std::nullopt;
-  return floor;
-}
-
-// Measured time over the PCIe floor (1.0 = at the limit).
-std::optional<double> over_pcie_floor(const TableBenchReport& r, const ScenarioResult& s,
-                                      TableOp op) {
-  const auto floor = pcie_floor_of(r, s, op);
-  const auto it = s.dynemb.find(op);
-  if (!floor || it == s.dynemb.end() || it->second.seconds <= 0) return std::nullopt;
-  return it->second.seconds / *floor;
-}
-
-// The call's floor at the random-row rate measured for its dim (hybrid runs).
-std::optional<double> random_row_floor_of(const TableBenchReport& r, const ScenarioResult& s,
-                                          TableOp op) {
-  if (!r.pcie || !r.config.hbm_budget_gb) return std::nullopt;
-  const double share = host_row_share(s.capacity, s.dim, *r.config.hbm_budget_gb * 1073741824.0);
-  const auto floor =
-      random_row_floor_seconds(pcie_bytes(op, r.config.batch, s.dim, share), *r.pcie, s.dim);
+  const PcieBytes bytes = pcie_bytes(op, r.config.batch, s.dim, share);
+  const std::optional<double> floor = kind == Floor::kBulkCopy
+                                          ? pcie_floor_seconds(bytes, *r.pcie)
+                                          : random_row_floor_seconds(bytes, *r.pcie, s.dim);
   if (share <= 0.0 || !floor || *floor <= 0.0) return std::nullopt;
   return floor;
 }
 
-// Measured time over the random-row floor (1.0 = at the rate the link gives random rows).
-std::optional<double> over_random_row_floor(const TableBenchReport& r, const ScenarioResult& s,
-                                            TableOp op) {
-  const auto floor = random_row_floor_of(r, s, op);
+// Measured time over that floor (1.0 = at the limit).
+std::optional<double> over_floor(const TableBenchReport& r, const ScenarioResult& s, TableOp op,
+                                 Floor kind) {
+  const auto floor = floor_of(r, s, op, kind);
   const auto it = s.dynemb.find(op);
   if (!floor || it == s.dynemb.end() || it->second.seconds <= 0) return std::nullopt;
   return it->second.seconds / *floor;
@@ -212,12 +199,17 @@ std::string render_tables(const TableBenchReport& report) {
     render_block(
         out, report, dim,
         "hybrid: time over the PCIe floor (host-resident rows' bytes / measured PCIe bandwidth)",
-        [&](const ScenarioResult& s, TableOp op) { return over_pcie_floor(report, s, op); }, 2);
+        [&](const ScenarioResult& s, TableOp op) {
+          return over_floor(report, s, op, Floor::kBulkCopy);
+        },
+        2);
     render_block(
         out, report, dim,
         "hybrid: time over the random-row floor (host-resident rows' bytes / the rate "
         "kernels gather or scatter random rows of this dim over the same link)",
-        [&](const ScenarioResult& s, TableOp op) { return over_random_row_floor(report, s, op); },
+        [&](const ScenarioResult& s, TableOp op) {
+          return over_floor(report, s, op, Floor::kRandomRows);
+        },
         2);
     for (const ScenarioResult& s : report.scenarios) {
       if (s.dim != dim) continue;
@@ -340,10 +332,11 @@ nlohmann::json to_json(const TableBenchReport& report) {
         oj["ratio_vs_hkv"] =
             optional_json(ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor));
         if (report.pcie) {
-          oj["pcie_floor_s"] = optional_json(pcie_floor_of(report, s, op));
-          oj["over_pcie_floor"] = optional_json(over_pcie_floor(report, s, op));
-          oj["random_row_floor_s"] = optional_json(random_row_floor_of(report, s, op));
-          oj["over_random_row_floor"] = optional_json(over_random_row_floor(report, s, op));
+          oj["pcie_floor_s"] = optional_json(floor_of(report, s, op, Floor::kBulkCopy));
+          oj["over_pcie_floor"] = optional_json(over_floor(report, s, op, Floor::kBulkCopy));
+          oj["random_row_floor_s"] = optional_json(floor_of(report, s, op, Floor::kRandomRows));
+          oj["over_random_row_floor"] =
+              optional_json(over_floor(report, s, op, Floor::kRandomRows));
         }
       }
       ops_json[std::string(op_name(op))] = oj;
