@@ -149,6 +149,10 @@ class DynembBench {
       case TableOp::kFindPointers:
         table_->find_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr, stream_);
         return n;
+      case TableOp::kFindOrInsertPointers:
+        table_->find_or_insert_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr,
+                                        stream_);
+        return n;
       case TableOp::kAssign:
         table_->assign(n, keys_.data(), values_.data(), nullptr, stream_);
         return n;

@@ -26,6 +26,8 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
       return {0.0, present + fresh};
     case TableOp::kFindOrInsert:
       return {present, fresh};
+    case TableOp::kFindOrInsertPointers:
+      return {0.0, fresh};  // new rows initialized in place; stored rows are not touched
     case TableOp::kAccumOrAssign:
       return {present, present + fresh};
     case TableOp::kInsertAndEvict:

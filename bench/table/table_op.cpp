@@ -26,6 +26,8 @@ std::string_view op_name(TableOp op) {
       return "accum_or_assign";
     case TableOp::kFindPointers:
       return "find_pointers";
+    case TableOp::kFindOrInsertPointers:
+      return "find_or_insert_pointers";
   }
   return "unknown";
 }

@@ -19,14 +19,23 @@ enum class TableOp {
   kContains,
   kErase,
   kAccumOrAssign,
-  kFindPointers,  // find_pointers: row addresses instead of copies
+  kFindPointers,          // find_pointers: row addresses instead of copies
+  kFindOrInsertPointers,  // find_or_insert_pointers: a training lookup's call
 };
 
 // Every operation, in the column order of the printed table (HKV's order first).
-inline constexpr std::array<TableOp, 10> kAllTableOps = {
-    TableOp::kInsertOrAssign, TableOp::kFind,           TableOp::kFindOrInsert, TableOp::kAssign,
-    TableOp::kFindPointers,   TableOp::kInsertAndEvict, TableOp::kExport,       TableOp::kContains,
-    TableOp::kErase,          TableOp::kAccumOrAssign,
+inline constexpr std::array<TableOp, 11> kAllTableOps = {
+    TableOp::kInsertOrAssign,
+    TableOp::kFind,
+    TableOp::kFindOrInsert,
+    TableOp::kAssign,
+    TableOp::kFindPointers,
+    TableOp::kInsertAndEvict,
+    TableOp::kExport,
+    TableOp::kContains,
+    TableOp::kErase,
+    TableOp::kAccumOrAssign,
+    TableOp::kFindOrInsertPointers,
 };
 
 // The operation's name as the command line and the JSON spell it ("insert_or_assign", ...).
