@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -137,16 +138,19 @@ class CudaTable final : public Table<K> {
     a.scores_in = scores;
     const cudaStream_t s = to_stream(stream);
     const uint64_t rehashes = rehashes_.load();
-    write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, s);
-    // A growth moved rows; at max capacity a later key of the batch may have evicted a row this
-    // call inserted: the addresses are looked up again (keys no longer stored get nullptr).
-    if (rehashes_.load() != rehashes || storage_.capacity() >= options_.max_capacity) {
-      cuda::DeviceGuard device(options_.device);
-      StreamOrder::Read guard(order_, s);
-      ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, rows);
-      r.skip_reserved = false;  // counted by the write already
-      launch_find(storage_.view(), r, s);
-    }
+    // A growth moved rows, and at max capacity a later key of the batch may have evicted a row
+    // this call inserted: then the addresses are looked up again (keys no longer stored get
+    // nullptr). Without a growth the lookup runs only if the call evicted a row (the kernel
+    // reads the call's eviction count: no host synchronization).
+    write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, s,
+          [&](const CallState* state) {
+            const bool grew = rehashes_.load() != rehashes;
+            if (!grew && storage_.capacity() < options_.max_capacity) return;
+            ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, rows);
+            r.skip_reserved = false;  // counted by the write already
+            if (!grew) r.only_if_nonzero = &state->evictions;
+            launch_find(storage_.view(), r, s);
+          });
   }
 
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
@@ -418,9 +422,11 @@ class CudaTable final : public Table<K> {
     write(call, op, n, keys, a, s);
   }
 
-  // Runs a write op, growing and retrying deferred keys while the table can grow.
+  // Runs a write op, growing and retrying deferred keys while the table can grow; then, unless
+  // the call failed, `then` (if given) with the call's device state (still allocated, under the
+  // writer lock).
   CallState write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
-                  cudaStream_t s) {
+                  cudaStream_t s, const std::function<void(const CallState*)>& then = {}) {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
@@ -496,6 +502,7 @@ class CudaTable final : public Table<K> {
     if (must_read && !have_state) st = scratch.read();
     if (must_read)
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
+    if (then) then(a.state);
     return st;
   }
 

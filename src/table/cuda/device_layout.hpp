@@ -56,6 +56,7 @@ struct CallState {
   unsigned long long reserved;           // reserved keys skipped in this call
   unsigned long long count;              // erase_if / size / export counts
   unsigned long long missed;             // find_or_insert: keys the lock-free pass did not find
+  unsigned long long evictions;          // rows this call evicted (growth retries included)
   unsigned int refusal_lock;             // guards the first_refused_* record
   unsigned int pad;
   unsigned long long first_refused_position;
@@ -130,6 +131,7 @@ struct ReadArgs {
   uint64_t* scores = nullptr;
   bool skip_reserved = false;
   CallState* state = nullptr;
+  const unsigned long long* only_if_nonzero = nullptr;  // find does nothing while *this is 0
 };
 
 }  // namespace dynemb::cuda_table

@@ -29,6 +29,7 @@ __global__ void reserved_check_kernel(const uint64_t* keys, uint64_t n, CallStat
 
 template <bool kVec>
 __global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadArgs a) {
+  if (a.only_if_nonzero != nullptr && *a.only_if_nonzero == 0) return;  // the whole grid
   __shared__ unsigned long long reserved;
   if (threadIdx.x == 0) reserved = 0;
   __syncthreads();

@@ -301,7 +301,10 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
 
 // Adds a block's tallies to the table's stats and the call state (one thread).
 __device__ void flush_counts(const BlockCounts& counts, const TableView& t, const WriteArgs& a) {
-  if (counts.evictions) atomicAdd(&t.stats->evictions, counts.evictions);
+  if (counts.evictions) {
+    atomicAdd(&t.stats->evictions, counts.evictions);
+    atomicAdd(&a.state->evictions, counts.evictions);
+  }
   if (counts.refused) {
     atomicAdd(&t.stats->refused, counts.refused);
     atomicAdd(&a.state->refused, counts.refused);
