@@ -63,9 +63,9 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
     // Random rows are measured over as many bytes as each dim's table keeps in host memory.
     std::map<uint32_t, size_t> host_regions;
     for (uint32_t dim : config.dims) {
-      const double share =
-          host_row_share(table_capacity(config, dim), dim, *config.hbm_budget_gb * 1073741824.0);
-      const double bytes = share * static_cast<double>(table_capacity(config, dim)) * 4.0 * dim;
+      const uint64_t capacity = table_capacity(config, dim);
+      const double share = host_row_share(capacity, dim, *config.hbm_budget_gb * 1073741824.0);
+      const double bytes = share * static_cast<double>(capacity) * 4.0 * dim;
       if (bytes > 0) host_regions[dim] = static_cast<size_t>(bytes);
     }
     report.pcie = measure_pcie_bandwidth(0, host_regions);
