@@ -98,10 +98,22 @@ __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, con
     any |= __shfl_xor_sync(0xFFFFFFFFu, any, offset);
     all &= __shfl_xor_sync(0xFFFFFFFFu, all, offset);
   }
+  // The block's warps combined first: one pair of atomics per block, not per warp (thousands of
+  // atomics on one word queue at L2).
+  __shared__ unsigned long long warp_any[kBlock / 32], warp_all[kBlock / 32];
+  const uint32_t warp = threadIdx.x / 32;
   if ((threadIdx.x & 31) == 0) {
-    atomicOr(&status[kKeysOr], any);
-    atomicAnd(&status[kKeysAnd], all);
+    warp_any[warp] = any;
+    warp_all[warp] = all;
   }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (uint32_t w = 1; w < blockDim.x / 32; ++w) {
+    any |= warp_any[w];
+    all &= warp_all[w];
+  }
+  atomicOr(&status[kKeysOr], any);
+  atomicAnd(&status[kKeysAnd], all);
 }
 
 // Batches at least this long, when nothing predicts their key bits (no workspace, or its first

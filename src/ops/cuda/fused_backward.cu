@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/prefetch.cuh"
 #include "ops/backends.hpp"
 #include "ops/cuda/gradient_chunks.cuh"
 #include "ops/cuda/launch.cuh"
@@ -23,54 +24,35 @@ using ops_cuda::hot_row_count;
 using ops_cuda::HotChunks;
 using ops_cuda::kBlock;
 using ops_cuda::kWarpsPerBlock;
+using ops_cuda::lane_index;
 using ops_cuda::sum_ids;
 using ops_cuda::update_row;
-using ops_cuda::warp_index;
 
-constexpr int kHotBlock = 128;
+// Blocks that take the hot rows (grid-stride), ahead of the cold rows' blocks.
+constexpr size_t kHotBlocks = 512;
 
-// The warp's update of row `row` from its reduced gradient: skipped when the gradient holds a NaN
-// or Inf (counted into *nonfinite when not null, as the guarded optimizer does), when skip[row] is
-// set, or when the row has no address.
+// The warp's update of row `row` (at address p) from its reduced gradient: skipped when the
+// gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
+// does), when skip[row] is set, or when the row has no address.
 template <OptimizerKind kKind, uint32_t kVec>
-__device__ void optimize_reduced_row(const OptimizerOptions& o, size_t row, const float* grad,
-                                     uint32_t dim, float* const* rows, const bool* skip,
+__device__ void optimize_reduced_row(const OptimizerOptions& o, size_t row, float* p,
+                                     const float* grad, uint32_t dim, const bool* skip,
                                      unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (skip != nullptr && skip[row]) return;
-  float* p = rows[row];
   if (p == nullptr) return;
   update_row<kKind, kVec, true>(o, p, grad, dim);
 }
 
-// One warp per row of at most one chunk: its gradient summed into the warp's slice of shared
-// memory (grad_stride floats), then the row updated from there. Hot rows are left to
-// fused_hot_row_kernel.
+// Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
+// order, one thread per element, into shared memory; then the block's first warp updates the
+// row from there.
 template <OptimizerKind kKind, uint32_t kVec>
-__global__ void fused_cold_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g,
-                                      IdGroups groups, HotChunks h, float* const* rows,
-                                      const bool* skip, unsigned long long* nonfinite,
-                                      uint32_t grad_stride) {
-  extern __shared__ float4 shared_grads[];
-  const size_t row = warp_index();
-  if (row >= x.num_rows || h.chunk_count[row] != 0) return;
-  float* grad = reinterpret_cast<float*>(shared_grads) + (threadIdx.x / 32) * grad_stride;
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_of, groups.row_begin[row], groups.row_begin[row + 1],
-                grad);
-  __syncwarp();
-  optimize_reduced_row<kKind, kVec>(o, row, grad, x.dim, rows, skip, nonfinite);
-}
-
-// One block per hot row (grid-stride): its chunk sums added in order, one thread per element,
-// into shared memory; then the block's first warp updates the row from there.
-template <OptimizerKind kKind, uint32_t kVec>
-__global__ void fused_hot_row_kernel(OptimizerOptions o, uint32_t dim, HotChunks h,
-                                     float* const* rows, const bool* skip,
-                                     unsigned long long* nonfinite) {
-  extern __shared__ float4 shared_grad[];
-  float* grad = reinterpret_cast<float*>(shared_grad);
+__device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const HotChunks& h,
+                                  float* const* rows, const bool* skip,
+                                  unsigned long long* nonfinite, float* grad, uint32_t hot_blocks) {
   const size_t hot = hot_row_count(h);
-  for (size_t k = blockIdx.x; k < hot; k += gridDim.x) {
+  for (size_t k = blockIdx.x; k < hot; k += hot_blocks) {
     const uint32_t row = h.hot_rows[k];
     const uint32_t first = h.chunk_first[row], count = h.chunk_count[row];
     for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x) {
@@ -78,9 +60,49 @@ __global__ void fused_hot_row_kernel(OptimizerOptions o, uint32_t dim, HotChunks
     }
     __syncthreads();
     if (threadIdx.x < 32)
-      optimize_reduced_row<kKind, kVec>(o, row, grad, dim, rows, skip, nonfinite);
+      optimize_reduced_row<kKind, kVec>(o, row, rows[row], grad, dim, skip, nonfinite);
     __syncthreads();
   }
+}
+
+// Cold rows (at most one chunk), one warp per row from block hot_blocks on: the row's lines asked
+// of L2 first (their fetch from HBM overlaps the gradient's sum), its gradient summed into the
+// warp's slice of shared memory (grad_stride floats), then the row updated from there. The row's
+// bounds and address are loaded together, before the hot / cold test, so no load waits on another.
+template <OptimizerKind kKind, uint32_t kVec>
+__device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
+                                  const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
+                                  float* const* rows, const bool* skip,
+                                  unsigned long long* nonfinite, float* grad, size_t row) {
+  if (row >= x.num_rows) return;
+  const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
+  float* p = rows[row];
+  if (end - begin > kGradientChunk) return;
+  if (p != nullptr) {
+    const size_t row_bytes = (x.dim + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
+    cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
+  }
+  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
+  __syncwarp();
+  optimize_reduced_row<kKind, kVec>(o, row, p, grad, x.dim, skip, nonfinite);
+}
+
+// One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
+// starts first and overlaps the cold rows, which the other blocks take one warp each.
+template <OptimizerKind kKind, uint32_t kVec>
+__global__ void __launch_bounds__(kBlock, 4)
+    fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
+                     HotChunks h, float* const* rows, const bool* skip,
+                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
+  extern __shared__ float4 shared_grads[];
+  float* shared = reinterpret_cast<float*>(shared_grads);
+  if (blockIdx.x < hot_blocks) {
+    optimize_hot_rows<kKind, kVec>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
+    return;
+  }
+  const size_t row = (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
+  optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
+                                 shared + (threadIdx.x / 32) * grad_stride, row);
 }
 
 template <OptimizerKind kKind, uint32_t kVec>
@@ -88,15 +110,12 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
-  fused_cold_row_kernel<kKind, kVec>
-      <<<blocks_for_warps(x.num_rows), kBlock, kWarpsPerBlock * row_bytes, stream>>>(
-          o, x, g, groups, h, rows, skip, nonfinite, grad_stride);
-  cuda::check_launch("reduce_and_optimize: fused_cold_row_kernel");
-  if (x.num_ids == 0) return;
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>(h.max_hot_rows, 2048));
-  fused_hot_row_kernel<kKind, kVec>
-      <<<blocks, kHotBlock, row_bytes, stream>>>(o, x.dim, h, rows, skip, nonfinite);
-  cuda::check_launch("reduce_and_optimize: fused_hot_row_kernel");
+  const uint32_t hot_blocks =
+      x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
+  fused_row_kernel<kKind, kVec>
+      <<<hot_blocks + blocks_for_warps(x.num_rows), kBlock, kWarpsPerBlock * row_bytes, stream>>>(
+          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
+  cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 
 }  // namespace

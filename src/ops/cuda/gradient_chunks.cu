@@ -21,6 +21,13 @@ __global__ void bag_of_id_kernel(const int64_t* offsets, size_t num_bags, uint32
   }
 }
 
+// bag_by_row[k] = bag_of[ids_by_row[k]]: the bags in the order the reduction reads its ids.
+__global__ void bag_by_row_kernel(const uint32_t* ids_by_row, const uint32_t* bag_of, size_t n,
+                                  uint32_t* bag_by_row) {
+  const size_t k = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) bag_by_row[k] = bag_of[ids_by_row[k]];
+}
+
 // Hot rows (more than one chunk): chunk_count[r] = their chunks (0 for the others), and the
 // hot rows listed (in any order) in hot_rows[0, *hot_count).
 __global__ void hot_rows_kernel(const uint32_t* row_begin, size_t num_rows, uint32_t* chunk_count,
@@ -47,7 +54,7 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
 // One warp per hot chunk k (launched for an upper bound; the real count is read here).
 template <uint32_t kVec>
 __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
-                                 const uint32_t* bag_of, const uint32_t* chunk_first,
+                                 const uint32_t* bag_by_row, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, const uint32_t* chunk_row,
                                  size_t max_chunks, uint32_t partial_stride, float* partial) {
   const size_t k = warp_index();
@@ -57,13 +64,13 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
   const uint32_t begin =
       groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
   const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-  sum_ids<kVec>(x, g, groups.ids_by_row, bag_of, begin, end, partial + k * partial_stride);
+  sum_ids<kVec>(x, g, groups.ids_by_row, bag_by_row, begin, end, partial + k * partial_stride);
 }
 
 }  // namespace
 
 struct HotChunkPlan::Arrays {
-  uint32_t *bag_of, *chunk_count, *chunk_first, *hot_rows, *hot_count, *chunk_row;
+  uint32_t *bag_of, *bag_by_row, *chunk_count, *chunk_first, *hot_rows, *hot_count, *chunk_row;
   float* partial;
   void* scan_temp;
 };
@@ -71,6 +78,7 @@ struct HotChunkPlan::Arrays {
 HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
   Arrays a;
   a.bag_of = c.take<uint32_t>(num_ids_);
+  a.bag_by_row = c.take<uint32_t>(num_ids_);
   a.chunk_count = c.take<uint32_t>(num_rows_);
   a.chunk_first = c.take<uint32_t>(num_rows_);
   a.hot_rows = c.take<uint32_t>(max_hot_rows_);
@@ -108,6 +116,9 @@ HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const Loo
     bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
                                                                           a.bag_of);
     cuda::check_launch("reduce_gradients: bag_of_id_kernel");
+    bag_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(groups.ids_by_row, a.bag_of, n,
+                                                                    a.bag_by_row);
+    cuda::check_launch("reduce_gradients: bag_by_row_kernel");
   }
   hot_rows_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(groups.row_begin, u, a.chunk_count,
                                                                 a.hot_rows, a.hot_count);
@@ -123,18 +134,18 @@ HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const Loo
     const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
     if (vec4_ok(g.out, g.out_stride, x.dim)) {
-      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_of, a.chunk_first,
+      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_by_row, a.chunk_first,
                                                          a.chunk_count, a.chunk_row, max_chunks_,
                                                          partial_stride_, a.partial);
     } else {
-      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_of, a.chunk_first,
+      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_by_row, a.chunk_first,
                                                          a.chunk_count, a.chunk_row, max_chunks_,
                                                          partial_stride_, a.partial);
     }
     cuda::check_launch("reduce_gradients: hot_chunk_kernel");
   }
   HotChunks h;
-  h.bag_of = a.bag_of;
+  h.bag_by_row = a.bag_by_row;
   h.chunk_count = a.chunk_count;
   h.chunk_first = a.chunk_first;
   h.hot_rows = a.hot_rows;

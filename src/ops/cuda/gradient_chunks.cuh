@@ -17,7 +17,7 @@ namespace dynemb::ops_cuda {
 
 // What sum_hot_chunks leaves in device memory for the rest of the reduction.
 struct HotChunks {
-  const uint32_t* bag_of = nullptr;       // num_ids: the bag of each id (SUM / MEAN)
+  const uint32_t* bag_by_row = nullptr;   // num_ids: the bag of id ids_by_row[k] (SUM / MEAN)
   const uint32_t* chunk_count = nullptr;  // num_rows: a hot row's chunks, 0 for the others
   const uint32_t* chunk_first = nullptr;  // num_rows: exclusive scan of chunk_count
   const uint32_t* hot_rows = nullptr;     // the hot rows, in any order, [0, *hot_count)
@@ -52,7 +52,7 @@ class HotChunkPlan {
 // chunk `first` (loads issued kAhead chunks ahead).
 __device__ __forceinline__ float add_chunk_sums(const HotChunks& h, uint32_t first, uint32_t count,
                                                 uint32_t j) {
-  constexpr uint32_t kAhead = 16;
+  constexpr uint32_t kAhead = 64;
   const size_t stride = h.partial_stride;
   const float* p = h.partial + static_cast<size_t>(first) * stride + j;
   float acc = 0.0f;

@@ -111,9 +111,10 @@ template <uint32_t kVec>
 __global__ void cold_row_kernel(LookupFeature x, LookupOutput g, IdGroups groups, HotChunks h,
                                 LookupOutput r) {
   const size_t row = warp_index();
-  if (row >= x.num_rows || h.chunk_count[row] != 0) return;
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_of, groups.row_begin[row], groups.row_begin[row + 1],
-                r.out + row * r.out_stride);
+  if (row >= x.num_rows) return;
+  const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
+  if (end - begin > kGradientChunk) return;
+  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, r.out + row * r.out_stride);
 }
 
 // One block per hot row (grid-stride), one thread per element: the row's chunk sums added in

@@ -105,9 +105,11 @@ __device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, u
 
 // The sum, from zero and in ascending id order, of ids_by_row[begin, end) into `out` (dim
 // floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor.
+// bag_by_row[k] is the bag of id ids_by_row[k] (SUM / MEAN), so the two loads do not wait on
+// each other.
 template <uint32_t kVec>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
-                                        const uint32_t* ids_by_row, const uint32_t* bag_of,
+                                        const uint32_t* ids_by_row, const uint32_t* bag_by_row,
                                         uint32_t begin, uint32_t end, float* out) {
   const uint32_t lane = lane_index();
   for (uint32_t tile = 0; tile < x.dim; tile += kTileWidth) {
@@ -119,7 +121,7 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
       float f_t = 0.0f;
       if (lane < count) {
         const uint32_t i = ids_by_row[first + lane];
-        const uint32_t b = x.mode == PoolingMode::kNone ? 0 : bag_of[i];
+        const uint32_t b = x.mode == PoolingMode::kNone ? 0 : bag_by_row[first + lane];
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
