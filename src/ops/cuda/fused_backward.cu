@@ -67,8 +67,10 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 
 // Cold rows (at most one chunk), one warp per row from block hot_blocks on: the row's lines asked
 // of L2 first (their fetch from HBM overlaps the gradient's sum), its gradient summed into the
-// warp's slice of shared memory (grad_stride floats), then the row updated from there. The row's
-// bounds and address are loaded together, before the hot / cold test, so no load waits on another.
+// warp's slice of shared memory (grad_stride floats), then the row updated from there. The
+// prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
+// together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
+// for the block that updates it.
 template <OptimizerKind kKind, uint32_t kVec>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
@@ -77,14 +79,15 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = rows[row];
-  if (end - begin > kGradientChunk) return;
-  if (p != nullptr) {
+  const bool skipped = skip != nullptr && skip[row];
+  if (p != nullptr && !skipped) {
     const size_t row_bytes = (x.dim + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
     cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
+  if (end - begin > kGradientChunk) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec>(o, row, p, grad, x.dim, skip, nonfinite);
+  optimize_reduced_row<kKind, kVec>(o, row, skipped ? nullptr : p, grad, x.dim, nullptr, nonfinite);
 }
 
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
