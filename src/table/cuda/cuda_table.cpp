@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,21 +135,7 @@ class CudaTable final : public Table<K> {
     a.row_ptrs = rows;
     a.founds = founds;
     a.scores_in = scores;
-    const cudaStream_t s = to_stream(stream);
-    const uint64_t rehashes = rehashes_.load();
-    // A growth moved rows, and at max capacity a later key of the batch may have evicted a row
-    // this call inserted: then the addresses are looked up again (keys no longer stored get
-    // nullptr). Without a growth the lookup runs only if the call evicted a row (the kernel
-    // reads the call's eviction count: no host synchronization).
-    write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, s,
-          [&](const CallState* state) {
-            const bool grew = rehashes_.load() != rehashes;
-            if (!grew && storage_.capacity() < options_.max_capacity) return;
-            ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, rows);
-            r.skip_reserved = false;  // counted by the write already
-            if (!grew) r.only_if_nonzero = &state->evictions;
-            launch_find(storage_.view(), r, s);
-          });
+    write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, to_stream(stream));
   }
 
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
@@ -422,11 +407,10 @@ class CudaTable final : public Table<K> {
     write(call, op, n, keys, a, s);
   }
 
-  // Runs a write op, growing and retrying deferred keys while the table can grow; then, unless
-  // the call failed, `then` (if given) with the call's device state (still allocated, under the
-  // writer lock).
+  // Runs a write op, growing and retrying deferred keys while the table can grow; for
+  // find_or_insert_pointers, then looks up again the addresses the call may have made stale.
   CallState write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
-                  cudaStream_t s, const std::function<void(const CallState*)>& then = {}) {
+                  cudaStream_t s) {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
@@ -481,11 +465,13 @@ class CudaTable final : public Table<K> {
     CallState st{};
     bool have_state = false;
     int current = 0;
+    bool grew = false;
     while (a.growable) {
       st = scratch.read();
       have_state = true;
       if (st.reserved_position != kNoPosition || st.deferred == 0) break;
       grow_once(s);
+      grew = true;
       a.subset = deferred[current].data();
       a.n = st.deferred;
       a.n_device = nullptr;
@@ -502,8 +488,21 @@ class CudaTable final : public Table<K> {
     if (must_read && !have_state) st = scratch.read();
     if (must_read)
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
-    if (then) then(a.state);
+    if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr)
+      refresh_row_ptrs(n, keys, a, grew, s);
     return st;
+  }
+
+  // After find_or_insert_pointers: a growth moved rows, and at max capacity a later key of the
+  // batch may have evicted a row this call inserted; then the addresses are looked up again (keys
+  // no longer stored get nullptr). Without a growth the lookup runs only if the call evicted a row
+  // (the kernel reads the call's eviction count: no host synchronization).
+  void refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a, bool grew, cudaStream_t s) {
+    if (!grew && storage_.capacity() < options_.max_capacity) return;
+    ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);
+    r.skip_reserved = false;  // counted by the write already
+    if (!grew) r.only_if_nonzero = &a.state->evictions;
+    launch_find(storage_.view(), r, s);
   }
 
   // Launches `op` over a's batch: grouped by bucket (one tile per bucket, no locks) when the
