@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/cuda/prefetch.cuh"
 #include "dynemb/core/hash.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
@@ -222,9 +223,8 @@ __device__ __forceinline__ void prefetch_bucket_l2(const Tile& tile, const Table
                                                    uint64_t bucket) {
   const uint8_t* digests = t.digests + bucket * t.bucket_capacity;
   for (uint32_t off = tile.thread_rank() * 128; off < t.bucket_capacity; off += kTileSize * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(digests + off));
-  if (tile.thread_rank() == kTileSize - 1)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(t.bucket_sizes + bucket));
+    cuda::prefetch_l2(digests + off);
+  if (tile.thread_rank() == kTileSize - 1) cuda::prefetch_l2(t.bucket_sizes + bucket);
 }
 
 // Takes the writer lock of a bucket for the whole tile (acquire: what the last holder wrote

@@ -80,6 +80,17 @@ struct RowPrefetch {
   bool held;
 };
 
+// Calls f(m, j) for each float4 j = rank + m * kTileSize (m < kHeld) of a dim-float row that
+// the tile's thread holds in a RowPrefetch.
+template <uint32_t kHeld, class F>
+__device__ __forceinline__ void for_held(const Tile& tile, uint32_t dim, const F& f) {
+#pragma unroll
+  for (uint32_t m = 0; m < kHeld; ++m) {
+    const uint32_t j = tile.thread_rank() + m * kTileSize;
+    if (j < dim / 4) f(m, j);
+  }
+}
+
 template <bool kVec, uint32_t kHeld>
 __device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const Tile& tile, const float* src,
                                                            uint32_t dim) {
@@ -88,11 +99,7 @@ __device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const Tile& tile, con
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
       const auto* s4 = reinterpret_cast<const float4*>(src);
-#pragma unroll
-      for (uint32_t m = 0; m < kHeld; ++m) {
-        const uint32_t j = tile.thread_rank() + m * kTileSize;
-        if (j < dim / 4) p.v[m] = s4[j];
-      }
+      for_held<kHeld>(tile, dim, [&](uint32_t m, uint32_t j) { p.v[m] = s4[j]; });
     }
   }
   return p;
@@ -105,11 +112,7 @@ __device__ __forceinline__ void store_row(const Tile& tile, float* dst, const fl
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
       auto* d4 = reinterpret_cast<float4*>(dst);
-#pragma unroll
-      for (uint32_t m = 0; m < kHeld; ++m) {
-        const uint32_t j = tile.thread_rank() + m * kTileSize;
-        if (j < dim / 4) d4[j] = p.v[m];
-      }
+      for_held<kHeld>(tile, dim, [&](uint32_t m, uint32_t j) { d4[j] = p.v[m]; });
       return;
     }
   }
@@ -123,17 +126,14 @@ __device__ __forceinline__ void add_row(const Tile& tile, float* dst, const floa
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
       auto* d4 = reinterpret_cast<float4*>(dst);
-#pragma unroll
-      for (uint32_t m = 0; m < kHeld; ++m) {
-        const uint32_t j = tile.thread_rank() + m * kTileSize;
-        if (j >= dim / 4) continue;
+      for_held<kHeld>(tile, dim, [&](uint32_t m, uint32_t j) {
         float4 x = __ldcg(d4 + j);
         x.x = __fadd_rn(x.x, p.v[m].x);
         x.y = __fadd_rn(x.y, p.v[m].y);
         x.z = __fadd_rn(x.z, p.v[m].z);
         x.w = __fadd_rn(x.w, p.v[m].w);
         d4[j] = x;
-      }
+      });
       return;
     }
   }
