@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/table/machine_info.hpp"
+#include "bench/table/random_rows.hpp"
 
 namespace {
 
@@ -94,41 +95,6 @@ long anon_huge_kb(const void* p) {
   return -1;
 }
 
-// Rows of `row_floats` floats, `tile` threads per row, float4 per access: row r of the output
-// gets host row idx[r].
-template <int kTile>
-__global__ void gather_rows(const float4* __restrict__ host, const uint64_t* __restrict__ idx,
-                            float4* __restrict__ out, uint64_t n, uint32_t row_vec) {
-  const uint64_t tiles = static_cast<uint64_t>(gridDim.x) * blockDim.x / kTile;
-  const uint32_t lane = threadIdx.x % kTile;
-  for (uint64_t r = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kTile; r < n;
-       r += tiles) {
-    const float4* src = host + idx[r] * row_vec;
-    for (uint32_t j = lane; j < row_vec; j += kTile) out[r * row_vec + j] = src[j];
-  }
-}
-
-template <int kTile>
-double time_gather(const float4* host, const uint64_t* idx, float4* out, uint64_t n,
-                   uint32_t row_vec) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
-    check(cudaEventRecord(start), "cudaEventRecord");
-    gather_rows<kTile><<<132 * 8, 256>>>(host, idx, out, n, row_vec);
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (rep > 0) best = std::min(best, static_cast<double>(ms) / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
-}
-
 // Bulk host-to-device copy bandwidth from the block (bytes per second, best of 3).
 double copy_bandwidth(const void* host, void* dev, size_t bytes) {
   double best = 1e30;
@@ -169,7 +135,6 @@ int main(int argc, char** argv) {
   }
   const size_t bytes = gib << 30;
   const uint64_t host_rows = bytes / row_bytes;
-  const uint32_t row_vec = row_bytes / 16;
 
   std::vector<uint64_t> idx(rows);
   std::mt19937_64 rng(std::random_device{}());
@@ -211,12 +176,14 @@ int main(int argc, char** argv) {
     } else {
       void* dev = nullptr;
       check(cudaHostGetDevicePointer(&dev, b.ptr, 0), "cudaHostGetDevicePointer");
-      const auto* host = static_cast<const float4*>(dev);
+      const void* host = dev;
       const double moved = static_cast<double>(rows) * row_bytes;
       const double copy = copy_bandwidth(b.ptr, d_copy, copy_bytes);
-      const double t8 = moved / time_gather<8>(host, d_idx, d_out, rows, row_vec);
-      const double t16 = moved / time_gather<16>(host, d_idx, d_out, rows, row_vec);
-      const double t32 = moved / time_gather<32>(host, d_idx, d_out, rows, row_vec);
+      auto gather_rate = [&](uint32_t threads_per_row) {
+        return moved / dynemb::bench::time_row_moves(host, d_idx, d_out, nullptr, rows, row_bytes,
+                                                     threads_per_row);
+      };
+      const double t8 = gather_rate(8), t16 = gather_rate(16), t32 = gather_rate(32);
       const long huge = anon_huge_kb(b.ptr);
       r.update({{"anon_huge_kb", huge},
                 {"copy_bytes_per_s", copy},

@@ -12,18 +12,16 @@
 namespace dynemb::bench {
 namespace {
 
-constexpr uint32_t kTile = 8;
-
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
-    throw CudaError(std::string("dynemb bench table (random rows): ") + what + ": " +
+    throw CudaError(std::string("dynemb bench (random rows): ") + what + ": " +
                     cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
   }
 }
 
 // Row r of `to` (at to_index[r]) = row r of `from` (at from_index[r]), kTile threads per row;
 // T is float4 or float, `width` Ts per row.
-template <class T>
+template <uint32_t kTile, class T>
 __global__ void move_rows(const T* __restrict__ from, const uint64_t* __restrict__ from_index,
                           T* __restrict__ to, const uint64_t* __restrict__ to_index, uint64_t n,
                           uint32_t width) {
@@ -42,41 +40,79 @@ struct Buffers {
   void* host = nullptr;
   void* dev = nullptr;
   uint64_t* index = nullptr;
-  cudaEvent_t begin = nullptr, end = nullptr;
   ~Buffers() {
     if (host != nullptr) cudaFreeHost(host);
     if (dev != nullptr) cudaFree(dev);
     if (index != nullptr) cudaFree(index);
-    if (begin != nullptr) cudaEventDestroy(begin);
-    if (end != nullptr) cudaEventDestroy(end);
   }
 };
 
-template <class T>
+// Two events, destroyed with it.
+struct Events {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  Events() {
+    check(cudaEventCreate(&begin), "cudaEventCreate");
+    check(cudaEventCreate(&end), "cudaEventCreate");
+  }
+  ~Events() {
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+  }
+};
+
+template <uint32_t kTile, class T>
 double best_seconds(const T* from, const uint64_t* from_index, T* to, const uint64_t* to_index,
-                    uint64_t n, uint32_t width, Buffers& b) {
+                    uint64_t n, uint32_t width) {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "attribute");
+  Events e;
   double best = 1e30;
   for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
-    check(cudaEventRecord(b.begin), "cudaEventRecord");
-    move_rows<T><<<sms * 8, 256>>>(from, from_index, to, to_index, n, width);
+    check(cudaEventRecord(e.begin), "cudaEventRecord");
+    move_rows<kTile, T><<<sms * 8, 256>>>(from, from_index, to, to_index, n, width);
     check(cudaGetLastError(), "move_rows launch");
-    check(cudaEventRecord(b.end), "cudaEventRecord");
-    check(cudaEventSynchronize(b.end), "cudaEventSynchronize");
+    check(cudaEventRecord(e.end), "cudaEventRecord");
+    check(cudaEventSynchronize(e.end), "cudaEventSynchronize");
     float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, b.begin, b.end), "cudaEventElapsedTime");
+    check(cudaEventElapsedTime(&ms, e.begin, e.end), "cudaEventElapsedTime");
     if (rep > 0) best = std::min(best, static_cast<double>(ms) * 1e-3);
   }
   return best;
 }
 
+template <uint32_t kTile>
+double best_seconds_for(const void* from, const uint64_t* from_index, void* to,
+                        const uint64_t* to_index, uint64_t n, uint32_t row_bytes) {
+  if (row_bytes % 16 == 0) {
+    return best_seconds<kTile>(static_cast<const float4*>(from), from_index,
+                               static_cast<float4*>(to), to_index, n, row_bytes / 16);
+  }
+  return best_seconds<kTile>(static_cast<const float*>(from), from_index, static_cast<float*>(to),
+                             to_index, n, row_bytes / 4);
+}
+
 }  // namespace
+
+double time_row_moves(const void* from, const uint64_t* from_index, void* to,
+                      const uint64_t* to_index, uint64_t n, uint32_t row_bytes,
+                      uint32_t threads_per_row) {
+  switch (threads_per_row) {
+    case 8:
+      return best_seconds_for<8>(from, from_index, to, to_index, n, row_bytes);
+    case 16:
+      return best_seconds_for<16>(from, from_index, to, to_index, n, row_bytes);
+    case 32:
+      return best_seconds_for<32>(from, from_index, to, to_index, n, row_bytes);
+  }
+  throw InvalidArgument("time_row_moves: threads_per_row = " + std::to_string(threads_per_row) +
+                        ": must be 8, 16 or 32");
+}
 
 RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
   constexpr uint64_t kRows = uint64_t{1} << 20;
-  const size_t row_bytes = size_t{4} * dim;
+  constexpr uint32_t kThreadsPerRow = 8;  // the table's tile
+  const uint32_t row_bytes = 4 * dim;
   const uint64_t host_rows = region_bytes / row_bytes;
   if (host_rows == 0) return {};
   Buffers b;
@@ -84,8 +120,6 @@ RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
         "cudaHostAlloc (the table's host-resident bytes)");
   check(cudaMalloc(&b.dev, kRows * row_bytes), "cudaMalloc");
   check(cudaMalloc(&b.index, kRows * sizeof(uint64_t)), "cudaMalloc");
-  check(cudaEventCreate(&b.begin), "cudaEventCreate");
-  check(cudaEventCreate(&b.end), "cudaEventCreate");
   // Uniform rows (a few repeat; a scatter then writes the same bytes twice).
   std::vector<uint64_t> index(kRows);
   std::mt19937_64 rng(std::random_device{}());
@@ -95,19 +129,12 @@ RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
         "cudaMemcpy (index)");
   void* mapped = nullptr;
   check(cudaHostGetDevicePointer(&mapped, b.host, 0), "cudaHostGetDevicePointer");
-  const double bytes = static_cast<double>(kRows) * static_cast<double>(row_bytes);
+  const double bytes = static_cast<double>(kRows) * row_bytes;
   RandomRowRate rate;
-  if (dim % 4 == 0) {
-    auto* host = static_cast<float4*>(mapped);
-    auto* dev = static_cast<float4*>(b.dev);
-    rate.read = bytes / best_seconds<float4>(host, b.index, dev, nullptr, kRows, dim / 4, b);
-    rate.write = bytes / best_seconds<float4>(dev, nullptr, host, b.index, kRows, dim / 4, b);
-  } else {
-    auto* host = static_cast<float*>(mapped);
-    auto* dev = static_cast<float*>(b.dev);
-    rate.read = bytes / best_seconds<float>(host, b.index, dev, nullptr, kRows, dim, b);
-    rate.write = bytes / best_seconds<float>(dev, nullptr, host, b.index, kRows, dim, b);
-  }
+  rate.read =
+      bytes / time_row_moves(mapped, b.index, b.dev, nullptr, kRows, row_bytes, kThreadsPerRow);
+  rate.write =
+      bytes / time_row_moves(b.dev, nullptr, mapped, b.index, kRows, row_bytes, kThreadsPerRow);
   return rate;
 }
 

@@ -16,4 +16,12 @@ namespace dynemb::bench {
 // Needs a CUDA build and the current device set.
 RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes);
 
+// Seconds, best of 3 after a warm-up, for a kernel to move n rows of row_bytes bytes from `from`
+// to `to` (device addresses; mapped host memory included): row r read at row from_index[r]
+// (r when null) and written at row to_index[r] (r when null), threads_per_row threads (8, 16 or
+// 32) per row, float4 accesses when row_bytes % 16 == 0. Needs a CUDA build.
+double time_row_moves(const void* from, const uint64_t* from_index, void* to,
+                      const uint64_t* to_index, uint64_t n, uint32_t row_bytes,
+                      uint32_t threads_per_row);
+
 }  // namespace dynemb::bench
