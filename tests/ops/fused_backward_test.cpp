@@ -20,6 +20,7 @@
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "core/test_random.hpp"
 #include "ops/backend_vectors.hpp"
 #include "ops/step_ops.hpp"
 
@@ -193,7 +194,7 @@ std::vector<double> gradient64(const StepInput& in, size_t row, uint32_t dim, Po
   return sum;
 }
 
-class FusedBackward : public testing::TestWithParam<Backend> {
+class FusedBackward : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
     if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
@@ -204,8 +205,8 @@ class FusedBackward : public testing::TestWithParam<Backend> {
 
 TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   const Backend backend = GetParam();
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = dynemb::testing::test_seed();
+  SCOPED_TRACE("DYNEMB_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const size_t num_rows = 300, bags = 400;
   // float4 over one tile, float4 over two tiles with a partial one, scalar, wider than the
@@ -301,8 +302,8 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FusedBackward, testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
+INSTANTIATE_TEST_SUITE_P(Backends, FusedBackward, ::testing::Values(Backend::kCpu, Backend::kCuda),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
                            return to_string(info.param);
                          });
 
