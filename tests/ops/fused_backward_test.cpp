@@ -16,11 +16,11 @@
 #include <random>
 #include <vector>
 
+#include "core/test_random.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "core/test_random.hpp"
 #include "ops/backend_vectors.hpp"
 #include "ops/step_ops.hpp"
 
@@ -230,7 +230,9 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
         o.clip_value = rng() % 3 == 0 ? 0.5f : 0.0f;
       }
       SCOPED_TRACE("dim " + std::to_string(dim) + " " + to_string(kind) + " " + to_string(mode) +
-                   (weighted ? " weighted" : "") + (guarded ? " guarded" : ""));
+                   (weighted ? " weighted" : "") + (guarded ? " guarded" : "") + " weight_decay " +
+                   std::to_string(o.weight_decay) + " clip_norm " + std::to_string(o.clip_norm) +
+                   " clip_value " + std::to_string(o.clip_value));
       const uint32_t row_dim = dim + optimizer_state_dim(kind, dim);
       const RowStore store = make_store(rng, num_rows, dim, row_dim);
       BackendRows two_pass = to_backend(backend, store), fused = to_backend(backend, store);

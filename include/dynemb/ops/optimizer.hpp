@@ -86,13 +86,28 @@ DYNEMB_HD float effective_grad(const OptimizerOptions& o, float g, float w, floa
 
 }  // namespace optimizer_detail
 
+// The lanes of a warp, whose order of addition every backend's row sums follow.
+inline constexpr uint32_t kRowSumLanes = 32;
+
 // How the elements of one row are shared out: a lane handles elements first, first + stride,
-// ...; sum() adds a value over all lanes of the row, sync() orders the lanes, and the leader
-// writes the row's scalars. One lane on the host; a warp's 32 lanes on the GPU.
+// ...; sum_over() adds a term over the row's elements in the warp's order (kRowSumLanes partial
+// sums of elements j = l, l + 32, ... in ascending order, combined by an xor butterfly), so the
+// host and the GPU round a row's norm alike; sync() orders the lanes, and the leader writes the
+// row's scalars. One lane on the host; a warp's 32 lanes on the GPU.
 struct SingleLane {
   DYNEMB_HD uint32_t first() const { return 0; }
   DYNEMB_HD uint32_t stride() const { return 1; }
-  DYNEMB_HD float sum(float v) const { return v; }
+  template <class Term>
+  DYNEMB_HD float sum_over(uint32_t dim, const Term& term) const {
+    float partial[kRowSumLanes] = {};
+    for (uint32_t j = 0; j < dim; ++j) partial[j % kRowSumLanes] += term(j);
+    for (uint32_t offset = kRowSumLanes / 2; offset > 0; offset /= 2) {
+      float next[kRowSumLanes];
+      for (uint32_t l = 0; l < kRowSumLanes; ++l) next[l] = partial[l] + partial[l ^ offset];
+      for (uint32_t l = 0; l < kRowSumLanes; ++l) partial[l] = next[l];
+    }
+    return partial[0];
+  }
   DYNEMB_HD void sync() const {}
   DYNEMB_HD bool leader() const { return true; }
 };
@@ -127,12 +142,9 @@ template <class Lanes>
 DYNEMB_HD RowUpdate begin_row_update(const OptimizerOptions& o, const float* row, const float* grad,
                                      uint32_t dim, const Lanes& lanes) {
   using namespace optimizer_detail;
-  const uint32_t first = lanes.first(), stride = lanes.stride();
   RowUpdate u;
   if (o.clip_norm > 0.0f) {
-    float sq = 0.0f;
-    for (uint32_t j = first; j < dim; j += stride) sq += grad[j] * grad[j];
-    const float norm = sqrtf_(lanes.sum(sq));
+    const float norm = sqrtf_(lanes.sum_over(dim, [&](uint32_t j) { return grad[j] * grad[j]; }));
     if (norm > o.clip_norm) u.scale = o.clip_norm / norm;
   }
   if (o.kind == OptimizerKind::kAdam) {
@@ -140,12 +152,11 @@ DYNEMB_HD RowUpdate begin_row_update(const OptimizerOptions& o, const float* row
     u.bc1 = 1.0f - powf_(o.beta1, static_cast<float>(u.step));
     u.bc2 = 1.0f - powf_(o.beta2, static_cast<float>(u.step));
   } else if (o.kind == OptimizerKind::kRowWiseAdaGrad) {
-    float sum_sq = 0.0f;
-    for (uint32_t j = first; j < dim; j += stride) {
+    const float sum_sq = lanes.sum_over(dim, [&](uint32_t j) {
       const float g = effective_grad(o, grad[j], row[j], u.scale);
-      sum_sq += g * g;
-    }
-    u.accumulated = row[dim] + lanes.sum(sum_sq) / static_cast<float>(dim);
+      return g * g;
+    });
+    u.accumulated = row[dim] + sum_sq / static_cast<float>(dim);
     u.rowwise_rate = o.learning_rate / (sqrtf_(u.accumulated + o.initial_accumulator) + o.eps);
   }
   return u;

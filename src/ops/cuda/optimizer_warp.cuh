@@ -17,8 +17,14 @@ struct WarpLanes {
   uint32_t lane;
   __device__ uint32_t first() const { return lane; }
   __device__ uint32_t stride() const { return 32; }
-  __device__ float sum(float v) const {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  // The lane's partial sum of term(j), j = lane, lane + 32, ... ascending, then the xor butterfly
+  // (SingleLane::sum_over rounds the same way on the host).
+  template <class Term>
+  __device__ float sum_over(uint32_t dim, const Term& term) const {
+    float v = 0.0f;
+    for (uint32_t j = lane; j < dim; j += kRowSumLanes) v += term(j);
+    for (uint32_t offset = kRowSumLanes / 2; offset > 0; offset >>= 1)
+      v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
     return v;
   }
   __device__ void sync() const { __syncwarp(); }
