@@ -44,9 +44,11 @@ if [ -z "$build" ]; then
   [ $rc -eq 0 ] || exit 1
 fi
 tests="$build/tests/dynemb_tests"
-# The commit the results name: this checkout's, else the COMMIT file a carried build brings.
+# The commit the results name: the COMMIT file a carried build brings (the source the binaries
+# were built from), else this checkout's. A copied checkout's git metadata can be older than its
+# files (seen on the lent device: it named 2b036ba for a build of 69e547c).
 if [ -z "${DYNEMB_GIT_COMMIT:-}" ]; then
-  DYNEMB_GIT_COMMIT="$(git rev-parse --short HEAD 2> /dev/null || cat "$build/COMMIT" 2> /dev/null || true)"
+  DYNEMB_GIT_COMMIT="$(cat "$build/COMMIT" 2> /dev/null || git rev-parse --short HEAD 2> /dev/null || true)"
   export DYNEMB_GIT_COMMIT
 fi
 # Test data from this checkout (a carried build would look in the tree it was built from).
