@@ -37,19 +37,27 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
   }
 }
 
-double pcie_floor_seconds(const PcieBytes& bytes, const PcieBandwidth& bandwidth) {
-  const double in = bandwidth.host_to_device > 0 ? bytes.read / bandwidth.host_to_device : 0.0;
-  const double out = bandwidth.device_to_host > 0 ? bytes.written / bandwidth.device_to_host : 0.0;
+namespace {
+
+// Seconds for `bytes` when reads move at read_rate and writes at write_rate (bytes per second; 0:
+// not measured, no bound): the link is full duplex, so the slower direction bounds the call.
+double slower_direction(const PcieBytes& bytes, double read_rate, double write_rate) {
+  const double in = read_rate > 0 ? bytes.read / read_rate : 0.0;
+  const double out = write_rate > 0 ? bytes.written / write_rate : 0.0;
   return std::max(in, out);
+}
+
+}  // namespace
+
+double pcie_floor_seconds(const PcieBytes& bytes, const PcieBandwidth& bandwidth) {
+  return slower_direction(bytes, bandwidth.host_to_device, bandwidth.device_to_host);
 }
 
 std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
                                                const PcieBandwidth& bandwidth, uint32_t dim) {
   const auto it = bandwidth.random_rows.find(dim);
   if (it == bandwidth.random_rows.end()) return std::nullopt;
-  const double in = it->second.read > 0 ? bytes.read / it->second.read : 0.0;
-  const double out = it->second.write > 0 ? bytes.written / it->second.write : 0.0;
-  return std::max(in, out);
+  return slower_direction(bytes, it->second.read, it->second.write);
 }
 
 }  // namespace dynemb::bench

@@ -205,9 +205,8 @@ class FusedBackward : public ::testing::TestWithParam<Backend> {
 
 TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   const Backend backend = GetParam();
-  const uint64_t seed = dynemb::testing::test_seed();
-  SCOPED_TRACE("DYNEMB_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  dynemb::testing::TestRng test_rng;  // prints the seed; failures show DYNEMB_TEST_SEED
+  std::mt19937_64& rng = test_rng.engine();
   const size_t num_rows = 300, bags = 400;
   // float4 over one tile, float4 over two tiles with a partial one, scalar, wider than the
   // on-chip path.
