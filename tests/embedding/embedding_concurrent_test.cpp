@@ -3,7 +3,6 @@
 // state (CPU; tests/embedding/cuda/ does the same on two CUDA streams).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 #include <thread>
 

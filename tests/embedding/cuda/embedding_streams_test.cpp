@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 #include <thread>
 
