@@ -43,6 +43,8 @@ template <TableKey K>
 struct Embedding<K>::Step {
   BackendBuffer<K> unique_keys;
   BackendBuffer<uint32_t> inverse, counts, ids_by_row, row_begin;
+  BackendBuffer<uint32_t> bag_by_row;  // the bag of each id in ids_by_row's order
+  bool has_bag_by_row = false;         // bag_by_row holds this step's
   BackendBuffer<float> rows, row_grads;
   // Rows by address (by_address): the table's row of each unique key, or the fallback row
   // (eval initializer) where the key has none (missing[i]).
@@ -63,7 +65,9 @@ struct Embedding<K>::Step {
   bool by_address = false;  // the step reads and updates the table's rows through row_ptrs
   bool pending_backward = false;
 
-  detail::IdGroups groups() const { return {ids_by_row.data(), row_begin.data()}; }
+  detail::IdGroups groups() const {
+    return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
+  }
 
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     LookupFeature f;
@@ -125,6 +129,10 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   ensure(s.inverse, backend_, n, device);
   ensure(s.ids_by_row, backend_, n, device);
   ensure(s.row_begin, backend_, n + 1, device);
+  // The bags in the grouped order, from the dedup: the GPU's reduction reads them (the CPU's
+  // works them out as it goes).
+  s.has_bag_by_row = batch.mode != PoolingMode::kNone && backend_ == Backend::kCuda;
+  if (s.has_bag_by_row) ensure(s.bag_by_row, backend_, n, device);
   ensure(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
                       batch.num_bags == 0 ? 0 : (batch.num_bags + 1) * sizeof(int64_t), stream);
@@ -144,8 +152,9 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   uint64_t counters[kCounters];
   const size_t u = detail::dedup_grouped<K>(
       backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(), s.ids_by_row.data(),
-      s.row_begin.data(), s.offsets.data(), batch.num_bags, "Embedding::forward",
-      {s.counters.data(), kCounters, counters}, *s.workspace, stream);
+      s.row_begin.data(), s.has_bag_by_row ? s.bag_by_row.data() : nullptr, s.offsets.data(),
+      batch.num_bags, "Embedding::forward", {s.counters.data(), kCounters, counters}, *s.workspace,
+      stream);
   report_nonfinite(counters[kNonfinite]);
   stage_done("dedup");
   s.num_unique = u;

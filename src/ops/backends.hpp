@@ -64,6 +64,9 @@ void resolve_missing_rows_cpu(size_t n, float** rows, bool* missing, float* fall
 // (num_rows + 1), each row's ids ascending.
 void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uint32_t* ids_by_row,
                    uint32_t* row_begin);
+// bag_by_row[k] = the bag (of offsets[0, num_bags], valid) holding id ids_by_row[k], k < num_ids.
+void bags_by_row_cpu(size_t num_ids, const uint32_t* ids_by_row, const int64_t* offsets,
+                     size_t num_bags, uint32_t* bag_by_row);
 void reduce_gradients_grouped_cpu(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
                                   const LookupOutput& r);
 void reduce_and_optimize_row_ptrs_cpu(const OptimizerOptions& o, const LookupFeature& x,
@@ -105,9 +108,9 @@ void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
 // workspace: nullptr = stream-ordered temporaries (the public dedup).
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
-                          uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                          size_t num_bags, const char* where, ReadAlong along,
-                          StepWorkspace* workspace, StreamHandle stream);
+                          uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                          const int64_t* offsets, size_t num_bags, const char* where,
+                          ReadAlong along, StepWorkspace* workspace, StreamHandle stream);
 void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
                                    const LookupOutput& r, StreamHandle stream);
 void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,

@@ -20,6 +20,9 @@ namespace dynemb::detail {
 struct IdGroups {
   const uint32_t* ids_by_row = nullptr;  // num_ids entries
   const uint32_t* row_begin = nullptr;   // num_rows + 1 entries
+  // num_ids entries, the bag holding id ids_by_row[k] (a pooled batch's), or null: the reduction
+  // works it out from the offsets.
+  const uint32_t* bag_by_row = nullptr;
 };
 
 // Device words read back together with dedup_grouped's unique count (one synchronization).
@@ -30,8 +33,9 @@ struct ReadAlong {
 };
 
 // dedup (include/dynemb/ops/dedup.hpp, same unique keys and inverse) that also writes the
-// groups of the ids by unique key (ids_by_row: n, row_begin: n + 1 entries) and checks the
-// bags' offsets (offsets[0] == 0, non-decreasing, offsets[num_bags] == n) in the same host
+// groups of the ids by unique key (ids_by_row: n, row_begin: n + 1 entries) and, when bag_by_row
+// is not null, the bag holding each id in that order (n entries: IdGroups::bag_by_row), and checks
+// the bags' offsets (offsets[0] == 0, non-decreasing, offsets[num_bags] == n) in the same host
 // synchronization; throws InvalidArgument naming `where` (as validate_lookup does) when they
 // are bad. Reads `along` in that synchronization too (at most StepWorkspace::kHostWords - 6
 // words). Returns the number of unique keys. Its scratch comes from `workspace`, which also
@@ -39,9 +43,9 @@ struct ReadAlong {
 // more is sorted again after the synchronization: a second one, only then).
 template <TableKey K>
 size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
-                     uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                     size_t num_bags, const char* where, ReadAlong along, StepWorkspace& workspace,
-                     StreamHandle stream);
+                     uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                     const int64_t* offsets, size_t num_bags, const char* where, ReadAlong along,
+                     StepWorkspace& workspace, StreamHandle stream);
 
 // pooled_lookup of one feature without the data checks (the caller vouches for offsets and
 // indices).

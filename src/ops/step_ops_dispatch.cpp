@@ -23,22 +23,23 @@ LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const
 
 template <TableKey K>
 size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
-                     uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                     size_t num_bags, const char* where, ReadAlong along, StepWorkspace& workspace,
-                     StreamHandle stream) {
+                     uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                     const int64_t* offsets, size_t num_bags, const char* where, ReadAlong along,
+                     StepWorkspace& workspace, StreamHandle stream) {
   require(n <= 0xFFFFFFFFull, where, "num_ids", std::to_string(n), "must be < 2^32");
   require(num_bags == 0 || offsets != nullptr, where, "offsets", "nullptr",
           "must be non-null when num_bags = " + std::to_string(num_bags));
   require(n == 0 || num_bags > 0, where, "num_ids", std::to_string(n),
           "must be 0 when num_bags = 0");
   if (backend == Backend::kCuda) {
-    return dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, offsets,
-                              num_bags, where, along, &workspace, stream);
+    return dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
+                              offsets, num_bags, where, along, &workspace, stream);
   }
   const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
   group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
   const LookupFeature f = offsets_feature(n, inverse, u, offsets, num_bags);
   validate_lookup_data_host(where, {&f, 1});
+  if (bag_by_row != nullptr) bags_by_row_cpu(n, ids_by_row, offsets, num_bags, bag_by_row);
   if (along.count > 0) std::memcpy(along.host, along.counters, along.count * sizeof(uint64_t));
   return u;
 }
@@ -127,10 +128,10 @@ void read_words(Backend backend, const uint64_t* words, size_t count, uint64_t* 
 }
 
 template size_t dedup_grouped<int64_t>(Backend, size_t, const int64_t*, int64_t*, uint32_t*,
-                                       uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
-                                       ReadAlong, StepWorkspace&, StreamHandle);
+                                       uint32_t*, uint32_t*, uint32_t*, const int64_t*, size_t,
+                                       const char*, ReadAlong, StepWorkspace&, StreamHandle);
 template size_t dedup_grouped<uint64_t>(Backend, size_t, const uint64_t*, uint64_t*, uint32_t*,
-                                        uint32_t*, uint32_t*, const int64_t*, size_t, const char*,
-                                        ReadAlong, StepWorkspace&, StreamHandle);
+                                        uint32_t*, uint32_t*, uint32_t*, const int64_t*, size_t,
+                                        const char*, ReadAlong, StepWorkspace&, StreamHandle);
 
 }  // namespace dynemb::detail

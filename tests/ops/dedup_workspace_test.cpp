@@ -69,21 +69,23 @@ void check_sequence(Backend backend, std::mt19937_64& rng) {
     const size_t n = keys.size();
     const std::vector<int64_t> offsets{0, static_cast<int64_t>(n)};
     std::vector<K> unique(n + 1);
-    std::vector<uint32_t> inverse(n + 1), ids(n + 1), begin(n + 2);
+    std::vector<uint32_t> inverse(n + 1), ids(n + 1), begin(n + 2), bags(n + 1);
     const size_t u = detail::dedup_grouped<K>(
         Backend::kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
-        offsets.data(), 1, "test", {}, cpu_workspace, nullptr);
+        bags.data(), offsets.data(), 1, "test", {}, cpu_workspace, nullptr);
     auto dkeys = upload(backend, keys);
     auto doffsets = upload(backend, offsets);
     BackendBuffer<K> dunique(backend, n + 1);
-    BackendBuffer<uint32_t> dinverse(backend, n + 1), dids(backend, n + 1), dbegin(backend, n + 2);
-    const size_t du = detail::dedup_grouped<K>(backend, n, dkeys.data(), dunique.data(),
-                                               dinverse.data(), dids.data(), dbegin.data(),
-                                               doffsets.data(), 1, "test", {}, workspace, nullptr);
+    BackendBuffer<uint32_t> dinverse(backend, n + 1), dids(backend, n + 1), dbegin(backend, n + 2),
+        dbags(backend, n + 1);
+    const size_t du = detail::dedup_grouped<K>(
+        backend, n, dkeys.data(), dunique.data(), dinverse.data(), dids.data(), dbegin.data(),
+        dbags.data(), doffsets.data(), 1, "test", {}, workspace, nullptr);
     ASSERT_EQ(du, u);
     EXPECT_EQ(download(dunique, u), std::vector<K>(unique.begin(), unique.begin() + u));
     EXPECT_EQ(download(dinverse, n), std::vector<uint32_t>(inverse.begin(), inverse.begin() + n));
     EXPECT_EQ(download(dids, n), std::vector<uint32_t>(ids.begin(), ids.begin() + n));
+    EXPECT_EQ(download(dbags, n), std::vector<uint32_t>(bags.begin(), bags.begin() + n));
     EXPECT_EQ(download(dbegin, u + 1), std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
   }
 }

@@ -39,12 +39,13 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // One step's inputs on the host: bags over `num_rows` rows (row 0 very hot, row 1 warm), the ids
-// grouped by row (a stable counting sort), bag (or id) gradients, skip flags.
+// grouped by row (a stable counting sort) and their bags in that order, bag (or id) gradients,
+// skip flags.
 struct StepInput {
   std::vector<uint32_t> indices;
   std::vector<int64_t> offsets{0};
   std::vector<float> weights;
-  std::vector<uint32_t> ids_by_row, row_begin;
+  std::vector<uint32_t> ids_by_row, row_begin, bag_by_row;
   std::vector<float> grads;
   uint32_t grad_stride = 0;
   std::vector<uint8_t> skip;
@@ -72,6 +73,11 @@ StepInput make_step(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t
   s.ids_by_row.resize(n);
   std::vector<uint32_t> fill(s.row_begin.begin(), s.row_begin.end() - 1);
   for (size_t i = 0; i < n; ++i) s.ids_by_row[fill[s.indices[i]]++] = static_cast<uint32_t>(i);
+  std::vector<uint32_t> bag_of(n);
+  for (size_t b = 0; b < bags; ++b) {
+    for (int64_t i = s.offsets[b]; i < s.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
+  }
+  for (uint32_t id : s.ids_by_row) s.bag_by_row.push_back(bag_of[id]);
   // A stride that is not a multiple of 4 half of the time: the gradient rows then take the
   // scalar path.
   s.grad_stride = dim + (rng() % 2 == 0 ? 0 : 1);
@@ -141,7 +147,7 @@ BackendRows to_backend(Backend backend, const RowStore& s) {
 
 // One step's inputs in one backend's memory.
 struct BackendStep {
-  BackendBuffer<uint32_t> indices, ids_by_row, row_begin;
+  BackendBuffer<uint32_t> indices, ids_by_row, row_begin, bag_by_row;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights, grads;
   BackendBuffer<bool> skip;
@@ -157,6 +163,7 @@ std::unique_ptr<BackendStep> to_backend(Backend backend, const StepInput& in, si
   s->indices = upload(backend, in.indices);
   s->ids_by_row = upload(backend, in.ids_by_row);
   s->row_begin = upload(backend, in.row_begin);
+  s->bag_by_row = upload(backend, in.bag_by_row);
   s->offsets = upload(backend, in.offsets);
   s->weights = upload(backend, in.weights);
   s->grads = upload(backend, in.grads);
@@ -256,7 +263,12 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
           apply_optimizer_row_ptrs(backend, o, num_rows, two_pass.ptrs.data(), row_grads.data(),
                                    dim, dim, s->skip.data(), nullptr);
         }
-        detail::reduce_and_optimize_row_ptrs(backend, o, s->feature, s->groups, s->g,
+        // Every other step the fused pass is given the bags in grouped order (as the training
+        // step's dedup gives them) instead of working them out.
+        detail::IdGroups fused_groups = s->groups;
+        if (step % 2 == 0 && mode != PoolingMode::kNone)
+          fused_groups.bag_by_row = s->bag_by_row.data();
+        detail::reduce_and_optimize_row_ptrs(backend, o, s->feature, fused_groups, s->g,
                                              fused.ptrs.data(), s->skip.data(),
                                              guarded ? counter + 1 : nullptr, workspace, nullptr);
         backend_synchronize(backend);

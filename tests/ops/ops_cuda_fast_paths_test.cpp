@@ -73,11 +73,11 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       const Batch b = make_batch(rng, 3000, 24, 900);
       const size_t n = b.keys.size(), bags = b.offsets.size() - 1;
       std::vector<int64_t> unique(n);
-      std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
+      std::vector<uint32_t> inverse(n), ids(n), begin(n + 1), bag_by_row(n);
       detail::StepWorkspace workspace(Backend::kCpu, 0);
       const size_t u = detail::dedup_grouped<int64_t>(
           Backend::kCpu, n, b.keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
-          b.offsets.data(), bags, "test", {}, workspace, nullptr);
+          bag_by_row.data(), b.offsets.data(), bags, "test", {}, workspace, nullptr);
       std::vector<float> rows(u * shape.row_stride);
       for (auto& v : rows) v = normal(rng);
       const size_t out_rows = mode == PoolingMode::kNone ? n : bags;
@@ -122,18 +122,22 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       reduce_gradients(kGpu, {&gf, 1}, {&gg, 1}, {&gr, 1});
       // The training step's path: the GPU's own grouped dedup, then the grouped reduction.
       BackendBuffer<int64_t> gunique(kGpu, n);
-      BackendBuffer<uint32_t> ginv(kGpu, n), gids(kGpu, n), gbegin(kGpu, n + 1);
+      BackendBuffer<uint32_t> ginv(kGpu, n), gids(kGpu, n), gbegin(kGpu, n + 1), gbags(kGpu, n);
       detail::StepWorkspace gworkspace(kGpu, 0);
       const size_t gu = detail::dedup_grouped<int64_t>(
           kGpu, n, dkeys.data(), gunique.data(), ginv.data(), gids.data(), gbegin.data(),
-          doff.data(), bags, "test", {}, gworkspace, nullptr);
+          gbags.data(), doff.data(), bags, "test", {}, gworkspace, nullptr);
       ASSERT_EQ(gu, u);
       EXPECT_EQ(to_host(gunique, u), std::vector<int64_t>(unique.begin(), unique.begin() + u));
       EXPECT_EQ(to_host(ginv, n), inverse);
       EXPECT_EQ(to_host(gids, n), ids);
+      EXPECT_EQ(to_host(gbags, n), bag_by_row);
       EXPECT_EQ(to_host(gbegin, u + 1),
                 std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
-      detail::reduce_gradients_grouped(kGpu, gf, {gids.data(), gbegin.data()}, gg, gr2, nullptr);
+      // SUM / MEAN: the bags in grouped order from the dedup, as the training step passes them.
+      const detail::IdGroups groups{gids.data(), gbegin.data(),
+                                    mode == PoolingMode::kNone ? nullptr : gbags.data()};
+      detail::reduce_gradients_grouped(kGpu, gf, groups, gg, gr2, nullptr);
       const auto hout = to_host(dout, cout.size());
       const auto hrg = to_host(drg, crg.size());
       const auto hrg2 = to_host(drg2, crg.size());
@@ -302,8 +306,8 @@ TEST_F(OpsCudaFastPaths, GroupedDedupNamesBadOffsetsAndReadsAlong) {
   auto run = [&](const std::vector<int64_t>& offsets) {
     auto doff = to_gpu(offsets);
     return detail::dedup_grouped<int64_t>(kGpu, keys.size(), dkeys.data(), unique.data(),
-                                          inv.data(), ids.data(), begin.data(), doff.data(),
-                                          offsets.size() - 1, "Embedding::forward",
+                                          inv.data(), ids.data(), begin.data(), nullptr,
+                                          doff.data(), offsets.size() - 1, "Embedding::forward",
                                           {along.data(), 2, host}, workspace, nullptr);
   };
   EXPECT_EQ(run({0, 2, 4}), 3u);

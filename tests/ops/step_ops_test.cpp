@@ -36,10 +36,10 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
   for (size_t i = 0; i < n; ++i) model[keys[i]].push_back(static_cast<uint32_t>(i));
   std::vector<int64_t> offsets{0, 100, 100, static_cast<int64_t>(n)};
   std::vector<int64_t> unique(n);
-  std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
+  std::vector<uint32_t> inverse(n), ids(n), begin(n + 1), bags(n);
   const size_t u = detail::dedup_grouped<int64_t>(
-      kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), offsets.data(),
-      3, "test", {}, workspace, nullptr);
+      kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), bags.data(),
+      offsets.data(), 3, "test", {}, workspace, nullptr);
   ASSERT_EQ(u, model.size());
   size_t r = 0;
   for (const auto& [key, positions] : model) {
@@ -48,19 +48,20 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
     for (size_t k = 0; k < positions.size(); ++k) {
       EXPECT_EQ(ids[begin[r] + k], positions[k]);
       EXPECT_EQ(inverse[positions[k]], r);
+      EXPECT_EQ(bags[begin[r] + k], positions[k] < 100 ? 0u : 2u) << "bag 1 is empty";
     }
     ++r;
   }
   EXPECT_EQ(begin[u], n);
   offsets = {0, 200, 100, static_cast<int64_t>(n)};
   EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
-                                              ids.data(), begin.data(), offsets.data(), 3, "test",
-                                              {}, workspace, nullptr),
+                                              ids.data(), begin.data(), bags.data(), offsets.data(),
+                                              3, "test", {}, workspace, nullptr),
                InvalidArgument);
   offsets = {0, 100, 200, static_cast<int64_t>(n) + 1};
   EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
-                                              ids.data(), begin.data(), offsets.data(), 3, "test",
-                                              {}, workspace, nullptr),
+                                              ids.data(), begin.data(), bags.data(), offsets.data(),
+                                              3, "test", {}, workspace, nullptr),
                InvalidArgument);
 }
 
@@ -86,7 +87,7 @@ TEST(StepOps, GroupedReductionIsBitIdenticalToReduceGradients) {
     std::vector<int64_t> unique(n);
     std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
     const size_t u = detail::dedup_grouped<int64_t>(
-        kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
+        kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), nullptr,
         offsets.data(), bags, "test", {}, workspace, nullptr);
     ASSERT_GT(
         begin[1 + std::distance(unique.begin(), std::find(unique.begin(), unique.begin() + u, 7))] -

@@ -69,13 +69,26 @@ void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uin
 namespace {
 
 // bag_of[i] = the bag holding id i.
-std::vector<uint32_t> bags_of_ids(const LookupFeature& x) {
-  std::vector<uint32_t> bag_of(x.num_ids);
-  for (size_t b = 0; b < x.num_bags; ++b) {
-    for (int64_t i = x.offsets[b]; i < x.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
+std::vector<uint32_t> bags_of_ids(size_t num_ids, const int64_t* offsets, size_t num_bags) {
+  std::vector<uint32_t> bag_of(num_ids);
+  for (size_t b = 0; b < num_bags; ++b) {
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
   }
   return bag_of;
 }
+std::vector<uint32_t> bags_of_ids(const LookupFeature& x) {
+  return bags_of_ids(x.num_ids, x.offsets, x.num_bags);
+}
+
+}  // namespace
+
+void bags_by_row_cpu(size_t num_ids, const uint32_t* ids_by_row, const int64_t* offsets,
+                     size_t num_bags, uint32_t* bag_by_row) {
+  const std::vector<uint32_t> bag_of = bags_of_ids(num_ids, offsets, num_bags);
+  for (size_t k = 0; k < num_ids; ++k) bag_by_row[k] = bag_of[ids_by_row[k]];
+}
+
+namespace {
 
 // Row `row`'s gradient into dst (dim floats): chunks of kGradientChunk ids, each summed from zero,
 // then added in order (reduce_gradients' fixed order). `partial` holds dim floats of scratch.

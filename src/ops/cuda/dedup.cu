@@ -53,15 +53,19 @@ auto head_flags(const K* sorted) {
 }
 
 // rank[i] is the inclusive count of heads: the unique position of sorted[i] is rank[i] - 1.
-// Writes the inverse, the unique keys, where each group starts, and the unique count.
+// Writes the inverse, the unique keys, where each group starts, the unique count and, when
+// bag_by_row is not null, the bag of each position in sorted order (bag_of: by position).
 template <class K>
 __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const uint32_t* rank,
-                               size_t n, K* unique_keys, uint32_t* inverse, uint32_t* row_begin,
+                               size_t n, const uint32_t* bag_of, K* unique_keys, uint32_t* inverse,
+                               uint32_t* row_begin, uint32_t* bag_by_row,
                                unsigned long long* status) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t r = rank[i] - 1;
-  inverse[positions[i]] = r;
+  const uint32_t position = positions[i];
+  inverse[position] = r;
+  if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
   if (i == 0 || sorted[i] != sorted[i - 1]) {
     unique_keys[r] = sorted[i];
     row_begin[r] = static_cast<uint32_t>(i);
@@ -162,9 +166,10 @@ class SortPass {
       : workspace_(workspace), stream_(stream) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
-  // status[kUnique].
+  // status[kUnique]. bag_by_row (null: not written) from the bags' offsets.
   void issue(size_t n, const K* keys, int end_bit, K* unique_keys, uint32_t* inverse,
-             uint32_t* ids_by_row, uint32_t* row_begin, unsigned long long* status) {
+             uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+             const int64_t* offsets, size_t num_bags, unsigned long long* status) {
     const int items = static_cast<int>(n);
     size_t sort_bytes = 0, scan_bytes = 0;
     StepWorkspace::SortSizes* cached = workspace_ != nullptr ? &workspace_->sort_sizes : nullptr;
@@ -182,12 +187,13 @@ class SortPass {
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
     K* sorted = nullptr;
-    uint32_t *rank = nullptr, *positions = nullptr;
+    uint32_t *rank = nullptr, *positions = nullptr, *bag_of = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<K>(n);
       rank = c.take<uint32_t>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
+      if (bag_by_row != nullptr) bag_of = c.take<uint32_t>(n);
       temp = c.take<uint8_t>(temp_bytes);
     };
     ScratchCarver measure;
@@ -214,8 +220,9 @@ class SortPass {
     cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<K>(sorted), rank, items,
                                               stream_),
                 "dedup: InclusiveSum");
+    if (bag_by_row != nullptr) ops_cuda::fill_bag_of(offsets, num_bags, n, bag_of, stream_);
     scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
-        sorted, ids_by_row, rank, n, unique_keys, inverse, row_begin, status);
+        sorted, ids_by_row, rank, n, bag_of, unique_keys, inverse, row_begin, bag_by_row, status);
     cuda::check_launch("dedup: scatter_kernel");
   }
 
@@ -237,9 +244,9 @@ void read_back(uint64_t* host, const void* device, size_t count, cudaStream_t st
 
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
-                          uint32_t* ids_by_row, uint32_t* row_begin, const int64_t* offsets,
-                          size_t num_bags, const char* where, ReadAlong along,
-                          StepWorkspace* workspace, StreamHandle stream_handle) {
+                          uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                          const int64_t* offsets, size_t num_bags, const char* where,
+                          ReadAlong along, StepWorkspace* workspace, StreamHandle stream_handle) {
   constexpr int kAll = static_cast<int>(sizeof(K) * 8);
   const cudaStream_t stream = as_stream(stream_handle);
   require(along.count + kStatusWords <= StepWorkspace::kHostWords, where, "along.count",
@@ -290,7 +297,10 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     end_bit = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
   }
   SortPass<K> pass(workspace, stream);
-  if (n > 0) pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, status);
+  if (num_bags == 0) bag_by_row = nullptr;
+  if (n > 0)
+    pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
+               num_bags, status);
   read_back(host, status, kStatusWords, stream, "dedup: read status");
   if (along.count > 0)
     read_back(host + kStatusWords, along.counters, along.count, stream, "dedup: read along");
@@ -304,7 +314,8 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     if (needed > end_bit) {
       // The prediction was short: sort again on the bits this batch needs (rare: the keys' range
       // grew).
-      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, status);
+      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
+                 num_bags, status);
       read_back(host, status, 1, stream, "dedup: read unique count");
       cuda::sync(stream, "dedup");
       unique = static_cast<size_t>(host[kUnique]);
@@ -321,7 +332,7 @@ size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, ui
   cuda::DeviceArray<uint32_t> ids_by_row(n, stream), row_begin(n + 1, stream);
   const size_t u =
       dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row.data(), row_begin.data(),
-                         nullptr, 0, "dedup", {}, nullptr, stream_handle);
+                         nullptr, nullptr, 0, "dedup", {}, nullptr, stream_handle);
   if (counts != nullptr && u > 0) {
     counts_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(row_begin.data(), u, counts);
     cuda::check_launch("dedup: counts_kernel");
@@ -334,10 +345,11 @@ template size_t dedup_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*,
 template size_t dedup_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*, uint32_t*,
                                      StreamHandle);
 template size_t dedup_grouped_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
-                                            uint32_t*, const int64_t*, size_t, const char*,
-                                            ReadAlong, StepWorkspace*, StreamHandle);
+                                            uint32_t*, uint32_t*, const int64_t*, size_t,
+                                            const char*, ReadAlong, StepWorkspace*, StreamHandle);
 template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*,
-                                             uint32_t*, uint32_t*, const int64_t*, size_t,
-                                             const char*, ReadAlong, StepWorkspace*, StreamHandle);
+                                             uint32_t*, uint32_t*, uint32_t*, const int64_t*,
+                                             size_t, const char*, ReadAlong, StepWorkspace*,
+                                             StreamHandle);
 
 }  // namespace dynemb::detail

@@ -16,12 +16,13 @@
 namespace dynemb::detail {
 namespace {
 
-using ops_cuda::add_chunk_sums;
+using ops_cuda::add_hot_row;
 using ops_cuda::as_stream;
 using ops_cuda::blocks_for_warps;
 using ops_cuda::gradient_nonfinite;
 using ops_cuda::hot_row_count;
 using ops_cuda::HotChunks;
+using ops_cuda::is_hot_row;
 using ops_cuda::kBlock;
 using ops_cuda::kWarpsPerBlock;
 using ops_cuda::lane_index;
@@ -31,15 +32,22 @@ using ops_cuda::update_row;
 // Blocks that take the hot rows (grid-stride), ahead of the cold rows' blocks.
 constexpr size_t kHotBlocks = 512;
 
-// The warp's update of row `row` (at address p) from its reduced gradient: skipped when the
+// The address to update for row `row`: null when the row has none or skip[row] is set. Both
+// loads are issued before either is tested, so neither waits on the other.
+__device__ __forceinline__ float* updated_address(float* const* rows, const bool* skip,
+                                                  size_t row) {
+  float* p = rows[row];
+  const bool skipped = skip != nullptr && skip[row];
+  return skipped ? nullptr : p;
+}
+
+// The warp's update of the row at p (null: none) from its reduced gradient: skipped when the
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
-// does), when skip[row] is set, or when the row has no address.
+// does) or when p is null.
 template <OptimizerKind kKind, uint32_t kVec>
-__device__ void optimize_reduced_row(const OptimizerOptions& o, size_t row, float* p,
-                                     const float* grad, uint32_t dim, const bool* skip,
-                                     unsigned long long* nonfinite) {
+__device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
+                                     uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
-  if (skip != nullptr && skip[row]) return;
   if (p == nullptr) return;
   update_row<kKind, kVec, true>(o, p, grad, dim);
 }
@@ -54,13 +62,10 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
   const size_t hot = hot_row_count(h);
   for (size_t k = blockIdx.x; k < hot; k += hot_blocks) {
     const uint32_t row = h.hot_rows[k];
-    const uint32_t first = h.chunk_first[row], count = h.chunk_count[row];
-    for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      grad[j] = add_chunk_sums(h, first, count, j);
-    }
+    add_hot_row(h, row, dim, grad);
     __syncthreads();
     if (threadIdx.x < 32)
-      optimize_reduced_row<kKind, kVec>(o, row, rows[row], grad, dim, skip, nonfinite);
+      optimize_reduced_row<kKind, kVec>(o, updated_address(rows, skip, row), grad, dim, nonfinite);
     __syncthreads();
   }
 }
@@ -78,16 +83,15 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
                                   unsigned long long* nonfinite, float* grad, size_t row) {
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
-  float* p = rows[row];
-  const bool skipped = skip != nullptr && skip[row];
-  if (p != nullptr && !skipped) {
+  float* p = updated_address(rows, skip, row);
+  if (p != nullptr) {
     const size_t row_bytes = (x.dim + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
     cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
-  if (end - begin > kGradientChunk) return;
+  if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec>(o, row, skipped ? nullptr : p, grad, x.dim, nullptr, nonfinite);
+  optimize_reduced_row<kKind, kVec>(o, p, grad, x.dim, nonfinite);
 }
 
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them

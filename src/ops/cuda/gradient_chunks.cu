@@ -12,15 +12,6 @@ namespace {
 
 using detail::IdGroups;
 
-// bag_of[i] = the bag holding id i (one warp per bag).
-__global__ void bag_of_id_kernel(const int64_t* offsets, size_t num_bags, uint32_t* bag_of) {
-  const size_t b = warp_index();
-  if (b >= num_bags) return;
-  for (int64_t i = offsets[b] + lane_index(); i < offsets[b + 1]; i += 32) {
-    bag_of[i] = static_cast<uint32_t>(b);
-  }
-}
-
 // bag_by_row[k] = bag_of[ids_by_row[k]]: the bags in the order the reduction reads its ids.
 __global__ void bag_by_row_kernel(const uint32_t* ids_by_row, const uint32_t* bag_of, size_t n,
                                   uint32_t* bag_by_row) {
@@ -35,7 +26,7 @@ __global__ void hot_rows_kernel(const uint32_t* row_begin, size_t num_rows, uint
   const size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= num_rows) return;
   const uint32_t len = row_begin[r + 1] - row_begin[r];
-  const uint32_t chunks = len > kGradientChunk ? (len + kGradientChunk - 1) / kGradientChunk : 0;
+  const uint32_t chunks = is_hot_row(len) ? (len + kGradientChunk - 1) / kGradientChunk : 0;
   chunk_count[r] = chunks;
   if (chunks > 0) hot_rows[atomicAdd(hot_count, 1u)] = static_cast<uint32_t>(r);
 }
@@ -112,10 +103,10 @@ HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const Loo
   const size_t n = num_ids_, u = num_rows_;
   cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
               "reduce_gradients: cudaMemsetAsync");
-  if (n > 0 && x.mode != PoolingMode::kNone) {
-    bag_of_id_kernel<<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x.offsets, x.num_bags,
-                                                                          a.bag_of);
-    cuda::check_launch("reduce_gradients: bag_of_id_kernel");
+  // The bags in the reduction's order: the dedup's, else worked out here.
+  const uint32_t* bag_by_row = groups.bag_by_row != nullptr ? groups.bag_by_row : a.bag_by_row;
+  if (n > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
+    fill_bag_of(x.offsets, x.num_bags, n, a.bag_of, stream);
     bag_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(groups.ids_by_row, a.bag_of, n,
                                                                     a.bag_by_row);
     cuda::check_launch("reduce_gradients: bag_by_row_kernel");
@@ -134,18 +125,18 @@ HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const Loo
     const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
     if (vec4_ok(g.out, g.out_stride, x.dim)) {
-      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_by_row, a.chunk_first,
+      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
                                                          a.chunk_count, a.chunk_row, max_chunks_,
                                                          partial_stride_, a.partial);
     } else {
-      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, a.bag_by_row, a.chunk_first,
+      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
                                                          a.chunk_count, a.chunk_row, max_chunks_,
                                                          partial_stride_, a.partial);
     }
     cuda::check_launch("reduce_gradients: hot_chunk_kernel");
   }
   HotChunks h;
-  h.bag_by_row = a.bag_by_row;
+  h.bag_by_row = bag_by_row;
   h.chunk_count = a.chunk_count;
   h.chunk_first = a.chunk_first;
   h.hot_rows = a.hot_rows;

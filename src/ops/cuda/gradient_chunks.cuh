@@ -15,6 +15,12 @@
 
 namespace dynemb::ops_cuda {
 
+// Whether a row read by `ids` ids is hot (its ids are cut into chunks) rather than cold (one warp
+// sums them).
+__host__ __device__ constexpr bool is_hot_row(uint32_t ids) {
+  return ids > kGradientChunk;
+}
+
 // What sum_hot_chunks leaves in device memory for the rest of the reduction.
 struct HotChunks {
   const uint32_t* bag_by_row = nullptr;   // num_ids: the bag of id ids_by_row[k] (SUM / MEAN)
@@ -66,6 +72,15 @@ __device__ __forceinline__ float add_chunk_sums(const HotChunks& h, uint32_t fir
   }
   for (; c < count; ++c) acc = __fadd_rn(acc, p[c * stride]);
   return acc;
+}
+
+// Hot row `row`'s gradient into out[0, dim): element j, for each j this thread takes of a block
+// striding over the elements, is add_chunk_sums of the row's chunks.
+__device__ __forceinline__ void add_hot_row(const HotChunks& h, uint32_t row, uint32_t dim,
+                                            float* out) {
+  const uint32_t first = h.chunk_first[row], count = h.chunk_count[row];
+  for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x)
+    out[j] = add_chunk_sums(h, first, count, j);
 }
 
 // The number of hot rows to work on (hot_count, read on the device, bounded).

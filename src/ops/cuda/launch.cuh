@@ -30,6 +30,11 @@ inline cudaStream_t as_stream(StreamHandle s) {
 // out[i] = i for i in [0, n), on `stream`.
 void fill_iota(uint32_t* out, size_t n, cudaStream_t stream);
 
+// bag_of[i] = b for each id i of bag b (offsets[b] <= i < offsets[b + 1]), ids i < num_ids, on
+// `stream`. Offsets not yet checked are safe: what falls outside [0, num_ids) is not written.
+void fill_bag_of(const int64_t* offsets, size_t num_bags, size_t num_ids, uint32_t* bag_of,
+                 cudaStream_t stream);
+
 // Lets the current device's default memory pool keep what it has grown to (release threshold:
 // unlimited), so the ops' stream-ordered temporaries are not unmapped at every synchronization
 // and mapped again by the next step. Once per device; cheap afterwards.

@@ -19,7 +19,7 @@
 namespace dynemb::detail {
 namespace {
 
-using ops_cuda::add_chunk_sums;
+using ops_cuda::add_hot_row;
 using ops_cuda::add_terms;
 using ops_cuda::AddressedRows;
 using ops_cuda::as_stream;
@@ -28,6 +28,7 @@ using ops_cuda::blocks_for_warps;
 using ops_cuda::DenseRows;
 using ops_cuda::hot_row_count;
 using ops_cuda::HotChunks;
+using ops_cuda::is_hot_row;
 using ops_cuda::kBlock;
 using ops_cuda::kTileRegs;
 using ops_cuda::kTileWidth;
@@ -113,7 +114,7 @@ __global__ void cold_row_kernel(LookupFeature x, LookupOutput g, IdGroups groups
   const size_t row = warp_index();
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
-  if (end - begin > kGradientChunk) return;
+  if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, r.out + row * r.out_stride);
 }
 
@@ -123,10 +124,7 @@ __global__ void hot_row_kernel(uint32_t dim, HotChunks h, LookupOutput r) {
   const size_t hot = hot_row_count(h);
   for (size_t k = blockIdx.x; k < hot; k += gridDim.x) {
     const uint32_t row = h.hot_rows[k];
-    const uint32_t first = h.chunk_first[row], count = h.chunk_count[row];
-    for (uint32_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      r.out[row * r.out_stride + j] = add_chunk_sums(h, first, count, j);
-    }
+    add_hot_row(h, row, dim, r.out + row * r.out_stride);
   }
 }
 

@@ -1,5 +1,5 @@
-// Small device helpers shared by the ops: iota, the memory pool's release threshold, pinned
-// host words, stream synchronization.
+// Small device helpers shared by the ops: iota, the bag of each id, the memory pool's release
+// threshold, pinned host words, stream synchronization.
 #include <atomic>
 #include <cstdint>
 
@@ -15,12 +15,30 @@ __global__ void iota_kernel(uint32_t* out, size_t n) {
   if (i < n) out[i] = static_cast<uint32_t>(i);
 }
 
+// One warp per bag.
+__global__ void bag_of_kernel(const int64_t* offsets, size_t num_bags, size_t num_ids,
+                              uint32_t* bag_of) {
+  const size_t b = warp_index();
+  if (b >= num_bags) return;
+  const int64_t begin = max(offsets[b], int64_t{0});
+  const int64_t end = min(offsets[b + 1], static_cast<int64_t>(num_ids));
+  for (int64_t i = begin + lane_index(); i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
+}
+
 }  // namespace
 
 void fill_iota(uint32_t* out, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   iota_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(out, n);
   cuda::check_launch("fill_iota");
+}
+
+void fill_bag_of(const int64_t* offsets, size_t num_bags, size_t num_ids, uint32_t* bag_of,
+                 cudaStream_t stream) {
+  if (num_bags == 0 || num_ids == 0) return;
+  bag_of_kernel<<<blocks_for_warps(num_bags), kBlock, 0, stream>>>(offsets, num_bags, num_ids,
+                                                                   bag_of);
+  cuda::check_launch("fill_bag_of");
 }
 
 void keep_pool_memory(cudaStream_t) {

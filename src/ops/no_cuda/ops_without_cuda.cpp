@@ -59,16 +59,18 @@ void apply_optimizer_rows_cuda(const OptimizerOptions&, size_t, float*, uint32_t
 }
 
 template <TableKey K>
-size_t dedup_grouped_cuda(size_t, const K*, K*, uint32_t*, uint32_t*, uint32_t*, const int64_t*,
-                          size_t, const char*, ReadAlong, StepWorkspace*, StreamHandle) {
+size_t dedup_grouped_cuda(size_t, const K*, K*, uint32_t*, uint32_t*, uint32_t*, uint32_t*,
+                          const int64_t*, size_t, const char*, ReadAlong, StepWorkspace*,
+                          StreamHandle) {
   no_cuda_ops("dedup");
 }
 template size_t dedup_grouped_cuda<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
-                                            uint32_t*, const int64_t*, size_t, const char*,
-                                            ReadAlong, StepWorkspace*, StreamHandle);
+                                            uint32_t*, uint32_t*, const int64_t*, size_t,
+                                            const char*, ReadAlong, StepWorkspace*, StreamHandle);
 template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*,
-                                             uint32_t*, uint32_t*, const int64_t*, size_t,
-                                             const char*, ReadAlong, StepWorkspace*, StreamHandle);
+                                             uint32_t*, uint32_t*, uint32_t*, const int64_t*,
+                                             size_t, const char*, ReadAlong, StepWorkspace*,
+                                             StreamHandle);
 void reduce_gradients_grouped_cuda(const LookupFeature&, IdGroups, const LookupOutput&,
                                    const LookupOutput&, StreamHandle) {
   no_cuda_ops("reduce_gradients");

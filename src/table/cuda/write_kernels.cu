@@ -4,6 +4,7 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include "core/cuda/check.hpp"
+#include "core/cuda/device_info.hpp"
 #include "dynemb/core/score.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
@@ -384,13 +385,8 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
 unsigned locked_blocks(uint64_t n, bool length_on_device) {
   uint64_t blocks = (n + kLockedTilesPerBlock - 1) / kLockedTilesPerBlock;
   if (length_on_device) {
-    static const uint64_t two_waves = [] {
-      int device = 0, sms = 0;
-      cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-      cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                  "cudaDeviceGetAttribute");
-      return uint64_t{2} * static_cast<uint64_t>(sms) * (2048 / kLockedBlockThreads);
-    }();
+    const uint64_t two_waves =
+        uint64_t{2} * cuda::current_multiprocessors() * (2048 / kLockedBlockThreads);
     blocks = blocks < two_waves ? blocks : two_waves;
   }
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 0x7FFFFFFFull ? blocks : 0x7FFFFFFFull));
