@@ -129,9 +129,9 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   ensure(s.inverse, backend_, n, device);
   ensure(s.ids_by_row, backend_, n, device);
   ensure(s.row_begin, backend_, n + 1, device);
-  // The bags in the grouped order, from the dedup: the GPU's reduction reads them (the CPU's
-  // works them out as it goes).
-  s.has_bag_by_row = batch.mode != PoolingMode::kNone && backend_ == Backend::kCuda;
+  // The bags in the grouped order, from the dedup, for a training step's backward on the GPU
+  // (the CPU's reduction works them out as it goes).
+  s.has_bag_by_row = training && batch.mode != PoolingMode::kNone && backend_ == Backend::kCuda;
   if (s.has_bag_by_row) ensure(s.bag_by_row, backend_, n, device);
   ensure(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,

@@ -306,41 +306,84 @@ __device__ __forceinline__ void accumulate_row(const Tile& tile, float* dst, con
   }
 }
 
-// Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
-// exactly initial_value(init, key_bits, j), but one Philox draw serves the 4 (uniform) or 2
-// (normal) elements it feeds. Elements at or past init.width (when set) are 0.
-__device__ __forceinline__ void init_row(const Tile& tile, const InitializerOptions& init,
-                                         uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
+// The elements of the initializer's row of `key_bits` that are drawn (the rest are 0).
+__device__ __forceinline__ uint32_t drawn_elements(const InitializerOptions& init, uint32_t dim) {
+  return init.width != 0 && init.width < dim ? init.width : dim;
+}
+
+// initial_quad of a uniform initializer: one Philox draw.
+__device__ __forceinline__ float4 uniform_quad(const InitializerOptions& init, uint64_t key_bits,
+                                               uint32_t q, uint32_t drawn) {
   using namespace init_detail;
-  auto put = [&](uint32_t j, float v) {
-    dst[j] = v;
-    if (dst2 != nullptr) dst2[j] = v;
-  };
-  const uint32_t drawn = init.width != 0 && init.width < dim ? init.width : dim;
-  for (uint32_t j = drawn + tile.thread_rank(); j < dim; j += kTileSize) put(j, 0.0f);
-  if (init.kind == InitializerKind::kUniform) {
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (4 * q < drawn) {
     const float span = det::sub(init.high, init.low);
-    for (uint32_t block = tile.thread_rank(); block * 4 < drawn; block += kTileSize) {
-      const Philox4 r = draw(init, key_bits, block, kUniformStream);
+    const Philox4 r = draw(init, key_bits, q, kUniformStream);
 #pragma unroll
-      for (uint32_t e = 0; e < 4; ++e) {
-        const uint32_t j = block * 4 + e;
-        if (j < drawn) put(j, det::fma(uniform01(r.w[e]), span, init.low));
-      }
+    for (uint32_t e = 0; e < 4; ++e) {
+      if (4 * q + e < drawn) v[e] = det::fma(uniform01(r.w[e]), span, init.low);
     }
-  } else if (init.kind == InitializerKind::kNormal) {
-    for (uint32_t pair = tile.thread_rank(); pair * 2 < drawn; pair += kTileSize) {
+  }
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// Elements [4q, 4q + 4) of the initializer's row of `key_bits`, each exactly initial_value's
+// (0 at or past `drawn`): one Philox draw serves the quad (uniform), one each pair (normal).
+// The uniform case returns early: sharing the others' live registers made the find_or_insert
+// kernel spill (ptxas).
+__device__ __forceinline__ float4 initial_quad(const InitializerOptions& init, uint64_t key_bits,
+                                               uint32_t q, uint32_t drawn) {
+  using namespace init_detail;
+  if (init.kind == InitializerKind::kUniform) return uniform_quad(init, key_bits, q, drawn);
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (init.kind == InitializerKind::kNormal) {
+#pragma unroll
+    for (uint32_t h = 0; h < 2; ++h) {
+      const uint32_t pair = 2 * q + h;
+      if (2 * pair >= drawn) break;
       const Philox4 r = draw(init, key_bits, pair, kNormalStream);
       const float radius = det::sqrt(det::mul(-2.0f, det::log(uniform01_open_low(r.w[0]))));
       float sn, cs;
       det::sincos_2pi(uniform01(r.w[1]), &sn, &cs);
-      put(pair * 2, det::fma(det::mul(radius, cs), init.stddev, init.mean));
-      if (pair * 2 + 1 < drawn)
-        put(pair * 2 + 1, det::fma(det::mul(radius, sn), init.stddev, init.mean));
+      v[2 * h] = det::fma(det::mul(radius, cs), init.stddev, init.mean);
+      if (2 * pair + 1 < drawn)
+        v[2 * h + 1] = det::fma(det::mul(radius, sn), init.stddev, init.mean);
     }
   } else {
-    for (uint32_t j = tile.thread_rank(); j < drawn; j += kTileSize)
-      put(j, initial_value(init, key_bits, j));
+#pragma unroll
+    for (uint32_t e = 0; e < 4; ++e) {
+      if (4 * q + e < drawn) v[e] = initial_value(init, key_bits, 4 * q + e);
+    }
+  }
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
+// exactly initial_value(init, key_bits, j), computed a quad at a time (initial_quad). kVec: stored
+// as float4s (dim % 4 == 0, rows 16-byte aligned), else element by element.
+template <bool kVec>
+__device__ __forceinline__ void init_row(const Tile& tile, const InitializerOptions& init,
+                                         uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
+  const uint32_t drawn = drawn_elements(init, dim);
+  if constexpr (kVec) {
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    auto* e4 = reinterpret_cast<float4*>(dst2);
+    for (uint32_t q = tile.thread_rank(); q < dim / 4; q += kTileSize) {
+      const float4 v = initial_quad(init, key_bits, q, drawn);
+      d4[q] = v;
+      if (dst2 != nullptr) e4[q] = v;
+    }
+  } else {
+    for (uint32_t q = tile.thread_rank(); 4 * q < dim; q += kTileSize) {
+      const float4 v = initial_quad(init, key_bits, q, drawn);
+      const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (uint32_t k = 0; k < 4; ++k) {
+        if (4 * q + k >= dim) break;
+        dst[4 * q + k] = e[k];
+        if (dst2 != nullptr) dst2[4 * q + k] = e[k];
+      }
+    }
   }
 }
 

@@ -262,7 +262,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         if (a.row_ptrs != nullptr) {
           if (leader) a.row_ptrs[i] = nullptr;
         } else {
-          init_row(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+          init_row<kVec>(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
         }
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
@@ -278,8 +278,8 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         }
       }
       if constexpr (kOp == WriteOp::kFindOrInsert) {
-        init_row(tile, a.init, key, row, a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim,
-                 dim);
+        init_row<kVec>(tile, a.init, key, row,
+                       a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else {

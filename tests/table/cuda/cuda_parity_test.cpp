@@ -261,6 +261,15 @@ TEST(CudaParity, InitializerWidthLeavesTheStateZero) {
   run_parity<uint64_t>(ScorePolicy::kLfu, 24, InitializerKind::kNormal, 10);
 }
 
+// Rows and widths that cut the initializer's quads (odd dims take the element-by-element stores,
+// odd widths end the drawn part inside a quad or a normal pair).
+TEST(CudaParity, InitializerQuadsCutByOddDimsAndWidths) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<int64_t>(ScorePolicy::kStep, 7, InitializerKind::kNormal);
+  run_parity<uint64_t>(ScorePolicy::kLfu, 24, InitializerKind::kNormal, 11);
+  run_parity<int64_t>(ScorePolicy::kStep, 13, InitializerKind::kUniform, 6);
+}
+
 TEST(CudaParity, StepUint64Dim1) {
   DYNEMB_REQUIRE_CUDA();
   run_parity<uint64_t>(ScorePolicy::kStep, 1, InitializerKind::kUniform);
