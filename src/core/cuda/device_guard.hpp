@@ -3,7 +3,8 @@
 
 namespace dynemb::cuda {
 
-// Makes `device` current for the guard's lifetime, then restores the previous device.
+// Makes `device` current for the guard's lifetime, then restores the previous device (nothing to
+// do, and no API call, when the process sees one device).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);

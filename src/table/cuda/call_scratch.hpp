@@ -14,6 +14,38 @@ namespace dynemb::cuda_table {
 // The table's stream-ordered temporaries are core's.
 using cuda::DeviceArray;
 
+// The state of a table's writes, allocated and initialized once: each write takes it and, when
+// the write ends, re-initializes it on the write's stream, after every use. So a write's kernel
+// waits for no allocation or initialization before it (host API calls the GPU would sit idle
+// through). Writes never overlap: the writer lock and its stream events order them, or a table
+// that is not thread-safe is used from one stream.
+class WriteState {
+ public:
+  WriteState();
+  ~WriteState();
+  WriteState(const WriteState&) = delete;
+  WriteState& operator=(const WriteState&) = delete;
+
+  // One write's use of the state: re-initializes it on `stream` when it goes out of scope.
+  class Use {
+   public:
+    Use(WriteState& owner, cudaStream_t stream) : state_(owner.state_), stream_(stream) {}
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    CallState* get() const { return state_; }
+    // Copies the state to the host; synchronizes the stream.
+    CallState read() const;
+
+   private:
+    CallState* state_;
+    cudaStream_t stream_;
+  };
+
+ private:
+  CallState* state_ = nullptr;
+};
+
 // One call's CallState on the device.
 class CallScratch {
  public:
@@ -23,13 +55,7 @@ class CallScratch {
   }
   CallState* get() const { return state_.data(); }
   // Copies the state to the host; synchronizes the stream.
-  CallState read() const {
-    CallState host{};
-    cuda::check(cudaMemcpyAsync(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost, stream_),
-                "cudaMemcpyAsync (call state)");
-    cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    return host;
-  }
+  CallState read() const;
 
  private:
   cudaStream_t stream_;

@@ -67,6 +67,7 @@ class CudaTable final : public Table<K> {
         TableStorage(options_.init_capacity / options_.bucket_capacity, options_.bucket_capacity,
                      options_.dim, options_.max_hbm_for_values, stats_, nullptr);
     capacity_ = storage_.capacity();
+    write_state_ = std::make_unique<WriteState>();
     cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
 
@@ -414,7 +415,7 @@ class CudaTable final : public Table<K> {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
-    CallScratch scratch(s);
+    const WriteState::Use scratch(*write_state_, s);
     a.keys = bits_of(keys);
     a.n = n;
     a.state = scratch.get();
@@ -572,6 +573,7 @@ class CudaTable final : public Table<K> {
 
   TableOptions options_;
   DeviceStats* stats_ = nullptr;
+  std::unique_ptr<WriteState> write_state_;  // every write's call state
   TableStorage storage_;
   std::atomic<uint64_t> capacity_{0};
   std::atomic<uint64_t> rehashes_{0};
