@@ -32,6 +32,15 @@ void* StepWorkspace::scratch(size_t bytes, StreamHandle stream) {
   return scratch_.data();
 }
 
+uint32_t* StepWorkspace::bag_of(size_t n, StreamHandle stream) {
+  if (bag_of_.data() == nullptr || bag_of_.size() < n) {
+    if (bag_of_.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);
+    bag_of_ = BackendBuffer<uint32_t>();
+    bag_of_ = BackendBuffer<uint32_t>(backend_, n + n / 4 + 64, device_);
+  }
+  return bag_of_.data();
+}
+
 const uint32_t* StepWorkspace::iota(size_t n, StreamHandle stream) {
   if (iota_.data() == nullptr || iota_.size() < n) {
     if (iota_.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);

@@ -32,6 +32,10 @@ class StepWorkspace {
   // Backend memory holding 0, 1, ..., n - 1 (filled on `stream` when it grows; kept between calls).
   const uint32_t* iota(size_t n, StreamHandle stream);
 
+  // At least n entries of backend memory for the dedup's bag of each id (contents not kept;
+  // valid until the next bag_of() call; growing first waits for `stream`).
+  uint32_t* bag_of(size_t n, StreamHandle stream);
+
   // kHostWords words of host memory that asynchronous device copies may target.
   uint64_t* host_words() const { return host_words_; }
   // kHostWords words of backend memory for a call's status (contents not kept).
@@ -52,7 +56,7 @@ class StepWorkspace {
   Backend backend_;
   int device_;
   BackendBuffer<uint8_t> scratch_;
-  BackendBuffer<uint32_t> iota_;
+  BackendBuffer<uint32_t> iota_, bag_of_;
   BackendBuffer<uint64_t> device_words_;
   size_t iota_filled_ = 0;
   uint64_t* host_words_ = nullptr;

@@ -77,18 +77,32 @@ __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const
 }
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
-// offsets[b] < offsets[b - 1]; and, over keys[0, key_count), the OR and AND of every key's bit
-// pattern (the bits where all keys agree need no radix pass).
+// offsets[b] < offsets[b - 1]; bag_of[i] = b for the ids i of each bag b, when bag_of is not null
+// (ids outside [0, n) are not written: the offsets are checked on the host afterwards; blocks are
+// whole warps); and, over
+// keys[0, key_count), the OR and AND of every key's bit pattern (the bits where all keys agree
+// need no radix pass).
 template <class K>
-__global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, const K* keys,
-                                    size_t key_count, unsigned long long* status) {
+__global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, size_t n,
+                                    uint32_t* bag_of, const K* keys, size_t key_count,
+                                    unsigned long long* status) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (num_bags > 0) {
     for (size_t b = first; b <= num_bags; b += stride) {
-      if (b == 0) status[kFirstOffset] = static_cast<unsigned long long>(offsets[0]);
-      if (b == num_bags) status[kLastOffset] = static_cast<unsigned long long>(offsets[num_bags]);
-      if (b >= 1 && offsets[b] < offsets[b - 1]) atomicMin(&status[kFirstBadOffset], b);
+      const int64_t begin = offsets[b];
+      if (b == 0) status[kFirstOffset] = static_cast<unsigned long long>(begin);
+      if (b == num_bags) status[kLastOffset] = static_cast<unsigned long long>(begin);
+      if (b >= 1 && begin < offsets[b - 1]) atomicMin(&status[kFirstBadOffset], b);
+    }
+  }
+  if (bag_of != nullptr) {
+    // One warp per bag at a time, its lanes writing consecutive ids.
+    const uint32_t lane = threadIdx.x & 31u;
+    for (size_t b = first / 32; b < num_bags; b += stride / 32) {
+      const int64_t begin = max(offsets[b], int64_t{0});
+      const int64_t end = min(offsets[b + 1], static_cast<int64_t>(n));
+      for (int64_t i = begin + lane; i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
     }
   }
   if (key_count == 0) return;
@@ -166,10 +180,10 @@ class SortPass {
       : workspace_(workspace), stream_(stream) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
-  // status[kUnique]. bag_by_row (null: not written) from the bags' offsets.
+  // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag).
   void issue(size_t n, const K* keys, int end_bit, K* unique_keys, uint32_t* inverse,
-             uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
-             const int64_t* offsets, size_t num_bags, unsigned long long* status) {
+             uint32_t* ids_by_row, uint32_t* row_begin, const uint32_t* bag_of,
+             uint32_t* bag_by_row, unsigned long long* status) {
     const int items = static_cast<int>(n);
     size_t sort_bytes = 0, scan_bytes = 0;
     StepWorkspace::SortSizes* cached = workspace_ != nullptr ? &workspace_->sort_sizes : nullptr;
@@ -187,13 +201,12 @@ class SortPass {
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
     K* sorted = nullptr;
-    uint32_t *rank = nullptr, *positions = nullptr, *bag_of = nullptr;
+    uint32_t *rank = nullptr, *positions = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<K>(n);
       rank = c.take<uint32_t>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
-      if (bag_by_row != nullptr) bag_of = c.take<uint32_t>(n);
       temp = c.take<uint8_t>(temp_bytes);
     };
     ScratchCarver measure;
@@ -220,7 +233,6 @@ class SortPass {
     cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<K>(sorted), rank, items,
                                               stream_),
                 "dedup: InclusiveSum");
-    if (bag_by_row != nullptr) ops_cuda::fill_bag_of(offsets, num_bags, n, bag_of, stream_);
     scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
         sorted, ids_by_row, rank, n, bag_of, unique_keys, inverse, row_begin, bag_by_row, status);
     cuda::check_launch("dedup: scatter_kernel");
@@ -276,10 +288,22 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   const int predicted = workspace != nullptr ? workspace->sort_end_bit : 0;
   const bool measure_bits = n > 0 && (workspace != nullptr || n >= kNarrowSortMin);
   const size_t items = std::max(num_bags + 1, measure_bits ? n : size_t{0});
+  // Each id's bag, for bag_by_row: written by the status pass (no launch of its own).
+  if (num_bags == 0) bag_by_row = nullptr;
+  cuda::DeviceArray<uint32_t> own_bag_of;
+  uint32_t* bag_of = nullptr;
+  if (bag_by_row != nullptr) {
+    if (workspace != nullptr) {
+      bag_of = workspace->bag_of(n, stream);
+    } else {
+      own_bag_of = cuda::DeviceArray<uint32_t>(n, stream);
+      bag_of = own_bag_of.data();
+    }
+  }
   if (num_bags > 0 || measure_bits) {
     const unsigned blocks =
         static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));
-    batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, keys,
+    batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, n, bag_of, keys,
                                                        measure_bits ? n : 0, status);
     cuda::check_launch("dedup: batch_status_kernel");
   }
@@ -297,10 +321,9 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     end_bit = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
   }
   SortPass<K> pass(workspace, stream);
-  if (num_bags == 0) bag_by_row = nullptr;
   if (n > 0)
-    pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
-               num_bags, status);
+    pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+               status);
   read_back(host, status, kStatusWords, stream, "dedup: read status");
   if (along.count > 0)
     read_back(host + kStatusWords, along.counters, along.count, stream, "dedup: read along");
@@ -314,8 +337,8 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     if (needed > end_bit) {
       // The prediction was short: sort again on the bits this batch needs (rare: the keys' range
       // grew).
-      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
-                 num_bags, status);
+      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+                 status);
       read_back(host, status, 1, stream, "dedup: read unique count");
       cuda::sync(stream, "dedup");
       unique = static_cast<size_t>(host[kUnique]);
