@@ -23,31 +23,28 @@ StepWorkspace::~StepWorkspace() {
   }
 }
 
+template <class T>
+bool StepWorkspace::ensure(BackendBuffer<T>& buffer, size_t count, size_t slack,
+                           StreamHandle stream) {
+  if (buffer.data() != nullptr && buffer.size() >= count) return false;
+  if (buffer.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);
+  buffer = BackendBuffer<T>();
+  buffer = BackendBuffer<T>(backend_, count + count / 4 + slack, device_);
+  return true;
+}
+
 void* StepWorkspace::scratch(size_t bytes, StreamHandle stream) {
-  if (scratch_.data() == nullptr || scratch_.size() < bytes) {
-    if (scratch_.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);
-    scratch_ = BackendBuffer<uint8_t>();
-    scratch_ = BackendBuffer<uint8_t>(backend_, bytes + bytes / 4 + 256, device_);
-  }
+  ensure(scratch_, bytes, 256, stream);
   return scratch_.data();
 }
 
 uint32_t* StepWorkspace::bag_of(size_t n, StreamHandle stream) {
-  if (bag_of_.data() == nullptr || bag_of_.size() < n) {
-    if (bag_of_.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);
-    bag_of_ = BackendBuffer<uint32_t>();
-    bag_of_ = BackendBuffer<uint32_t>(backend_, n + n / 4 + 64, device_);
-  }
+  ensure(bag_of_, n, 64, stream);
   return bag_of_.data();
 }
 
 const uint32_t* StepWorkspace::iota(size_t n, StreamHandle stream) {
-  if (iota_.data() == nullptr || iota_.size() < n) {
-    if (iota_.data() != nullptr && backend_ == Backend::kCuda) sync_stream_cuda(stream);
-    iota_ = BackendBuffer<uint32_t>();
-    iota_ = BackendBuffer<uint32_t>(backend_, n + n / 4 + 64, device_);
-    iota_filled_ = 0;
-  }
+  if (ensure(iota_, n, 64, stream)) iota_filled_ = 0;
   if (iota_filled_ < iota_.size()) {
     if (backend_ == Backend::kCuda) {
       fill_iota_cuda(iota_.data(), iota_.size(), stream);

@@ -53,6 +53,11 @@ class StepWorkspace {
   } sort_sizes;
 
  private:
+  // Makes `buffer` hold at least `count` elements (a quarter more plus `slack` when it grows,
+  // after waiting for `stream`: the old one may still be in use there). Returns whether it grew.
+  template <class T>
+  bool ensure(BackendBuffer<T>& buffer, size_t count, size_t slack, StreamHandle stream);
+
   Backend backend_;
   int device_;
   BackendBuffer<uint8_t> scratch_;
