@@ -77,11 +77,10 @@ __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const
 }
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
-// offsets[b] < offsets[b - 1]; bag_of[i] = b for the ids i of each bag b, when bag_of is not null
-// (ids outside [0, n) are not written: the offsets are checked on the host afterwards; blocks are
-// whole warps); and, over
+// offsets[b] < offsets[b - 1]; when bag_of is not null, bag_of[i] = b for the ids i of each bag b
+// (ids outside [0, n) are not written: the offsets are checked on the host afterwards); and, over
 // keys[0, key_count), the OR and AND of every key's bit pattern (the bits where all keys agree
-// need no radix pass).
+// need no radix pass). Blocks are whole warps.
 template <class K>
 __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, size_t n,
                                     uint32_t* bag_of, const K* keys, size_t key_count,
@@ -97,12 +96,9 @@ __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, siz
     }
   }
   if (bag_of != nullptr) {
-    // One warp per bag at a time, its lanes writing consecutive ids.
-    const uint32_t lane = threadIdx.x & 31u;
+    // One warp per bag at a time.
     for (size_t b = first / 32; b < num_bags; b += stride / 32) {
-      const int64_t begin = max(offsets[b], int64_t{0});
-      const int64_t end = min(offsets[b + 1], static_cast<int64_t>(n));
-      for (int64_t i = begin + lane; i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
+      ops_cuda::write_bag_of(offsets, b, n, bag_of);
     }
   }
   if (key_count == 0) return;

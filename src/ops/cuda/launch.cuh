@@ -48,4 +48,13 @@ __device__ __forceinline__ uint32_t lane_index() {
   return threadIdx.x & 31u;
 }
 
+// One warp's share of fill_bag_of: bag_of[i] = b for the ids i of bag b, lanes on consecutive ids
+// (ids outside [0, num_ids) are not written).
+__device__ __forceinline__ void write_bag_of(const int64_t* offsets, size_t b, size_t num_ids,
+                                             uint32_t* bag_of) {
+  const int64_t begin = max(offsets[b], int64_t{0});
+  const int64_t end = min(offsets[b + 1], static_cast<int64_t>(num_ids));
+  for (int64_t i = begin + lane_index(); i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
+}
+
 }  // namespace dynemb::ops_cuda

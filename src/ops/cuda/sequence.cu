@@ -19,10 +19,7 @@ __global__ void iota_kernel(uint32_t* out, size_t n) {
 __global__ void bag_of_kernel(const int64_t* offsets, size_t num_bags, size_t num_ids,
                               uint32_t* bag_of) {
   const size_t b = warp_index();
-  if (b >= num_bags) return;
-  const int64_t begin = max(offsets[b], int64_t{0});
-  const int64_t end = min(offsets[b + 1], static_cast<int64_t>(num_ids));
-  for (int64_t i = begin + lane_index(); i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
+  if (b < num_bags) write_bag_of(offsets, b, num_ids, bag_of);
 }
 
 }  // namespace
