@@ -1,4 +1,5 @@
-// Diagnostic (not committed): where a table call's time goes beyond its kernels.
+// Diagnostic (kept beside its results, not built): where a table call's time goes beyond its
+// kernels.
 #include <cuda_runtime_api.h>
 #include <chrono>
 #include <cstdio>
