@@ -105,7 +105,8 @@ size_t flag_nonfinite_rows_cuda(size_t n, const float* grads, uint32_t stride, u
 void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
                                uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                uint32_t dim, const bool* skip, StreamHandle stream);
-// workspace: nullptr = stream-ordered temporaries (the public dedup).
+// workspace: nullptr = stream-ordered temporaries (the public dedup, which asks for no
+// bag_by_row: the bags need the workspace).
 template <TableKey K>
 size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
                           uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,

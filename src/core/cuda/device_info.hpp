@@ -1,12 +1,11 @@
-// Facts about the current CUDA device that kernels' launch shapes depend on.
+// Facts about a CUDA device that kernels' launch shapes depend on.
 #pragma once
 
 #include <cstdint>
 
 namespace dynemb::cuda {
 
-// The streaming multiprocessors of the calling thread's current device (queried once per
-// device, then cached).
-uint32_t current_multiprocessors();
+// The streaming multiprocessors of `device` (one API call: query it once, keep the answer).
+uint32_t multiprocessors(int device);
 
 }  // namespace dynemb::cuda

@@ -286,16 +286,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   const size_t items = std::max(num_bags + 1, measure_bits ? n : size_t{0});
   // Each id's bag, for bag_by_row: written by the status pass (no launch of its own).
   if (num_bags == 0) bag_by_row = nullptr;
-  cuda::DeviceArray<uint32_t> own_bag_of;
-  uint32_t* bag_of = nullptr;
-  if (bag_by_row != nullptr) {
-    if (workspace != nullptr) {
-      bag_of = workspace->bag_of(n, stream);
-    } else {
-      own_bag_of = cuda::DeviceArray<uint32_t>(n, stream);
-      bag_of = own_bag_of.data();
-    }
-  }
+  uint32_t* bag_of = bag_by_row != nullptr ? workspace->bag_of(n, stream) : nullptr;
   if (num_bags > 0 || measure_bits) {
     const unsigned blocks =
         static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));

@@ -12,6 +12,7 @@
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
+#include "core/cuda/device_info.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "table/backends.hpp"
@@ -68,6 +69,7 @@ class CudaTable final : public Table<K> {
                      options_.dim, options_.max_hbm_for_values, stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
+    multiprocessors_ = cuda::multiprocessors(options_.device);
     cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
 
@@ -514,7 +516,7 @@ class CudaTable final : public Table<K> {
                          a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
                          view.num_buckets <= (1ull << 32);
     if (!grouped) {
-      launch_write(op, view, a, s);
+      launch_write(op, view, a, multiprocessors_, s);
       return;
     }
     // The order's arrays are freed in stream order, after the kernel.
@@ -522,7 +524,7 @@ class CudaTable final : public Table<K> {
     a.subset = order.positions.data();
     a.run_buckets = order.buckets.data();
     a.run_keys = order.keys.data();
-    launch_write(op, view, a, s);
+    launch_write(op, view, a, multiprocessors_, s);
   }
 
   // Doubles the capacity by rehashing into new storage (caller holds the write lock).
@@ -574,6 +576,7 @@ class CudaTable final : public Table<K> {
   TableOptions options_;
   DeviceStats* stats_ = nullptr;
   std::unique_ptr<WriteState> write_state_;  // every write's call state
+  uint32_t multiprocessors_ = 0;             // the device's SMs (sizes subset grids)
   TableStorage storage_;
   std::atomic<uint64_t> capacity_{0};
   std::atomic<uint64_t> rehashes_{0};

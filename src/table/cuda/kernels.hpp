@@ -20,8 +20,10 @@ void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream)
 // Records the first reserved key's batch position in state->reserved_position.
 void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, cudaStream_t stream);
 
-// Runs one locked write operation over the batch (or the subset) described by `args`.
-void launch_write(WriteOp op, const TableView& table, const WriteArgs& args, cudaStream_t stream);
+// Runs one locked write operation over the batch (or the subset) described by `args`, on a
+// device of `multiprocessors` SMs (it sizes the grid of a subset whose length the device holds).
+void launch_write(WriteOp op, const TableView& table, const WriteArgs& args,
+                  uint32_t multiprocessors, cudaStream_t stream);
 
 // find_or_insert's lock-free first pass (TouchArgs). Only valid while no other kernel changes
 // the table: it runs under the call's writer lock, before the locked pass.

@@ -4,7 +4,6 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include "core/cuda/check.hpp"
-#include "core/cuda/device_info.hpp"
 #include "dynemb/core/score.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
@@ -382,18 +381,18 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
 // waves of blocks that stride over it: sized for n, the grid's blocks would mostly start only
 // to find no key (the 13.1M-lookup training forward, whose lookups send only missing keys here,
 // went from 2.50 to 2.81 ms when 64-thread blocks were sized for n).
-unsigned locked_blocks(uint64_t n, bool length_on_device) {
+unsigned locked_blocks(uint64_t n, bool length_on_device, uint32_t multiprocessors) {
   uint64_t blocks = (n + kLockedTilesPerBlock - 1) / kLockedTilesPerBlock;
   if (length_on_device) {
-    const uint64_t two_waves =
-        uint64_t{2} * cuda::current_multiprocessors() * (2048 / kLockedBlockThreads);
+    const uint64_t two_waves = uint64_t{2} * multiprocessors * (2048 / kLockedBlockThreads);
     blocks = blocks < two_waves ? blocks : two_waves;
   }
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 0x7FFFFFFFull ? blocks : 0x7FFFFFFFull));
 }
 
 template <WriteOp kOp, bool kVec, uint32_t kHeld>
-void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) {
+void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
+                   cudaStream_t stream) {
   if (a.run_buckets != nullptr) {
     grouped_write_kernel<kOp, kVec, kHeld>
         <<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
@@ -404,46 +403,49 @@ void launch_kernel(const TableView& t, const WriteArgs& a, cudaStream_t stream) 
   // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
   // persistent, 323 µs one tile per key).
   locked_write_kernel<kOp, kVec, kHeld>
-      <<<locked_blocks(a.n, a.n_device != nullptr), kLockedBlockThreads, 0, stream>>>(t, a);
+      <<<locked_blocks(a.n, a.n_device != nullptr, multiprocessors), kLockedBlockThreads, 0,
+         stream>>>(t, a);
   cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
 // float4s per thread a launch holds of each caller row (see RowPrefetch): the fewest that
 // cover the row, 0 when the op stores no caller row or the row is wider than 128 floats.
 template <WriteOp kOp>
-void launch_op(const TableView& t, const WriteArgs& a, bool vec, cudaStream_t stream) {
-  if (!vec) return launch_kernel<kOp, false, 0>(t, a, stream);
+void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
+               cudaStream_t stream) {
+  if (!vec) return launch_kernel<kOp, false, 0>(t, a, multiprocessors, stream);
   if constexpr (stores_input(kOp)) {
     const uint32_t per_thread = (t.dim / 4 + kTileSize - 1) / kTileSize;
-    if (per_thread <= 1) return launch_kernel<kOp, true, 1>(t, a, stream);
-    if (per_thread <= 2) return launch_kernel<kOp, true, 2>(t, a, stream);
-    if (per_thread <= 4) return launch_kernel<kOp, true, 4>(t, a, stream);
+    if (per_thread <= 1) return launch_kernel<kOp, true, 1>(t, a, multiprocessors, stream);
+    if (per_thread <= 2) return launch_kernel<kOp, true, 2>(t, a, multiprocessors, stream);
+    if (per_thread <= 4) return launch_kernel<kOp, true, 4>(t, a, multiprocessors, stream);
   }
-  launch_kernel<kOp, true, 0>(t, a, stream);
+  launch_kernel<kOp, true, 0>(t, a, multiprocessors, stream);
 }
 
 }  // namespace
 
-void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, cudaStream_t stream) {
+void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
+                  cudaStream_t stream) {
   if (a.n == 0) return;
   const bool vec = t.dim % 4 == 0 && aligned16(a.values_in) && aligned16(a.values_out) &&
                    aligned16(a.evicted_values) && aligned16(t.hbm_values) &&
                    aligned16(t.host_values);
   switch (op) {
     case WriteOp::kFindOrInsert:
-      return launch_op<WriteOp::kFindOrInsert>(t, a, vec, stream);
+      return launch_op<WriteOp::kFindOrInsert>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertOrAssign:
-      return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, stream);
+      return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertAndEvict:
-      return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, stream);
+      return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssign:
-      return launch_op<WriteOp::kAssign>(t, a, vec, stream);
+      return launch_op<WriteOp::kAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssignScores:
-      return launch_op<WriteOp::kAssignScores>(t, a, vec, stream);
+      return launch_op<WriteOp::kAssignScores>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAccumOrAssign:
-      return launch_op<WriteOp::kAccumOrAssign>(t, a, vec, stream);
+      return launch_op<WriteOp::kAccumOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kErase:
-      return launch_op<WriteOp::kErase>(t, a, vec, stream);
+      return launch_op<WriteOp::kErase>(t, a, vec, multiprocessors, stream);
   }
 }
 
