@@ -12,9 +12,16 @@
 
 namespace dynemb::cuda_table {
 
-// The digest an empty slot carries: the digest of the empty marker's own hash. A stored key
-// with the same digest is told apart by its key.
-inline constexpr uint8_t kEmptyDigest = digest8_of_hash(hash_key_bits(kEmptyKey));
+// The digest an empty slot carries. No stored key carries it (slot_digest_of_hash), so a slot
+// with this digest is empty without a look at its key.
+inline constexpr uint8_t kEmptyDigest = 0;
+
+// The digest a stored key carries in its slot: the hash's 8-bit digest, with kEmptyDigest
+// moved to 1 (keys with digest 1 then share it: 2 in 256 instead of 1).
+DYNEMB_HD constexpr uint8_t slot_digest_of_hash(uint64_t hash) {
+  const uint8_t d = digest8_of_hash(hash);
+  return d == kEmptyDigest ? uint8_t{1} : d;
+}
 
 // A "no position yet" marker for atomicMin-recorded batch positions.
 inline constexpr unsigned long long kNoPosition = ~0ull;

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kBlockThreads) rehash_kernel(TableView from, T
           (2 * b + half) * to.bucket_capacity + filled[half] + __popc(mine & below);
       if (valid) {
         to.keys[new_slot] = key;
-        to.digests[new_slot] = digest8_of_hash(hash);
+        to.digests[new_slot] = slot_digest_of_hash(hash);
         to.scores[new_slot] = from.scores[old_slot];
       }
       filled[0] += __popc(in_low);

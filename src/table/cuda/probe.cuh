@@ -109,8 +109,8 @@ struct Probe {
 };
 
 // Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
-// when `want_empty`, an empty slot; each thread confirms its first key candidate and its first
-// empty candidate with two independent loads.
+// when `want_empty`, the first empty slot. Each thread confirms its key candidates with key
+// loads; an empty digest needs no load, since no stored key carries it.
 __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
                                               uint64_t key_bits, uint8_t digest, bool want_empty) {
   const uint32_t pattern = 0x01010101u * digest;
@@ -123,26 +123,17 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
     int empty = -1;
     if (first < t.bucket_capacity) {
       const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + first));
+      if (want_empty && result.empty < 0) {
+        const uint32_t empty_mask = match_mask16(d, empty_pattern);
+        if (empty_mask != 0) empty = static_cast<int>(first) + __ffs(empty_mask) - 1;
+      }
       uint32_t key_mask = match_mask16(d, pattern);
-      uint32_t empty_mask = want_empty && result.empty < 0 ? match_mask16(d, empty_pattern) : 0u;
-      while (key_mask != 0 || empty_mask != 0) {
-        const int ks = key_mask != 0 ? __ffs(key_mask) - 1 : -1;
-        const int es = empty_mask != 0 ? __ffs(empty_mask) - 1 : -1;
-        const uint64_t kk = ks >= 0 ? __ldcg(t.keys + base + first + ks) : 0;
-        const uint64_t ke = es >= 0 ? __ldcg(t.keys + base + first + es) : 0;
-        if (ks >= 0) {
-          key_mask &= key_mask - 1;
-          if (kk == key_bits) {
-            hit = static_cast<int>(first) + ks;
-            key_mask = 0;
-          }
-        }
-        if (es >= 0) {
-          empty_mask &= empty_mask - 1;
-          if (ke == kEmptyKey) {
-            empty = static_cast<int>(first) + es;
-            empty_mask = 0;
-          }
+      while (key_mask != 0) {
+        const int ks = __ffs(key_mask) - 1;
+        key_mask &= key_mask - 1;
+        if (__ldcg(t.keys + base + first + ks) == key_bits) {
+          hit = static_cast<int>(first) + ks;
+          key_mask = 0;
         }
       }
     }

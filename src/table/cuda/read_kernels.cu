@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadAr
     } else {
       const uint64_t hash = hash_key_bits(key);
       bucket = bucket_of_hash(hash, t.num_buckets);
-      found = find_in_bucket<false>(tile, t, bucket, key, digest8_of_hash(hash));
+      found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     }
     if (found >= 0) {
       const uint64_t slot = bucket * t.bucket_capacity + static_cast<uint64_t>(found);

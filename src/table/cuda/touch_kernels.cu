@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kBlockThreads) find_and_touch_kernel(TableView
     }
     const uint64_t hash = hash_key_bits(key);
     const uint64_t bucket = bucket_of_hash(hash, t.num_buckets);
-    const int found = find_in_bucket<false>(tile, t, bucket, key, digest8_of_hash(hash));
+    const int found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     if (found < 0) {
       if (leader) a.missed_out[atomicAdd(&a.state->missed, 1ull)] = static_cast<uint32_t>(i);
       continue;

@@ -173,7 +173,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   int32_t size = 0;
   Probe probe{-1, -1};
   if constexpr (kKeysFixed) {
-    probe.found = find_in_bucket<false>(tile, t, bucket, key, digest8_of_hash(hash));
+    probe.found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     if (probe.found < 0) return;
     if constexpr (takes_lock(kOp, kLocked)) lock_bucket(tile, t.locks + bucket);
   } else {
@@ -183,7 +183,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
     }
     // Issued before the probe so the two loads overlap.
     if constexpr (inserts(kOp)) size = __ldcg(t.bucket_sizes + bucket);
-    probe = probe_bucket(tile, t, bucket, key, digest8_of_hash(hash), inserts(kOp));
+    probe = probe_bucket(tile, t, bucket, key, slot_digest_of_hash(hash), inserts(kOp));
   }
   const int found = probe.found;
   if (found >= 0) {
@@ -286,7 +286,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       }
       if (leader) {
         t.keys[slot] = key;
-        t.digests[slot] = digest8_of_hash(hash);
+        t.digests[slot] = slot_digest_of_hash(hash);
         t.scores[slot] = new_score;
         if (!evicting) t.bucket_sizes[bucket] = size + 1;
       }
@@ -321,19 +321,17 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
 inline constexpr uint32_t kLockedBlockThreads = 64;
 inline constexpr uint32_t kLockedTilesPerBlock = kLockedBlockThreads / kTileSize;
 
-// Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice): 40 warps
-// (48 registers) where ptxas fits that without spilling, i.e. find_or_insert (63 registers by
-// its own choice) and the kernels that hold at most one float4 of the caller's row.
-constexpr int min_blocks(WriteOp op, uint32_t held) {
-  if (op == WriteOp::kErase || op == WriteOp::kAssignScores || op == WriteOp::kInsertAndEvict)
-    return 0;
-  return op == WriteOp::kFindOrInsert || held <= 1 ? 40 * 32 / kLockedBlockThreads : 0;
+// Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice):
+// find_or_insert at 36 warps (56 registers; 63 by its own choice, and at 40 warps' 48 it
+// spills). The other writes do best at their own choice.
+constexpr int min_blocks(WriteOp op) {
+  return op == WriteOp::kFindOrInsert ? 36 * 32 / kLockedBlockThreads : 0;
 }
 
 // Key by key under bucket locks, one tile per key (striding over the rest of a batch larger
 // than the grid).
 template <WriteOp kOp, bool kVec, uint32_t kHeld>
-__global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp, kHeld))
+__global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -247,6 +248,47 @@ TEST(CudaTable, DuplicateKeysInOneBatchCountEveryCopy) {
     const auto& e = stored.at(key);
     EXPECT_EQ(e.score, static_cast<uint64_t>(c));
     for (float x : e.row) EXPECT_EQ(x, static_cast<float>(c));
+  }
+}
+
+// Empty slots carry digest 0 and a stored key never does: keys whose hash digest is 0 are stored
+// with digest 1. Such keys fill a one-bucket table's first slots; if any write stored digest 0
+// for them, their slots would look empty and later inserts would overwrite them.
+TEST(CudaTable, KeysWithTheEmptyDigestDoNotHideOrLoseSlots) {
+  DYNEMB_REQUIRE_CUDA();
+  constexpr uint8_t kEmptyDigest = 0;  // src/table/cuda/device_layout.hpp
+  for (const bool grouped : {false, true}) {
+    SCOPED_TRACE(grouped ? "grouped writes" : "locked writes");
+    TestRng rng;
+    TableOptions o;
+    o.dim = 4;
+    o.bucket_capacity = 128;
+    o.init_capacity = o.max_capacity = 128;  // one bucket
+    if (grouped) o.grouped_write_min_batch = 0;
+    auto t = make_table<uint64_t>(kGpu, o);
+    std::set<uint64_t> seen;
+    std::vector<uint64_t> look_alikes;
+    while (look_alikes.size() < 20) {
+      const uint64_t k = rng.next();
+      if (k < kFirstReservedKey && digest8_of_hash(hash_key_bits(k)) == kEmptyDigest &&
+          seen.insert(k).second)
+        look_alikes.push_back(k);
+    }
+    const std::vector<uint64_t> others = distinct_keys(rng, 60, seen);
+    std::map<uint64_t, std::vector<float>> model;
+    for (const std::vector<uint64_t>* keys :
+         std::array<const std::vector<uint64_t>*, 2>{&look_alikes, &others}) {
+      const auto rows = rows_for(*keys, o.dim, 0.25f);
+      auto k = upload(kGpu, *keys);
+      auto v = upload(kGpu, rows);
+      t->insert_or_assign(keys->size(), k.data(), v.data());
+      for (size_t i = 0; i < keys->size(); ++i) {
+        model[(*keys)[i]].assign(rows.begin() + i * o.dim, rows.begin() + (i + 1) * o.dim);
+      }
+    }
+    EXPECT_EQ(t->size(), model.size());
+    EXPECT_EQ(t->stats().evictions, 0u);
+    expect_rows(*t, model);
   }
 }
 
