@@ -16,6 +16,7 @@
 #include "dynemb/core/hash.hpp"
 #include "dynemb/table/table.hpp"
 #include "table/cuda/cuda_test_util.hpp"
+#include "table/cuda/device_layout.hpp"
 
 namespace dynemb::testing {
 namespace {
@@ -256,7 +257,6 @@ TEST(CudaTable, DuplicateKeysInOneBatchCountEveryCopy) {
 // for them, their slots would look empty and later inserts would overwrite them.
 TEST(CudaTable, KeysWithTheEmptyDigestDoNotHideOrLoseSlots) {
   DYNEMB_REQUIRE_CUDA();
-  constexpr uint8_t kEmptyDigest = 0;  // src/table/cuda/device_layout.hpp
   for (const bool grouped : {false, true}) {
     SCOPED_TRACE(grouped ? "grouped writes" : "locked writes");
     TestRng rng;
@@ -270,7 +270,7 @@ TEST(CudaTable, KeysWithTheEmptyDigestDoNotHideOrLoseSlots) {
     std::vector<uint64_t> look_alikes;
     while (look_alikes.size() < 20) {
       const uint64_t k = rng.next();
-      if (k < kFirstReservedKey && digest8_of_hash(hash_key_bits(k)) == kEmptyDigest &&
+      if (k < kFirstReservedKey && digest8_of_hash(hash_key_bits(k)) == cuda_table::kEmptyDigest &&
           seen.insert(k).second)
         look_alikes.push_back(k);
     }
