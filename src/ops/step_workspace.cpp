@@ -43,6 +43,11 @@ uint32_t* StepWorkspace::bag_of(size_t n, StreamHandle stream) {
   return bag_of_.data();
 }
 
+uint32_t* StepWorkspace::narrow_keys(size_t n, StreamHandle stream) {
+  ensure(narrow_keys_, n, 64, stream);
+  return narrow_keys_.data();
+}
+
 const uint32_t* StepWorkspace::iota(size_t n, StreamHandle stream) {
   if (ensure(iota_, n, 64, stream)) iota_filled_ = 0;
   if (iota_filled_ < iota_.size()) {

@@ -36,6 +36,10 @@ class StepWorkspace {
   // valid until the next bag_of() call; growing first waits for `stream`).
   uint32_t* bag_of(size_t n, StreamHandle stream);
 
+  // At least n entries of backend memory for the dedup's narrow (32-bit) sort keys (contents not
+  // kept; valid until the next narrow_keys() call; growing first waits for `stream`).
+  uint32_t* narrow_keys(size_t n, StreamHandle stream);
+
   // kHostWords words of host memory that asynchronous device copies may target.
   uint64_t* host_words() const { return host_words_; }
   // kHostWords words of backend memory for a call's status (contents not kept).
@@ -45,10 +49,11 @@ class StepWorkspace {
   // is sorted on these bits and checked on the device; a batch that needs more is sorted again.
   int sort_end_bit = 0;
 
-  // CUB's temporary-storage sizes for the last (items, end bit) the dedup asked about.
+  // CUB's temporary-storage sizes for the last (items, end bit, key bytes) the dedup asked about.
   struct SortSizes {
     size_t items = SIZE_MAX;
     int end_bit = -1;
+    size_t key_bytes = 0;
     size_t sort_bytes = 0, scan_bytes = 0;
   } sort_sizes;
 
@@ -61,7 +66,7 @@ class StepWorkspace {
   Backend backend_;
   int device_;
   BackendBuffer<uint8_t> scratch_;
-  BackendBuffer<uint32_t> iota_, bag_of_;
+  BackendBuffer<uint32_t> iota_, bag_of_, narrow_keys_;
   BackendBuffer<uint64_t> device_words_;
   size_t iota_filled_ = 0;
   uint64_t* host_words_ = nullptr;

@@ -2,7 +2,8 @@
 // positions are the ids grouped by unique key (ascending in each group: the sort is stable),
 // which the gradient reduction reuses instead of sorting again. The sort covers only the key bits
 // that differ: predicted from the last batch when a workspace is given (checked on the device,
-// read back with the unique count, sorted again if short), else measured for long batches.
+// read back with the unique count, sorted again if short), else measured for long batches. When
+// those bits fit in 32, 64-bit keys are sorted as their low 32 bits.
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <cub/device/device_radix_sort.cuh>
@@ -52,11 +53,23 @@ auto head_flags(const K* sorted) {
                                          HeadFlag<K>{sorted});
 }
 
+// The key a sorted key S stands for: itself, or (S narrower than K: the sort's keys were the low
+// 32 bits) those bits under the bits every key shares, taken from the AND of all keys.
+template <class K, class S>
+__device__ __forceinline__ K full_key(S sorted_key, const unsigned long long* status) {
+  if constexpr (sizeof(S) == sizeof(K)) {
+    return sorted_key;
+  } else {
+    static_assert(sizeof(S) == 4 && sizeof(K) == 8);
+    return static_cast<K>((status[kKeysAnd] & ~0xFFFFFFFFull) | sorted_key);
+  }
+}
+
 // rank[i] is the inclusive count of heads: the unique position of sorted[i] is rank[i] - 1.
 // Writes the inverse, the unique keys, where each group starts, the unique count and, when
 // bag_by_row is not null, the bag of each position in sorted order (bag_of: by position).
-template <class K>
-__global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const uint32_t* rank,
+template <class K, class S>
+__global__ void scatter_kernel(const S* sorted, const uint32_t* positions, const uint32_t* rank,
                                size_t n, const uint32_t* bag_of, K* unique_keys, uint32_t* inverse,
                                uint32_t* row_begin, uint32_t* bag_by_row,
                                unsigned long long* status) {
@@ -67,7 +80,7 @@ __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const
   inverse[position] = r;
   if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
   if (i == 0 || sorted[i] != sorted[i - 1]) {
-    unique_keys[r] = sorted[i];
+    unique_keys[r] = full_key<K>(sorted[i], status);
     row_begin[r] = static_cast<uint32_t>(i);
   }
   if (i + 1 == n) {
@@ -80,11 +93,12 @@ __global__ void scatter_kernel(const K* sorted, const uint32_t* positions, const
 // offsets[b] < offsets[b - 1]; when bag_of is not null, bag_of[i] = b for the ids i of each bag b
 // (ids outside [0, n) are not written: the offsets are checked on the host afterwards); and, over
 // keys[0, key_count), the OR and AND of every key's bit pattern (the bits where all keys agree
-// need no radix pass). Blocks are whole warps.
+// need no radix pass); when narrow_keys is not null, each key's low 32 bits go there. Blocks are
+// whole warps.
 template <class K>
 __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, size_t n,
                                     uint32_t* bag_of, const K* keys, size_t key_count,
-                                    unsigned long long* status) {
+                                    uint32_t* narrow_keys, unsigned long long* status) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (num_bags > 0) {
@@ -105,6 +119,7 @@ __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, siz
   unsigned long long any = 0, all = ~0ull;
   for (size_t i = first; i < key_count; i += stride) {
     const auto bits = static_cast<unsigned long long>(keys[i]);
+    if (narrow_keys != nullptr) narrow_keys[i] = static_cast<uint32_t>(bits);
     any |= bits;
     all &= bits;
   }
@@ -168,8 +183,9 @@ void check_offsets_status(const char* where, const uint64_t* status, const int64
 }
 
 // The sort, head flags, rank scan and scatter of one dedup call, on scratch from the workspace
-// (kept between calls) or on stream-ordered temporaries.
-template <class K>
+// (kept between calls) or on stream-ordered temporaries. S is the type of the sort's keys: K, or
+// the low 32 bits of 64-bit keys that agree above them.
+template <class K, class S>
 class SortPass {
  public:
   SortPass(StepWorkspace* workspace, cudaStream_t stream)
@@ -177,30 +193,32 @@ class SortPass {
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
   // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag).
-  void issue(size_t n, const K* keys, int end_bit, K* unique_keys, uint32_t* inverse,
+  void issue(size_t n, const S* keys, int end_bit, K* unique_keys, uint32_t* inverse,
              uint32_t* ids_by_row, uint32_t* row_begin, const uint32_t* bag_of,
              uint32_t* bag_by_row, unsigned long long* status) {
     const int items = static_cast<int>(n);
     size_t sort_bytes = 0, scan_bytes = 0;
     StepWorkspace::SortSizes* cached = workspace_ != nullptr ? &workspace_->sort_sizes : nullptr;
-    if (cached != nullptr && cached->items == n && cached->end_bit == end_bit) {
+    if (cached != nullptr && cached->items == n && cached->end_bit == end_bit &&
+        cached->key_bytes == sizeof(S)) {
       sort_bytes = cached->sort_bytes;
       scan_bytes = cached->scan_bytes;
     } else {
-      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, unique_keys, inverse,
+      S* no_keys = nullptr;
+      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, no_keys, inverse,
                                                   ids_by_row, items, 0, end_bit, stream_),
                   "dedup: SortPairs (size)");
-      cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<K>(unique_keys),
+      cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
                                                 inverse, items, stream_),
                   "dedup: InclusiveSum (size)");
-      if (cached != nullptr) *cached = {n, end_bit, sort_bytes, scan_bytes};
+      if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
-    K* sorted = nullptr;
+    S* sorted = nullptr;
     uint32_t *rank = nullptr, *positions = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
-      sorted = c.take<K>(n);
+      sorted = c.take<S>(n);
       rank = c.take<uint32_t>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
       temp = c.take<uint8_t>(temp_bytes);
@@ -226,7 +244,7 @@ class SortPass {
     cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                 ids_by_row, items, 0, end_bit, stream_),
                 "dedup: SortPairs");
-    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<K>(sorted), rank, items,
+    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank, items,
                                               stream_),
                 "dedup: InclusiveSum");
     scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
@@ -260,6 +278,8 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   require(along.count + kStatusWords <= StepWorkspace::kHostWords, where, "along.count",
           std::to_string(along.count),
           "must be <= " + std::to_string(StepWorkspace::kHostWords - kStatusWords));
+  require(bag_by_row == nullptr || workspace != nullptr, where, "bag_by_row", "not null",
+          "needs a StepWorkspace (the ids' bags are written to its scratch first)");
   ops_cuda::keep_pool_memory(stream);
   // The status words and the host words they are read into: the workspace's, else temporaries
   // (pageable host memory).
@@ -287,11 +307,23 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   // Each id's bag, for bag_by_row: written by the status pass (no launch of its own).
   if (num_bags == 0) bag_by_row = nullptr;
   uint32_t* bag_of = bag_by_row != nullptr ? workspace->bag_of(n, stream) : nullptr;
+  // 64-bit keys whose differing bits may fit in 32 (predicted so, or about to be measured) get
+  // their low 32 bits written by the status pass, for a sort that moves half the key bytes.
+  const bool may_narrow =
+      sizeof(K) == 8 && measure_bits && (predicted > 0 ? predicted <= 32 : n >= kNarrowSortMin);
+  cuda::DeviceArray<uint32_t> own_narrow;
+  uint32_t* narrow = nullptr;
+  if (may_narrow && workspace != nullptr) {
+    narrow = workspace->narrow_keys(n, stream);
+  } else if (may_narrow) {
+    own_narrow = cuda::DeviceArray<uint32_t>(n, stream);
+    narrow = own_narrow.data();
+  }
   if (num_bags > 0 || measure_bits) {
     const unsigned blocks =
         static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));
     batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, n, bag_of, keys,
-                                                       measure_bits ? n : 0, status);
+                                                       measure_bits ? n : 0, narrow, status);
     cuda::check_launch("dedup: batch_status_kernel");
   }
   if (n == 0) {
@@ -307,10 +339,19 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     cuda::sync(stream, "dedup: key bits");
     end_bit = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
   }
-  SortPass<K> pass(workspace, stream);
-  if (n > 0)
-    pass.issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
-               status);
+  // Sorts on bits [0, bits): the narrow keys when they hold those bits, else the keys.
+  const auto sort = [&](int bits) {
+    if (narrow != nullptr && bits <= 32) {
+      SortPass<K, uint32_t>(workspace, stream)
+          .issue(n, narrow, bits, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+                 status);
+    } else {
+      SortPass<K, K>(workspace, stream)
+          .issue(n, keys, bits, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+                 status);
+    }
+  };
+  if (n > 0) sort(end_bit);
   read_back(host, status, kStatusWords, stream, "dedup: read status");
   if (along.count > 0)
     read_back(host + kStatusWords, along.counters, along.count, stream, "dedup: read along");
@@ -324,8 +365,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     if (needed > end_bit) {
       // The prediction was short: sort again on the bits this batch needs (rare: the keys' range
       // grew).
-      pass.issue(n, keys, needed, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
-                 status);
+      sort(needed);
       read_back(host, status, 1, stream, "dedup: read unique count");
       cuda::sync(stream, "dedup");
       unique = static_cast<size_t>(host[kUnique]);

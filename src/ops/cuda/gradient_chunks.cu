@@ -68,8 +68,8 @@ struct HotChunkPlan::Arrays {
 
 HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
   Arrays a;
-  a.bag_of = c.take<uint32_t>(num_ids_);
-  a.bag_by_row = c.take<uint32_t>(num_ids_);
+  a.bag_of = needs_bags_ ? c.take<uint32_t>(num_ids_) : nullptr;
+  a.bag_by_row = needs_bags_ ? c.take<uint32_t>(num_ids_) : nullptr;
   a.chunk_count = c.take<uint32_t>(num_rows_);
   a.chunk_first = c.take<uint32_t>(num_rows_);
   a.hot_rows = c.take<uint32_t>(max_hot_rows_);
@@ -80,8 +80,10 @@ HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
   return a;
 }
 
-HotChunkPlan::HotChunkPlan(const LookupFeature& x, cudaStream_t stream)
-    : num_ids_(x.num_ids), num_rows_(x.num_rows) {
+HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaStream_t stream)
+    : num_ids_(x.num_ids),
+      num_rows_(x.num_rows),
+      needs_bags_(x.num_ids > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
   // Rows of more than kGradientChunk ids: at most n / (kGradientChunk + 1); their chunks at most
   // n / kGradientChunk + one partly filled per hot row.
   max_hot_rows_ = num_ids_ / (kGradientChunk + 1) + 1;
@@ -105,7 +107,7 @@ HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const Loo
               "reduce_gradients: cudaMemsetAsync");
   // The bags in the reduction's order: the dedup's, else worked out here.
   const uint32_t* bag_by_row = groups.bag_by_row != nullptr ? groups.bag_by_row : a.bag_by_row;
-  if (n > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
+  if (needs_bags_) {
     fill_bag_of(x.offsets, x.num_bags, n, a.bag_of, stream);
     bag_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(groups.ids_by_row, a.bag_of, n,
                                                                     a.bag_by_row);

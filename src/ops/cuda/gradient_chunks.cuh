@@ -36,12 +36,14 @@ struct HotChunks {
 // The scratch the hot chunks of one feature take, and their issue on it.
 class HotChunkPlan {
  public:
-  // Sizes the scratch of feature x (num_rows > 0); asks CUB for its scan's.
-  HotChunkPlan(const LookupFeature& x, cudaStream_t stream);
+  // Sizes the scratch of feature x (num_rows > 0) grouped by `groups` (scratch for the ids' bags
+  // only when the groups do not bring them); asks CUB for its scan's.
+  HotChunkPlan(const LookupFeature& x, const detail::IdGroups& groups, cudaStream_t stream);
   // Bytes of device scratch issue() needs.
   size_t bytes() const { return bytes_; }
-  // Issues, on `stream` over bytes() of `scratch`: the bags of the ids, the hot rows, the chunk
-  // scan and the chunk sums. No synchronization.
+  // Issues, on `stream` over bytes() of `scratch`: the bags of the ids (unless the groups bring
+  // them), the hot rows, the chunk scan and the chunk sums. No synchronization. `groups` must be
+  // the constructor's.
   HotChunks issue(const LookupFeature& x, detail::IdGroups groups, const LookupOutput& g,
                   void* scratch, cudaStream_t stream) const;
 
@@ -50,6 +52,7 @@ class HotChunkPlan {
   Arrays carve(detail::ScratchCarver& c) const;
 
   size_t num_ids_, num_rows_, max_hot_rows_, max_chunks_;
+  bool needs_bags_;
   uint32_t partial_stride_;
   size_t scan_bytes_ = 0, bytes_ = 0;
 };

@@ -231,7 +231,7 @@ void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, cons
   const cudaStream_t stream = as_stream(stream_handle);
   if (x.num_rows == 0) return;
   ops_cuda::keep_pool_memory(stream);
-  const ops_cuda::HotChunkPlan plan(x, stream);
+  const ops_cuda::HotChunkPlan plan(x, groups, stream);
   cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
   const HotChunks h = plan.issue(x, groups, g, scratch.data(), stream);
   const bool vec = ops_cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
