@@ -13,7 +13,8 @@ double host_row_share(uint64_t capacity, uint32_t dim, double hbm_bytes) {
   return std::clamp(1.0 - hbm_rows / static_cast<double>(capacity), 0.0, 1.0);
 }
 
-PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share) {
+PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share,
+                     double load_factor) {
   const double row = 4.0 * dim * host_share;
   const double present = kPresentFraction * static_cast<double>(batch) * row;
   const double fresh = (1.0 - kPresentFraction) * static_cast<double>(batch) * row;
@@ -31,7 +32,8 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
     case TableOp::kAccumOrAssign:
       return {present, present + fresh};
     case TableOp::kInsertAndEvict:
-      return {0.0, present + fresh};  // plus the victims' rows read at max capacity
+      // A full table: each new key's victim row is read out before the new row replaces it.
+      return {load_factor >= 1.0 ? fresh : 0.0, present + fresh};
     default:
       return {0.0, 0.0};
   }
@@ -57,7 +59,9 @@ std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
                                                const PcieBandwidth& bandwidth, uint32_t dim) {
   const auto it = bandwidth.random_rows.find(dim);
   if (it == bandwidth.random_rows.end()) return std::nullopt;
-  return slower_direction(bytes, it->second.read, it->second.write);
+  const RandomRowRate& rate = it->second;
+  const double together = rate.both > 0 ? (bytes.read + bytes.written) / rate.both : 0.0;
+  return std::max(slower_direction(bytes, rate.read, rate.write), together);
 }
 
 }  // namespace dynemb::bench

@@ -16,6 +16,9 @@ namespace dynemb::bench {
 struct RandomRowRate {
   double read = 0.0;
   double write = 0.0;
+  // Bytes read plus bytes written per second when one kernel does both at once (random rows
+  // copied to other random rows of the same region); 0: not measured.
+  double both = 0.0;
 };
 
 // Bandwidth between pinned host memory and the GPU, bytes per second: the copy engine's bulk
@@ -39,17 +42,21 @@ std::optional<PcieBandwidth> measure_pcie_bandwidth(int device,
 double host_row_share(uint64_t capacity, uint32_t dim, double hbm_bytes);
 
 // Value bytes one call of `op` on `batch` keys (60% present, 40% new) moves over PCIe in each
-// direction, with `host_share` of the slots in host memory.
+// direction, with `host_share` of the slots in host memory, in a table filled to `load_factor`
+// (at 1, insert_and_evict reads each new key's victim row before writing over it).
 struct PcieBytes {
   double read = 0.0;     // host rows the kernels read (host to device)
   double written = 0.0;  // host rows the kernels write (device to host)
 };
-PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share);
+PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share,
+                     double load_factor);
 
 // The floor in seconds: PCIe is full duplex, so the slower direction bounds the call.
 double pcie_floor_seconds(const PcieBytes& bytes, const PcieBandwidth& bandwidth);
 
-// The same bytes at the random-row rate measured for `dim` (nullopt when it was not measured).
+// The same bytes at the random-row rates measured for `dim`: the slower direction, or the reads
+// and writes together at the rate of both at once, whichever is longer (nullopt when not
+// measured).
 std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
                                                const PcieBandwidth& bandwidth, uint32_t dim);
 

@@ -40,10 +40,12 @@ struct Buffers {
   void* host = nullptr;
   void* dev = nullptr;
   uint64_t* index = nullptr;
+  uint64_t* other_index = nullptr;
   ~Buffers() {
     if (host != nullptr) cudaFreeHost(host);
     if (dev != nullptr) cudaFree(dev);
     if (index != nullptr) cudaFree(index);
+    if (other_index != nullptr) cudaFree(other_index);
   }
 };
 
@@ -120,13 +122,16 @@ RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
         "cudaHostAlloc (the table's host-resident bytes)");
   check(cudaMalloc(&b.dev, kRows * row_bytes), "cudaMalloc");
   check(cudaMalloc(&b.index, kRows * sizeof(uint64_t)), "cudaMalloc");
+  check(cudaMalloc(&b.other_index, kRows * sizeof(uint64_t)), "cudaMalloc");
   // Uniform rows (a few repeat; a scatter then writes the same bytes twice).
-  std::vector<uint64_t> index(kRows);
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_int_distribution<uint64_t> pick(0, host_rows - 1);
-  for (uint64_t& v : index) v = pick(rng);
-  check(cudaMemcpy(b.index, index.data(), kRows * sizeof(uint64_t), cudaMemcpyHostToDevice),
-        "cudaMemcpy (index)");
+  std::vector<uint64_t> index(kRows);
+  for (uint64_t* to : {b.index, b.other_index}) {
+    for (uint64_t& v : index) v = pick(rng);
+    check(cudaMemcpy(to, index.data(), kRows * sizeof(uint64_t), cudaMemcpyHostToDevice),
+          "cudaMemcpy (index)");
+  }
   void* mapped = nullptr;
   check(cudaHostGetDevicePointer(&mapped, b.host, 0), "cudaHostGetDevicePointer");
   const double bytes = static_cast<double>(kRows) * row_bytes;
@@ -135,6 +140,9 @@ RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
       bytes / time_row_moves(mapped, b.index, b.dev, nullptr, kRows, row_bytes, kThreadsPerRow);
   rate.write =
       bytes / time_row_moves(b.dev, nullptr, mapped, b.index, kRows, row_bytes, kThreadsPerRow);
+  rate.both =
+      2.0 * bytes /
+      time_row_moves(mapped, b.index, mapped, b.other_index, kRows, row_bytes, kThreadsPerRow);
   return rate;
 }
 
