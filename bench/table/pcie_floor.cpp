@@ -20,20 +20,20 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
   const double fresh = (1.0 - kPresentFraction) * static_cast<double>(batch) * row;
   switch (op) {
     case TableOp::kFind:
-      return {present, 0.0};
+      return {present, 0.0, present};
     case TableOp::kAssign:
-      return {0.0, present};
+      return {0.0, present, present};
     case TableOp::kInsertOrAssign:
-      return {0.0, present + fresh};
+      return {0.0, present + fresh, present + fresh};
     case TableOp::kFindOrInsert:
-      return {present, fresh};
+      return {present, fresh, present + fresh};
     case TableOp::kFindOrInsertPointers:
-      return {0.0, fresh};  // new rows initialized in place; stored rows are not touched
+      return {0.0, fresh, fresh};  // new rows initialized in place; stored rows are not touched
     case TableOp::kAccumOrAssign:
-      return {present, present + fresh};
+      return {present, present + fresh, present + fresh};  // present rows read and written back
     case TableOp::kInsertAndEvict:
       // A full table: each new key's victim row is read out before the new row replaces it.
-      return {load_factor >= 1.0 ? fresh : 0.0, present + fresh};
+      return {load_factor >= 1.0 ? fresh : 0.0, present + fresh, present + fresh};
     default:
       return {0.0, 0.0};
   }
@@ -60,7 +60,8 @@ std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
   const auto it = bandwidth.random_rows.find(dim);
   if (it == bandwidth.random_rows.end()) return std::nullopt;
   const RandomRowRate& rate = it->second;
-  const double together = rate.both > 0 ? (bytes.read + bytes.written) / rate.both : 0.0;
+  const bool mixed = bytes.read > 0 && bytes.written > 0 && rate.both > 0;
+  const double together = mixed ? bytes.touched / rate.both : 0.0;
   return std::max(slower_direction(bytes, rate.read, rate.write), together);
 }
 

@@ -47,6 +47,7 @@ double host_row_share(uint64_t capacity, uint32_t dim, double hbm_bytes);
 struct PcieBytes {
   double read = 0.0;     // host rows the kernels read (host to device)
   double written = 0.0;  // host rows the kernels write (device to host)
+  double touched = 0.0;  // host rows read, written or both, each row once
 };
 PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share,
                      double load_factor);
@@ -54,9 +55,9 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
 // The floor in seconds: PCIe is full duplex, so the slower direction bounds the call.
 double pcie_floor_seconds(const PcieBytes& bytes, const PcieBandwidth& bandwidth);
 
-// The same bytes at the random-row rates measured for `dim`: the slower direction, or the reads
-// and writes together at the rate of both at once, whichever is longer (nullopt when not
-// measured).
+// The same bytes at the random-row rates measured for `dim`: the slower direction; for a call
+// that both reads and writes host rows, at least its touched rows at the rate of both at once
+// (nullopt when not measured).
 std::optional<double> random_row_floor_seconds(const PcieBytes& bytes,
                                                const PcieBandwidth& bandwidth, uint32_t dim);
 

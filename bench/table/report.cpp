@@ -207,8 +207,8 @@ std::string render_tables(const TableBenchReport& report) {
     render_block(
         out, report, dim,
         "hybrid: time over the random-row floor (host-resident rows' bytes / the rate "
-        "kernels gather or scatter random rows of this dim over the same link; reads and "
-        "writes together at the rate of both at once when that is longer)",
+        "kernels gather or scatter random rows of this dim over the same link; a call that "
+        "reads and writes: its touched rows at the rate of both at once, if longer)",
         [&](const ScenarioResult& s, TableOp op) {
           return over_floor(report, s, op, Floor::kRandomRows);
         },
