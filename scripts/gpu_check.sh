@@ -8,7 +8,7 @@
 #        naming the commit it was built from; the result files then name it)
 #   env: GPU_CHECK_TEST_FILTER="..." gtest filter of the full run (default: every test)
 #        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
-#        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM)
+#        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
 #        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
@@ -105,9 +105,9 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       record "bench_train_$shape" $rc
     done
     if [ "${GPU_CHECK_HYBRID:-0}" = 1 ]; then
-      step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM)"
+      step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
       "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
-        --load-factors 0.5 --json "$out/bench_cuda_hybrid.json" \
+        --load-factors 0.5,0.75,1.0 --json "$out/bench_cuda_hybrid.json" \
         --markdown "$out/bench_cuda_hybrid.md" 2>&1 | tail -30
       record bench_hybrid "${PIPESTATUS[0]}"
     fi
