@@ -15,7 +15,7 @@
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
 #        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run (a device call is
 #        limited to 10 minutes: run them in separate calls there)
-#        GPU_CHECK_PACK_LOGS=1      move the logs and tests.json into logs.tar.xz at the end
+#        GPU_CHECK_PACK_LOGS=1      move the logs, tests.json and summary.txt into logs.tar.xz at the end
 #        (the lent device returns at most 8 files from $OUT; the JSON results stay loose)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -121,11 +121,14 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 if [ "${GPU_CHECK_PACK_LOGS:-0}" = 1 ]; then
-  packed=$(cd "$out" && ls -- *.log tests.json 2> /dev/null)
+  echo "--- summary ---"
+  cat "$out/summary.txt"
+  packed=$(cd "$out" && ls -- *.log tests.json summary.txt 2> /dev/null)
   if [ -n "$packed" ]; then
     # shellcheck disable=SC2086  # the names have no spaces (written above)
     (cd "$out" && tar -cJf logs.tar.xz $packed && rm -f $packed)
   fi
+  exit $status
 fi
 
 echo "--- summary ---"
