@@ -6,7 +6,7 @@
 namespace dynemb::detail {
 
 template <TableKey K>
-AdmissionCounter<K>::AdmissionCounter(Backend backend, uint32_t threshold, uint64_t capacity,
+AdmissionCounter<K>::AdmissionCounter(uint32_t threshold, uint64_t capacity,
                                       uint32_t bucket_capacity)
     : threshold_(threshold) {
   TableOptions o;
@@ -18,7 +18,7 @@ AdmissionCounter<K>::AdmissionCounter(Backend backend, uint32_t threshold, uint6
   o.score_policy = ScorePolicy::kLfu;
   o.safe_check = SafeCheck::kIgnore;  // a refused count only delays a rare key's admission
   o.initializer.kind = InitializerKind::kConstant;
-  table_ = make_table<K>(backend, o);
+  table_ = make_table<K>(Backend::kCpu, o);
 }
 
 template <TableKey K>

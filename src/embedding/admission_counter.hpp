@@ -1,5 +1,6 @@
 // Counter admission: how often each not-yet-admitted key was seen, kept in a small LFU table
-// whose rarest keys are evicted when it is full.
+// whose rarest keys are evicted when it is full. The counter lives on the host for every
+// embedding backend (a CUDA embedding brings its step's candidates to the host).
 #pragma once
 
 #include <memory>
@@ -12,13 +13,13 @@ namespace dynemb::detail {
 template <TableKey K>
 class AdmissionCounter {
  public:
-  // A counter table of `capacity` slots (rounded up to whole buckets) admitting at `threshold`.
-  AdmissionCounter(Backend backend, uint32_t threshold, uint64_t capacity,
-                   uint32_t bucket_capacity);
+  // A CPU counter table of `capacity` slots (rounded up to whole buckets) admitting at
+  // `threshold`.
+  AdmissionCounter(uint32_t threshold, uint64_t capacity, uint32_t bucket_capacity);
 
   // Adds occurrences[i] to the count of keys[i] for the candidates (flags[i] == false: keys
   // without a row) and sets admit[i] for those whose count reached the threshold, which leave
-  // the counter. Host memory (CPU backend).
+  // the counter. Host memory.
   void count_and_admit(size_t n, const K* keys, const uint32_t* occurrences, const bool* has_row,
                        bool* admit);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,14 @@ struct Embedding<K>::Step {
   BackendBuffer<float> fallback;
   bool fallback_is_zero_row = false;  // fallback holds one row of zeros (shared, stride 0)
   BackendBuffer<bool> found, admit, skip, missing;
+  // Counter admission: the step's candidates on the host, and the admitted keys' new rows.
+  std::vector<K> host_keys;
+  std::vector<uint32_t> host_row_begin, host_counts;
+  std::unique_ptr<bool[]> host_found, host_admit;
+  size_t host_flags = 0;  // entries of host_found and host_admit
+  BackendBuffer<K> admitted_keys;
+  BackendBuffer<uint32_t> admitted_where;
+  BackendBuffer<float> admitted_rows;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights;
   BackendBuffer<uint64_t> zero_scores;
@@ -101,13 +110,10 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
   backend_zero(backend, step_->counters.data(), kCounters * sizeof(uint64_t));
   backend_synchronize(backend);
   if (options.admit_threshold > 1) {
-    require(backend == Backend::kCpu, "Embedding", "admit_threshold",
-            std::to_string(options.admit_threshold),
-            "counter admission runs on the cpu backend only for now (backend = cuda)");
     const uint64_t capacity =
         options.admission_capacity != 0 ? options.admission_capacity : t.max_capacity;
-    admission_ = std::make_unique<detail::AdmissionCounter<K>>(backend, options.admit_threshold,
-                                                               capacity, t.bucket_capacity);
+    admission_ = std::make_unique<detail::AdmissionCounter<K>>(options.admit_threshold, capacity,
+                                                               t.bucket_capacity);
   }
 }
 
@@ -222,30 +228,50 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     }
     return;
   }
-  // Counter admission (cpu backend only): the occurrences of each unique key.
+  // Counter admission: the counter is a host table, so the unique keys, their occurrences and
+  // found flags are read on the host (on the GPU: one synchronization and copies of u entries).
   float* rows = s.rows.data();
   table_->find(u, keys, rows, found, nullptr, stream);
-  ensure(s.counts, backend_, u, device);
-  const uint32_t* row_begin = s.row_begin.data();
-  uint32_t* counts = s.counts.data();
-  for (size_t i = 0; i < u; ++i) counts[i] = row_begin[i + 1] - row_begin[i];
-  bool* admit = s.admit.data();
-  admission_->count_and_admit(u, keys, counts, found, admit);
+  if (backend_ == Backend::kCuda) detail::sync_stream_cuda(stream);
+  s.host_keys.resize(u);
+  s.host_row_begin.resize(u + 1);
+  s.host_counts.resize(u);
+  if (s.host_flags < u) {
+    s.host_found = std::make_unique<bool[]>(u);
+    s.host_admit = std::make_unique<bool[]>(u);
+    s.host_flags = u;
+  }
+  copy_from_backend(backend_, s.host_keys.data(), keys, u * sizeof(K));
+  copy_from_backend(backend_, s.host_row_begin.data(), s.row_begin.data(),
+                    (u + 1) * sizeof(uint32_t));
+  copy_from_backend(backend_, s.host_found.get(), found, u * sizeof(bool));
+  for (size_t i = 0; i < u; ++i) {
+    s.host_counts[i] = s.host_row_begin[i + 1] - s.host_row_begin[i];
+  }
+  bool* admit = s.host_admit.get();
+  admission_->count_and_admit(u, s.host_keys.data(), s.host_counts.data(), s.host_found.get(),
+                              admit);
   std::vector<K> admitted;
   std::vector<uint32_t> where;
   for (size_t i = 0; i < u; ++i) {
     if (admit[i]) {
-      admitted.push_back(keys[i]);
+      admitted.push_back(s.host_keys[i]);
       where.push_back(static_cast<uint32_t>(i));
+      s.host_found[i] = true;
     }
   }
-  std::vector<float> new_rows(admitted.size() * row_dim_);
-  table_->find_or_insert(admitted.size(), admitted.data(), new_rows.data(), nullptr, nullptr,
+  const size_t a = admitted.size();
+  ensure(s.admitted_keys, backend_, a, device);
+  ensure(s.admitted_where, backend_, a, device);
+  ensure(s.admitted_rows, backend_, a * row_dim_, device);
+  copy_to_backend(backend_, s.admitted_keys.data(), admitted.data(), a * sizeof(K));
+  copy_to_backend(backend_, s.admitted_where.data(), where.data(), a * sizeof(uint32_t));
+  copy_to_backend(backend_, found, s.host_found.get(), u * sizeof(bool));
+  table_->find_or_insert(a, s.admitted_keys.data(), s.admitted_rows.data(), nullptr, nullptr,
                          stream);
-  scatter_rows(backend_, where.size(), where.data(), new_rows.data(), row_dim_, rows, row_dim_,
-               row_dim_, stream);
-  for (uint32_t i : where) found[i] = true;
-  counters[kRowsCreated] += admitted.size();
+  scatter_rows(backend_, a, s.admitted_where.data(), s.admitted_rows.data(), row_dim_, rows,
+               row_dim_, row_dim_, stream);
+  stats_.rows_created += a;
   // Keys without a row read the evaluation initializer.
   detail::count_flags(backend_, u, found, false, counters + kAdmissionPending, stream);
   fill_initial_rows<K>(backend_, u, keys, found, false, options_.eval_initializer, rows, row_dim_,

@@ -110,9 +110,6 @@ void validate_train_options(const TrainOptions& o) {
   check(o.ttl_steps == 0 || policy == ScorePolicy::kStep, "--ttl-steps",
         std::to_string(o.ttl_steps), "needs --score-policy step");
   check(o.threads <= 1024, "--threads", std::to_string(o.threads), "must be <= 1024");
-  check(o.admit_threshold <= 1 || backend == Backend::kCpu, "--admit-threshold",
-        std::to_string(o.admit_threshold),
-        "must be <= 1 with --device cuda (counter admission runs on the cpu only for now)");
 
   const bool checkpoints = !o.checkpoint_dir.empty();
   check(checkpoints || o.checkpoint_every == 0, "--checkpoint-every",
