@@ -9,6 +9,7 @@
 
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding.hpp"
+#include "embedding/concurrent_training.hpp"
 
 namespace dynemb {
 namespace {
@@ -73,17 +74,11 @@ void expect_same_training(const EmbeddingOptions& o, Embedding<int64_t>& cpu,
   EXPECT_EQ(compared, cpu_rows.size());
 }
 
+// The concurrent tests' options, with a larger table and a smaller learning rate.
 EmbeddingOptions parity_options(OptimizerKind kind, uint64_t seed) {
-  EmbeddingOptions o;
-  o.dim = 16;
-  o.table.init_capacity = 1 << 12;
+  EmbeddingOptions o = embedding_test::training_options(16, kind, seed);
   o.table.max_capacity = 1 << 16;
-  o.table.score_policy = ScorePolicy::kStep;
-  o.table.initializer.kind = InitializerKind::kUniform;
-  o.table.initializer.seed = seed;
-  o.optimizer.kind = kind;
   o.optimizer.learning_rate = 0.01f;
-  o.optimizer.eps = 1e-6f;
   return o;
 }
 
