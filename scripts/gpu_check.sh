@@ -120,17 +120,13 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   fi
 fi
 
+echo "--- summary ---"
+cat "$out/summary.txt"
 if [ "${GPU_CHECK_PACK_LOGS:-0}" = 1 ]; then
-  echo "--- summary ---"
-  cat "$out/summary.txt"
   packed=$(cd "$out" && ls -- *.log tests.json summary.txt 2> /dev/null)
   if [ -n "$packed" ]; then
     # shellcheck disable=SC2086  # the names have no spaces (written above)
     (cd "$out" && tar -cJf logs.tar.xz $packed && rm -f $packed)
   fi
-  exit $status
 fi
-
-echo "--- summary ---"
-cat "$out/summary.txt"
 exit $status

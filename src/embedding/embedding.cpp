@@ -43,7 +43,7 @@ TableOptions table_options_for(const EmbeddingOptions& o) {
 template <TableKey K>
 struct Embedding<K>::Step {
   BackendBuffer<K> unique_keys;
-  BackendBuffer<uint32_t> inverse, counts, ids_by_row, row_begin;
+  BackendBuffer<uint32_t> inverse, ids_by_row, row_begin;
   BackendBuffer<uint32_t> bag_by_row;  // the bag of each id in ids_by_row's order
   bool has_bag_by_row = false;         // bag_by_row holds this step's
   BackendBuffer<float> rows, row_grads;
@@ -192,7 +192,6 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   const int device = options_.table.device;
   const size_t u = s.num_unique;
   ensure(s.found, backend_, u, device);
-  ensure(s.admit, backend_, u, device);
   K* keys = s.unique_keys.data();
   bool* found = s.found.data();
   uint64_t* counters = s.counters.data();
