@@ -64,9 +64,10 @@ class CudaTable final : public Table<K> {
     cuda::check(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
                 "cudaMalloc (stats)");
     cuda::check(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
-    storage_ =
-        TableStorage(options_.init_capacity / options_.bucket_capacity, options_.bucket_capacity,
-                     options_.dim, options_.max_hbm_for_values, stats_, nullptr);
+    timer_scores_only_ = options_.score_policy == ScorePolicy::kTimestamp;
+    storage_ = TableStorage(options_.init_capacity / options_.bucket_capacity,
+                            options_.bucket_capacity, options_.dim, options_.max_hbm_for_values,
+                            timer_scores_only_.load(), stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
     multiprocessors_ = cuda::multiprocessors(options_.device);
@@ -214,6 +215,7 @@ class CudaTable final : public Table<K> {
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     launch_clear(storage_.view(), s);
+    timer_scores_only_ = options_.score_policy == ScorePolicy::kTimestamp;
   }
 
   // --- whole table ------------------------------------------------------------------------------
@@ -421,6 +423,8 @@ class CudaTable final : public Table<K> {
     a.keys = bits_of(keys);
     a.n = n;
     a.state = scratch.get();
+    // Caller scores may sit below a group's score bound: from now on evictions scan buckets.
+    if (a.scores_in != nullptr) timer_scores_only_ = false;
     a.policy = options_.score_policy;
     a.clock = clock_for_write();
     a.skip_reserved = !error_mode();
@@ -511,7 +515,8 @@ class CudaTable final : public Table<K> {
   // Launches `op` over a's batch: grouped by bucket (one tile per bucket, no locks) when the
   // batch is large and its length known on the host, else key by key under bucket locks.
   void launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
-    const TableView& view = storage_.view();
+    TableView view = storage_.view();
+    if (!timer_scores_only_) view.score_bounds = nullptr;
     const bool grouped = a.n_device == nullptr && a.n > 0 &&
                          a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
                          view.num_buckets <= (1ull << 32);
@@ -531,7 +536,7 @@ class CudaTable final : public Table<K> {
   void grow_once(cudaStream_t s) {
     const TableView& old = storage_.view();
     TableStorage bigger(old.num_buckets * 2, old.bucket_capacity, old.dim,
-                        options_.max_hbm_for_values, stats_, s);
+                        options_.max_hbm_for_values, old.score_bounds != nullptr, stats_, s);
     launch_rehash(old, bigger.view(), s);
     cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (rehash)");
     storage_ = std::move(bigger);
@@ -583,6 +588,9 @@ class CudaTable final : public Table<K> {
   std::atomic<uint64_t> step_{0};
   std::atomic<uint64_t> custom_{0};
   std::atomic<uint64_t> last_time_{0};
+  // Every stored score came from the device timer (TIMESTAMP, no caller scores since the table
+  // was created or cleared), so evictions may search through the score bounds (victim.cuh).
+  std::atomic<bool> timer_scores_only_{false};
   mutable StreamOrder order_;
 };
 

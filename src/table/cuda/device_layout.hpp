@@ -34,6 +34,12 @@ struct DeviceStats {
   unsigned long long erased;
 };
 
+// Score bounds (victim.cuh): a bucket of kBoundedBucketSlots slots has kScoreGroups groups of
+// kScoreGroupSlots consecutive slots (one 128-byte line of scores each), each with a bound.
+inline constexpr uint32_t kScoreGroupSlots = 16;
+inline constexpr uint32_t kScoreGroups = 8;
+inline constexpr uint32_t kBoundedBucketSlots = kScoreGroupSlots * kScoreGroups;
+
 // Where one table's storage lives. Slot s of bucket b is index b * bucket_capacity + s.
 // Row r's values are at hbm_values + r * dim when r < hbm_rows, else in pinned host memory at
 // host_values + (r - hbm_rows) * dim (mapped, so kernels reach it directly).
@@ -46,6 +52,9 @@ struct TableView {
   uint64_t hbm_rows = 0;
   int32_t* bucket_sizes = nullptr;  // stored keys per bucket
   uint32_t* locks = nullptr;        // one spin lock per bucket (writers)
+  // kScoreGroups lower bounds per bucket, each at most the lowest score of its group of slots
+  // (victim.cuh); null where the table keeps none or a call may not rely on them.
+  uint64_t* score_bounds = nullptr;
   uint64_t num_buckets = 0;
   uint32_t bucket_capacity = 0;
   uint32_t dim = 0;

@@ -42,7 +42,7 @@ void launch_rehash(const TableView& from, const TableView& to, cudaStream_t stre
 void launch_erase_if(const TableView& table, uint8_t compare, uint64_t threshold, CallState* state,
                      cudaStream_t stream);
 
-// Empties every slot (keys, digests, bucket sizes, locks).
+// Empties every slot (keys, digests, bucket sizes, locks, score bounds).
 void launch_clear(const TableView& table, cudaStream_t stream);
 
 // Copies stored keys of slots [offset, offset + n_slots) compactly, in slot order, with rows and

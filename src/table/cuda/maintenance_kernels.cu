@@ -158,6 +158,11 @@ void launch_clear(const TableView& t, cudaStream_t stream) {
   cuda::check(cudaMemsetAsync(t.bucket_sizes, 0, t.num_buckets * sizeof(int32_t), stream),
               "clear bucket sizes");
   cuda::check(cudaMemsetAsync(t.locks, 0, t.num_buckets * sizeof(uint32_t), stream), "clear locks");
+  if (t.score_bounds != nullptr) {
+    cuda::check(
+        cudaMemsetAsync(t.score_bounds, 0, t.num_buckets * kScoreGroups * sizeof(uint64_t), stream),
+        "clear score bounds");
+  }
 }
 
 void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool has_min,

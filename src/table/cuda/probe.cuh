@@ -1,9 +1,10 @@
 // Device-side building blocks of the CUDA table: a tile of kTileSize threads works on one key,
 // scans its bucket's 8-bit digests 16 at a time per thread, confirms candidates by key, locks
-// buckets for writers, picks eviction victims and copies rows.
+// buckets for writers and copies rows (eviction victims: victim.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 
 #include <cstdint>
 
@@ -102,30 +103,36 @@ __device__ __forceinline__ uint32_t match_mask16(const uint4& d, uint32_t patter
   return bits;
 }
 
-// What one pass over a bucket found: the key's slot and the first empty slot (-1: none).
+// What one pass over a bucket found: the key's slot, the first empty slot (-1: none) and, when
+// the key was not found, how many slots are empty (the bucket's size is the rest).
 struct Probe {
   int found;
   int empty;
+  uint32_t empties;
 };
 
 // Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
-// when `want_empty`, the first empty slot. Each thread confirms its key candidates with key
-// loads; an empty digest needs no load, since no stored key carries it.
+// when `want_empty`, the first empty slot and the number of empty slots (so the bucket's size
+// needs no load of its own). Each thread confirms its key candidates with key loads; an empty
+// digest needs no load, since no stored key carries it.
 __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
                                               uint64_t key_bits, uint8_t digest, bool want_empty) {
   const uint32_t pattern = 0x01010101u * digest;
   const uint32_t empty_pattern = 0x01010101u * kEmptyDigest;
   const uint64_t base = bucket * t.bucket_capacity;
-  Probe result{-1, -1};
+  Probe result{-1, -1, 0};
+  uint32_t empties = 0;
   for (uint32_t round = 0; round < t.bucket_capacity; round += 16 * kTileSize) {
     const uint32_t first = round + tile.thread_rank() * 16;
     int hit = -1;
     int empty = -1;
     if (first < t.bucket_capacity) {
       const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + first));
-      if (want_empty && result.empty < 0) {
+      if (want_empty) {
         const uint32_t empty_mask = match_mask16(d, empty_pattern);
-        if (empty_mask != 0) empty = static_cast<int>(first) + __ffs(empty_mask) - 1;
+        empties += __popc(empty_mask);
+        if (empty_mask != 0 && result.empty < 0)
+          empty = static_cast<int>(first) + __ffs(empty_mask) - 1;
       }
       uint32_t key_mask = match_mask16(d, pattern);
       while (key_mask != 0) {
@@ -142,80 +149,20 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
       result.found = tile.shfl(hit, __ffs(hits) - 1);
       return result;
     }
-    const uint32_t empties = tile.ballot(empty >= 0);
-    if (empties != 0 && result.empty < 0) result.empty = tile.shfl(empty, __ffs(empties) - 1);
+    const uint32_t has_empty = tile.ballot(empty >= 0);
+    if (has_empty != 0 && result.empty < 0) result.empty = tile.shfl(empty, __ffs(has_empty) - 1);
   }
+  if (want_empty) result.empties = cg::reduce(tile, empties, cg::plus<uint32_t>());
   return result;
 }
 
-// The bucket's eviction victim: the lowest score, ties broken by the smallest key bit pattern.
-struct Victim {
-  int slot;
-  uint64_t score;
-  uint64_t key;
-};
-
-// Finds the victim of a full bucket (every thread gets the same answer): scores first; keys
-// are read only to break ties between equal lowest scores.
-__device__ __forceinline__ Victim find_victim(const Tile& tile, const TableView& t,
-                                              uint64_t bucket) {
-  const uint64_t base = bucket * t.bucket_capacity;
-  uint64_t low = ~0ull;
-  int low_slot = -1;
-  int ties = 0;
-  for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
-    const uint64_t sc = __ldcg(t.scores + base + s);
-    if (low_slot < 0 || sc < low) {
-      low = sc;
-      low_slot = static_cast<int>(s);
-      ties = 0;
-    } else if (sc == low) {
-      ++ties;
-    }
-  }
-  uint64_t best = low;
-#pragma unroll
-  for (uint32_t offset = kTileSize / 2; offset > 0; offset /= 2) {
-    const uint64_t other = tile.shfl_xor(best, offset);
-    best = other < best ? other : best;
-  }
-  const uint32_t holders = tile.ballot(low == best);
-  const bool tied = __popc(holders) > 1 || tile.any(low == best && ties > 0);
-  if (!tied) {
-    const int slot = tile.shfl(low_slot, __ffs(holders) - 1);
-    return Victim{slot, best, __ldcg(t.keys + base + slot)};
-  }
-  // Equal lowest scores: the smallest key bit pattern among them.
-  uint64_t key = ~0ull;
-  int slot = -1;
-  for (uint32_t s = tile.thread_rank(); s < t.bucket_capacity; s += kTileSize) {
-    if (__ldcg(t.scores + base + s) != best) continue;
-    const uint64_t k = __ldcg(t.keys + base + s);
-    if (slot < 0 || k < key) {
-      key = k;
-      slot = static_cast<int>(s);
-    }
-  }
-#pragma unroll
-  for (uint32_t offset = kTileSize / 2; offset > 0; offset /= 2) {
-    const uint64_t other_key = tile.shfl_xor(key, offset);
-    const int other_slot = tile.shfl_xor(slot, offset);
-    if (other_slot >= 0 && (slot < 0 || other_key < key)) {
-      key = other_key;
-      slot = other_slot;
-    }
-  }
-  return Victim{slot, best, key};
-}
-
-// Asks L2 for the bucket's digests and size word ahead of the lock that guards them, so the
-// lock's round trip and their fetch from HBM overlap (the probe then reads them from L2).
+// Asks L2 for the bucket's digests ahead of the lock that guards them, so the lock's round trip
+// and their fetch from HBM overlap (the probe then reads them from L2).
 __device__ __forceinline__ void prefetch_bucket_l2(const Tile& tile, const TableView& t,
                                                    uint64_t bucket) {
   const uint8_t* digests = t.digests + bucket * t.bucket_capacity;
   for (uint32_t off = tile.thread_rank() * 128; off < t.bucket_capacity; off += kTileSize * 128)
     cuda::prefetch_l2(digests + off);
-  if (tile.thread_rank() == kTileSize - 1) cuda::prefetch_l2(t.bucket_sizes + bucket);
 }
 
 // Takes the writer lock of a bucket for the whole tile (acquire: what the last holder wrote

@@ -8,7 +8,8 @@
 namespace dynemb::cuda_table {
 
 TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim,
-                           uint64_t max_hbm_bytes, DeviceStats* stats, cudaStream_t stream) {
+                           uint64_t max_hbm_bytes, bool score_bounds, DeviceStats* stats,
+                           cudaStream_t stream) {
   const uint64_t slots = num_buckets * bucket_capacity;
   view_.num_buckets = num_buckets;
   view_.bucket_capacity = bucket_capacity;
@@ -28,6 +29,12 @@ TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint3
         "cudaMalloc (bucket sizes)");
     cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
                 "cudaMalloc (bucket locks)");
+    const uint64_t bounds = num_buckets * kScoreGroups;
+    if (score_bounds && bucket_capacity == kBoundedBucketSlots) {
+      cuda::check(
+          cudaMalloc(reinterpret_cast<void**>(&view_.score_bounds), bounds * sizeof(uint64_t)),
+          "cudaMalloc (score bounds)");
+    }
     if (view_.hbm_rows > 0) {
       cuda::check(
           cudaMalloc(reinterpret_cast<void**>(&view_.hbm_values), view_.hbm_rows * row_bytes),
@@ -53,6 +60,10 @@ TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint3
                 "cudaMemset (bucket sizes)");
     cuda::check(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
                 "cudaMemset (locks)");
+    if (view_.score_bounds != nullptr) {
+      cuda::check(cudaMemsetAsync(view_.score_bounds, 0, bounds * sizeof(uint64_t), stream),
+                  "cudaMemset (score bounds)");
+    }
   } catch (...) {
     release();
     throw;
@@ -82,6 +93,7 @@ void TableStorage::release() noexcept {
   cudaFree(view_.scores);
   cudaFree(view_.bucket_sizes);
   cudaFree(view_.locks);
+  cudaFree(view_.score_bounds);
   cudaFree(view_.hbm_values);
   // With unified addressing the mapped pointer is the host pointer.
   if (view_.host_values != nullptr) cudaFreeHost(view_.host_values);

@@ -13,9 +13,10 @@ class TableStorage {
  public:
   TableStorage() = default;
   // Allocates `num_buckets` buckets of `bucket_capacity` slots and empties every slot (ordered
-  // on `stream`). Rows beyond `max_hbm_bytes` of values go to mapped pinned host memory.
+  // on `stream`). Rows beyond `max_hbm_bytes` of values go to mapped pinned host memory. With
+  // `score_bounds` (and buckets of kBoundedBucketSlots), also the score bounds, all 0.
   TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim, uint64_t max_hbm_bytes,
-               DeviceStats* stats, cudaStream_t stream);
+               bool score_bounds, DeviceStats* stats, cudaStream_t stream);
   ~TableStorage();
   TableStorage(const TableStorage&) = delete;
   TableStorage& operator=(const TableStorage&) = delete;

@@ -7,6 +7,7 @@
 #include "dynemb/core/score.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/probe.cuh"
+#include "table/cuda/victim.cuh"
 
 namespace dynemb::cuda_table {
 namespace {
@@ -24,13 +25,13 @@ constexpr bool inserts(WriteOp op) {
          op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
 }
 
-// Appends (key, row, score) to the insert_and_evict outputs.
+// Writes (key, row, score) to position `reserved` of the insert_and_evict outputs (taken from
+// the call's count by the tile's leader, which alone holds it).
 template <bool kVec>
-__device__ void emit(const Tile& tile, const WriteArgs& a, uint64_t key, const float* row,
-                     uint64_t score, uint32_t dim, bool coherent_row) {
-  unsigned long long pos = 0;
-  if (tile.thread_rank() == 0) pos = atomicAdd(&a.state->emitted, 1ull);
-  pos = tile.shfl(pos, 0);
+__device__ void emit(const Tile& tile, const WriteArgs& a, unsigned long long reserved,
+                     uint64_t key, const float* row, uint64_t score, uint32_t dim,
+                     bool coherent_row) {
+  const unsigned long long pos = tile.shfl(reserved, 0);
   if (tile.thread_rank() == 0) {
     a.evicted_keys[pos] = key;
     if (a.evicted_scores != nullptr) a.evicted_scores[pos] = score;
@@ -160,8 +161,6 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   const uint64_t base = bucket * t.bucket_capacity;
   const bool has_given = a.scores_in != nullptr;
   const uint64_t given = has_given ? a.scores_in[i] : 0;
-  uint64_t now = a.clock;
-  if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
   const float* input = stores_input(kOp) ? a.values_in + i * dim : nullptr;
   RowPrefetch<kHeld> pre{};
   if constexpr (stores_input(kOp)) pre = prefetch_row<kVec, kHeld>(tile, input, dim);
@@ -170,7 +169,6 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
   // lock and a missing key takes no lock at all; a found key's row is written under its bucket's
   // lock (copies of one key take turns); assign_scores' one 8-byte store needs none.
   constexpr bool kKeysFixed = kOp == WriteOp::kAssign || kOp == WriteOp::kAssignScores;
-  int32_t size = 0;
   Probe probe{-1, -1};
   if constexpr (kKeysFixed) {
     probe.found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
@@ -181,10 +179,12 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       prefetch_bucket_l2(tile, t, bucket);
       lock_bucket(tile, t.locks + bucket);
     }
-    // Issued before the probe so the two loads overlap.
-    if constexpr (inserts(kOp)) size = __ldcg(t.bucket_sizes + bucket);
     probe = probe_bucket(tile, t, bucket, key, slot_digest_of_hash(hash), inserts(kOp));
   }
+  // Read once the bucket is held, so a bucket's timestamps are written in time order (the
+  // score bounds rely on it, victim.cuh).
+  uint64_t now = a.clock;
+  if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
   const int found = probe.found;
   if (found >= 0) {
     const uint64_t slot = base + static_cast<uint64_t>(found);
@@ -222,7 +222,8 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
     bool evicting = false;
     bool defer = false;
     Victim victim{-1, 0, 0};
-    if (size < static_cast<int32_t>(t.bucket_capacity)) {
+    unsigned long long reserved = 0;
+    if (probe.empty >= 0) {
       bool allowed = true;
       if (a.growable) {
         long long left = 0;
@@ -239,11 +240,20 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
     } else if (a.growable) {
       defer = true;
     } else {
-      victim = find_victim(tile, t, bucket);
-      if (victim.slot >= 0 && may_evict(victim.score, new_score)) {
-        target = victim.slot;
-        evicting = true;
+      // A full bucket's key always emits a row under insert_and_evict (the victim's, or its own
+      // when refused): its output position is taken now, so the count's round trip overlaps
+      // the victim search.
+      if (kOp == WriteOp::kInsertAndEvict && leader) reserved = atomicAdd(&a.state->emitted, 1ull);
+      if (t.score_bounds != nullptr) {
+        const BoundedVictim bounded = find_victim_bounded(tile, t, bucket);
+        victim = bounded.victim;
+        evicting = may_evict(victim.score, new_score);
+        store_score_bounds(tile, t, bucket, bounded, evicting, new_score);
+      } else {
+        victim = find_victim(tile, t, bucket);
+        evicting = victim.slot >= 0 && may_evict(victim.score, new_score);
       }
+      if (evicting) target = victim.slot;
     }
 
     if (defer) {
@@ -265,7 +275,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         }
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
-        emit<kVec>(tile, a, key, input, new_score, dim, false);
+        emit<kVec>(tile, a, reserved, key, input, new_score, dim, false);
       }
     } else {
       const uint64_t slot = base + static_cast<uint64_t>(target);
@@ -273,7 +283,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       if (evicting) {
         if (leader) atomicAdd(&counts->evictions, 1ull);
         if constexpr (kOp == WriteOp::kInsertAndEvict) {
-          emit<kVec>(tile, a, victim.key, row, victim.score, dim, true);
+          emit<kVec>(tile, a, reserved, victim.key, row, victim.score, dim, true);
         }
       }
       if constexpr (kOp == WriteOp::kFindOrInsert) {
@@ -288,7 +298,8 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         t.keys[slot] = key;
         t.digests[slot] = slot_digest_of_hash(hash);
         t.scores[slot] = new_score;
-        if (!evicting) t.bucket_sizes[bucket] = size + 1;
+        if (!evicting)
+          t.bucket_sizes[bucket] = static_cast<int32_t>(t.bucket_capacity - probe.empties + 1);
       }
     }
   }
