@@ -83,11 +83,22 @@ class ScoreBoundsRun {
   // Raises the scores of `n` stored keys (insert_or_assign of present keys, timer scores).
   void update(size_t n) { rewrite(pick_stored(n), nullptr); }
 
+  // Raises the scores of the table's `n` lowest (score, key) entries.
+  void update_lowest(size_t n) {
+    std::vector<Entry> entries;
+    for (const auto& [bucket, stored] : entries_by_bucket())
+      entries.insert(entries.end(), stored.begin(), stored.end());
+    std::sort(entries.begin(), entries.end());
+    std::vector<uint64_t> keys;
+    for (size_t i = 0; i < n && i < entries.size(); ++i) keys.push_back(entries[i].second);
+    rewrite(keys, nullptr);
+  }
+
   // Gives `n` stored keys low caller scores (the table stops relying on its bounds).
-  void caller_scores(size_t n, TestRng& rng) {
+  void caller_scores(size_t n) {
     const auto keys = pick_stored(n);
     std::vector<uint64_t> scores(keys.size());
-    for (uint64_t& s : scores) s = rng.uniform(1, 1'000'000);
+    for (uint64_t& s : scores) s = rng_.uniform(1, 1'000'000);
     rewrite(keys, &scores);
   }
 
@@ -111,7 +122,6 @@ class ScoreBoundsRun {
 
   uint64_t capacity() const { return kBucketSlots * buckets_; }
   TestRng& rng() { return rng_; }
-  Table<uint64_t>& table() { return *table_; }
 
  private:
   // Each bucket's stored entries, lowest (score, key) first.
@@ -163,14 +173,13 @@ void run_mixed_sequence(uint64_t buckets, bool grouped) {
     } else if (action < 92) {
       run.erase(run.rng().uniform(1, 8 * buckets));
     } else if (action < 96) {
-      run.caller_scores(run.rng().uniform(1, 8 * buckets), run.rng());
+      run.caller_scores(run.rng().uniform(1, 8 * buckets));
     } else {
       run.clear();
       run.fill();
     }
     ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "round " << round;
   }
-  EXPECT_LE(run.table().size(), run.capacity());
 }
 
 TEST(CudaScoreBounds, EvictionsTakeEachBucketsLowestScoresOneBucket) {
@@ -196,15 +205,7 @@ TEST(CudaScoreBounds, StaleBoundsAfterUpdatesOfTheLowestScores) {
   run.fill();
   for (int round = 0; round < 40; ++round) {
     // The 16 lowest entries (likely spread over several groups) get fresh timer scores.
-    std::vector<std::pair<uint64_t, uint64_t>> entries;
-    for (const auto& [key, stored] : dump(run.table())) entries.emplace_back(stored.score, key);
-    std::sort(entries.begin(), entries.end());
-    std::vector<uint64_t> lowest;
-    for (size_t i = 0; i < 16 && i < entries.size(); ++i) lowest.push_back(entries[i].second);
-    std::vector<float> rows(lowest.size() * kDim, 2.5f);
-    auto k = upload(kGpu, lowest);
-    auto v = upload(kGpu, rows);
-    run.table().insert_or_assign(lowest.size(), k.data(), v.data());
+    run.update_lowest(16);
     run.insert_and_check(run.fresh(run.rng().uniform(1, 4)));
     ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "round " << round;
   }
