@@ -150,17 +150,12 @@ __device__ __forceinline__ BoundedVictim find_victim_bounded(const Tile& tile, c
   return v;
 }
 
-// Writes back the bounds a bounded search refreshed. When the victim's slot was given
-// `new_score`, its group keeps the victim's old score as its bound (still at most every score of
-// the group, as new_score is not lower); the next search there reads the group again.
+// Writes back the bounds a bounded search refreshed (each the exact lowest score of its group).
+// An eviction needs no change of its group's bound: the victim's group was read, so its bound is
+// the victim's score, which is at most the new score (may_evict), and stays a valid lower bound.
 __device__ __forceinline__ void store_score_bounds(const Tile& tile, const TableView& t,
-                                                   uint64_t bucket, const BoundedVictim& v,
-                                                   bool evicted, uint64_t new_score) {
-  const int rank = static_cast<int>(tile.thread_rank());
-  uint64_t value = v.bound;
-  if (evicted && rank == v.victim.slot / static_cast<int>(kScoreGroupSlots) && new_score < value)
-    value = new_score;
-  if (v.refreshed) t.score_bounds[bucket * kScoreGroups + rank] = value;
+                                                   uint64_t bucket, const BoundedVictim& v) {
+  if (v.refreshed) t.score_bounds[bucket * kScoreGroups + tile.thread_rank()] = v.bound;
 }
 
 }  // namespace dynemb::cuda_table

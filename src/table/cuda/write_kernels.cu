@@ -248,7 +248,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
         const BoundedVictim bounded = find_victim_bounded(tile, t, bucket);
         victim = bounded.victim;
         evicting = may_evict(victim.score, new_score);
-        store_score_bounds(tile, t, bucket, bounded, evicting, new_score);
+        store_score_bounds(tile, t, bucket, bounded);
       } else {
         victim = find_victim(tile, t, bucket);
         evicting = victim.slot >= 0 && may_evict(victim.score, new_score);
