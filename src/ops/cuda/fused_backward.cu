@@ -147,7 +147,7 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   }
   ops_cuda::keep_pool_memory(stream);
   const ops_cuda::HotChunkPlan plan(x, groups, stream);
-  const HotChunks h = plan.issue(x, groups, g, workspace.scratch(plan.bytes(), stream), stream);
+  const HotChunks h = plan.issue(g, workspace.scratch(plan.bytes(), stream), stream);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
   const bool vec = ops_cuda::vec4_ok(g.out, g.out_stride, x.dim);

@@ -68,10 +68,10 @@ struct HotChunkPlan::Arrays {
 
 HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
   Arrays a;
-  a.bag_of = needs_bags_ ? c.take<uint32_t>(num_ids_) : nullptr;
-  a.bag_by_row = needs_bags_ ? c.take<uint32_t>(num_ids_) : nullptr;
-  a.chunk_count = c.take<uint32_t>(num_rows_);
-  a.chunk_first = c.take<uint32_t>(num_rows_);
+  a.bag_of = needs_bags_ ? c.take<uint32_t>(x_.num_ids) : nullptr;
+  a.bag_by_row = needs_bags_ ? c.take<uint32_t>(x_.num_ids) : nullptr;
+  a.chunk_count = c.take<uint32_t>(x_.num_rows);
+  a.chunk_first = c.take<uint32_t>(x_.num_rows);
   a.hot_rows = c.take<uint32_t>(max_hot_rows_);
   a.hot_count = c.take<uint32_t>(1);
   a.chunk_row = c.take<uint32_t>(max_chunks_);
@@ -81,28 +81,29 @@ HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
 }
 
 HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaStream_t stream)
-    : num_ids_(x.num_ids),
-      num_rows_(x.num_rows),
+    : x_(x),
+      groups_(groups),
       needs_bags_(x.num_ids > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
   // Rows of more than kGradientChunk ids: at most n / (kGradientChunk + 1); their chunks at most
   // n / kGradientChunk + one partly filled per hot row.
-  max_hot_rows_ = num_ids_ / (kGradientChunk + 1) + 1;
-  max_chunks_ = num_ids_ / kGradientChunk + max_hot_rows_;
+  max_hot_rows_ = x_.num_ids / (kGradientChunk + 1) + 1;
+  max_chunks_ = x_.num_ids / kGradientChunk + max_hot_rows_;
   partial_stride_ = (x.dim + 3) / 4 * 4;
   cuda::check(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
                                             static_cast<uint32_t*>(nullptr),
-                                            static_cast<int>(num_rows_), stream),
+                                            static_cast<int>(x_.num_rows), stream),
               "reduce_gradients: ExclusiveSum (size)");
   detail::ScratchCarver measure;
   carve(measure);
   bytes_ = measure.bytes();
 }
 
-HotChunks HotChunkPlan::issue(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
-                              void* scratch, cudaStream_t stream) const {
+HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const {
+  const LookupFeature& x = x_;
+  const IdGroups& groups = groups_;
   detail::ScratchCarver place(scratch);
   const Arrays a = carve(place);
-  const size_t n = num_ids_, u = num_rows_;
+  const size_t n = x_.num_ids, u = x_.num_rows;
   cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
               "reduce_gradients: cudaMemsetAsync");
   // The bags in the reduction's order: the dedup's, else worked out here.

@@ -37,21 +37,22 @@ struct HotChunks {
 class HotChunkPlan {
  public:
   // Sizes the scratch of feature x (num_rows > 0) grouped by `groups` (scratch for the ids' bags
-  // only when the groups do not bring them); asks CUB for its scan's.
+  // only when the groups do not bring them); asks CUB for its scan's. Keeps both views.
   HotChunkPlan(const LookupFeature& x, const detail::IdGroups& groups, cudaStream_t stream);
   // Bytes of device scratch issue() needs.
   size_t bytes() const { return bytes_; }
-  // Issues, on `stream` over bytes() of `scratch`: the bags of the ids (unless the groups bring
-  // them), the hot rows, the chunk scan and the chunk sums. No synchronization. `groups` must be
-  // the constructor's.
-  HotChunks issue(const LookupFeature& x, detail::IdGroups groups, const LookupOutput& g,
-                  void* scratch, cudaStream_t stream) const;
+  // Issues, on `stream` over bytes() of `scratch`, for the feature and groups given to the
+  // constructor and the bags' gradients g: the bags of the ids (unless the groups bring them),
+  // the hot rows, the chunk scan and the chunk sums. No synchronization.
+  HotChunks issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const;
 
  private:
   struct Arrays;
   Arrays carve(detail::ScratchCarver& c) const;
 
-  size_t num_ids_, num_rows_, max_hot_rows_, max_chunks_;
+  LookupFeature x_;
+  detail::IdGroups groups_;
+  size_t max_hot_rows_, max_chunks_;
   bool needs_bags_;
   uint32_t partial_stride_;
   size_t scan_bytes_ = 0, bytes_ = 0;

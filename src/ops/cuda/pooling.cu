@@ -233,7 +233,7 @@ void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, cons
   ops_cuda::keep_pool_memory(stream);
   const ops_cuda::HotChunkPlan plan(x, groups, stream);
   cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
-  const HotChunks h = plan.issue(x, groups, g, scratch.data(), stream);
+  const HotChunks h = plan.issue(g, scratch.data(), stream);
   const bool vec = ops_cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
                    ops_cuda::vec4_ok(r.out, r.out_stride, x.dim);
   const unsigned blocks = blocks_for_warps(x.num_rows);
