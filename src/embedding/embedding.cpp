@@ -57,7 +57,7 @@ struct Embedding<K>::Step {
   std::vector<K> host_keys;
   std::vector<uint32_t> host_row_begin, host_counts;
   std::unique_ptr<bool[]> host_found, host_admit;
-  size_t host_flags = 0;  // entries of host_found and host_admit
+  size_t host_flags = 0;  // entries of host_admit and (GPU) host_found
   BackendBuffer<K> admitted_keys;
   BackendBuffer<uint32_t> admitted_where;
   BackendBuffer<float> admitted_rows;
@@ -228,35 +228,42 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     return;
   }
   // Counter admission: the counter is a host table, so the unique keys, their occurrences and
-  // found flags are read on the host (on the GPU: one synchronization and copies of u entries).
+  // found flags are read on the host (on the GPU: one synchronization and copies of u entries;
+  // on the CPU the step's own buffers).
   float* rows = s.rows.data();
   table_->find(u, keys, rows, found, nullptr, stream);
-  if (backend_ == Backend::kCuda) detail::sync_stream_cuda(stream);
-  s.host_keys.resize(u);
-  s.host_row_begin.resize(u + 1);
-  s.host_counts.resize(u);
+  const bool on_host = backend_ == Backend::kCpu;
   if (s.host_flags < u) {
-    s.host_found = std::make_unique<bool[]>(u);
+    if (!on_host) s.host_found = std::make_unique<bool[]>(u);
     s.host_admit = std::make_unique<bool[]>(u);
     s.host_flags = u;
   }
-  copy_from_backend(backend_, s.host_keys.data(), keys, u * sizeof(K));
-  copy_from_backend(backend_, s.host_row_begin.data(), s.row_begin.data(),
-                    (u + 1) * sizeof(uint32_t));
-  copy_from_backend(backend_, s.host_found.get(), found, u * sizeof(bool));
-  for (size_t i = 0; i < u; ++i) {
-    s.host_counts[i] = s.host_row_begin[i + 1] - s.host_row_begin[i];
+  const K* host_keys = keys;
+  const uint32_t* host_row_begin = s.row_begin.data();
+  bool* host_found = found;
+  if (!on_host) {
+    detail::sync_stream_cuda(stream);
+    s.host_keys.resize(u);
+    s.host_row_begin.resize(u + 1);
+    copy_from_backend(backend_, s.host_keys.data(), keys, u * sizeof(K));
+    copy_from_backend(backend_, s.host_row_begin.data(), s.row_begin.data(),
+                      (u + 1) * sizeof(uint32_t));
+    copy_from_backend(backend_, s.host_found.get(), found, u * sizeof(bool));
+    host_keys = s.host_keys.data();
+    host_row_begin = s.host_row_begin.data();
+    host_found = s.host_found.get();
   }
+  s.host_counts.resize(u);
+  for (size_t i = 0; i < u; ++i) s.host_counts[i] = host_row_begin[i + 1] - host_row_begin[i];
   bool* admit = s.host_admit.get();
-  admission_->count_and_admit(u, s.host_keys.data(), s.host_counts.data(), s.host_found.get(),
-                              admit);
+  admission_->count_and_admit(u, host_keys, s.host_counts.data(), host_found, admit);
   std::vector<K> admitted;
   std::vector<uint32_t> where;
   for (size_t i = 0; i < u; ++i) {
     if (admit[i]) {
-      admitted.push_back(s.host_keys[i]);
+      admitted.push_back(host_keys[i]);
       where.push_back(static_cast<uint32_t>(i));
-      s.host_found[i] = true;
+      host_found[i] = true;
     }
   }
   const size_t a = admitted.size();
@@ -265,7 +272,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   ensure(s.admitted_rows, backend_, a * row_dim_, device);
   copy_to_backend(backend_, s.admitted_keys.data(), admitted.data(), a * sizeof(K));
   copy_to_backend(backend_, s.admitted_where.data(), where.data(), a * sizeof(uint32_t));
-  copy_to_backend(backend_, found, s.host_found.get(), u * sizeof(bool));
+  if (!on_host) copy_to_backend(backend_, found, host_found, u * sizeof(bool));
   table_->find_or_insert(a, s.admitted_keys.data(), s.admitted_rows.data(), nullptr, nullptr,
                          stream);
   scatter_rows(backend_, a, s.admitted_where.data(), s.admitted_rows.data(), row_dim_, rows,
