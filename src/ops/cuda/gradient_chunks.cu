@@ -86,12 +86,12 @@ HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaS
       needs_bags_(x.num_ids > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
   // Rows of more than kGradientChunk ids: at most n / (kGradientChunk + 1); their chunks at most
   // n / kGradientChunk + one partly filled per hot row.
-  max_hot_rows_ = x_.num_ids / (kGradientChunk + 1) + 1;
-  max_chunks_ = x_.num_ids / kGradientChunk + max_hot_rows_;
+  max_hot_rows_ = x.num_ids / (kGradientChunk + 1) + 1;
+  max_chunks_ = x.num_ids / kGradientChunk + max_hot_rows_;
   partial_stride_ = (x.dim + 3) / 4 * 4;
   cuda::check(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
                                             static_cast<uint32_t*>(nullptr),
-                                            static_cast<int>(x_.num_rows), stream),
+                                            static_cast<int>(x.num_rows), stream),
               "reduce_gradients: ExclusiveSum (size)");
   detail::ScratchCarver measure;
   carve(measure);
@@ -103,7 +103,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   const IdGroups& groups = groups_;
   detail::ScratchCarver place(scratch);
   const Arrays a = carve(place);
-  const size_t n = x_.num_ids, u = x_.num_rows;
+  const size_t n = x.num_ids, u = x.num_rows;
   cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
               "reduce_gradients: cudaMemsetAsync");
   // The bags in the reduction's order: the dedup's, else worked out here.
