@@ -82,8 +82,8 @@ struct EmbeddingStats {
   TableStats table{};
 };
 
-// A trainable table on one backend. Not safe for concurrent
-// forward/backward calls on one object (a training step is a sequence); the table underneath is.
+// A trainable table on one backend. Not safe for concurrent forward/backward calls on one object
+// (a training step is a sequence); the table underneath is.
 // Embeddings share no mutable state (each keeps its own scratch), so different objects may train
 // at the same time on different threads and streams.
 template <TableKey K>

@@ -64,10 +64,10 @@ class CudaTable final : public Table<K> {
     cuda::check(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
                 "cudaMalloc (stats)");
     cuda::check(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
-    timer_scores_only_ = options_.score_policy == ScorePolicy::kTimestamp;
-    storage_ = TableStorage(options_.init_capacity / options_.bucket_capacity,
-                            options_.bucket_capacity, options_.dim, options_.max_hbm_for_values,
-                            timer_scores_only_.load(), stats_, nullptr);
+    timer_scores_only_ = timer_policy();
+    storage_ =
+        TableStorage(options_.init_capacity / options_.bucket_capacity, options_.bucket_capacity,
+                     options_.dim, options_.max_hbm_for_values, timer_policy(), stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
     multiprocessors_ = cuda::multiprocessors(options_.device);
@@ -215,7 +215,7 @@ class CudaTable final : public Table<K> {
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Write guard(order_, s);
     launch_clear(storage_.view(), s);
-    timer_scores_only_ = options_.score_policy == ScorePolicy::kTimestamp;
+    timer_scores_only_ = timer_policy();
   }
 
   // --- whole table ------------------------------------------------------------------------------
@@ -378,6 +378,10 @@ class CudaTable final : public Table<K> {
   }
 
   // The value written into new scores as the table's clock for this call.
+  // Whether the policy's scores come from the device timer (TIMESTAMP): such a table keeps score
+  // bounds, and relies on them from creation and clear() until a call passes caller scores.
+  bool timer_policy() const { return options_.score_policy == ScorePolicy::kTimestamp; }
+
   uint64_t clock_for_write() {
     switch (options_.score_policy) {
       case ScorePolicy::kStep:

@@ -111,14 +111,7 @@ class ScoreBoundsRun {
 
   void clear() { table_->clear(); }
 
-  std::vector<uint64_t> fresh(size_t n) {
-    std::vector<uint64_t> keys;
-    while (keys.size() < n) {
-      const uint64_t k = rng_.next();
-      if (k < kFirstReservedKey && seen_.insert(k).second) keys.push_back(k);
-    }
-    return keys;
-  }
+  std::vector<uint64_t> fresh(size_t n) { return distinct_keys(rng_, n, seen_); }
 
   uint64_t capacity() const { return kBucketSlots * buckets_; }
   TestRng& rng() { return rng_; }

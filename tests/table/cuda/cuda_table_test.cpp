@@ -33,29 +33,19 @@ std::vector<float> rows_for(const std::vector<uint64_t>& keys, uint32_t dim, flo
   return v;
 }
 
-std::vector<uint64_t> distinct_keys(TestRng& rng, size_t n, std::set<uint64_t>& seen) {
-  std::vector<uint64_t> keys;
-  while (keys.size() < n) {
-    const uint64_t k = rng.next();
-    if (k < kFirstReservedKey && seen.insert(k).second) keys.push_back(k);
-  }
-  return keys;
-}
-
-// n keys as distinct_keys draws them, skipping any whose bucket among `buckets` already holds
-// `cap` keys (counted in `per_bucket`): so that many buckets never overflow, and nothing evicts.
+// n keys from distinct_keys, skipping any whose bucket among `buckets` already holds `cap` keys
+// (counted in `per_bucket`): so that many buckets never overflow, and nothing evicts.
 std::vector<uint64_t> keys_under_cap(TestRng& rng, size_t n, std::set<uint64_t>& seen,
                                      std::map<uint64_t, uint32_t>& per_bucket, uint64_t buckets,
                                      uint32_t cap) {
   std::vector<uint64_t> keys;
   while (keys.size() < n) {
-    const uint64_t k = rng.next();
-    if (k >= kFirstReservedKey || seen.count(k) != 0) continue;
+    const uint64_t k = distinct_keys(rng, 1, seen).front();
     uint32_t& held = per_bucket[bucket_of_hash(hash_key_bits(k), buckets)];
-    if (held >= cap) continue;
-    ++held;
-    seen.insert(k);
-    keys.push_back(k);
+    if (held < cap) {
+      ++held;
+      keys.push_back(k);
+    }
   }
   return keys;
 }

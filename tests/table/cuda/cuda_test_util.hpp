@@ -1,14 +1,17 @@
-// Helpers of the CUDA table tests: device buffers filled from host vectors, and a full dump of
-// a table's contents for comparisons.
+// Helpers of the CUDA table tests: fresh random keys, device buffers filled from host vectors,
+// and a full dump of a table's contents for comparisons.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <vector>
 
+#include "core/test_random.hpp"
+#include "dynemb/core/key.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/table/table.hpp"
 
@@ -19,6 +22,16 @@ namespace dynemb::testing {
   do {                                                                         \
     if (!::dynemb::cuda_backend_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
+
+// n random keys, none reserved and none in `seen` (each is added to it).
+inline std::vector<uint64_t> distinct_keys(TestRng& rng, size_t n, std::set<uint64_t>& seen) {
+  std::vector<uint64_t> keys;
+  while (keys.size() < n) {
+    const uint64_t k = rng.next();
+    if (k < kFirstReservedKey && seen.insert(k).second) keys.push_back(k);
+  }
+  return keys;
+}
 
 // A buffer in `backend`'s memory holding a copy of `host`.
 template <class T>
