@@ -1,6 +1,6 @@
-// Device-side building blocks of the CUDA table: a tile of kTileSize threads works on one key,
-// scans its bucket's 8-bit digests 16 at a time per thread, confirms candidates by key, locks
-// buckets for writers and copies rows (eviction victims: victim.cuh).
+// Device-side building blocks of the CUDA table: a tile of 4 or 8 threads works on one key,
+// scans its bucket's 8-bit digests 16 or 32 at a time per thread, confirms candidates by key,
+// locks buckets for writers and copies rows (eviction victims: victim.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -18,17 +18,21 @@ namespace dynemb::cuda_table {
 
 namespace cg = cooperative_groups;
 
-// Threads that cooperate on one key. 8 threads x 16 digests cover a 128-slot bucket in one
-// coalesced 128-byte load.
+// Threads that cooperate on one key: kT of them (4 or 8) load a 128-slot bucket's digests in one
+// coalesced 128-byte load. The readers, the rehash and the touch pass use tiles of kTileSize;
+// the write kernels pick 4 or 8 per launch (write_kernels.cu).
+template <uint32_t kT>
+using TileOf = cg::thread_block_tile<kT>;
 inline constexpr uint32_t kTileSize = 8;
-using Tile = cg::thread_block_tile<kTileSize>;
+using Tile = TileOf<kTileSize>;
 inline constexpr uint32_t kBlockThreads = 256;
 inline constexpr uint32_t kTilesPerBlock = kBlockThreads / kTileSize;
 
-// Blocks of kBlockThreads for one tile per item, at most `max_blocks` (the kernels stride over
-// the rest); at least one.
-inline unsigned blocks_for_tiles(uint64_t items, uint64_t max_blocks) {
-  const uint64_t blocks = (items + kTilesPerBlock - 1) / kTilesPerBlock;
+// Blocks of kBlockThreads for one tile (of kBlockThreads / tiles_per_block threads) per item, at
+// most `max_blocks` (the kernels stride over the rest); at least one.
+inline unsigned blocks_for_tiles(uint64_t items, uint64_t max_blocks,
+                                 uint32_t tiles_per_block = kTilesPerBlock) {
+  const uint64_t blocks = (items + tiles_per_block - 1) / tiles_per_block;
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < max_blocks ? blocks : max_blocks));
 }
 
@@ -60,29 +64,62 @@ __device__ __forceinline__ T load(const T* p) {
   }
 }
 
+// uint4s of digests a thread of a kT-thread tile loads per round, and the slots of a round:
+// 128 for tiles of up to 8 threads.
+template <uint32_t kT>
+inline constexpr uint32_t kDigestVecs = kT >= 8 ? 1 : 8 / kT;
+template <uint32_t kT>
+inline constexpr uint32_t kRoundSlots = 16 * kDigestVecs<kT>* kT;
+
+// The slot of [first, first + 16) whose digest in `d` matches and whose key is key_bits (key
+// loads confirm the matches in order), or -1.
+template <bool kCoherent>
+__device__ __forceinline__ int confirm_digest_matches(const TableView& t, uint64_t base,
+                                                      uint32_t first, const uint4& d,
+                                                      uint32_t pattern, uint64_t key_bits) {
+  const uint32_t words[4] = {d.x, d.y, d.z, d.w};
+  int hit = -1;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t m = __vcmpeq4(words[w], pattern);
+    while (m != 0 && hit < 0) {
+      const int byte = (__ffs(m) - 1) >> 3;
+      m &= ~(0xFFu << (byte * 8));
+      const uint32_t s = first + 4 * w + byte;
+      if (load<kCoherent>(t.keys + base + s) == key_bits) hit = static_cast<int>(s);
+    }
+  }
+  return hit;
+}
+
 // The slot index (inside the bucket) whose key equals `key_bits`, or -1. Every thread of the
 // tile returns the same answer. With key_bits = kEmptyKey and digest = kEmptyDigest it finds
-// an empty slot.
-template <bool kCoherent>
-__device__ __forceinline__ int find_in_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
-                                              uint64_t key_bits, uint8_t digest) {
+// an empty slot. A thread's uint4s of a round are all loaded before any is confirmed.
+template <bool kCoherent, uint32_t kT>
+__device__ __forceinline__ int find_in_bucket(const TileOf<kT>& tile, const TableView& t,
+                                              uint64_t bucket, uint64_t key_bits, uint8_t digest) {
+  constexpr uint32_t kVecs = kDigestVecs<kT>;
   const uint32_t pattern = 0x01010101u * digest;
   const uint64_t base = bucket * t.bucket_capacity;
-  for (uint32_t round = 0; round < t.bucket_capacity; round += 16 * kTileSize) {
-    const uint32_t first = round + tile.thread_rank() * 16;
+  for (uint32_t round = 0; round < t.bucket_capacity; round += kRoundSlots<kT>) {
+    const uint32_t mine = round + tile.thread_rank() * 16 * kVecs;
     int hit = -1;
-    if (first < t.bucket_capacity) {
-      const uint4 d = load<kCoherent>(reinterpret_cast<const uint4*>(t.digests + base + first));
-      const uint32_t words[4] = {d.x, d.y, d.z, d.w};
+    if constexpr (kVecs == 1) {
+      if (mine < t.bucket_capacity) {
+        const uint4 d = load<kCoherent>(reinterpret_cast<const uint4*>(t.digests + base + mine));
+        hit = confirm_digest_matches<kCoherent>(t, base, mine, d, pattern, key_bits);
+      }
+    } else {
+      uint4 d[kVecs];
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t m = __vcmpeq4(words[w], pattern);
-        while (m != 0 && hit < 0) {
-          const int byte = (__ffs(m) - 1) >> 3;
-          m &= ~(0xFFu << (byte * 8));
-          const uint32_t s = first + 4 * w + byte;
-          if (load<kCoherent>(t.keys + base + s) == key_bits) hit = static_cast<int>(s);
-        }
+      for (uint32_t v = 0; v < kVecs; ++v) {
+        if (mine + 16 * v < t.bucket_capacity)
+          d[v] = load<kCoherent>(reinterpret_cast<const uint4*>(t.digests + base + mine + 16 * v));
+      }
+#pragma unroll
+      for (uint32_t v = 0; v < kVecs; ++v) {
+        if (hit < 0 && mine + 16 * v < t.bucket_capacity)
+          hit = confirm_digest_matches<kCoherent>(t, base, mine + 16 * v, d[v], pattern, key_bits);
       }
     }
     const uint32_t ballot = tile.ballot(hit >= 0);
@@ -111,37 +148,63 @@ struct Probe {
   uint32_t empties;
 };
 
+// One thread's share of a writer's probe, the 16 digests `d` of slots [first, first + 16):
+// counts the empty ones and keeps the first (when want_empty, and `empty` is still -1), and
+// confirms key candidates by key loads (while `hit` is -1).
+__device__ __forceinline__ void probe_digests(const TableView& t, uint64_t base, uint32_t first,
+                                              const uint4& d, uint32_t pattern, uint64_t key_bits,
+                                              bool want_empty, int& hit, int& empty,
+                                              uint32_t& empties) {
+  if (want_empty) {
+    const uint32_t empty_mask = match_mask16(d, 0x01010101u * kEmptyDigest);
+    empties += __popc(empty_mask);
+    if (empty_mask != 0 && empty < 0) empty = static_cast<int>(first) + __ffs(empty_mask) - 1;
+  }
+  uint32_t key_mask = hit < 0 ? match_mask16(d, pattern) : 0u;
+  while (key_mask != 0) {
+    const int ks = __ffs(key_mask) - 1;
+    key_mask &= key_mask - 1;
+    if (__ldcg(t.keys + base + first + ks) == key_bits) {
+      hit = static_cast<int>(first) + ks;
+      key_mask = 0;
+    }
+  }
+}
+
 // Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
 // when `want_empty`, the first empty slot and the number of empty slots (so the bucket's size
 // needs no load of its own). Each thread confirms its key candidates with key loads; an empty
 // digest needs no load, since no stored key carries it.
-__device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView& t, uint64_t bucket,
-                                              uint64_t key_bits, uint8_t digest, bool want_empty) {
+template <uint32_t kT>
+__device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const TableView& t,
+                                              uint64_t bucket, uint64_t key_bits, uint8_t digest,
+                                              bool want_empty) {
+  constexpr uint32_t kVecs = kDigestVecs<kT>;
   const uint32_t pattern = 0x01010101u * digest;
-  const uint32_t empty_pattern = 0x01010101u * kEmptyDigest;
   const uint64_t base = bucket * t.bucket_capacity;
   Probe result{-1, -1, 0};
   uint32_t empties = 0;
-  for (uint32_t round = 0; round < t.bucket_capacity; round += 16 * kTileSize) {
-    const uint32_t first = round + tile.thread_rank() * 16;
+  for (uint32_t round = 0; round < t.bucket_capacity; round += kRoundSlots<kT>) {
+    const uint32_t mine = round + tile.thread_rank() * 16 * kVecs;
     int hit = -1;
     int empty = -1;
-    if (first < t.bucket_capacity) {
-      const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + first));
-      if (want_empty) {
-        const uint32_t empty_mask = match_mask16(d, empty_pattern);
-        empties += __popc(empty_mask);
-        if (empty_mask != 0 && result.empty < 0)
-          empty = static_cast<int>(first) + __ffs(empty_mask) - 1;
+    if constexpr (kVecs == 1) {
+      if (mine < t.bucket_capacity) {
+        const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + mine));
+        probe_digests(t, base, mine, d, pattern, key_bits, want_empty, hit, empty, empties);
       }
-      uint32_t key_mask = match_mask16(d, pattern);
-      while (key_mask != 0) {
-        const int ks = __ffs(key_mask) - 1;
-        key_mask &= key_mask - 1;
-        if (__ldcg(t.keys + base + first + ks) == key_bits) {
-          hit = static_cast<int>(first) + ks;
-          key_mask = 0;
-        }
+    } else {
+      uint4 d[kVecs];
+#pragma unroll
+      for (uint32_t v = 0; v < kVecs; ++v) {
+        if (mine + 16 * v < t.bucket_capacity)
+          d[v] = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + mine + 16 * v));
+      }
+#pragma unroll
+      for (uint32_t v = 0; v < kVecs; ++v) {
+        if (mine + 16 * v < t.bucket_capacity)
+          probe_digests(t, base, mine + 16 * v, d[v], pattern, key_bits, want_empty, hit, empty,
+                        empties);
       }
     }
     const uint32_t hits = tile.ballot(hit >= 0);
@@ -158,17 +221,19 @@ __device__ __forceinline__ Probe probe_bucket(const Tile& tile, const TableView&
 
 // Asks L2 for the bucket's digests ahead of the lock that guards them, so the lock's round trip
 // and their fetch from HBM overlap (the probe then reads them from L2).
-__device__ __forceinline__ void prefetch_bucket_l2(const Tile& tile, const TableView& t,
+template <uint32_t kT>
+__device__ __forceinline__ void prefetch_bucket_l2(const TileOf<kT>& tile, const TableView& t,
                                                    uint64_t bucket) {
   const uint8_t* digests = t.digests + bucket * t.bucket_capacity;
-  for (uint32_t off = tile.thread_rank() * 128; off < t.bucket_capacity; off += kTileSize * 128)
+  for (uint32_t off = tile.thread_rank() * 128; off < t.bucket_capacity; off += kT * 128)
     cuda::prefetch_l2(digests + off);
 }
 
 // Takes the writer lock of a bucket for the whole tile (acquire: what the last holder wrote
 // is visible to the tile's L1-bypassing loads). A relaxed CAS, which skips the acquire's L1
 // invalidation, measured no faster on the H100 (docs/cuda_table.md).
-__device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
+template <uint32_t kT>
+__device__ __forceinline__ void lock_bucket(const TileOf<kT>& tile, uint32_t* lock) {
   if (tile.thread_rank() == 0) {
     // Test and test-and-set with exponential backoff: waiting tiles read instead of hammering
     // L2 with atomics.
@@ -193,7 +258,8 @@ __device__ __forceinline__ void lock_bucket(const Tile& tile, uint32_t* lock) {
 // Publishes the tile's writes and releases the bucket's lock: the tile meets (bar.warp.sync
 // orders every thread's writes before the leader's next operation) and the leader's release
 // store, cumulative over what it has observed, hands the lock on.
-__device__ __forceinline__ void unlock_bucket(const Tile& tile, uint32_t* lock) {
+template <uint32_t kT>
+__device__ __forceinline__ void unlock_bucket(const TileOf<kT>& tile, uint32_t* lock) {
   tile.sync();
   if (tile.thread_rank() == 0) {
     asm volatile("st.release.gpu.global.u32 [%0], 0;" ::"l"(lock) : "memory");
@@ -207,28 +273,27 @@ __device__ __forceinline__ float* row_of(const TableView& t, uint64_t slot) {
 }
 
 // dst[0, dim) = src[0, dim), spread over the tile; kVec copies float4s (dim % 4 == 0, aligned).
-template <bool kVec, bool kCoherent>
-__device__ __forceinline__ void copy_row(const Tile& tile, float* dst, const float* src,
+// dst and src never overlap (__restrict__), so a thread's next load need not wait for its store.
+template <bool kVec, bool kCoherent, uint32_t kT>
+__device__ __forceinline__ void copy_row(const TileOf<kT>& tile, float* dst, const float* src,
                                          uint32_t dim) {
   if constexpr (kVec) {
-    auto* d4 = reinterpret_cast<float4*>(dst);
-    const auto* s4 = reinterpret_cast<const float4*>(src);
-    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kTileSize)
-      d4[j] = load<kCoherent>(s4 + j);
+    auto* __restrict__ d4 = reinterpret_cast<float4*>(dst);
+    const auto* __restrict__ s4 = reinterpret_cast<const float4*>(src);
+    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kT) d4[j] = load<kCoherent>(s4 + j);
   } else {
-    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize)
-      dst[j] = load<kCoherent>(src + j);
+    for (uint32_t j = tile.thread_rank(); j < dim; j += kT) dst[j] = load<kCoherent>(src + j);
   }
 }
 
 // dst[j] += src[j] for the row, spread over the tile (dst read coherently: writers only).
-template <bool kVec>
-__device__ __forceinline__ void accumulate_row(const Tile& tile, float* dst, const float* src,
+template <bool kVec, uint32_t kT>
+__device__ __forceinline__ void accumulate_row(const TileOf<kT>& tile, float* dst, const float* src,
                                                uint32_t dim) {
   if constexpr (kVec) {
     auto* d4 = reinterpret_cast<float4*>(dst);
     const auto* s4 = reinterpret_cast<const float4*>(src);
-    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kTileSize) {
+    for (uint32_t j = tile.thread_rank(); j < dim / 4; j += kT) {
       float4 a = __ldcg(d4 + j);
       const float4 b = s4[j];
       a.x = __fadd_rn(a.x, b.x);
@@ -238,7 +303,7 @@ __device__ __forceinline__ void accumulate_row(const Tile& tile, float* dst, con
       d4[j] = a;
     }
   } else {
-    for (uint32_t j = tile.thread_rank(); j < dim; j += kTileSize) {
+    for (uint32_t j = tile.thread_rank(); j < dim; j += kT) {
       dst[j] = __fadd_rn(__ldcg(dst + j), src[j]);
     }
   }
@@ -299,20 +364,20 @@ __device__ __forceinline__ float4 initial_quad(const InitializerOptions& init, u
 // Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
 // exactly initial_value(init, key_bits, j), computed a quad at a time (initial_quad). kVec: stored
 // as float4s (dim % 4 == 0, rows 16-byte aligned), else element by element.
-template <bool kVec>
-__device__ __forceinline__ void init_row(const Tile& tile, const InitializerOptions& init,
+template <bool kVec, uint32_t kT>
+__device__ __forceinline__ void init_row(const TileOf<kT>& tile, const InitializerOptions& init,
                                          uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
   const uint32_t drawn = drawn_elements(init, dim);
   if constexpr (kVec) {
     auto* d4 = reinterpret_cast<float4*>(dst);
     auto* e4 = reinterpret_cast<float4*>(dst2);
-    for (uint32_t q = tile.thread_rank(); q < dim / 4; q += kTileSize) {
+    for (uint32_t q = tile.thread_rank(); q < dim / 4; q += kT) {
       const float4 v = initial_quad(init, key_bits, q, drawn);
       d4[q] = v;
       if (dst2 != nullptr) e4[q] = v;
     }
   } else {
-    for (uint32_t q = tile.thread_rank(); 4 * q < dim; q += kTileSize) {
+    for (uint32_t q = tile.thread_rank(); 4 * q < dim; q += kT) {
       const float4 v = initial_quad(init, key_bits, q, drawn);
       const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

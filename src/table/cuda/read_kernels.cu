@@ -27,13 +27,14 @@ __global__ void reserved_check_kernel(const uint64_t* keys, uint64_t n, CallStat
   }
 }
 
-template <bool kVec>
+template <bool kVec, uint32_t kT>
 __global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadArgs a) {
+  constexpr uint32_t kTilesPerBlock = kBlockThreads / kT;
   if (a.only_if_nonzero != nullptr && *a.only_if_nonzero == 0) return;  // the whole grid
   __shared__ unsigned long long reserved;
   if (threadIdx.x == 0) reserved = 0;
   __syncthreads();
-  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
+  const TileOf<kT> tile = cg::tiled_partition<kT>(cg::this_thread_block());
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
   const bool leader = tile.thread_rank() == 0;
   for (uint64_t i = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); i < a.n; i += stride) {
@@ -103,15 +104,21 @@ void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
   cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
 }
 
+// Lookups that copy no rows (contains, find_pointers) run 4-thread tiles, twice the keys in
+// flight per warp; row copies keep 8 threads a key.
 void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
   const unsigned blocks = blocks_for_tiles(a.n, 65535ull * 64);
   const bool vec =
       t.dim % 4 == 0 && aligned16(a.values) && aligned16(t.hbm_values) && aligned16(t.host_values);
-  if (vec) {
-    find_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+  if (a.values == nullptr) {
+    find_kernel<true, 4>
+        <<<blocks_for_tiles(a.n, 65535ull * 64, kBlockThreads / 4), kBlockThreads, 0, stream>>>(t,
+                                                                                                a);
+  } else if (vec) {
+    find_kernel<true, kTileSize><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   } else {
-    find_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
+    find_kernel<false, kTileSize><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
   cuda::check(cudaGetLastError(), "find_kernel launch");
 }

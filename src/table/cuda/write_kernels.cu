@@ -27,8 +27,8 @@ constexpr bool inserts(WriteOp op) {
 
 // Writes (key, row, score) to position `reserved` of the insert_and_evict outputs (taken from
 // the call's count by the tile's leader, which alone holds it).
-template <bool kVec>
-__device__ void emit(const Tile& tile, const WriteArgs& a, unsigned long long reserved,
+template <bool kVec, uint32_t kT>
+__device__ void emit(const TileOf<kT>& tile, const WriteArgs& a, unsigned long long reserved,
                      uint64_t key, const float* row, uint64_t score, uint32_t dim,
                      bool coherent_row) {
   const unsigned long long pos = tile.shfl(reserved, 0);
@@ -71,7 +71,7 @@ constexpr bool takes_lock(WriteOp op, bool locked) {
   return locked && op != WriteOp::kAssignScores;
 }
 
-// float4s of a caller's row held per thread: a row of up to kHeld * kTileSize float4s is
+// float4s of a caller's row held per thread: a row of up to kHeld * kT float4s is
 // loaded before the probe, so its latency overlaps the probe's. kHeld is chosen per launch from
 // the row's width (1, 2 or 4: dims up to 32, 64, 128; 0: not held), so narrow rows do not pay
 // registers, and occupancy, for wide ones.
@@ -81,22 +81,22 @@ struct RowPrefetch {
   bool held;
 };
 
-// Calls f(m, j) for each float4 j = rank + m * kTileSize (m < kHeld) of a dim-float row that
-// the tile's thread holds in a RowPrefetch.
-template <uint32_t kHeld, class F>
-__device__ __forceinline__ void for_held(const Tile& tile, uint32_t dim, const F& f) {
+// Calls f(m, j) for each float4 j = rank + m * kT (m < kHeld) of a dim-float row that the
+// tile's thread holds in a RowPrefetch.
+template <uint32_t kHeld, uint32_t kT, class F>
+__device__ __forceinline__ void for_held(const TileOf<kT>& tile, uint32_t dim, const F& f) {
 #pragma unroll
   for (uint32_t m = 0; m < kHeld; ++m) {
-    const uint32_t j = tile.thread_rank() + m * kTileSize;
+    const uint32_t j = tile.thread_rank() + m * kT;
     if (j < dim / 4) f(m, j);
   }
 }
 
-template <bool kVec, uint32_t kHeld>
-__device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const Tile& tile, const float* src,
+template <bool kVec, uint32_t kHeld, uint32_t kT>
+__device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const TileOf<kT>& tile, const float* src,
                                                            uint32_t dim) {
   RowPrefetch<kHeld> p;
-  p.held = kVec && kHeld > 0 && dim / 4 <= kTileSize * kHeld;
+  p.held = kVec && kHeld > 0 && dim / 4 <= kT * kHeld;
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
       const auto* s4 = reinterpret_cast<const float4*>(src);
@@ -107,8 +107,8 @@ __device__ __forceinline__ RowPrefetch<kHeld> prefetch_row(const Tile& tile, con
 }
 
 // dst = the caller's row src (from the prefetch when it holds it).
-template <bool kVec, uint32_t kHeld>
-__device__ __forceinline__ void store_row(const Tile& tile, float* dst, const float* src,
+template <bool kVec, uint32_t kHeld, uint32_t kT>
+__device__ __forceinline__ void store_row(const TileOf<kT>& tile, float* dst, const float* src,
                                           const RowPrefetch<kHeld>& p, uint32_t dim) {
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
@@ -121,8 +121,8 @@ __device__ __forceinline__ void store_row(const Tile& tile, float* dst, const fl
 }
 
 // dst += the caller's row src, element by element (from the prefetch when it holds it).
-template <bool kVec, uint32_t kHeld>
-__device__ __forceinline__ void add_row(const Tile& tile, float* dst, const float* src,
+template <bool kVec, uint32_t kHeld, uint32_t kT>
+__device__ __forceinline__ void add_row(const TileOf<kT>& tile, float* dst, const float* src,
                                         const RowPrefetch<kHeld>& p, uint32_t dim) {
   if constexpr (kVec && kHeld > 0) {
     if (p.held) {
@@ -143,9 +143,9 @@ __device__ __forceinline__ void add_row(const Tile& tile, float* dst, const floa
 
 // Applies op to batch entry i (its key already loaded). kLocked: take the bucket's lock; else
 // the caller owns the bucket (grouped launch).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked>
-__device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs& a, uint64_t i,
-                          uint64_t key, BlockCounts* counts) {
+template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT>
+__device__ void write_one(const TileOf<kT>& tile, const TableView& t, const WriteArgs& a,
+                          uint64_t i, uint64_t key, BlockCounts* counts) {
   const bool leader = tile.thread_rank() == 0;
   if (key >= kFirstReservedKey) {
     if (leader) atomicAdd(&counts->reserved, 1ull);
@@ -245,7 +245,7 @@ __device__ void write_one(const Tile& tile, const TableView& t, const WriteArgs&
       // the victim search.
       if (kOp == WriteOp::kInsertAndEvict && leader) reserved = atomicAdd(&a.state->emitted, 1ull);
       if (t.score_bounds != nullptr) {
-        const BoundedVictim bounded = find_victim_bounded(tile, t, bucket);
+        const auto bounded = find_victim_bounded(tile, t, bucket);
         victim = bounded.victim;
         evicting = may_evict(victim.score, new_score);
         store_score_bounds(tile, t, bucket, bounded);
@@ -330,7 +330,6 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
 // Threads per block of the locked write kernel. A block keeps its place on the SM until its
 // slowest key is done (a key waiting for a lock holds up the block's other keys' places).
 inline constexpr uint32_t kLockedBlockThreads = 64;
-inline constexpr uint32_t kLockedTilesPerBlock = kLockedBlockThreads / kTileSize;
 
 // Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice):
 // find_or_insert at 36 warps (56 registers; 63 by its own choice, and at 40 warps' 48 it
@@ -339,22 +338,22 @@ constexpr int min_blocks(WriteOp op) {
   return op == WriteOp::kFindOrInsert ? 36 * 32 / kLockedBlockThreads : 0;
 }
 
-// Key by key under bucket locks, one tile per key (striding over the rest of a batch larger
-// than the grid).
-template <WriteOp kOp, bool kVec, uint32_t kHeld>
+// Key by key under bucket locks, one kT-thread tile per key (striding over the rest of a batch
+// larger than the grid).
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
 __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
+  constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
   __syncthreads();
-  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
+  const TileOf<kT> tile = cg::tiled_partition<kT>(cg::this_thread_block());
   // ERROR mode: a reserved key anywhere in the batch means nothing may change.
   const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
   if (!aborted) {
-    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kLockedTilesPerBlock;
+    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
-    for (uint64_t k = blockIdx.x * kLockedTilesPerBlock + tile.meta_group_rank(); k < n;
-         k += stride) {
+    for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
       write_one<kOp, kVec, kHeld, true>(tile, t, a, i, a.keys[i], &counts);
     }
@@ -390,8 +389,9 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
 // waves of blocks that stride over it: sized for n, the grid's blocks would mostly start only
 // to find no key (the 13.1M-lookup training forward, whose lookups send only missing keys here,
 // went from 2.50 to 2.81 ms when 64-thread blocks were sized for n).
-unsigned locked_blocks(uint64_t n, bool length_on_device, uint32_t multiprocessors) {
-  uint64_t blocks = (n + kLockedTilesPerBlock - 1) / kLockedTilesPerBlock;
+unsigned locked_blocks(uint64_t n, uint32_t tiles_per_block, bool length_on_device,
+                       uint32_t multiprocessors) {
+  uint64_t blocks = (n + tiles_per_block - 1) / tiles_per_block;
   if (length_on_device) {
     const uint64_t two_waves = uint64_t{2} * multiprocessors * (2048 / kLockedBlockThreads);
     blocks = blocks < two_waves ? blocks : two_waves;
@@ -399,7 +399,7 @@ unsigned locked_blocks(uint64_t n, bool length_on_device, uint32_t multiprocesso
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 0x7FFFFFFFull ? blocks : 0x7FFFFFFFull));
 }
 
-template <WriteOp kOp, bool kVec, uint32_t kHeld>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
 void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                    cudaStream_t stream) {
   if (a.run_buckets != nullptr) {
@@ -411,25 +411,36 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // One tile per key: the block scheduler hands finished blocks' places to new ones, where a
   // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
   // persistent, 323 µs one tile per key).
-  locked_write_kernel<kOp, kVec, kHeld>
-      <<<locked_blocks(a.n, a.n_device != nullptr, multiprocessors), kLockedBlockThreads, 0,
-         stream>>>(t, a);
+  locked_write_kernel<kOp, kVec, kHeld, kT>
+      <<<locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors),
+         kLockedBlockThreads, 0, stream>>>(t, a);
   cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
 // float4s per thread a launch holds of each caller row (see RowPrefetch): the fewest that
-// cover the row, 0 when the op stores no caller row or the row is wider than 128 floats.
+// cover the row, 0 when the op stores no caller row or the row is wider than 4 float4s a thread.
+template <WriteOp kOp, uint32_t kT>
+void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
+                  cudaStream_t stream) {
+  if (!vec) return launch_kernel<kOp, false, 0, kT>(t, a, multiprocessors, stream);
+  if constexpr (stores_input(kOp)) {
+    const uint32_t per_thread = (t.dim / 4 + kT - 1) / kT;
+    if (per_thread <= 1) return launch_kernel<kOp, true, 1, kT>(t, a, multiprocessors, stream);
+    if (per_thread <= 2) return launch_kernel<kOp, true, 2, kT>(t, a, multiprocessors, stream);
+    if (per_thread <= 4) return launch_kernel<kOp, true, 4, kT>(t, a, multiprocessors, stream);
+  }
+  launch_kernel<kOp, true, 0, kT>(t, a, multiprocessors, stream);
+}
+
+// Tiles of 4 threads for rows of up to 64 floats (find_or_insert and accum_or_assign, which
+// read the stored row too: 32), else 8: twice the keys in flight per warp, where a row's copy is
+// short enough for 4 threads.
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                cudaStream_t stream) {
-  if (!vec) return launch_kernel<kOp, false, 0>(t, a, multiprocessors, stream);
-  if constexpr (stores_input(kOp)) {
-    const uint32_t per_thread = (t.dim / 4 + kTileSize - 1) / kTileSize;
-    if (per_thread <= 1) return launch_kernel<kOp, true, 1>(t, a, multiprocessors, stream);
-    if (per_thread <= 2) return launch_kernel<kOp, true, 2>(t, a, multiprocessors, stream);
-    if (per_thread <= 4) return launch_kernel<kOp, true, 4>(t, a, multiprocessors, stream);
-  }
-  launch_kernel<kOp, true, 0>(t, a, multiprocessors, stream);
+  const uint32_t widest = kOp == WriteOp::kFindOrInsert || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
+  if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
+  launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
 
 }  // namespace
