@@ -22,7 +22,9 @@ namespace dynemb::testing {
 namespace {
 
 constexpr Backend kGpu = Backend::kCuda;
-constexpr uint32_t kDim = 4;
+// Row widths whose locked writes run on 4-thread and on 8-thread tiles (write_kernels.cu).
+constexpr uint32_t kNarrowDim = 4;
+constexpr uint32_t kWideDim = 96;
 constexpr uint32_t kBucketSlots = 128;
 
 using Entry = std::pair<uint64_t, uint64_t>;  // (score, key): the victim order
@@ -33,9 +35,10 @@ uint64_t bucket_of(uint64_t key, uint64_t buckets) {
 
 class ScoreBoundsRun {
  public:
-  ScoreBoundsRun(uint64_t buckets, bool grouped) : buckets_(buckets) {
+  ScoreBoundsRun(uint64_t buckets, bool grouped, uint32_t dim = kNarrowDim)
+      : buckets_(buckets), dim_(dim) {
     TableOptions o;
-    o.dim = kDim;
+    o.dim = dim;
     o.bucket_capacity = kBucketSlots;
     o.init_capacity = o.max_capacity = kBucketSlots * buckets;
     o.score_policy = ScorePolicy::kTimestamp;
@@ -63,11 +66,11 @@ class ScoreBoundsRun {
       for (size_t e = 0; e + free < count && e < stored.size(); ++e)
         expected[stored[e].second] = stored[e].first;
     }
-    std::vector<float> rows(keys.size() * kDim, 0.5f);
+    std::vector<float> rows(keys.size() * dim_, 0.5f);
     auto k = upload(kGpu, keys);
     auto v = upload(kGpu, rows);
     BackendBuffer<uint64_t> out_keys(kGpu, keys.size());
-    BackendBuffer<float> out_rows(kGpu, keys.size() * kDim);
+    BackendBuffer<float> out_rows(kGpu, keys.size() * dim_);
     BackendBuffer<uint64_t> out_scores(kGpu, keys.size());
     const size_t evicted =
         table_->insert_and_evict(keys.size(), k.data(), v.data(), nullptr, out_keys.data(),
@@ -135,7 +138,7 @@ class ScoreBoundsRun {
   }
 
   void rewrite(const std::vector<uint64_t>& keys, const std::vector<uint64_t>* scores) {
-    std::vector<float> rows(keys.size() * kDim, 1.5f);
+    std::vector<float> rows(keys.size() * dim_, 1.5f);
     auto k = upload(kGpu, keys);
     auto v = upload(kGpu, rows);
     if (scores != nullptr) {
@@ -147,14 +150,15 @@ class ScoreBoundsRun {
   }
 
   uint64_t buckets_;
+  uint32_t dim_;
   TestRng rng_;
   std::set<uint64_t> seen_;
   std::unique_ptr<Table<uint64_t>> table_;
   size_t calls_ = 0;
 };
 
-void run_mixed_sequence(uint64_t buckets, bool grouped) {
-  ScoreBoundsRun run(buckets, grouped);
+void run_mixed_sequence(uint64_t buckets, bool grouped, uint32_t dim = kNarrowDim) {
+  ScoreBoundsRun run(buckets, grouped, dim);
   run.fill();
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   for (int round = 0; round < 120; ++round) {
@@ -183,6 +187,11 @@ TEST(CudaScoreBounds, EvictionsTakeEachBucketsLowestScoresOneBucket) {
 TEST(CudaScoreBounds, EvictionsTakeEachBucketsLowestScoresManyBuckets) {
   DYNEMB_REQUIRE_CUDA();
   run_mixed_sequence(16, false);
+}
+
+TEST(CudaScoreBounds, EvictionsTakeEachBucketsLowestScoresWideRows) {
+  DYNEMB_REQUIRE_CUDA();
+  run_mixed_sequence(16, false, kWideDim);
 }
 
 TEST(CudaScoreBounds, EvictionsTakeEachBucketsLowestScoresGroupedWrites) {
