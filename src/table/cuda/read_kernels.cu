@@ -28,7 +28,8 @@ __global__ void reserved_check_kernel(const uint64_t* keys, uint64_t n, CallStat
 }
 
 template <bool kVec, uint32_t kT>
-__global__ void __launch_bounds__(kBlockThreads) find_kernel(TableView t, ReadArgs a) {
+__global__ void __launch_bounds__(kBlockThreads, kT == 4 ? 8 : 0)
+    find_kernel(TableView t, ReadArgs a) {
   constexpr uint32_t kTilesPerBlock = kBlockThreads / kT;
   if (a.only_if_nonzero != nullptr && *a.only_if_nonzero == 0) return;  // the whole grid
   __shared__ unsigned long long reserved;
@@ -104,8 +105,9 @@ void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
   cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
 }
 
-// Lookups that copy no rows (contains, find_pointers) run 4-thread tiles, twice the keys in
-// flight per warp; row copies keep 8 threads a key.
+// Lookups that copy no rows (contains, find_pointers) run 4-thread tiles bounded to 8 blocks a
+// SM (32 registers; ptxas spills a few bytes): twice the keys in flight of 8-thread tiles.
+// Lookups that copy rows keep 8 threads a key at ptxas's own register choice (32).
 void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
   const unsigned blocks = blocks_for_tiles(a.n, 65535ull * 64);
