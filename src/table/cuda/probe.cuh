@@ -19,8 +19,9 @@ namespace dynemb::cuda_table {
 namespace cg = cooperative_groups;
 
 // Threads that cooperate on one key: kT of them (4 or 8) load a 128-slot bucket's digests in one
-// coalesced 128-byte load. The readers, the rehash and the touch pass use tiles of kTileSize;
-// the write kernels pick 4 or 8 per launch (write_kernels.cu).
+// coalesced 128-byte load. Row-copying finds, the rehash and the touch pass use tiles of
+// kTileSize; the write kernels, contains and find_pointers pick 4 or 8 per launch
+// (docs/cuda_table.md, "Tiles of 4 threads").
 template <uint32_t kT>
 using TileOf = cg::thread_block_tile<kT>;
 inline constexpr uint32_t kTileSize = 8;

@@ -73,8 +73,8 @@ constexpr bool takes_lock(WriteOp op, bool locked) {
 
 // float4s of a caller's row held per thread: a row of up to kHeld * kT float4s is
 // loaded before the probe, so its latency overlaps the probe's. kHeld is chosen per launch from
-// the row's width (1, 2 or 4: dims up to 32, 64, 128; 0: not held), so narrow rows do not pay
-// registers, and occupancy, for wide ones.
+// the row's width and the tile's (1, 2 or 4; 0: not held), so narrow rows do not pay registers,
+// and occupancy, for wide ones.
 template <uint32_t kHeld>
 struct RowPrefetch {
   float4 v[kHeld > 0 ? kHeld : 1];
@@ -399,6 +399,8 @@ unsigned locked_blocks(uint64_t n, uint32_t tiles_per_block, bool length_on_devi
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 0x7FFFFFFFull ? blocks : 0x7FFFFFFFull));
 }
 
+// A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
+// rows too).
 template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
 void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                    cudaStream_t stream) {
