@@ -332,8 +332,9 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
 inline constexpr uint32_t kLockedBlockThreads = 64;
 
 // Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice):
-// find_or_insert at 36 warps (56 registers; 63 by its own choice, and at 40 warps' 48 it
-// spills). The other writes do best at their own choice.
+// find_or_insert at 36 warps (56 registers; 70 by its own choice on 4-thread tiles, and at 40
+// warps' 48 it spills and is slower, bench/results/tiles4-20261123/ call 67). The other writes
+// do best at their own choice.
 constexpr int min_blocks(WriteOp op) {
   return op == WriteOp::kFindOrInsert ? 36 * 32 / kLockedBlockThreads : 0;
 }
