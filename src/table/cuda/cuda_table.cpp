@@ -377,11 +377,11 @@ class CudaTable final : public Table<K> {
     report(call, scratch.read(), bits_of(keys), s);
   }
 
-  // The value written into new scores as the table's clock for this call.
   // Whether the policy's scores come from the device timer (TIMESTAMP): such a table keeps score
   // bounds, and relies on them from creation and clear() until a call passes caller scores.
   bool timer_policy() const { return options_.score_policy == ScorePolicy::kTimestamp; }
 
+  // The value written into new scores as the table's clock for this call.
   uint64_t clock_for_write() {
     switch (options_.score_policy) {
       case ScorePolicy::kStep:

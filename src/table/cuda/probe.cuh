@@ -105,6 +105,8 @@ __device__ __forceinline__ int find_in_bucket(const TileOf<kT>& tile, const Tabl
   for (uint32_t round = 0; round < t.bucket_capacity; round += kRoundSlots<kT>) {
     const uint32_t mine = round + tile.thread_rank() * 16 * kVecs;
     int hit = -1;
+    // One uint4 a thread (8-thread tiles) keeps its own form: the loop below compiles to other
+    // code there, and cost find 8 registers and 9-15% (docs/cuda_table.md, "Tiles of 4 threads").
     if constexpr (kVecs == 1) {
       if (mine < t.bucket_capacity) {
         const uint4 d = load<kCoherent>(reinterpret_cast<const uint4*>(t.digests + base + mine));
@@ -189,6 +191,7 @@ __device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const Tabl
     const uint32_t mine = round + tile.thread_rank() * 16 * kVecs;
     int hit = -1;
     int empty = -1;
+    // One uint4 a thread: the form of before, as in find_in_bucket.
     if constexpr (kVecs == 1) {
       if (mine < t.bucket_capacity) {
         const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + mine));
