@@ -72,6 +72,22 @@ inline constexpr uint32_t kDigestVecs = kT >= 8 ? 1 : 8 / kT;
 template <uint32_t kT>
 inline constexpr uint32_t kRoundSlots = 16 * kDigestVecs<kT>* kT;
 
+// Asks L2 for a stored row in HBM while its key is still being confirmed, so the row's copy
+// reads L2 (one bulk prefetch of the whole row on sm_90, else a prefetch per 128-byte line). A
+// row in host memory is not asked for: a candidate that is not the key would spend PCIe.
+__device__ __forceinline__ void prefetch_row_l2(const TableView& t, uint64_t slot) {
+  if (slot >= t.hbm_rows) return;
+  const float* row = t.hbm_values + slot * t.dim;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (t.dim % 4 == 0) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(t.dim * 4u)
+                 : "memory");
+    return;
+  }
+#endif
+  cuda::prefetch_range_l2(row, t.dim * sizeof(float), 0, 1);
+}
+
 // The slot of [first, first + 16) whose digest in `d` matches and whose key is key_bits (key
 // loads confirm the matches in order), or -1.
 template <bool kCoherent>
@@ -156,8 +172,8 @@ struct Probe {
 // confirms key candidates by key loads (while `hit` is -1).
 __device__ __forceinline__ void probe_digests(const TableView& t, uint64_t base, uint32_t first,
                                               const uint4& d, uint32_t pattern, uint64_t key_bits,
-                                              bool want_empty, int& hit, int& empty,
-                                              uint32_t& empties) {
+                                              bool want_empty, bool prefetch_rows, int& hit,
+                                              int& empty, uint32_t& empties) {
   if (want_empty) {
     const uint32_t empty_mask = match_mask16(d, 0x01010101u * kEmptyDigest);
     empties += __popc(empty_mask);
@@ -167,6 +183,7 @@ __device__ __forceinline__ void probe_digests(const TableView& t, uint64_t base,
   while (key_mask != 0) {
     const int ks = __ffs(key_mask) - 1;
     key_mask &= key_mask - 1;
+    if (prefetch_rows) prefetch_row_l2(t, base + first + ks);
     if (__ldcg(t.keys + base + first + ks) == key_bits) {
       hit = static_cast<int>(first) + ks;
       key_mask = 0;
@@ -177,11 +194,12 @@ __device__ __forceinline__ void probe_digests(const TableView& t, uint64_t base,
 // Writers' probe (under the bucket lock): one pass over the digests finds the key's slot and,
 // when `want_empty`, the first empty slot and the number of empty slots (so the bucket's size
 // needs no load of its own). Each thread confirms its key candidates with key loads; an empty
-// digest needs no load, since no stored key carries it.
+// digest needs no load, since no stored key carries it. prefetch_rows: each candidate's row is
+// asked of L2 beside its key (for callers that read the found row).
 template <uint32_t kT>
 __device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const TableView& t,
                                               uint64_t bucket, uint64_t key_bits, uint8_t digest,
-                                              bool want_empty) {
+                                              bool want_empty, bool prefetch_rows = false) {
   constexpr uint32_t kVecs = kDigestVecs<kT>;
   const uint32_t pattern = 0x01010101u * digest;
   const uint64_t base = bucket * t.bucket_capacity;
@@ -195,7 +213,8 @@ __device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const Tabl
     if constexpr (kVecs == 1) {
       if (mine < t.bucket_capacity) {
         const uint4 d = __ldcg(reinterpret_cast<const uint4*>(t.digests + base + mine));
-        probe_digests(t, base, mine, d, pattern, key_bits, want_empty, hit, empty, empties);
+        probe_digests(t, base, mine, d, pattern, key_bits, want_empty, prefetch_rows, hit, empty,
+                      empties);
       }
     } else {
       uint4 d[kVecs];
@@ -207,8 +226,8 @@ __device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const Tabl
 #pragma unroll
       for (uint32_t v = 0; v < kVecs; ++v) {
         if (mine + 16 * v < t.bucket_capacity)
-          probe_digests(t, base, mine + 16 * v, d[v], pattern, key_bits, want_empty, hit, empty,
-                        empties);
+          probe_digests(t, base, mine + 16 * v, d[v], pattern, key_bits, want_empty, prefetch_rows,
+                        hit, empty, empties);
       }
     }
     const uint32_t hits = tile.ballot(hit >= 0);
@@ -334,6 +353,17 @@ __device__ __forceinline__ float4 uniform_quad(const InitializerOptions& init, u
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// uniform_quad's values from its draw r, without a branch (0 at or past `drawn`).
+__device__ __forceinline__ float4 uniform_quad_of(const InitializerOptions& init, const Philox4& r,
+                                                  uint32_t q, uint32_t drawn) {
+  const float span = det::sub(init.high, init.low);
+  float v[4];
+#pragma unroll
+  for (uint32_t e = 0; e < 4; ++e)
+    v[e] = 4 * q + e < drawn ? det::fma(uniform01(r.w[e]), span, init.low) : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // Elements [4q, 4q + 4) of the initializer's row of `key_bits`, each exactly initial_value's
 // (0 at or past `drawn`): one Philox draw serves the quad (uniform), one each pair (normal).
 // The uniform case returns early: sharing the others' live registers made the find_or_insert
@@ -375,7 +405,25 @@ __device__ __forceinline__ void init_row(const TileOf<kT>& tile, const Initializ
   if constexpr (kVec) {
     auto* d4 = reinterpret_cast<float4*>(dst);
     auto* e4 = reinterpret_cast<float4*>(dst2);
-    for (uint32_t q = tile.thread_rank(); q < dim / 4; q += kT) {
+    const uint32_t quads = dim / 4;
+    if (init.kind == InitializerKind::kUniform && quads >= 2 * kT) {
+      // Two quads a thread at a time: their Philox rounds are independent, so they interleave.
+      for (uint32_t q = tile.thread_rank(); q < quads; q += 2 * kT) {
+        const uint32_t q2 = q + kT;
+        const Philox4 ra = init_detail::draw(init, key_bits, q, init_detail::kUniformStream);
+        const Philox4 rb = init_detail::draw(init, key_bits, q2, init_detail::kUniformStream);
+        const float4 a = uniform_quad_of(init, ra, q, drawn);
+        const float4 b = uniform_quad_of(init, rb, q2, drawn);
+        d4[q] = a;
+        if (dst2 != nullptr) e4[q] = a;
+        if (q2 < quads) {
+          d4[q2] = b;
+          if (dst2 != nullptr) e4[q2] = b;
+        }
+      }
+      return;
+    }
+    for (uint32_t q = tile.thread_rank(); q < quads; q += kT) {
       const float4 v = initial_quad(init, key_bits, q, drawn);
       d4[q] = v;
       if (dst2 != nullptr) e4[q] = v;

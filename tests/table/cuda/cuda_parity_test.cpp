@@ -270,6 +270,18 @@ TEST(CudaParity, InitializerQuadsCutByOddDimsAndWidths) {
   run_parity<int64_t>(ScorePolicy::kStep, 13, InitializerKind::kUniform, 6);
 }
 
+// Uniform rows of at least two quads a thread, which the kernels draw two quads at a time: 4-thread
+// tiles (dim 32), 8-thread tiles (dim 64), a last pair with one quad past the row and a width
+// that cuts a quad (dim 100, width 70), and grouped writes. Rows of 32 floats or more are also
+// the ones find_or_insert asks of L2 while it confirms the key.
+TEST(CudaParity, UniformRowsDrawnTwoQuadsAtATime) {
+  DYNEMB_REQUIRE_CUDA();
+  run_parity<int64_t>(ScorePolicy::kStep, 32, InitializerKind::kUniform);
+  run_parity<uint64_t>(ScorePolicy::kLfu, 64, InitializerKind::kUniform);
+  run_parity<int64_t>(ScorePolicy::kStep, 100, InitializerKind::kUniform, 70);
+  run_parity<uint64_t>(ScorePolicy::kCustomized, 64, InitializerKind::kUniform, 0, true);
+}
+
 TEST(CudaParity, StepUint64Dim1) {
   DYNEMB_REQUIRE_CUDA();
   run_parity<uint64_t>(ScorePolicy::kStep, 1, InitializerKind::kUniform);
