@@ -199,7 +199,7 @@ __device__ __forceinline__ void probe_digests(const TableView& t, uint64_t base,
 template <uint32_t kT>
 __device__ __forceinline__ Probe probe_bucket(const TileOf<kT>& tile, const TableView& t,
                                               uint64_t bucket, uint64_t key_bits, uint8_t digest,
-                                              bool want_empty, bool prefetch_rows = false) {
+                                              bool want_empty, bool prefetch_rows) {
   constexpr uint32_t kVecs = kDigestVecs<kT>;
   const uint32_t pattern = 0x01010101u * digest;
   const uint64_t base = bucket * t.bucket_capacity;
