@@ -146,6 +146,10 @@ class DynembBench {
       case TableOp::kFindOrInsert:
         table_->find_or_insert(n, keys_.data(), values_.data(), founds_.data(), nullptr, stream_);
         return n;
+      case TableOp::kFindOrInsertGiven:
+        table_->find_or_insert_given(n, keys_.data(), values_.data(), founds_.data(), nullptr,
+                                     stream_);
+        return n;
       case TableOp::kFindPointers:
         table_->find_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr, stream_);
         return n;

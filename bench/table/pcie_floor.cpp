@@ -27,6 +27,8 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
       return {0.0, present + fresh, present + fresh};
     case TableOp::kFindOrInsert:
       return {present, fresh, present + fresh};
+    case TableOp::kFindOrInsertGiven:
+      return {present, fresh, present + fresh};  // stored rows out, the new keys' given rows in
     case TableOp::kFindOrInsertPointers:
       return {0.0, fresh, fresh};  // new rows initialized in place; stored rows are not touched
     case TableOp::kAccumOrAssign:

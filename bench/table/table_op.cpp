@@ -28,6 +28,8 @@ std::string_view op_name(TableOp op) {
       return "find_pointers";
     case TableOp::kFindOrInsertPointers:
       return "find_or_insert_pointers";
+    case TableOp::kFindOrInsertGiven:
+      return "find_or_insert_given";
   }
   return "unknown";
 }

@@ -21,10 +21,11 @@ enum class TableOp {
   kAccumOrAssign,
   kFindPointers,          // find_pointers: row addresses instead of copies
   kFindOrInsertPointers,  // find_or_insert_pointers: a training lookup's call
+  kFindOrInsertGiven,     // find_or_insert_given: missing keys take the caller's rows (HKV's)
 };
 
 // Every operation, in the column order of the printed table (HKV's order first).
-inline constexpr std::array<TableOp, 11> kAllTableOps = {
+inline constexpr std::array<TableOp, 12> kAllTableOps = {
     TableOp::kInsertOrAssign,
     TableOp::kFind,
     TableOp::kFindOrInsert,
@@ -36,6 +37,7 @@ inline constexpr std::array<TableOp, 11> kAllTableOps = {
     TableOp::kErase,
     TableOp::kAccumOrAssign,
     TableOp::kFindOrInsertPointers,
+    TableOp::kFindOrInsertGiven,
 };
 
 // The operation's name as the command line and the JSON spell it ("insert_or_assign", ...).

@@ -113,6 +113,38 @@ TYPED_TEST(TableDuplicatesTest, FindOrInsertReportsExactlyOneNewCopyAndOneRow) {
   }
 }
 
+TYPED_TEST(TableDuplicatesTest, FindOrInsertGivenStoresOneCopysRowAndCopiesItToTheOthers) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(roomy_options());
+  const auto distinct = random_keys<K>(rng, 400);
+  const std::vector<K> stored(distinct.begin(), distinct.begin() + 100);
+  h.insert_or_assign(stored, value_rows(stored, h.dim()));
+  const std::set<K> was_stored(stored.begin(), stored.end());
+  const auto batch = batch_with_repeats(rng, distinct, 20000);
+  // Each copy offers its own row, so the stored one tells which copy inserted.
+  std::vector<float> given(batch.size() * h.dim());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (uint32_t j = 0; j < h.dim(); ++j) given[i * h.dim() + j] = float(i) + 0.5f * float(j);
+  }
+  const FindResult r = h.find_or_insert_given(batch, given);
+  const Snapshot<K> s = h.snapshot();
+  std::map<K, size_t> inserting_copy;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const K key = batch[i];
+    ASSERT_TRUE(s.count(key)) << "key " << key;
+    EXPECT_EQ(row_at(r.values, i, h.dim()), s.at(key).row) << i;
+    if (was_stored.count(key)) {
+      EXPECT_TRUE(r.founds[i]) << i;
+      EXPECT_EQ(s.at(key).row, value_row(key, h.dim())) << i;
+    } else if (!r.founds[i]) {
+      EXPECT_TRUE(inserting_copy.emplace(key, i).second) << "two copies inserted key " << key;
+      EXPECT_EQ(s.at(key).row, row_at(given, i, h.dim())) << i;
+    }
+  }
+  EXPECT_EQ(inserting_copy.size() + was_stored.size(), s.size());
+}
+
 TYPED_TEST(TableDuplicatesTest, LfuCountsEveryCopy) {
   using K = typename TestFixture::Key;
   TestRng rng;

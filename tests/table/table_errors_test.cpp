@@ -53,6 +53,10 @@ std::vector<KeyedCall<K>> keyed_calls() {
       {"contains", false, [](TableHarness<K>& h, const std::vector<K>& k) { h.contains(k); }},
       {"find_or_insert", true,
        [=](TableHarness<K>& h, const std::vector<K>& k) { h.find_or_insert(k, scores(k.size())); }},
+      {"find_or_insert_given", true,
+       [=](TableHarness<K>& h, const std::vector<K>& k) {
+         h.find_or_insert_given(k, value_rows(k, h.dim(), 5.0f), scores(k.size()));
+       }},
       {"insert_or_assign", true,
        [=](TableHarness<K>& h, const std::vector<K>& k) {
          h.insert_or_assign(k, value_rows(k, h.dim(), 1.0f), scores(k.size()));
@@ -222,6 +226,11 @@ std::vector<NullCall<K>> null_calls() {
   add("find_or_insert values", [](T& t, size_t n, const K* k, float*, bool* f, uint64_t*, K*) {
     t.find_or_insert(n, k, nullptr, f);
   });
+  add("find_or_insert_given keys", [](T& t, size_t n, const K*, float* v, bool* f, uint64_t*, K*) {
+    t.find_or_insert_given(n, nullptr, v, f);
+  });
+  add("find_or_insert_given values", [](T& t, size_t n, const K* k, float*, bool* f, uint64_t*,
+                                        K*) { t.find_or_insert_given(n, k, nullptr, f); });
   add("insert_or_assign keys", [](T& t, size_t n, const K*, float* v, bool*, uint64_t*, K*) {
     t.insert_or_assign(n, nullptr, v);
   });
@@ -291,6 +300,7 @@ TYPED_TEST(TableErrorsTest, ZeroKeysIsANoOpEvenWithNullPointers) {
   EXPECT_EQ(t.find_with_misses(0, nullptr, nullptr, nullptr, nullptr, nullptr), 0u);
   EXPECT_NO_THROW(t.contains(0, nullptr, nullptr));
   EXPECT_NO_THROW(t.find_or_insert(0, nullptr, nullptr, nullptr));
+  EXPECT_NO_THROW(t.find_or_insert_given(0, nullptr, nullptr, nullptr));
   EXPECT_NO_THROW(t.insert_or_assign(0, nullptr, nullptr));
   EXPECT_EQ(t.insert_and_evict(0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), 0u);
   EXPECT_NO_THROW(t.assign(0, nullptr, nullptr));

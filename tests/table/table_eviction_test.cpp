@@ -226,13 +226,17 @@ void call_insert(TableHarness<K>& h, int which, const std::vector<K>& keys,
     case 2:
       h.accum_or_assign(keys, values, scores);
       break;
+    case 3:
+      h.find_or_insert_given(keys, values, scores);
+      break;
     default:
       h.insert_and_evict(keys, values, scores);
       break;
   }
 }
 constexpr const char* kInsertCalls[] = {"insert_or_assign", "find_or_insert", "accum_or_assign",
-                                        "insert_and_evict"};
+                                        "find_or_insert_given", "insert_and_evict"};
+constexpr int kInsertCallCount = 5;
 
 // A batch for a tiny table with one full bucket: two accepted keys elsewhere, then two refused.
 template <TableKey K>
@@ -254,7 +258,7 @@ TYPED_TEST(TableEvictionTest, ErrorModeAppliesTheBatchThenThrowsInsertRefused) {
   using K = typename TestFixture::Key;
   TestRng rng;
   // insert_and_evict returns its refusals, so only the other inserting calls are checked here.
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < kInsertCallCount - 1; ++which) {
     SCOPED_TRACE(kInsertCalls[which]);
     auto h = this->make(tiny_options(ScorePolicy::kCustomized, SafeCheck::kError));
     FullBucket<K> b = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
@@ -298,7 +302,7 @@ TYPED_TEST(TableEvictionTest, InsertAndEvictNeverThrowsInsertRefusedItReturnsThe
 TYPED_TEST(TableEvictionTest, WarningModeLogsOncePerCallAndReturns) {
   using K = typename TestFixture::Key;
   TestRng rng;
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < kInsertCallCount; ++which) {
     SCOPED_TRACE(kInsertCalls[which]);
     auto h = this->make(tiny_options(ScorePolicy::kCustomized, SafeCheck::kWarning));
     FullBucket<K> b = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
@@ -314,7 +318,7 @@ TYPED_TEST(TableEvictionTest, WarningModeLogsOncePerCallAndReturns) {
 TYPED_TEST(TableEvictionTest, IgnoreModeOnlyCounts) {
   using K = typename TestFixture::Key;
   TestRng rng;
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < kInsertCallCount; ++which) {
     SCOPED_TRACE(kInsertCalls[which]);
     auto h = this->make(tiny_options(ScorePolicy::kCustomized, SafeCheck::kIgnore));
     FullBucket<K> b = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));

@@ -288,6 +288,19 @@ class TableHarness {
     return FindResult{download(v, n * dim()), download_flags(f, n), {}};
   }
 
+  // find_or_insert_given: `values` are the rows offered for missing keys; the result holds the
+  // buffer after the call. founds start as true, as in find_or_insert.
+  FindResult find_or_insert_given(const std::vector<K>& keys, const std::vector<float>& values,
+                                  const std::vector<uint64_t>& scores = {}) {
+    const size_t n = keys.size();
+    auto k = upload(keys);
+    auto v = upload(values);
+    auto f = flags(n, true);
+    auto s = upload(scores);
+    table_->find_or_insert_given(n, k.data(), v.data(), f.data(), s.data());
+    return FindResult{download(v, n * dim()), download_flags(f, n), {}};
+  }
+
   void insert_or_assign(const std::vector<K>& keys, const std::vector<float>& values,
                         const std::vector<uint64_t>& scores = {}) {
     auto k = upload(keys);

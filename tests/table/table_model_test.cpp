@@ -118,6 +118,19 @@ class ModelRun {
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(r[i], model_.contains(keys[i])) << "contains, key " << keys[i];
       }
+    } else if (op < 35) {  // find_or_insert_given
+      const std::vector<float> values = random_rows(n);
+      const std::vector<uint64_t> scores = random_scores(n);
+      const FindResult r = t_.find_or_insert_given(keys, values, scores);
+      for (size_t i = 0; i < n; ++i) {
+        const bool existed = model_.contains(keys[i]);
+        const Row row = row_at(values, i, dim);
+        model_.write(keys[i], std::nullopt, row, given(scores, i));
+        const Entry* e = model_.find(keys[i]);
+        ASSERT_EQ(r.founds[i], existed) << "find_or_insert_given, key " << keys[i];
+        EXPECT_EQ(row_at(r.values, i, dim), e ? e->row : row)
+            << "find_or_insert_given, key " << keys[i];
+      }
     } else if (op < 41) {  // find_or_insert
       const std::vector<uint64_t> scores = random_scores(n);
       const FindResult r = t_.find_or_insert(keys, scores);

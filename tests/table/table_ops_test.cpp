@@ -159,6 +159,44 @@ TYPED_TEST(TableOpsTest, FindOrInsertAcceptsNullFounds) {
   EXPECT_EQ(h->size(), keys.size());
 }
 
+// Rows of n x dim distinct-looking floats, drawn fresh.
+inline std::vector<float> random_value_rows(TestRng& rng, size_t n, uint32_t dim) {
+  std::vector<float> v(n * dim);
+  for (auto& x : v) x = static_cast<float>(rng.uniform(0, 1u << 20)) * 0.125f - 4096.0f;
+  return v;
+}
+
+TYPED_TEST(TableOpsTest, FindOrInsertGivenStoresTheCallersRowsForNewKeys) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  TableOptions o = roomy_options(ScorePolicy::kCustomized, 7);
+  o.initializer.kind = InitializerKind::kDebug;  // a row the caller did not give would show
+  auto h = this->make(o);
+  const auto keys = random_keys<K>(rng, 150);
+  const std::vector<K> existing(keys.begin(), keys.begin() + 50);
+  h.insert_or_assign(existing, value_rows(existing, h.dim()), std::vector<uint64_t>(50, 3));
+  const std::vector<float> given = random_value_rows(rng, keys.size(), h.dim());
+  std::vector<uint64_t> scores(keys.size());
+  for (auto& x : scores) x = rng.uniform(10, 1000);
+
+  const FindResult r = h.find_or_insert_given(keys, given, scores);
+  const Snapshot<K> s = h.snapshot();
+  ASSERT_EQ(s.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool was_there = i < existing.size();
+    EXPECT_EQ(r.founds[i], was_there) << i;
+    const Row expected = was_there ? value_row(keys[i], h.dim()) : row_at(given, i, h.dim());
+    EXPECT_EQ(row_at(r.values, i, h.dim()), expected) << i;
+    EXPECT_EQ(s.at(keys[i]), (Entry{expected, scores[i]})) << i;
+  }
+  // Null founds are accepted; stored keys now copy out, whatever the buffer held.
+  auto k = h.upload(keys);
+  auto v = h.upload(random_value_rows(rng, keys.size(), h.dim()));
+  h->find_or_insert_given(keys.size(), k.data(), v.data(), nullptr);
+  EXPECT_EQ(h.download(v, keys.size() * h.dim()), r.values);
+  EXPECT_EQ(h->size(), keys.size());
+}
+
 TYPED_TEST(TableOpsTest, InsertOrAssignInsertsAndOverwrites) {
   using K = typename TestFixture::Key;
   TestRng rng;

@@ -83,6 +83,14 @@ class Table {
   virtual void find_or_insert(size_t n, const K* keys, float* values, bool* founds,
                               const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
 
+  // find_or_insert with the caller's rows for missing keys (HKV's find_or_insert): values is
+  // read and written. A missing key is inserted with values[i] as its row, which stays in
+  // values[i]; a stored key's row is copied to values[i]. A refused or reserved key leaves
+  // values[i] as given. founds[i] (optional) tells which keys existed before the call.
+  virtual void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                                    const uint64_t* scores = nullptr,
+                                    StreamHandle stream = nullptr) = 0;
+
   // find_or_insert without copying: rows[i] is the address of the key's row in the table's
   // memory, new keys' rows holding the initializer's row; nullptr for a refused or reserved
   // key, and for a key this same call inserted and then evicted for a later key. Addresses are

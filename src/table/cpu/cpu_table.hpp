@@ -55,6 +55,8 @@ class CpuTable final : public Table<K> {
                                const uint64_t* scores, StreamHandle stream) override;
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
                       StreamHandle stream) override;
+  void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                            const uint64_t* scores, StreamHandle stream) override;
   void insert_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
                         StreamHandle stream) override;
   size_t insert_and_evict(size_t n, const K* keys, const float* values, const uint64_t* scores,

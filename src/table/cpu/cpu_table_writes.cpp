@@ -115,6 +115,36 @@ void CpuTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* f
 }
 
 template <TableKey K>
+void CpuTable<K>::find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                                       const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require_pointer(keys, "find_or_insert_given", "keys");
+  require_pointer(values, "find_or_insert_given", "values");
+  struct Hooks {
+    float* values;
+    bool* founds;
+    size_t dim;
+    size_t row_bytes;
+    void existing(size_t i, const float* row) const {
+      std::memcpy(values + i * dim, row, row_bytes);
+      if (founds) founds[i] = true;
+    }
+    void inserted(size_t i, uint64_t, float* row) const {
+      std::memcpy(row, values + i * dim, row_bytes);
+      if (founds) founds[i] = false;
+    }
+    void evicted(uint64_t, const float*, uint64_t) const {}
+    void refused(size_t i, uint64_t, uint64_t) const {
+      if (founds) founds[i] = false;
+    }
+    void reserved(size_t i) const {
+      if (founds) founds[i] = false;
+    }
+  } hooks{values, founds, options_.dim, row_bytes_};
+  run_upserts("find_or_insert_given", n, keys, scores, hooks);
+}
+
+template <TableKey K>
 void CpuTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
                                           const uint64_t* scores, StreamHandle) {
   if (n == 0) return;
@@ -274,6 +304,8 @@ template void CpuTable<int64_t>::find_or_insert_pointers(size_t, const int64_t*,
                                                          const uint64_t*, StreamHandle);
 template void CpuTable<int64_t>::find_or_insert(size_t, const int64_t*, float*, bool*,
                                                 const uint64_t*, StreamHandle);
+template void CpuTable<int64_t>::find_or_insert_given(size_t, const int64_t*, float*, bool*,
+                                                      const uint64_t*, StreamHandle);
 template void CpuTable<int64_t>::insert_or_assign(size_t, const int64_t*, const float*,
                                                   const uint64_t*, StreamHandle);
 template size_t CpuTable<int64_t>::insert_and_evict(size_t, const int64_t*, const float*,
@@ -290,6 +322,8 @@ template void CpuTable<uint64_t>::find_or_insert_pointers(size_t, const uint64_t
                                                           const uint64_t*, StreamHandle);
 template void CpuTable<uint64_t>::find_or_insert(size_t, const uint64_t*, float*, bool*,
                                                  const uint64_t*, StreamHandle);
+template void CpuTable<uint64_t>::find_or_insert_given(size_t, const uint64_t*, float*, bool*,
+                                                       const uint64_t*, StreamHandle);
 template void CpuTable<uint64_t>::insert_or_assign(size_t, const uint64_t*, const float*,
                                                    const uint64_t*, StreamHandle);
 template size_t CpuTable<uint64_t>::insert_and_evict(size_t, const uint64_t*, const float*,

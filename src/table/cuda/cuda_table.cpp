@@ -26,8 +26,9 @@ namespace dynemb::cuda_table {
 namespace {
 
 constexpr bool op_inserts(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kInsertOrAssign ||
-         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
+         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
+         op == WriteOp::kAccumOrAssign;
 }
 
 template <class K>
@@ -151,6 +152,18 @@ class CudaTable final : public Table<K> {
     a.founds = founds;
     a.scores_in = scores;
     write("find_or_insert", WriteOp::kFindOrInsert, n, keys, a, to_stream(stream));
+  }
+
+  void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                            const uint64_t* scores, StreamHandle stream) override {
+    if (n == 0) return;
+    require_pointer(values, "find_or_insert_given", "values");
+    WriteArgs a;
+    a.values_in = values;
+    a.values_out = values;
+    a.founds = founds;
+    a.scores_in = scores;
+    write("find_or_insert_given", WriteOp::kFindOrInsertGiven, n, keys, a, to_stream(stream));
   }
 
   void insert_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,

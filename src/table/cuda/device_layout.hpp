@@ -84,6 +84,7 @@ struct CallState {
 // The write operations that share the locked upsert kernel.
 enum class WriteOp : uint8_t {
   kFindOrInsert,
+  kFindOrInsertGiven,  // find_or_insert_given: missing keys take the caller's row
   kInsertOrAssign,
   kInsertAndEvict,
   kAssign,
@@ -103,10 +104,11 @@ struct WriteArgs {
   uint64_t n = 0;
   // When set, the launch covers min(*n_device, n) entries (a count a previous kernel wrote).
   const unsigned long long* n_device = nullptr;
-  const float* values_in = nullptr;  // insert_or_assign / accum / assign / insert_and_evict
-  float* values_out = nullptr;       // find_or_insert
-  float** row_ptrs = nullptr;        // find_or_insert_pointers: row addresses instead of copies
-  bool* founds = nullptr;            // find_or_insert
+  // insert_or_assign / accum / assign / insert_and_evict / find_or_insert_given
+  const float* values_in = nullptr;
+  float* values_out = nullptr;  // find_or_insert (and _given: the same buffer as values_in)
+  float** row_ptrs = nullptr;   // find_or_insert_pointers: row addresses instead of copies
+  bool* founds = nullptr;       // find_or_insert (and _given)
   const uint64_t* scores_in = nullptr;
   ScorePolicy policy = ScorePolicy::kTimestamp;
   uint64_t clock = 0;                // step or call-level score (TIMESTAMP reads %globaltimer)

@@ -1,4 +1,4 @@
-// The write kernels: find_or_insert, insert_or_assign, insert_and_evict, assign,
+// The write kernels: find_or_insert (and _given), insert_or_assign, insert_and_evict, assign,
 // assign_scores, accum_or_assign and erase share one body. A tile owns the key's bucket (a
 // grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
@@ -21,8 +21,14 @@ struct BlockCounts {
 };
 
 constexpr bool inserts(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kInsertOrAssign ||
-         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
+         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
+         op == WriteOp::kAccumOrAssign;
+}
+
+// The finds that insert: a stored key's row is copied out (or its address written).
+constexpr bool copies_found_rows(WriteOp op) {
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven;
 }
 
 // Writes (key, row, score) to position `reserved` of the insert_and_evict outputs (taken from
@@ -63,7 +69,8 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
 
 constexpr bool stores_input(WriteOp op) {
   return op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
-         op == WriteOp::kAssign || op == WriteOp::kAccumOrAssign;
+         op == WriteOp::kAssign || op == WriteOp::kAccumOrAssign ||
+         op == WriteOp::kFindOrInsertGiven;
 }
 
 // Whether a write takes its bucket's lock: every op of a locked launch but assign_scores.
@@ -149,7 +156,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   const bool leader = tile.thread_rank() == 0;
   if (key >= kFirstReservedKey) {
     if (leader) atomicAdd(&counts->reserved, 1ull);
-    if (kOp == WriteOp::kFindOrInsert && leader) {
+    if (copies_found_rows(kOp) && leader) {
       if (a.founds != nullptr) a.founds[i] = false;
       if (a.row_ptrs != nullptr) a.row_ptrs[i] = nullptr;
     }
@@ -181,7 +188,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     }
     // find_or_insert asks L2 for the row it will copy out as the key is confirmed, for rows of
     // a 128-byte line or more (shorter ones measured slower with it).
-    const bool prefetch_rows = kOp == WriteOp::kFindOrInsert && a.row_ptrs == nullptr && dim >= 32;
+    const bool prefetch_rows = copies_found_rows(kOp) && a.row_ptrs == nullptr && dim >= 32;
     probe =
         probe_bucket(tile, t, bucket, key, slot_digest_of_hash(hash), inserts(kOp), prefetch_rows);
   }
@@ -203,7 +210,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     } else if constexpr (kOp == WriteOp::kAssignScores) {
       if (leader) t.scores[slot] = given;
     } else {
-      if constexpr (kOp == WriteOp::kFindOrInsert) {
+      if constexpr (copies_found_rows(kOp)) {
         if (a.row_ptrs != nullptr) {
           if (leader) a.row_ptrs[i] = row;
         } else {
@@ -278,6 +285,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
           init_row<kVec>(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
         }
         if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kFindOrInsertGiven) {
+        if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
         emit<kVec>(tile, a, reserved, key, input, new_score, dim, false);
       }
@@ -297,6 +306,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else {
         store_row<kVec, kHeld>(tile, row, input, pre, dim);
+        if (kOp == WriteOp::kFindOrInsertGiven && leader && a.founds != nullptr)
+          a.founds[i] = false;
       }
       if (leader) {
         t.keys[slot] = key;
@@ -439,13 +450,13 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
   launch_kernel<kOp, true, 0, kT>(t, a, multiprocessors, stream);
 }
 
-// Tiles of 4 threads for rows of up to 64 floats (find_or_insert and accum_or_assign, which
-// read the stored row too: 32), else 8: twice the keys in flight per warp, where a row's copy is
-// short enough for 4 threads.
+// Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
+// accum_or_assign, which read the stored row too: 32), else 8: twice the keys in flight per warp,
+// where a row's copy is short enough for 4 threads.
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                cudaStream_t stream) {
-  const uint32_t widest = kOp == WriteOp::kFindOrInsert || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
+  const uint32_t widest = copies_found_rows(kOp) || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
@@ -461,6 +472,8 @@ void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t m
   switch (op) {
     case WriteOp::kFindOrInsert:
       return launch_op<WriteOp::kFindOrInsert>(t, a, vec, multiprocessors, stream);
+    case WriteOp::kFindOrInsertGiven:
+      return launch_op<WriteOp::kFindOrInsertGiven>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertOrAssign:
       return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertAndEvict:

@@ -41,15 +41,22 @@ class Driver {
     *scores = download(s, n);
   }
 
+  // find_or_insert, or find_or_insert_given where `rows` (the offered rows) is set.
   void find_or_insert(const std::vector<K>& keys, const std::vector<uint64_t>* given,
-                      std::vector<float>* values, std::vector<uint8_t>* founds) {
+                      std::vector<float>* values, std::vector<uint8_t>* founds,
+                      const std::vector<float>* rows = nullptr) {
     const size_t n = keys.size(), dim = table_->dim();
     auto k = upload(backend_, keys);
     BackendBuffer<float> v(backend_, n * dim);
     BackendBuffer<bool> f(backend_, n);
     BackendBuffer<uint64_t> g(backend_, n);
     if (given) g.upload(given->data(), n);
-    table_->find_or_insert(n, k.data(), v.data(), f.data(), given ? g.data() : nullptr);
+    if (rows) {
+      v.upload(rows->data(), n * dim);
+      table_->find_or_insert_given(n, k.data(), v.data(), f.data(), given ? g.data() : nullptr);
+    } else {
+      table_->find_or_insert(n, k.data(), v.data(), f.data(), given ? g.data() : nullptr);
+    }
     *values = download(v, n * dim);
     *founds = download_flags(backend_, f, n);
   }
@@ -195,8 +202,11 @@ void run_parity(ScorePolicy policy, uint32_t dim, InitializerKind init_kind, uin
     } else if (op == 3) {
       std::vector<float> cv, gv;
       std::vector<uint8_t> cf, gf;
-      cpu.find_or_insert(keys, given, &cv, &cf);
-      gpu.find_or_insert(keys, given, &gv, &gf);
+      // Half the time with the caller's rows for new keys (find_or_insert_given).
+      const std::vector<float> offered = random_values(n);
+      const std::vector<float>* rows = rng.uniform(0, 1) == 1 ? &offered : nullptr;
+      cpu.find_or_insert(keys, given, &cv, &cf, rows);
+      gpu.find_or_insert(keys, given, &gv, &gf, rows);
       ASSERT_EQ(cf, gf);
       ASSERT_EQ(cv, gv);
     } else if (op == 4) {
