@@ -435,10 +435,17 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
+// Whether an op stores the caller's row for every key it is given, where assign stores it only
+// for the stored keys and find_or_insert_given only for the new ones.
+constexpr bool stores_input_for_every_key(WriteOp op) {
+  return stores_input(op) && op != WriteOp::kAssign && op != WriteOp::kFindOrInsertGiven;
+}
+
 // float4s per thread a launch holds of each caller row (see RowPrefetch): the fewest that
 // cover the row, 0 when the op stores no caller row or the row is wider than 4 float4s a thread.
-// find_or_insert_given stores the caller's row only for new keys, so it holds one float4 a
-// thread at most: holding two cost it 5-9% at dims 32 and 64 (bench/results/foi-given-20261123).
+// The ops that store the row for some keys only hold one float4 a thread at most: holding two
+// cost find_or_insert_given 5-9% and assign 3-8% at dims 32 and 64
+// (bench/results/foi-given-20261123, calls 77 and 81).
 template <WriteOp kOp, uint32_t kT>
 void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                   cudaStream_t stream) {
@@ -446,7 +453,7 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
   if constexpr (stores_input(kOp)) {
     const uint32_t per_thread = (t.dim / 4 + kT - 1) / kT;
     if (per_thread <= 1) return launch_kernel<kOp, true, 1, kT>(t, a, multiprocessors, stream);
-    if constexpr (kOp != WriteOp::kFindOrInsertGiven) {
+    if constexpr (stores_input_for_every_key(kOp)) {
       if (per_thread <= 2) return launch_kernel<kOp, true, 2, kT>(t, a, multiprocessors, stream);
       if (per_thread <= 4) return launch_kernel<kOp, true, 4, kT>(t, a, multiprocessors, stream);
     }
