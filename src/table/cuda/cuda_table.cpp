@@ -25,12 +25,6 @@
 namespace dynemb::cuda_table {
 namespace {
 
-constexpr bool op_inserts(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
-         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
-         op == WriteOp::kAccumOrAssign;
-}
-
 template <class K>
 const uint64_t* bits_of(const K* keys) {
   return reinterpret_cast<const uint64_t*>(keys);

@@ -93,6 +93,13 @@ enum class WriteOp : uint8_t {
   kErase,
 };
 
+// Whether an op may insert keys (and so grow the table, evict or refuse).
+constexpr bool op_inserts(WriteOp op) {
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
+         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
+         op == WriteOp::kAccumOrAssign;
+}
+
 // Arguments of one write kernel launch. Keys are handled as their uint64 bit patterns.
 struct WriteArgs {
   const uint64_t* keys = nullptr;

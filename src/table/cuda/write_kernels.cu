@@ -20,12 +20,6 @@ struct BlockCounts {
   unsigned long long erased;
 };
 
-constexpr bool inserts(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
-         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
-         op == WriteOp::kAccumOrAssign;
-}
-
 // The finds that insert: a stored key's row is copied out (or its address written).
 constexpr bool copies_found_rows(WriteOp op) {
   return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven;
@@ -189,8 +183,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     // find_or_insert asks L2 for the row it will copy out as the key is confirmed, for rows of
     // a 128-byte line or more (shorter ones measured slower with it).
     const bool prefetch_rows = copies_found_rows(kOp) && a.row_ptrs == nullptr && dim >= 32;
-    probe =
-        probe_bucket(tile, t, bucket, key, slot_digest_of_hash(hash), inserts(kOp), prefetch_rows);
+    probe = probe_bucket(tile, t, bucket, key, slot_digest_of_hash(hash), op_inserts(kOp),
+                         prefetch_rows);
   }
   // Read once the bucket is held, so a bucket's timestamps are written in time order (the
   // score bounds rely on it, victim.cuh).
@@ -227,7 +221,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         t.scores[slot] = next_score(a.policy, true, old, has_given, given, now);
       }
     }
-  } else if constexpr (inserts(kOp)) {
+  } else if constexpr (op_inserts(kOp)) {
     const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
     int target = -1;
     bool evicting = false;
