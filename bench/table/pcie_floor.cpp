@@ -26,9 +26,8 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
     case TableOp::kInsertOrAssign:
       return {0.0, present + fresh, present + fresh};
     case TableOp::kFindOrInsert:
+    case TableOp::kFindOrInsertGiven:  // stored rows out, new rows in (drawn or the caller's)
       return {present, fresh, present + fresh};
-    case TableOp::kFindOrInsertGiven:
-      return {present, fresh, present + fresh};  // stored rows out, the new keys' given rows in
     case TableOp::kFindOrInsertPointers:
       return {0.0, fresh, fresh};  // new rows initialized in place; stored rows are not touched
     case TableOp::kAccumOrAssign:

@@ -81,36 +81,43 @@ struct StoreRowHooks {
   void reserved(size_t) const {}
 };
 
+// Hooks shared by the copying find-or-inserts: a stored key's row is copied to values[i]; a
+// key that was not stored (new, refused or reserved) gets founds[i] = false. Each call adds how
+// a new key's row is made (`inserted`) and what a refused key's values[i] holds (`refused`).
+struct CopyOutHooks {
+  float* values;
+  bool* founds;
+  size_t dim;
+  size_t row_bytes;
+  void existing(size_t i, const float* row) const {
+    std::memcpy(values + i * dim, row, row_bytes);
+    if (founds) founds[i] = true;
+  }
+  void evicted(uint64_t, const float*, uint64_t) const {}
+  void reserved(size_t i) const { not_found(i); }
+  void not_found(size_t i) const {
+    if (founds) founds[i] = false;
+  }
+};
+
 template <TableKey K>
 void CpuTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* founds,
                                  const uint64_t* scores, StreamHandle) {
   if (n == 0) return;
   require_pointer(keys, "find_or_insert", "keys");
   require_pointer(values, "find_or_insert", "values");
-  struct Hooks {
-    float* values;
-    bool* founds;
-    size_t dim;
-    size_t row_bytes;
+  struct Hooks : CopyOutHooks {
     const InitializerOptions& init;
-    void existing(size_t i, const float* row) const {
-      std::memcpy(values + i * dim, row, row_bytes);
-      if (founds) founds[i] = true;
-    }
     void inserted(size_t i, uint64_t bits, float* row) const {
       write_initial_row(init, bits, row, static_cast<uint32_t>(dim));
       std::memcpy(values + i * dim, row, row_bytes);
-      if (founds) founds[i] = false;
+      not_found(i);
     }
-    void evicted(uint64_t, const float*, uint64_t) const {}
     void refused(size_t i, uint64_t bits, uint64_t) const {
       write_initial_row(init, bits, values + i * dim, static_cast<uint32_t>(dim));
-      if (founds) founds[i] = false;
+      not_found(i);
     }
-    void reserved(size_t i) const {
-      if (founds) founds[i] = false;
-    }
-  } hooks{values, founds, options_.dim, row_bytes_, options_.initializer};
+  } hooks{{values, founds, options_.dim, row_bytes_}, options_.initializer};
   run_upserts("find_or_insert", n, keys, scores, hooks);
 }
 
@@ -120,27 +127,13 @@ void CpuTable<K>::find_or_insert_given(size_t n, const K* keys, float* values, b
   if (n == 0) return;
   require_pointer(keys, "find_or_insert_given", "keys");
   require_pointer(values, "find_or_insert_given", "values");
-  struct Hooks {
-    float* values;
-    bool* founds;
-    size_t dim;
-    size_t row_bytes;
-    void existing(size_t i, const float* row) const {
-      std::memcpy(values + i * dim, row, row_bytes);
-      if (founds) founds[i] = true;
-    }
+  struct Hooks : CopyOutHooks {
     void inserted(size_t i, uint64_t, float* row) const {
       std::memcpy(row, values + i * dim, row_bytes);
-      if (founds) founds[i] = false;
+      not_found(i);
     }
-    void evicted(uint64_t, const float*, uint64_t) const {}
-    void refused(size_t i, uint64_t, uint64_t) const {
-      if (founds) founds[i] = false;
-    }
-    void reserved(size_t i) const {
-      if (founds) founds[i] = false;
-    }
-  } hooks{values, founds, options_.dim, row_bytes_};
+    void refused(size_t i, uint64_t, uint64_t) const { not_found(i); }
+  } hooks{{values, founds, options_.dim, row_bytes_}};
   run_upserts("find_or_insert_given", n, keys, scores, hooks);
 }
 
