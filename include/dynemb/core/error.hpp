@@ -37,6 +37,15 @@ class NotAvailable : public Error {
   using Error::Error;
 };
 
+// A table could not get the memory it needs: the message names the option, the bytes asked for
+// and the bytes there are. A table being created is not created. A growth is not made: the table
+// keeps its capacity and contents, and the call that needed the growth stops there (what it wrote
+// before stays written).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // An operation is not valid in the object's current state (e.g. a full table at max capacity).
 class StateError : public Error {
  public:

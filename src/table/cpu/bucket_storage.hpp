@@ -75,6 +75,11 @@ class BucketStorage {
   BucketStorage() = default;
   // An empty table of num_buckets x bucket_capacity slots with rows of `dim` floats.
   BucketStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim);
+  // The bytes such a storage maps.
+  static uint64_t bytes_for(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim) {
+    const uint64_t slots = num_buckets * bucket_capacity;
+    return slots * (sizeof(uint8_t) + sizeof(SlotEntry) + uint64_t{dim} * sizeof(float));
+  }
 
   uint64_t num_buckets() const { return num_buckets_; }
   uint32_t bucket_capacity() const { return bucket_capacity_; }

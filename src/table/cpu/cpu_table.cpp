@@ -2,11 +2,13 @@
 #include "table/cpu/cpu_table.hpp"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
+#include "table/cpu/host_memory.hpp"
 #include "table/cpu/rehash.hpp"
 
 namespace dynemb::cpu {
@@ -21,6 +23,17 @@ std::string key_text(K key) {
   return std::to_string(key);
 }
 
+// A storage of `capacity` slots for `options`' rows, once the host memory for it is there (else
+// OutOfMemory, which `what` begins).
+std::unique_ptr<BucketStorage> new_storage(const TableOptions& options, uint64_t capacity,
+                                           const std::string& what) {
+  const uint64_t buckets = capacity / options.bucket_capacity;
+  require_host_memory(BucketStorage::bytes_for(buckets, options.bucket_capacity, options.dim),
+                      what + " = " + std::to_string(capacity) + " slots of " +
+                          std::to_string(options.dim) + " floats");
+  return std::make_unique<BucketStorage>(buckets, options.bucket_capacity, options.dim);
+}
+
 }  // namespace
 
 template <TableKey K>
@@ -30,8 +43,7 @@ CpuTable<K>::CpuTable(const TableOptions& options)
       pool_(options.num_threads),
       clock_(options.score_policy),
       locks_(options.max_capacity / options.bucket_capacity),
-      storage_(std::make_unique<BucketStorage>(options.init_capacity / options.bucket_capacity,
-                                               options.bucket_capacity, options.dim)),
+      storage_(new_storage(options, options.init_capacity, "CpuTable: init_capacity")),
       grow_threshold_(threshold_of(options.max_load_factor, options.init_capacity)),
       capacity_(options.init_capacity) {}
 
@@ -77,7 +89,10 @@ void CpuTable<K>::grow_locked() {
   if (from.capacity() >= options_.max_capacity) return;
   const uint64_t new_capacity = std::min<uint64_t>(from.capacity() * 2, options_.max_capacity);
   const uint64_t new_buckets = new_capacity / options_.bucket_capacity;
-  auto to = std::make_unique<BucketStorage>(new_buckets, options_.bucket_capacity, options_.dim);
+  auto to =
+      new_storage(options_, new_capacity,
+                  "CpuTable: growth (max_capacity = " + std::to_string(options_.max_capacity) +
+                      ") to capacity");
   uint64_t dropped = 0;
   if (new_buckets == 2 * from.num_buckets()) {
     for_bucket_ranges(from.num_buckets(), [&](uint64_t first, uint64_t last) {

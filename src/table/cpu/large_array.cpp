@@ -4,6 +4,8 @@
 
 #include <new>
 
+#include "table/cpu/host_memory.hpp"
+
 namespace dynemb::cpu {
 
 void* map_zeroed(size_t bytes) {
@@ -12,11 +14,14 @@ void* map_zeroed(size_t bytes) {
   if (p == MAP_FAILED) throw std::bad_alloc();
   constexpr size_t kHugePage = size_t{2} << 20;
   if (bytes >= kHugePage) madvise(p, bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
+  count_mapped(bytes);
   return p;
 }
 
 void unmap(void* ptr, size_t bytes) noexcept {
-  if (ptr != nullptr) munmap(ptr, bytes);
+  if (ptr == nullptr) return;
+  munmap(ptr, bytes);
+  count_unmapped(bytes);
 }
 
 }  // namespace dynemb::cpu

@@ -8,7 +8,8 @@
 
 namespace dynemb::cpu {
 
-// Maps `bytes` of zeroed, 64-byte-aligned memory (huge pages advised); throws std::bad_alloc.
+// Maps `bytes` of zeroed, 64-byte-aligned memory (huge pages advised), counted in
+// mapped_table_bytes(); throws std::bad_alloc.
 void* map_zeroed(size_t bytes);
 // Unmaps what map_zeroed returned (nullptr is a no-op).
 void unmap(void* ptr, size_t bytes) noexcept;
