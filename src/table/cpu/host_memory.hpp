@@ -14,7 +14,8 @@ size_t mapped_table_bytes();
 // Bytes the CPU tables may map in all: physical memory, or the cgroup limit where lower.
 size_t host_memory_limit();
 // Throws OutOfMemory "<what>: needs <bytes> of host memory; ..." when mapping `bytes` more would
-// take the tables past host_memory_limit().
+// take the tables past host_memory_limit(). A check, not a reservation: storages created at the
+// same moment on several threads may pass it together.
 void require_host_memory(size_t bytes, const std::string& what);
 // Replaces host_memory_limit() (0: the machine's again), for tests.
 void set_host_memory_limit_for_testing(size_t bytes);
