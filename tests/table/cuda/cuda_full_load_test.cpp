@@ -1,7 +1,8 @@
 // The CUDA write kernels under the load the benchmark puts on them: a table at load factor 1
 // (every new key evicts), large batches mixing present keys, new keys and copies of both, every
 // writing operation in turn. After each call: no key stored twice, size() equal to the keys
-// stored, and every stored row exactly the row its key was last given (no torn rows).
+// stored, and every stored row exactly the row its key was last given (no torn rows). Rows of 8
+// floats and of 64 (find_or_insert on 4-thread tiles once the table is nearly full).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,12 +19,10 @@
 namespace dynemb::testing {
 namespace {
 
-constexpr uint32_t kDim = 8;
-
 // The row key k is given in round r: every element names both, so a torn row shows.
-std::vector<float> row_for(uint64_t key, uint32_t round) {
-  std::vector<float> row(kDim);
-  for (uint32_t j = 0; j < kDim; ++j)
+std::vector<float> row_for(uint64_t key, uint32_t round, uint32_t dim) {
+  std::vector<float> row(dim);
+  for (uint32_t j = 0; j < dim; ++j)
     row[j] = static_cast<float>((key % 100003) + j) + 0.5f * static_cast<float>(round % 4);
   return row;
 }
@@ -38,11 +37,12 @@ std::map<uint64_t, std::vector<float>> contents(Table<uint64_t>& table) {
   return out;
 }
 
-// One run of 12 mixed calls; `grouped_min` is the table's grouped_write_min_batch.
-void run_full_load(uint64_t grouped_min) {
+// One run of 12 mixed calls on rows of `dim` floats; `grouped_min` is the table's
+// grouped_write_min_batch.
+void run_full_load(uint64_t grouped_min, uint32_t dim) {
   TestRng rng;
   TableOptions o;
-  o.dim = kDim;
+  o.dim = dim;
   o.init_capacity = o.max_capacity = uint64_t{1} << 18;
   o.bucket_capacity = 128;
   o.max_load_factor = 1.0;
@@ -66,7 +66,7 @@ void run_full_load(uint64_t grouped_min) {
     const auto stored = contents(*table);
     ASSERT_EQ(table->size(), stored.size()) << "round " << round;
     for (const auto& [key, row] : stored) {
-      ASSERT_EQ(row, row_for(key, last_round.at(key))) << "key " << key << " round " << round;
+      ASSERT_EQ(row, row_for(key, last_round.at(key), dim)) << "key " << key << " round " << round;
     }
     // 60% present keys (when there are enough), 40% new, then 10% copies of both.
     std::vector<uint64_t> present;
@@ -81,7 +81,7 @@ void run_full_load(uint64_t grouped_min) {
     std::shuffle(keys.begin(), keys.end(), rng.engine());
     std::vector<float> values;
     for (uint64_t k : keys) {
-      const auto r = row_for(k, round);
+      const auto r = row_for(k, round, dim);
       values.insert(values.end(), r.begin(), r.end());
     }
     auto k = upload(Backend::kCuda, keys);
@@ -94,7 +94,7 @@ void run_full_load(uint64_t grouped_min) {
         break;
       case 1: {
         BackendBuffer<uint64_t> ek(Backend::kCuda, n), es(Backend::kCuda, n);
-        BackendBuffer<float> ev(Backend::kCuda, n * kDim);
+        BackendBuffer<float> ev(Backend::kCuda, n * dim);
         const size_t out = table->insert_and_evict(n, k.data(), v.data(), nullptr, ek.data(),
                                                    ev.data(), es.data());
         EXPECT_LE(out, n);
@@ -104,13 +104,13 @@ void run_full_load(uint64_t grouped_min) {
         // find_or_insert returns each key's stored row, or its initial row when the key was
         // not stored when its copy ran (new; or evicted earlier in this call by a new key,
         // which the contract allows). Then every batch key still stored gets this round's row.
-        BackendBuffer<float> out(Backend::kCuda, n * kDim);
+        BackendBuffer<float> out(Backend::kCuda, n * dim);
         table->find_or_insert(n, k.data(), out.data(), nullptr);
-        const auto rows = download(out, n * kDim);
+        const auto rows = download(out, n * dim);
         for (size_t i = 0; i < n; ++i) {
-          const std::vector<float> got(rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim);
-          std::vector<float> initial(kDim);
-          fill_initial_row(o.initializer, keys[i], initial.data(), kDim);
+          const std::vector<float> got(rows.begin() + i * dim, rows.begin() + (i + 1) * dim);
+          std::vector<float> initial(dim);
+          fill_initial_row(o.initializer, keys[i], initial.data(), dim);
           const auto before = stored.find(keys[i]);
           const bool was_row = before != stored.end() && got == before->second;
           EXPECT_TRUE(was_row || got == initial) << "find_or_insert row of key " << keys[i];
@@ -121,7 +121,7 @@ void run_full_load(uint64_t grouped_min) {
         for (uint64_t key : std::set<uint64_t>(keys.begin(), keys.end())) {
           if (!now.count(key)) continue;
           still.push_back(key);
-          const auto r = row_for(key, round);
+          const auto r = row_for(key, round, dim);
           still_rows.insert(still_rows.end(), r.begin(), r.end());
           last_round[key] = round;
         }
@@ -140,12 +140,17 @@ void run_full_load(uint64_t grouped_min) {
 
 TEST(CudaTableFullLoad, MixedBatchesAtLoadFactorOneKeepTheTableConsistent) {
   DYNEMB_REQUIRE_CUDA();
-  run_full_load(TableOptions{}.grouped_write_min_batch);  // the default: bucket locks
+  run_full_load(TableOptions{}.grouped_write_min_batch, 8);  // the default: bucket locks
+}
+
+TEST(CudaTableFullLoad, WideRowsAtLoadFactorOneKeepTheTableConsistent) {
+  DYNEMB_REQUIRE_CUDA();
+  run_full_load(TableOptions{}.grouped_write_min_batch, 64);
 }
 
 TEST(CudaTableFullLoad, GroupedWritesKeepTheTableConsistentToo) {
   DYNEMB_REQUIRE_CUDA();
-  run_full_load(0);  // every call grouped by bucket
+  run_full_load(0, 8);  // every call grouped by bucket
 }
 
 }  // namespace
