@@ -534,7 +534,7 @@ class CudaTable final : public Table<K> {
     if (!timer_scores_only_) view.score_bounds = nullptr;
     const bool nearly_full =
         write_tiles_follow_load(op, view.dim) &&
-        load_factor_->load_factor(storage_.capacity()) >= kNearlyFullLoadFactor;
+        load_factor_->load_factor_bound(storage_.capacity()) >= kNearlyFullLoadFactor;
     const bool grouped = a.n_device == nullptr && a.n > 0 &&
                          a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
                          view.num_buckets <= (1ull << 32);

@@ -31,14 +31,15 @@ void LoadFactorProbe::collect() {
   if (status == cudaErrorNotReady) return;
   cuda::check(status, "cudaEventQuery (load factor probe)");
   known_count_ = *host_count_;
+  written_at_known_ = written_at_issue_;
   in_flight_ = false;
 }
 
 void LoadFactorProbe::after_write(const TableView& table, uint64_t keys, cudaStream_t stream) {
   collect();
-  written_since_count_ += keys;
+  written_ += keys;
   const uint64_t capacity = table.num_buckets * table.bucket_capacity;
-  const bool due = !counted_ || written_since_count_ >= capacity / kCountsPerFill;
+  const bool due = !counted_ || written_ - written_at_issue_ >= capacity / kCountsPerFill;
   if (!due || in_flight_) return;
   launch_init_state(state_, 0, stream);
   launch_count_size(table, state_, stream);
@@ -48,12 +49,17 @@ void LoadFactorProbe::after_write(const TableView& table, uint64_t keys, cudaStr
   cuda::check(cudaEventRecord(copied_, stream), "cudaEventRecord (load factor probe)");
   in_flight_ = true;
   counted_ = true;
-  written_since_count_ = 0;
+  written_at_issue_ = written_;
 }
 
-double LoadFactorProbe::load_factor(uint64_t capacity) {
+double LoadFactorProbe::upper_bound(uint64_t count, uint64_t written_since, uint64_t capacity) {
+  if (capacity == 0 || count >= capacity || written_since >= capacity - count) return 1.0;
+  return static_cast<double>(count + written_since) / static_cast<double>(capacity);
+}
+
+double LoadFactorProbe::load_factor_bound(uint64_t capacity) {
   collect();
-  return capacity == 0 ? 0.0 : static_cast<double>(known_count_) / static_cast<double>(capacity);
+  return upper_bound(known_count_, written_ - written_at_known_, capacity);
 }
 
 }  // namespace dynemb::cuda_table
