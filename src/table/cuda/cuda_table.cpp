@@ -19,7 +19,6 @@
 #include "table/cuda/bucket_order.hpp"
 #include "table/cuda/call_scratch.hpp"
 #include "table/cuda/kernels.hpp"
-#include "table/cuda/load_factor_probe.hpp"
 #include "table/cuda/stream_order.hpp"
 #include "table/cuda/table_storage.hpp"
 
@@ -66,8 +65,6 @@ class CudaTable final : public Table<K> {
                      options_.dim, options_.max_hbm_for_values, timer_policy(), stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
-    tiles_follow_load_ = write_tiles_follow_load(WriteOp::kFindOrInsert, options_.dim);
-    if (tiles_follow_load_) load_factor_ = std::make_unique<LoadFactorProbe>();
     multiprocessors_ = cuda::multiprocessors(options_.device);
     cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
@@ -511,7 +508,6 @@ class CudaTable final : public Table<K> {
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
     if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr)
       refresh_row_ptrs(n, keys, a, grew, s);
-    if (tiles_follow_load_) load_factor_->after_write(storage_.view(), n, s);
     return st;
   }
 
@@ -532,14 +528,11 @@ class CudaTable final : public Table<K> {
   void launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
     TableView view = storage_.view();
     if (!timer_scores_only_) view.score_bounds = nullptr;
-    const bool nearly_full =
-        write_tiles_follow_load(op, view.dim) &&
-        load_factor_->load_factor_bound(storage_.capacity()) >= kNearlyFullLoadFactor;
     const bool grouped = a.n_device == nullptr && a.n > 0 &&
                          a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
                          view.num_buckets <= (1ull << 32);
     if (!grouped) {
-      launch_write(op, view, a, multiprocessors_, nearly_full, s);
+      launch_write(op, view, a, multiprocessors_, s);
       return;
     }
     // The order's arrays are freed in stream order, after the kernel.
@@ -547,7 +540,7 @@ class CudaTable final : public Table<K> {
     a.subset = order.positions.data();
     a.run_buckets = order.buckets.data();
     a.run_keys = order.keys.data();
-    launch_write(op, view, a, multiprocessors_, nearly_full, s);
+    launch_write(op, view, a, multiprocessors_, s);
   }
 
   // Doubles the capacity by rehashing into new storage (caller holds the write lock).
@@ -598,10 +591,8 @@ class CudaTable final : public Table<K> {
 
   TableOptions options_;
   DeviceStats* stats_ = nullptr;
-  std::unique_ptr<WriteState> write_state_;       // every write's call state
-  bool tiles_follow_load_ = false;                // some writes' tiles follow the load factor:
-  std::unique_ptr<LoadFactorProbe> load_factor_;  // then the figure they follow
-  uint32_t multiprocessors_ = 0;                  // the device's SMs (sizes subset grids)
+  std::unique_ptr<WriteState> write_state_;  // every write's call state
+  uint32_t multiprocessors_ = 0;             // the device's SMs (sizes subset grids)
   TableStorage storage_;
   std::atomic<uint64_t> capacity_{0};
   std::atomic<uint64_t> rehashes_{0};

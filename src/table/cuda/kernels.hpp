@@ -22,15 +22,8 @@ void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, c
 
 // Runs one locked write operation over the batch (or the subset) described by `args`, on a
 // device of `multiprocessors` SMs (it sizes the grid of a subset whose length the device holds).
-// `nearly_full`: the table's load factor, as last counted, is at least kNearlyFullLoadFactor.
 void launch_write(WriteOp op, const TableView& table, const WriteArgs& args,
-                  uint32_t multiprocessors, bool nearly_full, cudaStream_t stream);
-
-// The load factor from which find_or_insert runs 4-thread tiles on rows of up to 64 floats.
-inline constexpr double kNearlyFullLoadFactor = 0.9;
-
-// Whether launch_write's tiles for `op` on rows of `dim` floats depend on nearly_full.
-bool write_tiles_follow_load(WriteOp op, uint32_t dim);
+                  uint32_t multiprocessors, cudaStream_t stream);
 
 // find_or_insert's lock-free first pass (TouchArgs). Only valid while no other kernel changes
 // the table: it runs under the call's writer lock, before the locked pass.

@@ -455,50 +455,42 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
   launch_kernel<kOp, true, 0, kT>(t, a, multiprocessors, stream);
 }
 
-// Tiles of 4 threads for rows of up to 64 floats, else 8: twice the keys in flight per warp,
-// where a row's copy is short enough for 4 threads. find_or_insert, find_or_insert_given and
-// accum_or_assign read the stored row too: 32 floats, but 64 for the first two in a nearly full
-// table, where a key's longer chain of loads (victim search) makes keys in flight count most.
+// Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
+// accum_or_assign, which read the stored row too: 32), else 8: twice the keys in flight per warp,
+// where a row's copy is short enough for 4 threads.
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
-               bool nearly_full, cudaStream_t stream) {
-  const uint32_t widest = copies_found_rows(kOp)           ? (nearly_full ? 64 : 32)
-                          : kOp == WriteOp::kAccumOrAssign ? 32
-                                                           : 64;
+               cudaStream_t stream) {
+  const uint32_t widest = copies_found_rows(kOp) || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
 
 }  // namespace
 
-bool write_tiles_follow_load(WriteOp op, uint32_t dim) {
-  return copies_found_rows(op) && dim > 32 && dim <= 64;
-}
-
 void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
-                  bool nearly_full, cudaStream_t stream) {
+                  cudaStream_t stream) {
   if (a.n == 0) return;
   const bool vec = t.dim % 4 == 0 && aligned16(a.values_in) && aligned16(a.values_out) &&
                    aligned16(a.evicted_values) && aligned16(t.hbm_values) &&
                    aligned16(t.host_values);
   switch (op) {
     case WriteOp::kFindOrInsert:
-      return launch_op<WriteOp::kFindOrInsert>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kFindOrInsert>(t, a, vec, multiprocessors, stream);
     case WriteOp::kFindOrInsertGiven:
-      return launch_op<WriteOp::kFindOrInsertGiven>(t, a, vec, multiprocessors, nearly_full,
-                                                    stream);
+      return launch_op<WriteOp::kFindOrInsertGiven>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertOrAssign:
-      return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertAndEvict:
-      return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssign:
-      return launch_op<WriteOp::kAssign>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssignScores:
-      return launch_op<WriteOp::kAssignScores>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kAssignScores>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAccumOrAssign:
-      return launch_op<WriteOp::kAccumOrAssign>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kAccumOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kErase:
-      return launch_op<WriteOp::kErase>(t, a, vec, multiprocessors, nearly_full, stream);
+      return launch_op<WriteOp::kErase>(t, a, vec, multiprocessors, stream);
   }
 }
 

@@ -2,7 +2,8 @@
 // (every new key evicts), large batches mixing present keys, new keys and copies of both, every
 // writing operation in turn. After each call: no key stored twice, size() equal to the keys
 // stored, and every stored row exactly the row its key was last given (no torn rows). Rows of 8
-// floats and of 64 (find_or_insert on 4-thread tiles once the table is nearly full).
+// floats and of 64 (8-thread tiles on a full table, where find_or_insert copies the stored row
+// out).
 #include <gtest/gtest.h>
 
 #include <algorithm>
