@@ -10,12 +10,14 @@
 #        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
 #        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
-#        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m)
+#        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m, then
+#        `dynemb bench dedup --backend cuda`)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
 #        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run (a device call is
 #        limited to 10 minutes: run them in separate calls there)
-#        GPU_CHECK_PACK_LOGS=1      move the logs, tests.json and summary.txt into logs.tar.xz at the end
+#        GPU_CHECK_PACK_LOGS=1      move the logs, the markdown tables, tests.json and summary.txt into
+#                                   logs.tar.xz at the end
 #        (the lent device returns at most 8 files from $OUT; the JSON results stay loose)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -104,6 +106,9 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       rc=${PIPESTATUS[0]}
       record "bench_train_$shape" $rc
     done
+    step "dynemb bench dedup --backend cuda (the 13m shape's dedup: per table, side by side, one call)"
+    "$program" bench dedup --backend cuda --json "$out/dedup_cuda.json" 2>&1 | tail -8
+    record bench_dedup "${PIPESTATUS[0]}"
     if [ "${GPU_CHECK_HYBRID:-0}" = 1 ]; then
       step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
       "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
@@ -123,7 +128,7 @@ fi
 echo "--- summary ---"
 cat "$out/summary.txt"
 if [ "${GPU_CHECK_PACK_LOGS:-0}" = 1 ]; then
-  packed=$(cd "$out" && ls -- *.log tests.json summary.txt 2> /dev/null)
+  packed=$(cd "$out" && ls -- *.log *.md tests.json summary.txt 2> /dev/null)
   if [ -n "$packed" ]; then
     # shellcheck disable=SC2086  # the names have no spaces (written above)
     (cd "$out" && tar -cJf logs.tar.xz $packed && rm -f $packed)
