@@ -8,6 +8,7 @@
 
 #include "bench/table/hkv_anchors.hpp"
 #include "bench/table/peer_scenario.hpp"
+#include "bench/table/result_file.hpp"
 
 namespace dynemb::bench {
 namespace {
@@ -229,19 +230,8 @@ nlohmann::json to_json(const TableBenchReport& report) {
   j["benchmark"] = "dynemb bench table";
   j["schema_version"] = 1;
   j["backend"] = to_string(c.backend);
-  j["machine"] = {{"hostname", report.machine.hostname},
-                  {"cpu_model", report.machine.cpu_model},
-                  {"cores", report.machine.cores},
-                  {"memory_bytes", report.machine.memory_bytes}};
-  if (report.gpu) {
-    j["gpu"] = {{"name", report.gpu->name},
-                {"memory_bytes", report.gpu->memory_bytes},
-                {"compute_capability", std::to_string(report.gpu->compute_capability_major) + "." +
-                                           std::to_string(report.gpu->compute_capability_minor)},
-                {"multiprocessors", report.gpu->multiprocessors}};
-  } else {
-    j["gpu"] = nullptr;
-  }
+  j["machine"] = machine_json(report.machine);
+  j["gpu"] = gpu_json(report.gpu);
   if (report.pcie) {
     j["pcie_bandwidth_gb_s"] = {{"host_to_device", report.pcie->host_to_device / 1e9},
                                 {"device_to_host", report.pcie->device_to_host / 1e9},

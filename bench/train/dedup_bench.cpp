@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "bench/table/machine_info.hpp"
+#include "bench/table/result_file.hpp"
 #include "bench/train/table_workers.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
@@ -211,17 +210,8 @@ std::string report_dedup_bench(const DedupBenchReport& r, std::ostream& out) {
 
   nlohmann::json j;
   j["benchmark"] = "dynemb bench dedup";
-  j["machine"] = {{"hostname", r.machine.hostname},
-                  {"cpu_model", r.machine.cpu_model},
-                  {"cores", r.machine.cores},
-                  {"memory_bytes", r.machine.memory_bytes}};
-  if (r.gpu) {
-    j["gpu"] = {{"name", r.gpu->name},
-                {"memory_bytes", r.gpu->memory_bytes},
-                {"multiprocessors", r.gpu->multiprocessors}};
-  } else {
-    j["gpu"] = nullptr;
-  }
+  j["machine"] = machine_json(r.machine);
+  j["gpu"] = gpu_json(r.gpu);
   j["git_commit"] = r.git_commit;
   j["date_utc"] = r.date_utc;
   j["parameters"] = {{"backend", to_string(c.backend)},
@@ -242,16 +232,14 @@ std::string report_dedup_bench(const DedupBenchReport& r, std::ostream& out) {
   j["results"] = results;
   if (c.backend == Backend::kCuda)
     j["anchor_torch_unique_m_keys_per_s"] = kTorchUniqueAnchorKeysPerSecond / 1e6;
-  std::string path = c.json_path;
-  if (path.empty()) {
-    std::string day = r.date_utc.substr(0, 10);
-    day.erase(std::remove(day.begin(), day.end(), '-'), day.end());
-    path = std::string(DYNEMB_SOURCE_DIR) + "/bench/results/dedup-" + to_string(c.backend) + "-" +
-           std::to_string(c.tables * c.batch * c.ids_per_bag / 1000) + "k-" + r.machine.hostname +
-           "-" + day + ".json";
-  }
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << j.dump(2) << "\n";
+  const std::string path =
+      !c.json_path.empty()
+          ? c.json_path
+          : default_result_path(DYNEMB_SOURCE_DIR,
+                                "dedup-" + to_string(c.backend) + "-" +
+                                    std::to_string(c.tables * c.batch * c.ids_per_bag / 1000) + "k",
+                                r.machine.hostname, r.date_utc);
+  write_json_file(path, j);
   out << "wrote " << path << "\n";
   return path;
 }

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +10,7 @@
 #include <random>
 
 #include "bench/table/machine_info.hpp"
+#include "bench/table/result_file.hpp"
 #include "bench/train/table_workers.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
@@ -283,17 +282,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
 
   nlohmann::json j;
   j["benchmark"] = "dynemb bench train";
-  j["machine"] = {{"hostname", r.machine.hostname},
-                  {"cpu_model", r.machine.cpu_model},
-                  {"cores", r.machine.cores},
-                  {"memory_bytes", r.machine.memory_bytes}};
-  if (r.gpu) {
-    j["gpu"] = {{"name", r.gpu->name},
-                {"memory_bytes", r.gpu->memory_bytes},
-                {"multiprocessors", r.gpu->multiprocessors}};
-  } else {
-    j["gpu"] = nullptr;
-  }
+  j["machine"] = machine_json(r.machine);
+  j["gpu"] = gpu_json(r.gpu);
   j["git_commit"] = r.git_commit;
   j["date_utc"] = r.date_utc;
   j["parameters"] = {{"backend", to_string(c.backend)},
@@ -326,16 +316,14 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                   {"rows_after", r.rows_after},
                   {"row_dim", r.row_dim}};
   for (const auto& [stage, s] : r.stage_seconds) j["results"]["stages_ms"][stage] = s * 1e3;
-  std::string path = c.json_path;
-  if (path.empty()) {
-    std::string day = r.date_utc.substr(0, 10);
-    day.erase(std::remove(day.begin(), day.end(), '-'), day.end());
-    path = std::string(DYNEMB_SOURCE_DIR) + "/bench/results/train-" + to_string(c.backend) + "-" +
-           std::to_string(r.lookups_per_step / 1000) + "k-" + r.machine.hostname + "-" + day +
-           ".json";
-  }
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << j.dump(2) << "\n";
+  const std::string path =
+      !c.json_path.empty()
+          ? c.json_path
+          : default_result_path(DYNEMB_SOURCE_DIR,
+                                "train-" + to_string(c.backend) + "-" +
+                                    std::to_string(r.lookups_per_step / 1000) + "k",
+                                r.machine.hostname, r.date_utc);
+  write_json_file(path, j);
   out << "wrote " << path << "\n";
   return path;
 }

@@ -1,0 +1,42 @@
+#include "bench/table/result_file.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "dynemb/core/error.hpp"
+
+namespace dynemb::bench {
+
+nlohmann::json machine_json(const MachineInfo& m) {
+  return {{"hostname", m.hostname},
+          {"cpu_model", m.cpu_model},
+          {"cores", m.cores},
+          {"memory_bytes", m.memory_bytes}};
+}
+
+nlohmann::json gpu_json(const std::optional<GpuInfo>& gpu) {
+  if (!gpu) return nullptr;
+  return {{"name", gpu->name},
+          {"memory_bytes", gpu->memory_bytes},
+          {"compute_capability", std::to_string(gpu->compute_capability_major) + "." +
+                                     std::to_string(gpu->compute_capability_minor)},
+          {"multiprocessors", gpu->multiprocessors}};
+}
+
+std::string default_result_path(const std::string& source_dir, const std::string& stem,
+                                const std::string& hostname, const std::string& date_utc) {
+  std::string day = date_utc.substr(0, 10);
+  day.erase(std::remove(day.begin(), day.end(), '-'), day.end());
+  return source_dir + "/bench/results/" + stem + "-" + hostname + "-" + day + ".json";
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream file(p);
+  file << j.dump(2) << "\n";
+  if (!file) throw Error("cannot write the result file " + path);
+}
+
+}  // namespace dynemb::bench

@@ -1,0 +1,27 @@
+// The parts every benchmark result file shares: where it goes, and the machine and GPU it names.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "bench/table/bench_clock.hpp"
+#include "bench/table/results.hpp"
+
+namespace dynemb::bench {
+
+// {"hostname", "cpu_model", "cores", "memory_bytes"} of `m`.
+nlohmann::json machine_json(const MachineInfo& m);
+
+// {"name", "memory_bytes", "compute_capability", "multiprocessors"} of `gpu`; null without one.
+nlohmann::json gpu_json(const std::optional<GpuInfo>& gpu);
+
+// `source_dir`/bench/results/`stem`-`hostname`-YYYYMMDD.json, the day taken from `date_utc`
+// (ISO 8601, as utc_now_iso8601 writes it).
+std::string default_result_path(const std::string& source_dir, const std::string& stem,
+                                const std::string& hostname, const std::string& date_utc);
+
+// Writes `j` (indented) to `path`, creating its directory first; throws Error when it cannot.
+void write_json_file(const std::string& path, const nlohmann::json& j);
+
+}  // namespace dynemb::bench
