@@ -10,6 +10,7 @@
 #include "bench/table/machine_info.hpp"
 #include "bench/table/result_file.hpp"
 #include "bench/train/table_workers.hpp"
+#include "bench/train/train_bench.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
@@ -82,18 +83,10 @@ int bits_for(uint64_t rows) {
 
 void validate_dedup_bench_config(const DedupBenchConfig& c) {
   constexpr const char* w = "bench dedup";
-  require(c.tables >= 1 && c.tables <= 1024, w, "--tables", std::to_string(c.tables),
-          "must be in [1, 1024]");
-  require(c.rows_per_table >= 1 && c.rows_per_table <= (uint64_t{1} << 32), w, "--rows",
-          std::to_string(c.rows_per_table), "must be in [1, 2^32]");
-  require(c.batch >= 1, w, "--batch", std::to_string(c.batch), "must be >= 1");
-  require(c.ids_per_bag >= 1 && c.ids_per_bag <= 4096, w, "--ids-per-bag",
-          std::to_string(c.ids_per_bag), "must be in [1, 4096]");
+  validate_step_shape(w, c.tables, c.rows_per_table, c.batch, c.ids_per_bag, c.zipf_alpha);
   require(c.tables * c.batch * c.ids_per_bag < (uint64_t{1} << 31), w,
           "--tables x --batch x --ids-per-bag", std::to_string(c.tables * c.batch * c.ids_per_bag),
           "must be < 2^31 (the one call over every table)");
-  require(c.zipf_alpha > 0.0 && c.zipf_alpha < 10.0, w, "--alpha", std::to_string(c.zipf_alpha),
-          "must be in (0, 10)");
   require(c.repeats >= 1, w, "--repeats", std::to_string(c.repeats), "must be >= 1");
 }
 

@@ -66,20 +66,25 @@ TrainBenchConfig train_bench_config_1m() {
   return c;
 }
 
+void validate_step_shape(const char* where, uint32_t tables, uint64_t rows, uint64_t batch,
+                         uint32_t ids_per_bag, double alpha) {
+  require(tables >= 1 && tables <= 1024, where, "--tables", std::to_string(tables),
+          "must be in [1, 1024]");
+  require(rows >= 1 && rows <= (1ull << 32), where, "--rows", std::to_string(rows),
+          "must be in [1, 2^32]");
+  require(batch >= 1, where, "--batch", std::to_string(batch), "must be >= 1");
+  require(ids_per_bag >= 1 && ids_per_bag <= 4096, where, "--ids-per-bag",
+          std::to_string(ids_per_bag), "must be in [1, 4096]");
+  require(alpha > 0.0 && alpha < 10.0, where, "--alpha", std::to_string(alpha),
+          "must be in (0, 10)");
+}
+
 void validate_train_bench_config(const TrainBenchConfig& c) {
   constexpr const char* w = "bench train";
-  require(c.tables >= 1 && c.tables <= 1024, w, "--tables", std::to_string(c.tables),
-          "must be in [1, 1024]");
-  require(c.rows_per_table >= 1 && c.rows_per_table <= (1ull << 32), w, "--rows",
-          std::to_string(c.rows_per_table), "must be in [1, 2^32]");
+  validate_step_shape(w, c.tables, c.rows_per_table, c.batch, c.ids_per_bag, c.zipf_alpha);
   require(c.dim >= 1 && c.dim <= 4096, w, "--dim", std::to_string(c.dim), "must be in [1, 4096]");
-  require(c.batch >= 1, w, "--batch", std::to_string(c.batch), "must be >= 1");
-  require(c.ids_per_bag >= 1 && c.ids_per_bag <= 4096, w, "--ids-per-bag",
-          std::to_string(c.ids_per_bag), "must be in [1, 4096]");
   require(c.batch * c.ids_per_bag < (1ull << 31), w, "--batch x --ids-per-bag",
           std::to_string(c.batch * c.ids_per_bag), "must be < 2^31 ids per table");
-  require(c.zipf_alpha > 0.0 && c.zipf_alpha < 10.0, w, "--alpha", std::to_string(c.zipf_alpha),
-          "must be in (0, 10)");
   require(c.steps >= 1, w, "--steps", std::to_string(c.steps), "must be >= 1");
 }
 

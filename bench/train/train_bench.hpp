@@ -36,6 +36,12 @@ struct TrainBenchConfig {
 };
 
 // The 13.1M-lookup shape of ANCHORS.md and the 1M-lookup variant.
+// Throws InvalidArgument naming the option (for `where`) when the shape shared by `dynemb bench
+// train` and `dynemb bench dedup` is out of range: --tables, --rows, --batch, --ids-per-bag,
+// --alpha.
+void validate_step_shape(const char* where, uint32_t tables, uint64_t rows, uint64_t batch,
+                         uint32_t ids_per_bag, double alpha);
+
 TrainBenchConfig train_bench_config_13m();
 TrainBenchConfig train_bench_config_1m();
 // Throws InvalidArgument naming the bad field.
