@@ -31,12 +31,16 @@ std::string default_result_path(const std::string& source_dir, const std::string
   return source_dir + "/bench/results/" + stem + "-" + hostname + "-" + day + ".json";
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& j) {
+void write_text_file(const std::string& path, const std::string& text) {
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::ofstream file(p);
-  file << j.dump(2) << "\n";
-  if (!file) throw Error("cannot write the result file " + path);
+  file << text;
+  if (!file) throw Error("dynemb bench: cannot write " + path);
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  write_text_file(path, j.dump(2) + "\n");
 }
 
 }  // namespace dynemb::bench

@@ -21,7 +21,10 @@ nlohmann::json gpu_json(const std::optional<GpuInfo>& gpu);
 std::string default_result_path(const std::string& source_dir, const std::string& stem,
                                 const std::string& hostname, const std::string& date_utc);
 
-// Writes `j` (indented) to `path`, creating its directory first; throws Error when it cannot.
+// Writes `text` to `path`, creating its directory first; throws Error when it cannot.
+void write_text_file(const std::string& path, const std::string& text);
+
+// write_text_file of `j`, indented.
 void write_json_file(const std::string& path, const nlohmann::json& j);
 
 }  // namespace dynemb::bench

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <ostream>
 #include <random>
@@ -11,6 +10,7 @@
 #include "bench/table/machine_info.hpp"
 #include "bench/table/peer_scenario.hpp"
 #include "bench/table/report.hpp"
+#include "bench/table/result_file.hpp"
 #include "dynemb/core/error.hpp"
 
 namespace dynemb::bench {
@@ -18,14 +18,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  std::ofstream file(p);
-  file << text;
-  if (!file) throw Error("dynemb bench table: cannot write " + path);
 }
 
 // Times each peer on the keys of `dynemb_run`, one peer alive at a time.
@@ -113,10 +105,10 @@ std::string run_and_report(const TableBenchConfig& config, std::ostream& out,
   out << tables << std::flush;
   const std::string json_path =
       config.json_path.empty() ? default_json_path(report) : config.json_path;
-  write_file(json_path, to_json(report).dump(2) + "\n");
+  write_json_file(json_path, to_json(report));
   progress << "wrote " << json_path << "\n";
   if (!config.markdown_path.empty()) {
-    write_file(config.markdown_path, tables);
+    write_text_file(config.markdown_path, tables);
     progress << "wrote " << config.markdown_path << "\n";
   }
   return json_path;

@@ -1,6 +1,7 @@
 #include "bench/train/dedup_bench.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <iomanip>
 #include <memory>
@@ -73,12 +74,6 @@ std::pair<double, double> time_runs(uint32_t warmup, uint32_t repeats, F once) {
   return {s[s.size() / 2], s.front()};
 }
 
-int bits_for(uint64_t rows) {
-  int bits = 0;
-  while (bits < 63 && (uint64_t{1} << bits) < rows) ++bits;
-  return bits;
-}
-
 }  // namespace
 
 void validate_dedup_bench_config(const DedupBenchConfig& c) {
@@ -100,8 +95,8 @@ DedupBenchReport run_dedup_bench(const DedupBenchConfig& c, std::ostream& progre
   r.date_utc = utc_now_iso8601();
 
   // Table t's keys are its ids with t in the bits above them, so the one call over every table
-  // sorts bits_for(rows) + bits_for(tables) bits, as a grouped step would.
-  const int id_bits = bits_for(c.rows_per_table);
+  // sorts the ids' bits and the table index's, as a grouped step would.
+  const int id_bits = std::bit_width(c.rows_per_table - 1);
   const uint64_t ids = c.batch * c.ids_per_bag;
   std::mt19937_64 rng(c.seed != 0 ? c.seed : std::random_device{}());
   const ZipfSampler zipf(c.rows_per_table, c.zipf_alpha);
@@ -120,11 +115,10 @@ DedupBenchReport run_dedup_bench(const DedupBenchConfig& c, std::ostream& progre
     clocks.push_back(make_bench_clock(c.backend));
   }
   DedupCall grouped(c.backend, all_keys, c.batch * c.tables, c.ids_per_bag);
-  host_keys.clear();
-  all_keys.clear();
 
-  auto add = [&](const std::string& name, uint64_t calls, uint64_t keys_per_call, uint64_t unique,
-                 std::pair<double, double> s) {
+  // Records a scenario timed as `s` whose calls found `unique` keys in all.
+  auto add = [&](const std::string& name, uint64_t calls, uint64_t keys_per_call,
+                 std::pair<double, double> s, uint64_t unique) {
     r.scenarios.push_back({name, calls, keys_per_call, unique, s.first, s.second});
     progress << name << ": " << s.first * 1e3 << " ms\n";
   };
@@ -140,9 +134,8 @@ DedupBenchReport run_dedup_bench(const DedupBenchConfig& c, std::ostream& progre
     for (uint64_t u : unique) s += u;
     return s;
   };
-  add("per_table_one_after_another", c.tables, ids, 0,
-      time_runs(c.warmup, c.repeats, one_after_another));
-  r.scenarios.back().unique_keys = sum();
+  const auto in_turn = time_runs(c.warmup, c.repeats, one_after_another);
+  add("per_table_one_after_another", c.tables, ids, in_turn, sum());
 
   TableWorkers workers(c.tables);
   auto side_by_side = [&] {
@@ -151,16 +144,16 @@ DedupBenchReport run_dedup_bench(const DedupBenchConfig& c, std::ostream& progre
       clocks[t]->synchronize();
     });
   };
-  add("per_table_side_by_side", c.tables, ids, 0, time_runs(c.warmup, c.repeats, side_by_side));
-  r.scenarios.back().unique_keys = sum();
+  const auto beside = time_runs(c.warmup, c.repeats, side_by_side);
+  add("per_table_side_by_side", c.tables, ids, beside, sum());
 
   uint64_t grouped_unique = 0;
   auto all_at_once = [&] {
     grouped_unique = grouped.run(c.backend, clocks[0]->stream());
     clocks[0]->synchronize();
   };
-  add("all_tables_one_call", 1, ids * c.tables, 0, time_runs(c.warmup, c.repeats, all_at_once));
-  r.scenarios.back().unique_keys = grouped_unique;
+  const auto one_call = time_runs(c.warmup, c.repeats, all_at_once);
+  add("all_tables_one_call", 1, ids * c.tables, one_call, grouped_unique);
 
   for (const auto& s : r.scenarios) {
     if (s.unique_keys != grouped_unique) {
