@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,30 +11,17 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "embedding/admission_counter.hpp"
+#include "embedding/embedding_table.hpp"
 #include "ops/backends.hpp"
 #include "ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {
 
-// Grows `buffer` to at least `count` elements (contents are not kept); never leaves it
-// unallocated, so an empty batch still passes valid pointers on.
-template <class T>
-void ensure(BackendBuffer<T>& buffer, Backend backend, size_t count, int device) {
-  if (buffer.data() == nullptr || buffer.size() < count) {
-    buffer = BackendBuffer<T>(backend, count + count / 4 + 16, device);
-  }
-}
+using detail::ensure_buffer;
 
 // Counts kept in backend memory, so a step never waits for them (read by stats()).
 enum Counter : size_t { kRowsCreated, kNonfinite, kAdmissionPending, kEvalMisses, kCounters };
-
-TableOptions table_options_for(const EmbeddingOptions& o) {
-  TableOptions t = o.table;
-  t.dim = embedding_row_dim(o);
-  t.initializer.width = o.dim;  // optimizer state (and padding) starts at 0
-  return t;
-}
 
 }  // namespace
 
@@ -102,7 +88,7 @@ template <TableKey K>
 Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
     : backend_(backend), options_(options), step_(std::make_unique<Step>()) {
   validate_embedding_options(options);
-  const TableOptions t = table_options_for(options);
+  const TableOptions t = detail::embedding_table_options(options);
   row_dim_ = t.dim;
   table_ = make_table<K>(backend, t);
   step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
@@ -131,20 +117,20 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   require(batch.num_bags == 0 || batch.offsets != nullptr, "Embedding::forward", "batch.offsets",
           "nullptr", "must be non-null when num_bags = " + std::to_string(batch.num_bags));
   s.pending_backward = false;
-  ensure(s.unique_keys, backend_, n, device);
-  ensure(s.inverse, backend_, n, device);
-  ensure(s.ids_by_row, backend_, n, device);
-  ensure(s.row_begin, backend_, n + 1, device);
+  ensure_buffer(s.unique_keys, backend_, n, device);
+  ensure_buffer(s.inverse, backend_, n, device);
+  ensure_buffer(s.ids_by_row, backend_, n, device);
+  ensure_buffer(s.row_begin, backend_, n + 1, device);
   // The bags in the grouped order, from the dedup, for a training step's backward on the GPU
   // (the CPU's reduction works them out as it goes).
   s.has_bag_by_row = training && batch.mode != PoolingMode::kNone && backend_ == Backend::kCuda;
-  if (s.has_bag_by_row) ensure(s.bag_by_row, backend_, n, device);
-  ensure(s.offsets, backend_, batch.num_bags + 1, device);
+  if (s.has_bag_by_row) ensure_buffer(s.bag_by_row, backend_, n, device);
+  ensure_buffer(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
                       batch.num_bags == 0 ? 0 : (batch.num_bags + 1) * sizeof(int64_t), stream);
   s.weighted = batch.weights != nullptr;
   if (s.weighted) {
-    ensure(s.weights, backend_, n, device);
+    ensure_buffer(s.weights, backend_, n, device);
     copy_within_backend(backend_, s.weights.data(), batch.weights, n * sizeof(float), stream);
   }
   s.num_ids = n;
@@ -168,9 +154,9 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   // the table's rows in place.
   s.by_address = !(training && admission_ != nullptr);
   if (s.by_address) {
-    ensure(s.row_ptrs, backend_, u, device);
+    ensure_buffer(s.row_ptrs, backend_, u, device);
   } else {
-    ensure(s.rows, backend_, u * row_dim_, device);
+    ensure_buffer(s.rows, backend_, u * row_dim_, device);
   }
   const LookupFeature feature = s.feature(options_.dim, row_dim_);
   detail::validate_lookup_shape("Embedding::forward", {&feature, 1}, {&output, 1}, "outputs");
@@ -191,7 +177,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   Step& s = *step_;
   const int device = options_.table.device;
   const size_t u = s.num_unique;
-  ensure(s.found, backend_, u, device);
+  ensure_buffer(s.found, backend_, u, device);
   K* keys = s.unique_keys.data();
   bool* found = s.found.data();
   uint64_t* counters = s.counters.data();
@@ -204,7 +190,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     }
     // A key without a row (evaluation: not stored; training: refused, reserved, or evicted by a
     // later key of the same call) reads the evaluation initializer and gets no update.
-    ensure(s.missing, backend_, u, device);
+    ensure_buffer(s.missing, backend_, u, device);
     const bool zero_row = options_.eval_initializer.kind == InitializerKind::kConstant &&
                           std::bit_cast<uint32_t>(options_.eval_initializer.value) == 0;
     if (zero_row) {
@@ -214,7 +200,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
         s.fallback_is_zero_row = true;
       }
     } else {
-      ensure(s.fallback, backend_, u * options_.dim, device);
+      ensure_buffer(s.fallback, backend_, u * options_.dim, device);
       s.fallback_is_zero_row = false;
     }
     detail::resolve_missing_rows(backend_, u, rows, s.missing.data(), s.fallback.data(),
@@ -267,9 +253,9 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     }
   }
   const size_t a = admitted.size();
-  ensure(s.admitted_keys, backend_, a, device);
-  ensure(s.admitted_where, backend_, a, device);
-  ensure(s.admitted_rows, backend_, a * row_dim_, device);
+  ensure_buffer(s.admitted_keys, backend_, a, device);
+  ensure_buffer(s.admitted_where, backend_, a, device);
+  ensure_buffer(s.admitted_rows, backend_, a * row_dim_, device);
   copy_to_backend(backend_, s.admitted_keys.data(), admitted.data(), a * sizeof(K));
   copy_to_backend(backend_, s.admitted_where.data(), where.data(), a * sizeof(uint32_t));
   if (!on_host) copy_to_backend(backend_, found, host_found, u * sizeof(bool));
@@ -308,8 +294,8 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   }
   // gradient_check = ERROR (its check needs the gradients before any row changes) and counter
   // admission: the gradients reduced into memory first.
-  ensure(s.row_grads, backend_, u * options_.dim, device);
-  ensure(s.skip, backend_, u, device);
+  ensure_buffer(s.row_grads, backend_, u * options_.dim, device);
+  ensure_buffer(s.skip, backend_, u, device);
   const LookupOutput row_grads{s.row_grads.data(), options_.dim};
   detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads, row_grads, stream);
   stage_done("reduce");
@@ -323,7 +309,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   }
   if (options_.gradient_check == SafeCheck::kError) {
     // The one synchronization of a backward: the count must be known before any row changes.
-    ensure(s.admit, backend_, u, device);
+    ensure_buffer(s.admit, backend_, u, device);
     const size_t bad = flag_nonfinite_rows(backend_, u, s.row_grads.data(), options_.dim,
                                            options_.dim, s.admit.data(), stream);
     if (bad > 0) {
@@ -356,7 +342,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   const uint64_t* scores = nullptr;
   if (options_.table.score_policy == ScorePolicy::kLfu) {
     if (s.zero_scores.data() == nullptr || s.zero_scores.size() < u) {
-      ensure(s.zero_scores, backend_, u, device);
+      ensure_buffer(s.zero_scores, backend_, u, device);
       s.zeroed_scores = 0;
     }
     if (s.zeroed_scores < u) {
@@ -372,20 +358,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
 
 template <TableKey K>
 size_t Embedding<K>::end_step() {
-  size_t expired = 0;
-  if (options_.ttl_steps > 0) {
-    const uint64_t step = table_->score();
-    if (step >= options_.ttl_steps) {
-      expired = table_->erase_if({ScoreCompare::kLessEqual, step - options_.ttl_steps});
-    }
-  } else if (options_.ttl_seconds > 0.0) {
-    const uint64_t now =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
-    const auto ttl_ns = static_cast<uint64_t>(options_.ttl_seconds * 1e9);
-    if (now > ttl_ns) expired = table_->erase_if({ScoreCompare::kLess, now - ttl_ns});
-  }
+  const size_t expired = detail::expire_rows(*table_, options_);
   stats_.expired += expired;
   table_->advance_step();
   return expired;

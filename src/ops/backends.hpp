@@ -75,6 +75,15 @@ void reduce_and_optimize_row_ptrs_cpu(const OptimizerOptions& o, const LookupFea
 void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float* rows,
                                       uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                       uint32_t dim, const bool* skip, uint64_t* nonfinite);
+// src/ops/table_keys.hpp on the host.
+template <TableKey K>
+void combine_table_keys_cpu(uint32_t table, uint32_t shift, size_t n, const K* keys,
+                            const int64_t* offsets, size_t num_bags, uint64_t base,
+                            uint64_t bag_base, uint64_t* combined_keys, int64_t* combined_offsets,
+                            uint64_t* status);
+template <TableKey K>
+void split_table_keys_cpu(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
+                          uint32_t shift, K* keys, uint64_t* bounds);
 
 // --- CUDA (src/ops/cuda; without the CUDA backend, src/ops/no_cuda throws NotAvailable) -------
 
@@ -132,6 +141,14 @@ void resolve_missing_rows_cuda(size_t n, float** rows, bool* missing, float* fal
                                uint64_t* missing_count, StreamHandle stream);
 void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream);
 void fill_iota_cuda(uint32_t* out, size_t n, StreamHandle stream);
+template <TableKey K>
+void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* keys,
+                             const int64_t* offsets, size_t num_bags, uint64_t base,
+                             uint64_t bag_base, uint64_t* combined_keys, int64_t* combined_offsets,
+                             uint64_t* status, StreamHandle stream);
+template <TableKey K>
+void split_table_keys_cuda(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
+                           uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream);
 // Page-locked host memory (cudaMallocHost) and its release.
 void* pinned_host_alloc_cuda(size_t bytes);
 void pinned_host_free_cuda(void* p) noexcept;

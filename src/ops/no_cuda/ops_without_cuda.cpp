@@ -110,4 +110,25 @@ void sync_stream_cuda(StreamHandle) {
   no_cuda_ops("StepWorkspace");
 }
 
+template <TableKey K>
+void combine_table_keys_cuda(uint32_t, uint32_t, size_t, const K*, const int64_t*, size_t, uint64_t,
+                             uint64_t, uint64_t*, int64_t*, uint64_t*, StreamHandle) {
+  no_cuda_ops("combine_table_keys");
+}
+template <TableKey K>
+void split_table_keys_cuda(size_t, const uint64_t*, uint32_t, uint32_t, K*, uint64_t*,
+                           StreamHandle) {
+  no_cuda_ops("split_table_keys");
+}
+template void combine_table_keys_cuda<int64_t>(uint32_t, uint32_t, size_t, const int64_t*,
+                                               const int64_t*, size_t, uint64_t, uint64_t,
+                                               uint64_t*, int64_t*, uint64_t*, StreamHandle);
+template void combine_table_keys_cuda<uint64_t>(uint32_t, uint32_t, size_t, const uint64_t*,
+                                                const int64_t*, size_t, uint64_t, uint64_t,
+                                                uint64_t*, int64_t*, uint64_t*, StreamHandle);
+template void split_table_keys_cuda<int64_t>(size_t, const uint64_t*, uint32_t, uint32_t, int64_t*,
+                                             uint64_t*, StreamHandle);
+template void split_table_keys_cuda<uint64_t>(size_t, const uint64_t*, uint32_t, uint32_t,
+                                              uint64_t*, uint64_t*, StreamHandle);
+
 }  // namespace dynemb::detail

@@ -1,0 +1,42 @@
+// The backend-neutral entry points of src/ops/table_keys.hpp.
+#include "ops/table_keys.hpp"
+
+#include "ops/backends.hpp"
+
+namespace dynemb::detail {
+
+template <TableKey K>
+void combine_table_keys(Backend backend, uint32_t table, uint32_t shift, size_t n, const K* keys,
+                        const int64_t* offsets, size_t num_bags, uint64_t base, uint64_t bag_base,
+                        uint64_t* combined_keys, int64_t* combined_offsets, uint64_t* status,
+                        StreamHandle stream) {
+  if (n == 0 && num_bags == 0) return;
+  if (backend == Backend::kCuda) {
+    return combine_table_keys_cuda(table, shift, n, keys, offsets, num_bags, base, bag_base,
+                                   combined_keys, combined_offsets, status, stream);
+  }
+  combine_table_keys_cpu(table, shift, n, keys, offsets, num_bags, base, bag_base, combined_keys,
+                         combined_offsets, status);
+}
+
+template <TableKey K>
+void split_table_keys(Backend backend, size_t u, const uint64_t* unique_keys, uint32_t num_tables,
+                      uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream) {
+  if (backend == Backend::kCuda) {
+    return split_table_keys_cuda(u, unique_keys, num_tables, shift, keys, bounds, stream);
+  }
+  split_table_keys_cpu(u, unique_keys, num_tables, shift, keys, bounds);
+}
+
+template void combine_table_keys<int64_t>(Backend, uint32_t, uint32_t, size_t, const int64_t*,
+                                          const int64_t*, size_t, uint64_t, uint64_t, uint64_t*,
+                                          int64_t*, uint64_t*, StreamHandle);
+template void combine_table_keys<uint64_t>(Backend, uint32_t, uint32_t, size_t, const uint64_t*,
+                                           const int64_t*, size_t, uint64_t, uint64_t, uint64_t*,
+                                           int64_t*, uint64_t*, StreamHandle);
+template void split_table_keys<int64_t>(Backend, size_t, const uint64_t*, uint32_t, uint32_t,
+                                        int64_t*, uint64_t*, StreamHandle);
+template void split_table_keys<uint64_t>(Backend, size_t, const uint64_t*, uint32_t, uint32_t,
+                                         uint64_t*, uint64_t*, StreamHandle);
+
+}  // namespace dynemb::detail
