@@ -16,6 +16,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding.hpp"
+#include "dynemb/embedding/embedding_collection.hpp"
 
 namespace dynemb::bench {
 namespace {
@@ -86,6 +87,8 @@ void validate_train_bench_config(const TrainBenchConfig& c) {
   require(c.batch * c.ids_per_bag < (1ull << 31), w, "--batch x --ids-per-bag",
           std::to_string(c.batch * c.ids_per_bag), "must be < 2^31 ids per table");
   require(c.steps >= 1, w, "--steps", std::to_string(c.steps), "must be >= 1");
+  require(!(c.grouped_tables && c.concurrent_tables), w, "--grouped-tables", "set",
+          "runs every table on one stream: it cannot be combined with --concurrent-tables");
 }
 
 TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& progress) {
@@ -112,11 +115,19 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   eo.optimizer.kind = config.optimizer;
   eo.optimizer.learning_rate = 1e-3f;
   eo.gradient_check = SafeCheck::kIgnore;
+  const bool grouped = config.grouped_tables;
   std::vector<std::unique_ptr<Embedding<int64_t>>> tables;
-  for (uint32_t t = 0; t < config.tables; ++t) {
-    tables.push_back(std::make_unique<Embedding<int64_t>>(backend, eo));
+  std::unique_ptr<EmbeddingCollection<int64_t>> collection;
+  if (grouped) {
+    collection = std::make_unique<EmbeddingCollection<int64_t>>(
+        backend, std::vector<EmbeddingOptions>(config.tables, eo));
+    r.row_dim = collection->row_dim();
+  } else {
+    for (uint32_t t = 0; t < config.tables; ++t) {
+      tables.push_back(std::make_unique<Embedding<int64_t>>(backend, eo));
+    }
+    r.row_dim = tables.front()->row_dim();
   }
-  r.row_dim = tables.front()->row_dim();
 
   // Batches drawn once on the host and moved to the backend.
   const uint64_t ids = config.batch * config.ids_per_bag;
@@ -127,7 +138,9 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   std::vector<int64_t> host_keys(ids);
   for (uint32_t t = 0; t < config.tables; ++t) {
     for (int g = 0; g < kBatchSets; ++g) {
-      for (auto& k : host_keys) k = static_cast<int64_t>((uint64_t{t} << 40) | zipf(rng));
+      // Separate tables' ids carry their table in bit 40 and up; a collection's need not.
+      const uint64_t tag = grouped ? 0 : uint64_t{t} << 40;
+      for (auto& k : host_keys) k = static_cast<int64_t>(tag | zipf(rng));
       keys[t].emplace_back(backend, ids);
       keys[t].back().upload(host_keys.data(), ids);
     }
@@ -140,11 +153,19 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   // A gradient of each table's pooled output, as a model's backward gives each table its own.
   std::vector<float> host_grad(config.batch * config.dim);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
+  // A collection takes every table's gradient in one buffer, table after table.
   std::vector<BackendBuffer<float>> grads;
+  BackendBuffer<float> all_grads;
+  if (grouped) all_grads = BackendBuffer<float>(backend, host_grad.size() * config.tables);
   for (uint32_t t = 0; t < config.tables; ++t) {
     for (auto& g : host_grad) g = normal(rng);
-    grads.emplace_back(backend, host_grad.size());
-    grads.back().upload(host_grad.data(), host_grad.size());
+    if (grouped) {
+      copy_to_backend(backend, all_grads.data() + t * host_grad.size(), host_grad.data(),
+                      host_grad.size() * sizeof(float));
+    } else {
+      grads.emplace_back(backend, host_grad.size());
+      grads.back().upload(host_grad.data(), host_grad.size());
+    }
   }
 
   // Concurrent tables: a clock (its own stream) and an output buffer per table, one host thread
@@ -154,7 +175,7 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   std::vector<BackendBuffer<float>> outs;
   for (uint32_t t = 0; t < (concurrent ? config.tables : 1u); ++t) {
     if (concurrent) table_clocks.push_back(make_bench_clock(backend));
-    outs.emplace_back(backend, host_grad.size());
+    outs.emplace_back(backend, host_grad.size() * (grouped ? config.tables : 1u));
   }
   auto stream_of = [&](uint32_t t) { return concurrent ? table_clocks[t]->stream() : stream; };
   auto synchronize_all = [&] {
@@ -174,8 +195,21 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
       tables[t]->end_step();
     }
   };
+  auto collection_step = [&](int set, bool backward) {
+    std::vector<EmbeddingBatch<int64_t>> batches;
+    for (uint32_t t = 0; t < config.tables; ++t) {
+      batches.push_back(
+          {keys[t][set].data(), ids, offsets.data(), config.batch, nullptr, PoolingMode::kSum});
+    }
+    collection->forward(batches, outs[0].data(), config.dim, true, stream);
+    if (backward) {
+      collection->backward(all_grads.data(), config.dim, stream);
+      collection->end_step();
+    }
+  };
   // One step over every table; concurrent: returns once every table's stream is done.
   auto run_step = [&](int set, bool backward) {
+    if (grouped) return collection_step(set, backward);
     if (!concurrent) {
       for (uint32_t t = 0; t < config.tables; ++t) table_step(t, set, backward);
       return;
@@ -199,6 +233,9 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   };
   auto unique_total = [&] {
     uint64_t u = 0;
+    if (grouped) {
+      for (const EmbeddingStats& t : collection->stats().tables) u += t.unique_lookups;
+    }
     for (auto& t : tables) u += t->stats().unique_lookups;
     return u;
   };
@@ -226,6 +263,19 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   for (uint32_t s = 0; s < profiled; ++s) {
     std::map<std::string, double> step_stage;
     auto last = std::chrono::steady_clock::now();
+    if (grouped) {
+      collection->set_stage_observer([&](const char* stage) {
+        clock->synchronize();
+        const auto now = std::chrono::steady_clock::now();
+        step_stage[stage] += std::chrono::duration<double>(now - last).count();
+        last = now;
+      });
+      synchronize_all();
+      last = std::chrono::steady_clock::now();
+      collection_step(s % kBatchSets, true);
+      for (auto& [stage, seconds] : step_stage) stage_samples[stage].push_back(seconds);
+      continue;
+    }
     for (uint32_t t = 0; t < config.tables; ++t) {
       BenchClock* table_clock = concurrent ? table_clocks[t].get() : clock.get();
       tables[t]->set_stage_observer([&, table_clock](const char* stage) {
@@ -242,6 +292,7 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   }
   synchronize_all();
   for (auto& t : tables) t->set_stage_observer(nullptr);
+  if (grouped) collection->set_stage_observer(nullptr);
   for (auto& [stage, samples] : stage_samples) r.stage_seconds[stage] = median(samples);
 
   const double u = r.unique_per_step;
@@ -255,8 +306,10 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
                        u * 4.0 * useful_row_floats * 2;
   r.forward_floor_seconds = r.forward_floor_bytes / r.copy_bandwidth;
   r.step_floor_seconds = r.step_floor_bytes / r.copy_bandwidth;
-  for (uint32_t t = 0; t < config.tables; ++t)
-    r.rows_after += tables[t]->table().size(stream_of(t));
+  for (uint32_t t = 0; t < config.tables; ++t) {
+    r.rows_after +=
+        grouped ? collection->table(t).size(stream) : tables[t]->table().size(stream_of(t));
+  }
   return r;
 }
 
@@ -268,7 +321,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       << c.ids_per_bag << " ids, Zipf " << c.zipf_alpha << " over " << c.rows_per_table
       << " ids: " << r.lookups_per_step << " lookups, " << std::setprecision(0) << r.unique_per_step
       << " unique per step, rows of " << r.row_dim << " floats"
-      << (c.concurrent_tables ? ", tables side by side" : "") << "\n"
+      << (c.concurrent_tables ? ", tables side by side" : "")
+      << (c.grouped_tables ? ", one collection of every table" : "") << "\n"
       << std::setprecision(3);
   out << "| stage | ms | floor ms | ms / floor |\n| --- | --- | --- | --- |\n";
   auto row = [&](const std::string& name, double s, double floor) {
@@ -291,22 +345,25 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
   j["gpu"] = gpu_json(r.gpu);
   j["git_commit"] = r.git_commit;
   j["date_utc"] = r.date_utc;
-  j["parameters"] = {{"backend", to_string(c.backend)},
-                     {"tables", c.tables},
-                     {"rows_per_table", c.rows_per_table},
-                     {"dim", c.dim},
-                     {"batch", c.batch},
-                     {"ids_per_bag", c.ids_per_bag},
-                     {"zipf_alpha", c.zipf_alpha},
-                     {"optimizer", to_string(c.optimizer)},
-                     {"warmup_steps", c.warmup_steps},
-                     {"steps", c.steps},
-                     {"threads", c.threads},
-                     {"concurrent_tables", c.concurrent_tables},
-                     {"pooling", "sum"},
-                     {"gradients", "one buffer per table"},
-                     {"score_policy", "step"},
-                     {"key_type", "int64"}};
+  j["parameters"] = {
+      {"backend", to_string(c.backend)},
+      {"tables", c.tables},
+      {"rows_per_table", c.rows_per_table},
+      {"dim", c.dim},
+      {"batch", c.batch},
+      {"ids_per_bag", c.ids_per_bag},
+      {"zipf_alpha", c.zipf_alpha},
+      {"optimizer", to_string(c.optimizer)},
+      {"warmup_steps", c.warmup_steps},
+      {"steps", c.steps},
+      {"threads", c.threads},
+      {"concurrent_tables", c.concurrent_tables},
+      {"grouped_tables", c.grouped_tables},
+      {"key_table_tag", c.grouped_tables ? "none" : "table << 40"},
+      {"pooling", "sum"},
+      {"gradients", c.grouped_tables ? "one buffer, table after table" : "one buffer per table"},
+      {"score_policy", "step"},
+      {"key_type", "int64"}};
   j["results"] = {{"lookups_per_step", r.lookups_per_step},
                   {"unique_per_step", r.unique_per_step},
                   {"step_ms_median", r.step_seconds * 1e3},

@@ -31,6 +31,9 @@ struct TrainBenchConfig {
   // The tables' steps run side by side: one host thread and (CUDA) one stream per table. Off:
   // one table after the other on one stream. Stage profiling stays one table at a time.
   bool concurrent_tables = false;
+  // One EmbeddingCollection over every table on one stream (one dedup, pooling and backward
+  // launch for all tables) instead of one Embedding per table; ids carry no table tag.
+  bool grouped_tables = false;
   uint64_t seed = 0;  // 0 = random
   std::string json_path;
 };

@@ -16,7 +16,7 @@ struct BenchTrainArgs {
   uint32_t tables = 0, dim = 0, ids_per_bag = 0, steps = 0, warmup = 0, threads = 0;
   uint64_t rows = 0, batch = 0, seed = 0;
   double alpha = 0.0;
-  bool concurrent_tables = false, sequential_tables = false;
+  bool concurrent_tables = false, sequential_tables = false, grouped_tables = false;
   std::string json_path;
 };
 
@@ -39,8 +39,9 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   if (a.alpha > 0) c.zipf_alpha = a.alpha;
   c.threads = a.threads;
   // Tables side by side: by default on cuda (one stream and host thread per table).
-  c.concurrent_tables =
-      a.concurrent_tables || (!a.sequential_tables && c.backend == Backend::kCuda);
+  c.grouped_tables = a.grouped_tables;
+  c.concurrent_tables = a.concurrent_tables ||
+                        (!a.sequential_tables && !a.grouped_tables && c.backend == Backend::kCuda);
   c.seed = a.seed;
   c.json_path = a.json_path;
   return c;
@@ -73,6 +74,9 @@ void install(CLI::App& cmd) {
                "for cuda)");
   cmd.add_flag("--sequential-tables", a->sequential_tables,
                "run the tables one after the other on one stream (default for cpu)");
+  cmd.add_flag("--grouped-tables", a->grouped_tables,
+               "one EmbeddingCollection over every table, on one stream (one dedup, pooling and "
+               "backward launch for all tables)");
   cmd.add_option("--json", a->json_path, "result file (default bench/results/train-...json)");
   cmd.callback([a] {
     const auto config = make_config(*a);
