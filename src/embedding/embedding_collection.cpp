@@ -1,6 +1,5 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
-#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -10,7 +9,6 @@
 #include "dynemb/ops/row_ops.hpp"
 #include "embedding/embedding_table.hpp"
 #include "ops/backends.hpp"
-#include "ops/side_streams.hpp"
 #include "ops/step_ops.hpp"
 #include "ops/table_keys.hpp"
 
@@ -20,8 +18,6 @@ namespace {
 using detail::ensure_buffer;
 
 constexpr const char* kForward = "EmbeddingCollection::forward";
-// Streams the tables' lookups are spread over.
-constexpr size_t kSideStreams = 8;
 
 // Words read back with the dedup: combine_table_keys' status, then the step's nonfinite count.
 enum Word : size_t { kNonfinite = detail::kTableKeyStatusWords, kWords };
@@ -98,8 +94,6 @@ struct EmbeddingCollection<K>::Step {
   std::vector<uint64_t> host_bounds;
   std::vector<size_t> ids_of, bags_of;  // per table, this step
   std::unique_ptr<detail::StepWorkspace> workspace;
-  // The tables' lookups run side by side on these (CUDA; at most kSideStreams).
-  std::unique_ptr<detail::SideStreams> side;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
@@ -143,8 +137,6 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   s.bounds = BackendBuffer<uint64_t>(backend, n + 1, device);
   s.host_bounds.resize(n + 1);
   s.workspace = std::make_unique<detail::StepWorkspace>(backend, device);
-  s.side =
-      std::make_unique<detail::SideStreams>(backend, n > 1 ? std::min(n, kSideStreams) : 0, device);
   backend_zero(backend, s.words.data(), kWords * sizeof(uint64_t));
   backend_zero(backend, s.table_counters.data(), n * kPerTable * sizeof(uint64_t));
   backend_synchronize(backend);
@@ -323,30 +315,25 @@ void EmbeddingCollection<K>::lookup_rows(bool training, StreamHandle stream) {
     ensure_buffer(s.fallback, backend_, u * o.dim, device);
     s.fallback_is_zero_row = false;
   }
-  // Each table on a side stream: a lookup is a few dependent launches on a few hundred
-  // thousand keys at most, so ten of them one after the other leave the GPU mostly idle.
-  s.side->fork(stream);
   for (size_t t = 0; t < tables_.size(); ++t) {
     const size_t begin = s.host_bounds[t];
     const size_t count = s.host_bounds[t + 1] - begin;
     if (count == 0) continue;
-    const StreamHandle table_stream = s.side->stream(t, stream);
     const K* keys = s.unique_keys.data() + begin;
     float** rows = s.row_ptrs.data() + begin;
     bool* found = s.found.data() + begin;
     if (training) {
-      tables_[t]->find_or_insert_pointers(count, keys, rows, found, nullptr, table_stream);
+      tables_[t]->find_or_insert_pointers(count, keys, rows, found, nullptr, stream);
     } else {
-      tables_[t]->find_pointers(count, keys, rows, found, nullptr, table_stream);
+      tables_[t]->find_pointers(count, keys, rows, found, nullptr, stream);
     }
     uint64_t* counters = s.table_counters.data() + t * kPerTable;
     float* fallback = s.fallback.data() + (zero_row ? 0 : begin * o.dim);
     detail::resolve_missing_rows(backend_, count, rows, s.missing.data() + begin, fallback,
                                  zero_row ? 0 : o.dim, training ? found : nullptr,
                                  training ? counters + kRowsCreated : nullptr,
-                                 training ? nullptr : counters + kEvalMisses, table_stream);
+                                 training ? nullptr : counters + kEvalMisses, stream);
   }
-  s.side->join(stream);
   if (!zero_row) {
     fill_initial_rows<K>(backend_, u, s.unique_keys.data(), s.missing.data(), true,
                          o.eval_initializer, s.fallback.data(), o.dim, o.dim, stream);

@@ -154,13 +154,6 @@ void* pinned_host_alloc_cuda(size_t bytes);
 void pinned_host_free_cuda(void* p) noexcept;
 // Waits for `stream`'s work.
 void sync_stream_cuda(StreamHandle stream);
-// Streams and events of SideStreams (src/ops/side_streams.hpp), on `device`.
-StreamHandle create_stream_cuda(int device);
-void destroy_stream_cuda(StreamHandle stream, int device) noexcept;
-void* create_event_cuda(int device);
-void destroy_event_cuda(void* event, int device) noexcept;
-void record_event_cuda(void* event, StreamHandle stream, int device);
-void wait_event_cuda(StreamHandle stream, void* event, int device);
 
 // Throws NotAvailable naming `where` (a CUDA op in a build without the CUDA backend).
 [[noreturn]] inline void no_cuda_ops(const char* where) {

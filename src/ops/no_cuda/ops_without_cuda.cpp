@@ -131,19 +131,4 @@ template void split_table_keys_cuda<int64_t>(size_t, const uint64_t*, uint32_t, 
 template void split_table_keys_cuda<uint64_t>(size_t, const uint64_t*, uint32_t, uint32_t,
                                               uint64_t*, uint64_t*, StreamHandle);
 
-StreamHandle create_stream_cuda(int) {
-  no_cuda_ops("SideStreams");
-}
-void destroy_stream_cuda(StreamHandle, int) noexcept {}
-void* create_event_cuda(int) {
-  no_cuda_ops("SideStreams");
-}
-void destroy_event_cuda(void*, int) noexcept {}
-void record_event_cuda(void*, StreamHandle, int) {
-  no_cuda_ops("SideStreams");
-}
-void wait_event_cuda(StreamHandle, void*, int) {
-  no_cuda_ops("SideStreams");
-}
-
 }  // namespace dynemb::detail
