@@ -10,7 +10,8 @@
 #        GPU_CHECK_SKIP_BENCH=1     skip the benchmarks
 #        GPU_CHECK_HYBRID=1         also run the hybrid table benchmark (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)
 #        GPU_CHECK_BENCH_ARGS="..." extra arguments for `dynemb bench table`
-#        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m, then
+#        (`dynemb bench train --backend cuda` runs after it, shapes 13m and 1m, each also with
+#        --grouped-tables, then
 #        `dynemb bench dedup --backend cuda`)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
@@ -105,6 +106,11 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
         2>&1 | tail -14
       rc=${PIPESTATUS[0]}
       record "bench_train_$shape" $rc
+      step "dynemb bench train --backend cuda --shape $shape --grouped-tables (one EmbeddingCollection)"
+      "$program" bench train --backend cuda --shape "$shape" --grouped-tables \
+        --json "$out/train_cuda_${shape}_grouped.json" 2>&1 | tail -14
+      rc=${PIPESTATUS[0]}
+      record "bench_train_${shape}_grouped" $rc
     done
     step "dynemb bench dedup --backend cuda (the 13m shape's dedup: per table, side by side, one call)"
     "$program" bench dedup --backend cuda --json "$out/dedup_cuda.json" 2>&1 | tail -8
