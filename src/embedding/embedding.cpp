@@ -11,7 +11,7 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "embedding/admission_counter.hpp"
-#include "embedding/embedding_table.hpp"
+#include "embedding/step_parts.hpp"
 #include "ops/backends.hpp"
 #include "ops/step_ops.hpp"
 
@@ -36,8 +36,8 @@ struct Embedding<K>::Step {
   // Rows by address (by_address): the table's row of each unique key, or the fallback row
   // (eval initializer) where the key has none (missing[i]).
   BackendBuffer<float*> row_ptrs;
-  BackendBuffer<float> fallback;
-  bool fallback_is_zero_row = false;  // fallback holds one row of zeros (shared, stride 0)
+  detail::FallbackRows fallback;
+  detail::NonfiniteReport nonfinite_report;
   BackendBuffer<bool> found, admit, skip, missing;
   // Counter admission: the step's candidates on the host, and the admitted keys' new rows.
   std::vector<K> host_keys;
@@ -65,22 +65,9 @@ struct Embedding<K>::Step {
   }
 
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
-    LookupFeature f;
-    if (by_address) {
-      f.row_ptrs = row_ptrs.data();
-    } else {
-      f.rows = rows.data();
-    }
-    f.row_stride = row_dim;
-    f.dim = dim;
-    f.num_rows = num_unique;
-    f.indices = inverse.data();
-    f.num_ids = num_ids;
-    f.offsets = offsets.data();
-    f.num_bags = num_bags;
-    f.weights = weighted ? weights.data() : nullptr;
-    f.mode = mode;
-    return f;
+    return detail::step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim, row_dim,
+                                num_unique, inverse.data(), num_ids, offsets.data(), num_bags,
+                                weighted ? weights.data() : nullptr, mode);
   }
 };
 
@@ -147,7 +134,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
       s.row_begin.data(), s.has_bag_by_row ? s.bag_by_row.data() : nullptr, s.offsets.data(),
       batch.num_bags, "Embedding::forward", {s.counters.data(), kCounters, counters}, *s.workspace,
       stream);
-  report_nonfinite(counters[kNonfinite]);
+  s.nonfinite_report.update(counters[kNonfinite], options_.gradient_check, "Embedding::backward");
   stage_done("dedup");
   s.num_unique = u;
   // Counter admission keeps the dense path (it copies rows out and back); the rest works on
@@ -191,25 +178,15 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     // A key without a row (evaluation: not stored; training: refused, reserved, or evicted by a
     // later key of the same call) reads the evaluation initializer and gets no update.
     ensure_buffer(s.missing, backend_, u, device);
-    const bool zero_row = options_.eval_initializer.kind == InitializerKind::kConstant &&
-                          std::bit_cast<uint32_t>(options_.eval_initializer.value) == 0;
-    if (zero_row) {
-      if (!s.fallback_is_zero_row || s.fallback.size() < options_.dim) {
-        s.fallback = BackendBuffer<float>(backend_, options_.dim, device);
-        backend_zero(backend_, s.fallback.data(), options_.dim * sizeof(float), stream);
-        s.fallback_is_zero_row = true;
-      }
-    } else {
-      ensure_buffer(s.fallback, backend_, u * options_.dim, device);
-      s.fallback_is_zero_row = false;
-    }
-    detail::resolve_missing_rows(backend_, u, rows, s.missing.data(), s.fallback.data(),
-                                 zero_row ? 0 : options_.dim, training ? found : nullptr,
+    const uint32_t stride =
+        s.fallback.prepare(backend_, options_.eval_initializer, options_.dim, u, device, stream);
+    detail::resolve_missing_rows(backend_, u, rows, s.missing.data(), s.fallback.rows.data(),
+                                 stride, training ? found : nullptr,
                                  training ? counters + kRowsCreated : nullptr,
                                  training ? nullptr : counters + kEvalMisses, stream);
-    if (!zero_row) {
+    if (stride != 0) {
       fill_initial_rows<K>(backend_, u, keys, s.missing.data(), true, options_.eval_initializer,
-                           s.fallback.data(), options_.dim, options_.dim, stream);
+                           s.fallback.rows.data(), options_.dim, options_.dim, stream);
     }
     return;
   }
@@ -287,7 +264,9 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
     detail::reduce_and_optimize_row_ptrs(backend_, options_.optimizer, feature, s.groups(), grads,
                                          s.row_ptrs.data(), s.missing.data(),
                                          s.counters.data() + kNonfinite, *s.workspace, stream);
-    if (backend_ == Backend::kCpu) report_nonfinite(s.counters.data()[kNonfinite]);
+    if (backend_ == Backend::kCpu)
+      s.nonfinite_report.update(s.counters.data()[kNonfinite], options_.gradient_check,
+                                "Embedding::backward");
     stage_done("reduce+optimizer");
     s.pending_backward = false;
     return;
@@ -332,7 +311,8 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
                                          s.counters.data() + kNonfinite, stream);
   }
   if (options_.gradient_check != SafeCheck::kError && backend_ == Backend::kCpu) {
-    report_nonfinite(s.counters.data()[kNonfinite]);
+    s.nonfinite_report.update(s.counters.data()[kNonfinite], options_.gradient_check,
+                              "Embedding::backward");
   }
   stage_done("optimizer");
   s.pending_backward = false;
@@ -362,17 +342,6 @@ size_t Embedding<K>::end_step() {
   stats_.expired += expired;
   table_->advance_step();
   return expired;
-}
-
-template <TableKey K>
-void Embedding<K>::report_nonfinite(uint64_t total) {
-  if (total <= reported_nonfinite_) return;
-  const uint64_t fresh = total - reported_nonfinite_;
-  reported_nonfinite_ = total;
-  if (options_.gradient_check == SafeCheck::kWarning) {
-    warn("Embedding::backward: grad held NaN or Inf for " + std::to_string(fresh) +
-         " keys since the last report; those rows were skipped");
-  }
 }
 
 template <TableKey K>

@@ -7,7 +7,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "embedding/embedding_table.hpp"
+#include "embedding/step_parts.hpp"
 #include "ops/backends.hpp"
 #include "ops/step_ops.hpp"
 #include "ops/table_keys.hpp"
@@ -85,8 +85,9 @@ struct EmbeddingCollection<K>::Step {
   BackendBuffer<uint32_t> inverse, ids_by_row, row_begin, bag_by_row;
   bool has_bag_by_row = false;
   BackendBuffer<float*> row_ptrs;
-  BackendBuffer<float> fallback, row_grads;
-  bool fallback_is_zero_row = false;
+  BackendBuffer<float> row_grads;
+  detail::FallbackRows fallback;
+  detail::NonfiniteReport nonfinite_report;
   BackendBuffer<bool> found, missing, flags;
   BackendBuffer<uint64_t> bounds;          // num_tables + 1
   BackendBuffer<uint64_t> words;           // Word
@@ -104,18 +105,9 @@ struct EmbeddingCollection<K>::Step {
   }
 
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
-    LookupFeature f;
-    f.row_ptrs = row_ptrs.data();
-    f.row_stride = row_dim;
-    f.dim = dim;
-    f.num_rows = num_unique;
-    f.indices = inverse.data();
-    f.num_ids = num_ids;
-    f.offsets = offsets.data();
-    f.num_bags = num_bags;
-    f.weights = weighted ? weights.data() : nullptr;
-    f.mode = mode;
-    return f;
+    return detail::step_feature(nullptr, row_ptrs.data(), dim, row_dim, num_unique, inverse.data(),
+                                num_ids, offsets.data(), num_bags,
+                                weighted ? weights.data() : nullptr, mode);
   }
 };
 
@@ -270,7 +262,8 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
       u = combine_and_dedup(batches, shift, words, stream);
     }
   }
-  report_nonfinite(words[kNonfinite]);
+  s.nonfinite_report.update(words[kNonfinite], options_.front().gradient_check,
+                            "EmbeddingCollection::backward");
   stage_done("dedup");
   s.num_unique = u;
   ensure_buffer(s.row_ptrs, backend_, u, device);
@@ -303,18 +296,8 @@ void EmbeddingCollection<K>::lookup_rows(bool training, StreamHandle stream) {
   const size_t u = s.num_unique;
   ensure_buffer(s.found, backend_, u, device);
   ensure_buffer(s.missing, backend_, u, device);
-  const bool zero_row = o.eval_initializer.kind == InitializerKind::kConstant &&
-                        std::bit_cast<uint32_t>(o.eval_initializer.value) == 0;
-  if (zero_row) {
-    if (!s.fallback_is_zero_row || s.fallback.size() < o.dim) {
-      s.fallback = BackendBuffer<float>(backend_, o.dim, device);
-      backend_zero(backend_, s.fallback.data(), o.dim * sizeof(float), stream);
-      s.fallback_is_zero_row = true;
-    }
-  } else {
-    ensure_buffer(s.fallback, backend_, u * o.dim, device);
-    s.fallback_is_zero_row = false;
-  }
+  const uint32_t stride =
+      s.fallback.prepare(backend_, o.eval_initializer, o.dim, u, device, stream);
   for (size_t t = 0; t < tables_.size(); ++t) {
     const size_t begin = s.host_bounds[t];
     const size_t count = s.host_bounds[t + 1] - begin;
@@ -328,15 +311,15 @@ void EmbeddingCollection<K>::lookup_rows(bool training, StreamHandle stream) {
       tables_[t]->find_pointers(count, keys, rows, found, nullptr, stream);
     }
     uint64_t* counters = s.table_counters.data() + t * kPerTable;
-    float* fallback = s.fallback.data() + (zero_row ? 0 : begin * o.dim);
-    detail::resolve_missing_rows(backend_, count, rows, s.missing.data() + begin, fallback,
-                                 zero_row ? 0 : o.dim, training ? found : nullptr,
+    float* fallback = s.fallback.rows.data() + begin * stride;
+    detail::resolve_missing_rows(backend_, count, rows, s.missing.data() + begin, fallback, stride,
+                                 training ? found : nullptr,
                                  training ? counters + kRowsCreated : nullptr,
                                  training ? nullptr : counters + kEvalMisses, stream);
   }
-  if (!zero_row) {
+  if (stride != 0) {
     fill_initial_rows<K>(backend_, u, s.unique_keys.data(), s.missing.data(), true,
-                         o.eval_initializer, s.fallback.data(), o.dim, o.dim, stream);
+                         o.eval_initializer, s.fallback.rows.data(), o.dim, o.dim, stream);
   }
 }
 
@@ -357,7 +340,9 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
     detail::reduce_and_optimize_row_ptrs(backend_, o.optimizer, feature, s.groups(), grads,
                                          s.row_ptrs.data(), s.missing.data(),
                                          s.words.data() + kNonfinite, *s.workspace, stream);
-    if (backend_ == Backend::kCpu) report_nonfinite(s.words.data()[kNonfinite]);
+    if (backend_ == Backend::kCpu) {
+      s.nonfinite_report.update(s.words.data()[kNonfinite], o.gradient_check, where);
+    }
     stage_done("reduce+optimizer");
     return;
   }
@@ -392,17 +377,6 @@ size_t EmbeddingCollection<K>::end_step() {
     tables_[t]->advance_step();
   }
   return expired;
-}
-
-template <TableKey K>
-void EmbeddingCollection<K>::report_nonfinite(uint64_t total) {
-  if (total <= reported_nonfinite_) return;
-  const uint64_t fresh = total - reported_nonfinite_;
-  reported_nonfinite_ = total;
-  if (options_.front().gradient_check == SafeCheck::kWarning) {
-    warn("EmbeddingCollection::backward: grad held NaN or Inf for " + std::to_string(fresh) +
-         " keys since the last report; those rows were skipped");
-  }
 }
 
 template <TableKey K>

@@ -140,8 +140,6 @@ class Embedding {
 
   struct Step;
   void lookup_rows(bool training, StreamHandle stream);
-  // Logs (WARNING) the non-finite gradient rows counted since the last report, out of `total`.
-  void report_nonfinite(uint64_t total);
 
   Backend backend_;
   EmbeddingOptions options_;
@@ -150,7 +148,6 @@ class Embedding {
   std::unique_ptr<detail::AdmissionCounter<K>> admission_;
   std::unique_ptr<Step> step_;
   EmbeddingStats stats_{};  // the counts kept on the host (the others: Step::counters)
-  uint64_t reported_nonfinite_ = 0;
   StageObserver observer_;
 };
 

@@ -79,7 +79,6 @@ class EmbeddingCollection {
   // Throws InvalidArgument naming the first table whose offsets combine_table_keys flagged.
   void throw_if_bad_table(const uint64_t* words) const;
   void lookup_rows(bool training, StreamHandle stream);
-  void report_nonfinite(uint64_t total);
 
   Backend backend_;
   std::vector<EmbeddingOptions> options_;
@@ -90,8 +89,7 @@ class EmbeddingCollection {
   std::vector<std::unique_ptr<Table<K>>> tables_;
   std::unique_ptr<Step> step_;
   std::vector<EmbeddingStats> stats_;  // the counts kept on the host
-  uint64_t reported_nonfinite_ = 0;
-  uint64_t nonfinite_refused_ = 0;  // gradient_check = ERROR: rows of refused backwards
+  uint64_t nonfinite_refused_ = 0;     // gradient_check = ERROR: rows of refused backwards
   typename Embedding<K>::StageObserver observer_;
 };
 
