@@ -18,6 +18,7 @@
 #include "table/backends.hpp"
 #include "table/cuda/bucket_order.hpp"
 #include "table/cuda/call_scratch.hpp"
+#include "table/cuda/deferred_reports.hpp"
 #include "table/cuda/kernels.hpp"
 #include "table/cuda/stream_order.hpp"
 #include "table/cuda/table_storage.hpp"
@@ -65,6 +66,8 @@ class CudaTable final : public Table<K> {
                      options_.dim, options_.max_hbm_for_values, timer_policy(), stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
+    reports_ = std::make_unique<DeferredReports>(
+        [this](const std::string& call, const CallState& st) { warn_for(call.c_str(), st); });
     multiprocessors_ = cuda::multiprocessors(options_.device);
     cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
@@ -339,6 +342,7 @@ class CudaTable final : public Table<K> {
   TableStats stats() const override {
     cuda::DeviceGuard device(options_.device);
     cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
+    reports_->flush();
     DeviceStats d{};
     cuda::check(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
     TableStats out;
@@ -367,7 +371,8 @@ class CudaTable final : public Table<K> {
     return a;
   }
 
-  // find / contains: asynchronous in IGNORE mode, else one synchronization to report.
+  // find / contains: asynchronous in IGNORE and WARNING modes (WARNING logs at a later call), one
+  // synchronization to report in ERROR mode.
   void lookup(const char* call, size_t n, const K* keys, float* values, bool* founds,
               uint64_t* scores, cudaStream_t s, float** row_ptrs = nullptr) {
     cuda::DeviceGuard device(options_.device);
@@ -377,11 +382,16 @@ class CudaTable final : public Table<K> {
                   s);
       return;
     }
+    reports_->poll();
     CallScratch scratch(s);
     if (error_mode()) launch_reserved_check(bits_of(keys), n, scratch.get(), s);
     launch_find(storage_.view(),
                 read_args(n, keys, values, founds, scores, scratch.get(), row_ptrs), s);
-    report(call, scratch.read(), bits_of(keys), s);
+    if (error_mode()) {
+      report(call, scratch.read(), bits_of(keys), s);
+    } else {
+      reports_->enqueue(call, scratch.get(), s);  // WARNING: logged later, no synchronization
+    }
   }
 
   // Whether the policy's scores come from the device timer (TIMESTAMP): such a table keeps score
@@ -429,6 +439,7 @@ class CudaTable final : public Table<K> {
                   cudaStream_t s) {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
+    reports_->poll();
     StreamOrder::Write guard(order_, s);
     const WriteState::Use scratch(*write_state_, s);
     a.keys = bits_of(keys);
@@ -501,11 +512,16 @@ class CudaTable final : public Table<K> {
       launch_write_op(op, a, s);
       have_state = false;
     }
-    const bool must_read =
-        options_.safe_check != SafeCheck::kIgnore || op == WriteOp::kInsertAndEvict;
+    // WARNING without a state read already: the warnings are logged at a later call (no
+    // synchronization); ERROR and insert_and_evict (which returns a count) read it now.
+    const bool must_read = error_mode() || op == WriteOp::kInsertAndEvict;
+    const bool warns = options_.safe_check == SafeCheck::kWarning;
     if (must_read && !have_state) st = scratch.read();
-    if (must_read)
+    if (must_read || (warns && have_state)) {
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
+    } else if (warns) {
+      reports_->enqueue(call, a.state, s);
+    }
     if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr)
       refresh_row_ptrs(n, keys, a, grew, s);
     return st;
@@ -570,23 +586,29 @@ class CudaTable final : public Table<K> {
                             "] = " + hex(key) + ", a reserved key (>= " + hex(kFirstReservedKey) +
                             "); nothing was changed");
     }
+    if (st.refused > 0 && options_.safe_check == SafeCheck::kError && !refusals_returned) {
+      throw InsertRefused(
+          refused_message(call, st) + "; first: keys[" + std::to_string(st.first_refused_position) +
+          "] = " + std::to_string(static_cast<K>(st.first_refused_key)) + " with score " +
+          std::to_string(st.first_refused_score) + " < the bucket's lowest score " +
+          std::to_string(st.first_refused_bucket_min));
+    }
+    if (options_.safe_check != SafeCheck::kIgnore) warn_for(call, st);
+  }
+
+  std::string refused_message(const char* call, const CallState& st) const {
+    return std::string(call) + ": " + std::to_string(st.refused) +
+           " insert(s) refused at max_capacity (" + std::to_string(options_.max_capacity) + ")";
+  }
+
+  // Logs a call's skipped reserved keys (WARNING) and refusals (WARNING; ERROR where the call
+  // handed the refused rows back).
+  void warn_for(const char* call, const CallState& st) const {
     if (st.reserved > 0 && options_.safe_check == SafeCheck::kWarning) {
       warn(std::string(call) + ": skipped " + std::to_string(st.reserved) +
            " reserved key(s) (>= " + hex(kFirstReservedKey) + ")");
     }
-    if (st.refused > 0) {
-      const std::string what = std::string(call) + ": " + std::to_string(st.refused) +
-                               " insert(s) refused at max_capacity (" +
-                               std::to_string(options_.max_capacity) + ")";
-      if (options_.safe_check == SafeCheck::kError && !refusals_returned) {
-        throw InsertRefused(what + "; first: keys[" + std::to_string(st.first_refused_position) +
-                            "] = " + std::to_string(static_cast<K>(st.first_refused_key)) +
-                            " with score " + std::to_string(st.first_refused_score) +
-                            " < the bucket's lowest score " +
-                            std::to_string(st.first_refused_bucket_min));
-      }
-      if (options_.safe_check != SafeCheck::kIgnore) warn(what);
-    }
+    if (st.refused > 0) warn(refused_message(call, st));
   }
 
   TableOptions options_;
@@ -603,6 +625,8 @@ class CudaTable final : public Table<K> {
   // was created or cleared), so evictions may search through the score bounds (victim.cuh).
   std::atomic<bool> timer_scores_only_{false};
   mutable StreamOrder order_;
+  // WARNING mode's reports (declared last: destroyed first, while options_ is still there).
+  std::unique_ptr<DeferredReports> reports_;
 };
 
 }  // namespace
