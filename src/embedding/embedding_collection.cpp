@@ -93,7 +93,7 @@ struct EmbeddingCollection<K>::Step {
   BackendBuffer<uint64_t> words;           // Word
   BackendBuffer<uint64_t> table_counters;  // kPerTable a table
   std::vector<uint64_t> host_bounds;
-  std::vector<size_t> ids_of, bags_of;  // per table, this step
+  std::vector<size_t> ids_of;  // each table's ids, this step
   std::unique_ptr<detail::StepWorkspace> workspace;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
@@ -194,7 +194,6 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
           "must hold one batch per table (" + std::to_string(num_tables) + ")");
   s.pending_backward = false;
   s.ids_of.assign(num_tables, 0);
-  s.bags_of.assign(num_tables, 0);
   size_t n = 0, bags = 0;
   for (size_t t = 0; t < num_tables; ++t) {
     const EmbeddingBatch<K>& b = batches[t];
@@ -208,7 +207,6 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
     require(b.mode == batches[0].mode, kForward, (name + ".mode").c_str(), to_string(b.mode),
             "must equal batches[0].mode = " + to_string(batches[0].mode));
     s.ids_of[t] = b.num_ids;
-    s.bags_of[t] = b.num_bags;
     n += b.num_ids;
     bags += b.num_bags;
   }
