@@ -263,31 +263,26 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   for (uint32_t s = 0; s < profiled; ++s) {
     std::map<std::string, double> step_stage;
     auto last = std::chrono::steady_clock::now();
-    if (grouped) {
-      collection->set_stage_observer([&](const char* stage) {
-        clock->synchronize();
+    // Times each stage up to the end of its work on `stage_clock`'s stream.
+    auto observer = [&](BenchClock* stage_clock) {
+      return [&, stage_clock](const char* stage) {
+        stage_clock->synchronize();
         const auto now = std::chrono::steady_clock::now();
         step_stage[stage] += std::chrono::duration<double>(now - last).count();
         last = now;
-      });
-      synchronize_all();
-      last = std::chrono::steady_clock::now();
-      collection_step(s % kBatchSets, true);
-      for (auto& [stage, seconds] : step_stage) stage_samples[stage].push_back(seconds);
-      continue;
-    }
-    for (uint32_t t = 0; t < config.tables; ++t) {
-      BenchClock* table_clock = concurrent ? table_clocks[t].get() : clock.get();
-      tables[t]->set_stage_observer([&, table_clock](const char* stage) {
-        table_clock->synchronize();
-        const auto now = std::chrono::steady_clock::now();
-        step_stage[stage] += std::chrono::duration<double>(now - last).count();
-        last = now;
-      });
+      };
+    };
+    if (grouped) collection->set_stage_observer(observer(clock.get()));
+    for (uint32_t t = 0; t < tables.size(); ++t) {
+      tables[t]->set_stage_observer(observer(concurrent ? table_clocks[t].get() : clock.get()));
     }
     synchronize_all();
     last = std::chrono::steady_clock::now();
-    for (uint32_t t = 0; t < config.tables; ++t) table_step(t, s % kBatchSets, true);
+    if (grouped) {
+      collection_step(s % kBatchSets, true);
+    } else {
+      for (uint32_t t = 0; t < config.tables; ++t) table_step(t, s % kBatchSets, true);
+    }
     for (auto& [stage, seconds] : step_stage) stage_samples[stage].push_back(seconds);
   }
   synchronize_all();

@@ -14,25 +14,15 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding_collection.hpp"
+#include "ops/backend_vectors.hpp"
 
 namespace dynemb {
 namespace {
 
+using ops_test::download;
+using ops_test::upload;
+
 using K = int64_t;
-
-template <class T>
-BackendBuffer<T> upload(Backend backend, const std::vector<T>& host) {
-  BackendBuffer<T> b(backend, host.size() + 1);
-  if (!host.empty()) b.upload(host.data(), host.size());
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const BackendBuffer<T>& b, size_t n) {
-  std::vector<T> host(n);
-  if (n > 0) b.download(host.data(), n);
-  return host;
-}
 
 // Rows and scores a table holds for `keys` (absent: empty row).
 struct Contents {

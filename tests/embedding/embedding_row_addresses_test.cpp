@@ -15,18 +15,14 @@
 
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding.hpp"
+#include "ops/backend_vectors.hpp"
 
 namespace dynemb {
 namespace {
 
-using K = int64_t;
+using ops_test::upload;
 
-template <class T>
-BackendBuffer<T> upload(Backend backend, const std::vector<T>& host) {
-  BackendBuffer<T> b(backend, host.size() + 1);
-  b.upload(host.data(), host.size());
-  return b;
-}
+using K = int64_t;
 
 struct Stored {
   std::vector<float> row;

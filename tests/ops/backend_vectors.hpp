@@ -1,4 +1,4 @@
-// Host vectors in and out of a backend's memory, for the ops tests.
+// Host vectors in and out of a backend's memory, for the ops and embedding tests.
 #pragma once
 
 #include <vector>
@@ -12,7 +12,7 @@ namespace dynemb::ops_test {
 template <class T>
 BackendBuffer<T> upload(Backend backend, const std::vector<T>& host) {
   BackendBuffer<T> b(backend, host.size() + 1);
-  b.upload(host.data(), host.size());
+  if (!host.empty()) b.upload(host.data(), host.size());
   return b;
 }
 
@@ -20,7 +20,7 @@ BackendBuffer<T> upload(Backend backend, const std::vector<T>& host) {
 template <class T>
 std::vector<T> download(const BackendBuffer<T>& b, size_t n) {
   std::vector<T> h(n);
-  b.download(h.data(), n);
+  if (n > 0) b.download(h.data(), n);
   return h;
 }
 
