@@ -1,7 +1,6 @@
 #include "dynemb/embedding/embedding.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <memory>
 #include <string>
 #include <vector>

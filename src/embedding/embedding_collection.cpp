@@ -230,7 +230,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   ensure_buffer(s.ids_by_row, backend_, n, device);
   ensure_buffer(s.row_begin, backend_, n + 1, device);
   ensure_buffer(s.offsets, backend_, bags + 1, device);
-  const PoolingMode mode = batches.empty() ? PoolingMode::kSum : batches[0].mode;
+  const PoolingMode mode = batches[0].mode;  // every batch's (checked above)
   s.has_bag_by_row = training && mode != PoolingMode::kNone && backend_ == Backend::kCuda;
   if (s.has_bag_by_row) ensure_buffer(s.bag_by_row, backend_, n, device);
   s.weighted = weighted;

@@ -66,8 +66,10 @@ class CudaTable final : public Table<K> {
                      options_.dim, options_.max_hbm_for_values, timer_policy(), stats_, nullptr);
     capacity_ = storage_.capacity();
     write_state_ = std::make_unique<WriteState>();
-    reports_ = std::make_unique<DeferredReports>(
-        [this](const std::string& call, const CallState& st) { warn_for(call.c_str(), st); });
+    if (options_.safe_check == SafeCheck::kWarning) {
+      reports_ = std::make_unique<DeferredReports>(
+          [this](const std::string& call, const CallState& st) { warn_for(call.c_str(), st); });
+    }
     multiprocessors_ = cuda::multiprocessors(options_.device);
     cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
   }
@@ -342,7 +344,7 @@ class CudaTable final : public Table<K> {
   TableStats stats() const override {
     cuda::DeviceGuard device(options_.device);
     cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
-    reports_->flush();
+    if (reports_ != nullptr) reports_->flush();
     DeviceStats d{};
     cuda::check(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
     TableStats out;
@@ -382,7 +384,7 @@ class CudaTable final : public Table<K> {
                   s);
       return;
     }
-    reports_->poll();
+    if (reports_ != nullptr) reports_->poll();
     CallScratch scratch(s);
     if (error_mode()) launch_reserved_check(bits_of(keys), n, scratch.get(), s);
     launch_find(storage_.view(),
@@ -439,7 +441,7 @@ class CudaTable final : public Table<K> {
                   cudaStream_t s) {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
-    reports_->poll();
+    if (reports_ != nullptr) reports_->poll();
     StreamOrder::Write guard(order_, s);
     const WriteState::Use scratch(*write_state_, s);
     a.keys = bits_of(keys);
@@ -515,9 +517,12 @@ class CudaTable final : public Table<K> {
     // WARNING without a state read already: the warnings are logged at a later call (no
     // synchronization); ERROR and insert_and_evict (which returns a count) read it now.
     const bool must_read = error_mode() || op == WriteOp::kInsertAndEvict;
-    const bool warns = options_.safe_check == SafeCheck::kWarning;
+    const bool warns = reports_ != nullptr;  // WARNING mode
     if (must_read && !have_state) st = scratch.read();
     if (must_read || (warns && have_state)) {
+      // The state read waited for this stream: earlier calls' reports on it have landed and go
+      // first.
+      if (warns) reports_->poll();
       report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
     } else if (warns) {
       reports_->enqueue(call, a.state, s);
@@ -625,7 +630,8 @@ class CudaTable final : public Table<K> {
   // was created or cleared), so evictions may search through the score bounds (victim.cuh).
   std::atomic<bool> timer_scores_only_{false};
   mutable StreamOrder order_;
-  // WARNING mode's reports (declared last: destroyed first, while options_ is still there).
+  // WARNING mode's reports, null in the other modes (declared last: destroyed first, while
+  // options_ is still there).
   std::unique_ptr<DeferredReports> reports_;
 };
 

@@ -7,10 +7,11 @@ namespace dynemb::cuda_table {
 
 DeferredReports::DeferredReports(Emit emit) : emit_(std::move(emit)) {
   cuda::check(cudaGetDevice(&device_), "cudaGetDevice (deferred reports)");
-  for (Slot& slot : slots_) {
-    cuda::check(cudaMallocHost(reinterpret_cast<void**>(&slot.host), sizeof(CallState)),
-                "cudaMallocHost (deferred reports)");
-    cuda::check(cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming),
+  cuda::check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kSlots * sizeof(CallState)),
+              "cudaMallocHost (deferred reports)");
+  for (size_t i = 0; i < kSlots; ++i) {
+    slots_[i].host = pinned_ + i;
+    cuda::check(cudaEventCreateWithFlags(&slots_[i].landed, cudaEventDisableTiming),
                 "cudaEventCreate (deferred reports)");
   }
 }
@@ -23,8 +24,8 @@ DeferredReports::~DeferredReports() {
   }
   for (Slot& slot : slots_) {
     if (slot.landed != nullptr) cudaEventDestroy(slot.landed);
-    if (slot.host != nullptr) cudaFreeHost(slot.host);
   }
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
 }
 
 void DeferredReports::enqueue(const char* call, const CallState* state, cudaStream_t stream) {

@@ -39,7 +39,7 @@ class DeferredReports {
  private:
   static constexpr size_t kSlots = 16;
   struct Slot {
-    CallState* host = nullptr;  // pinned
+    CallState* host = nullptr;  // its entry of pinned_
     cudaEvent_t landed = nullptr;
     std::string call;
   };
@@ -53,6 +53,7 @@ class DeferredReports {
 
   Emit emit_;
   std::mutex mutex_;
+  CallState* pinned_ = nullptr;  // kSlots states, one page-locked allocation
   std::array<Slot, kSlots> slots_{};
   size_t first_ = 0;  // oldest pending slot
   size_t count_ = 0;  // pending slots
