@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dynemb/core/log.hpp"
+#include "ops/step_ops.hpp"
 
 namespace dynemb::detail {
 
@@ -40,7 +41,7 @@ LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint
                            uint32_t row_dim, size_t num_unique, const uint32_t* inverse,
                            size_t num_ids, const int64_t* offsets, size_t num_bags,
                            const float* weights, PoolingMode mode) {
-  LookupFeature f;
+  LookupFeature f = offsets_feature(num_ids, inverse, num_unique, offsets, num_bags);
   if (row_ptrs != nullptr) {
     f.row_ptrs = row_ptrs;
   } else {
@@ -48,11 +49,6 @@ LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint
   }
   f.row_stride = row_dim;
   f.dim = dim;
-  f.num_rows = num_unique;
-  f.indices = inverse;
-  f.num_ids = num_ids;
-  f.offsets = offsets;
-  f.num_bags = num_bags;
   f.weights = weights;
   f.mode = mode;
   return f;

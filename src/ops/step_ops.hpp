@@ -32,6 +32,11 @@ struct ReadAlong {
   uint64_t* host = nullptr;
 };
 
+// The view of a dedup's ids over its u unique rows and the bags' offsets, without rows (what
+// validate_lookup_data_host checks; callers add the rows, dims and pooling).
+LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const int64_t* offsets,
+                              size_t num_bags);
+
 // dedup (include/dynemb/ops/dedup.hpp, same unique keys and inverse) that also writes the
 // groups of the ids by unique key (ids_by_row: n, row_begin: n + 1 entries) and, when bag_by_row
 // is not null, the bag holding each id in that order (n entries: IdGroups::bag_by_row), and checks

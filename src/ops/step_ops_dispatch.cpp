@@ -5,9 +5,7 @@
 #include "ops/backends.hpp"
 
 namespace dynemb::detail {
-namespace {
 
-// The offsets-only view validate_lookup_data_host checks.
 LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const int64_t* offsets,
                               size_t num_bags) {
   LookupFeature f;
@@ -18,8 +16,6 @@ LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const
   f.num_bags = num_bags;
   return f;
 }
-
-}  // namespace
 
 template <TableKey K>
 size_t dedup_grouped(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t* inverse,
