@@ -195,6 +195,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   s.pending_backward = false;
   s.ids_of.assign(num_tables, 0);
   size_t n = 0, bags = 0;
+  bool weighted = false;
   for (size_t t = 0; t < num_tables; ++t) {
     const EmbeddingBatch<K>& b = batches[t];
     const std::string name = "batches[" + std::to_string(t) + "]";
@@ -209,9 +210,8 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
     s.ids_of[t] = b.num_ids;
     n += b.num_ids;
     bags += b.num_bags;
+    weighted |= b.weights != nullptr && b.num_ids > 0;
   }
-  bool weighted = false;
-  for (const EmbeddingBatch<K>& b : batches) weighted |= b.weights != nullptr && b.num_ids > 0;
   for (size_t t = 0; t < num_tables; ++t) {
     const EmbeddingBatch<K>& b = batches[t];
     require(b.num_ids == 0 || (b.weights != nullptr) == weighted, kForward,
