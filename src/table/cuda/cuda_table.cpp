@@ -384,7 +384,6 @@ class CudaTable final : public Table<K> {
                   s);
       return;
     }
-    if (reports_ != nullptr) reports_->poll();
     CallScratch scratch(s);
     if (error_mode()) launch_reserved_check(bits_of(keys), n, scratch.get(), s);
     launch_find(storage_.view(),
@@ -441,7 +440,6 @@ class CudaTable final : public Table<K> {
                   cudaStream_t s) {
     require_pointer(keys, call, "keys");
     cuda::DeviceGuard device(options_.device);
-    if (reports_ != nullptr) reports_->poll();
     StreamOrder::Write guard(order_, s);
     const WriteState::Use scratch(*write_state_, s);
     a.keys = bits_of(keys);
