@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding_collection.hpp"
@@ -64,14 +65,7 @@ struct HostBatch {
   std::vector<float> weights;
 };
 
-class EmbeddingCollectionTest : public testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class EmbeddingCollectionTest : public dynemb::testing::BackendTest {};
 
 TEST_P(EmbeddingCollectionTest, MatchesOneEmbeddingPerTable) {
   const Backend backend = GetParam();
@@ -306,12 +300,8 @@ TEST(EmbeddingCollectionOptions, TablesMustShareTheRowLayout) {
   EXPECT_NO_THROW((EmbeddingCollection<K>(Backend::kCpu, {a, b})));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, EmbeddingCollectionTest,
-                         testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
-                           return info.param == Backend::kCpu ? std::string("cpu")
-                                                              : std::string("cuda");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, EmbeddingCollectionTest, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 }  // namespace
 }  // namespace dynemb

@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding.hpp"
 #include "ops/backend_vectors.hpp"
@@ -56,14 +57,7 @@ std::map<K, Stored> snapshot(Embedding<K>& emb, const std::set<K>& key_set) {
   return out;
 }
 
-class EmbeddingRowAddresses : public testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class EmbeddingRowAddresses : public dynemb::testing::BackendTest {};
 
 TEST_P(EmbeddingRowAddresses, FullTableRefusesAndEvictsDuringTraining) {
   const Backend backend = GetParam();
@@ -197,12 +191,8 @@ TEST_P(EmbeddingRowAddresses, FullTableRefusesAndEvictsDuringTraining) {
   EXPECT_GT(stats.table.refused, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, EmbeddingRowAddresses,
-                         testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
-                           return info.param == Backend::kCpu ? std::string("cpu")
-                                                              : std::string("cuda");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, EmbeddingRowAddresses, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 }  // namespace
 }  // namespace dynemb

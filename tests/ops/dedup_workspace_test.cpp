@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "dynemb/core/memory.hpp"
 #include "ops/backend_vectors.hpp"
 #include "ops/step_ops.hpp"
@@ -19,14 +20,7 @@ namespace {
 using ops_test::download;
 using ops_test::upload;
 
-class DedupWorkspace : public testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class DedupWorkspace : public dynemb::testing::BackendTest {};
 
 // Keys drawn below 2^bits (some repeated), shifted by `base`.
 template <class K>
@@ -98,10 +92,8 @@ TEST_P(DedupWorkspace, KeyRangesThatGrowShrinkAndChangeSignMatchTheCpu) {
   check_sequence<uint64_t>(GetParam(), rng);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DedupWorkspace, testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
-                           return to_string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, DedupWorkspace, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 }  // namespace
 }  // namespace dynemb

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "core/test_random.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/ops/optimizer.hpp"
@@ -201,14 +202,7 @@ std::vector<double> gradient64(const StepInput& in, size_t row, uint32_t dim, Po
   return sum;
 }
 
-class FusedBackward : public ::testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class FusedBackward : public dynemb::testing::BackendTest {};
 
 TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   const Backend backend = GetParam();
@@ -315,10 +309,8 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FusedBackward, ::testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const ::testing::TestParamInfo<Backend>& info) {
-                           return to_string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, FusedBackward, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 }  // namespace
 }  // namespace dynemb

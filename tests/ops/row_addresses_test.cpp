@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
@@ -97,14 +98,7 @@ RandomBags make_bags(std::mt19937_64& rng, size_t bags, int max_len, size_t num_
   return b;
 }
 
-class RowAddresses : public testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) {
-      GTEST_SKIP() << "no CUDA device";
-    }
-  }
-};
+class RowAddresses : public dynemb::testing::BackendTest {};
 
 // Pools `bags` over rows given densely (rows + r * stride) or by address on `backend`.
 std::vector<float> pool(Backend backend, const RandomBags& bags, PoolingMode mode, bool weighted,
@@ -322,11 +316,8 @@ TEST_P(RowAddresses, MissingRowsPointAtTheFallbackAndAreCounted) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, RowAddresses, testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
-                           return info.param == Backend::kCpu ? std::string("cpu")
-                                                              : std::string("cuda");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, RowAddresses, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 }  // namespace
 }  // namespace dynemb

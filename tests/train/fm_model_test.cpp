@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/backend_test.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/memory.hpp"
 #include "train/feature_key.hpp"
@@ -60,12 +61,7 @@ std::vector<float> stored_row(Table<uint64_t>& table, Backend backend, uint64_t 
   return out;
 }
 
-class TrainFmModel : public testing::TestWithParam<Backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Backend::kCuda && !cuda_backend_available()) GTEST_SKIP() << "no CUDA GPU";
-  }
-};
+class TrainFmModel : public dynemb::testing::BackendTest {};
 
 TEST_P(TrainFmModel, StepMatchesFloat64Reference) {
   const uint64_t seed = std::random_device{}();
@@ -148,10 +144,8 @@ TEST_P(TrainFmModel, StepMatchesFloat64Reference) {
   EXPECT_EQ(model.embedding().table().size(), rows_before);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TrainFmModel, testing::Values(Backend::kCpu, Backend::kCuda),
-                         [](const testing::TestParamInfo<Backend>& info) {
-                           return std::string(info.param == Backend::kCpu ? "Cpu" : "Cuda");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, TrainFmModel, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
 
 // The GPU model against the cpu model over several FTRL steps from the same initial rows: the
 // same predictions (float tolerance: the GPU sums in another order) and the same rows. The GPU
