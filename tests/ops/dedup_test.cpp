@@ -19,6 +19,27 @@ class Dedup : public ::testing::Test {};
 using KeyTypes = ::testing::Types<int64_t, uint64_t>;
 TYPED_TEST_SUITE(Dedup, KeyTypes);
 
+// The CPU dedup of `keys` against a std::map model: unique keys ascending, their counts, and
+// each position's rank.
+template <class K>
+void expect_matches_map_model(const std::vector<K>& keys) {
+  const size_t n = keys.size();
+  std::vector<K> uniq(n);
+  std::vector<uint32_t> inverse(n, 0xDEADBEEF), counts(n, 0xDEADBEEF);
+  const size_t u =
+      dedup<K>(Backend::kCpu, n, keys.data(), uniq.data(), inverse.data(), counts.data());
+  std::map<K, uint32_t> model;
+  for (K k : keys) ++model[k];
+  ASSERT_EQ(u, model.size());
+  size_t r = 0;
+  for (const auto& [k, c] : model) {
+    ASSERT_EQ(uniq[r], k) << "rank " << r;
+    ASSERT_EQ(counts[r], c) << "rank " << r;
+    ++r;
+  }
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(uniq[inverse[i]], keys[i]) << "position " << i;
+}
+
 TYPED_TEST(Dedup, MatchesSortedMapModel) {
   using K = TypeParam;
   const uint32_t seed = std::random_device{}();
@@ -32,20 +53,7 @@ TYPED_TEST(Dedup, MatchesSortedMapModel) {
       const uint64_t base = rng() % range;
       k = static_cast<K>(rng() % 2 ? base : base * 0x9E3779B97F4A7C15ull);
     }
-    std::vector<K> uniq(n);
-    std::vector<uint32_t> inverse(n, 0xDEADBEEF), counts(n, 0xDEADBEEF);
-    const size_t u =
-        dedup<K>(Backend::kCpu, n, keys.data(), uniq.data(), inverse.data(), counts.data());
-    std::map<K, uint32_t> model;
-    for (K k : keys) ++model[k];
-    ASSERT_EQ(u, model.size());
-    size_t r = 0;
-    for (const auto& [k, c] : model) {
-      ASSERT_EQ(uniq[r], k) << "rank " << r;
-      ASSERT_EQ(counts[r], c) << "rank " << r;
-      ++r;
-    }
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(uniq[inverse[i]], keys[i]) << "position " << i;
+    expect_matches_map_model(keys);
   }
 }
 
@@ -71,20 +79,7 @@ TYPED_TEST(Dedup, LongAndSkewedBatchesMatchSortedMapModel) {
     SCOPED_TRACE("shape " + std::to_string(shape));
     std::vector<K> keys(n);
     for (size_t i = 0; i < n; ++i) keys[i] = shapes[shape](i);
-    std::vector<K> uniq(n);
-    std::vector<uint32_t> inverse(n, 0xDEADBEEF), counts(n, 0xDEADBEEF);
-    const size_t u =
-        dedup<K>(Backend::kCpu, n, keys.data(), uniq.data(), inverse.data(), counts.data());
-    std::map<K, uint32_t> model;
-    for (K k : keys) ++model[k];
-    ASSERT_EQ(u, model.size());
-    size_t r = 0;
-    for (const auto& [k, c] : model) {
-      ASSERT_EQ(uniq[r], k) << "rank " << r;
-      ASSERT_EQ(counts[r], c) << "rank " << r;
-      ++r;
-    }
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(uniq[inverse[i]], keys[i]) << "position " << i;
+    expect_matches_map_model(keys);
   }
 }
 
