@@ -28,20 +28,6 @@ std::string table_field(size_t t, const char* field) {
   return "tables[" + std::to_string(t) + "]." + field;
 }
 
-bool same_optimizer(const OptimizerOptions& a, const OptimizerOptions& b) {
-  return a.kind == b.kind && a.learning_rate == b.learning_rate && a.beta1 == b.beta1 &&
-         a.beta2 == b.beta2 && a.eps == b.eps && a.rho == b.rho &&
-         a.initial_accumulator == b.initial_accumulator && a.ftrl_l1 == b.ftrl_l1 &&
-         a.ftrl_l2 == b.ftrl_l2 && a.ftrl_beta == b.ftrl_beta && a.weight_decay == b.weight_decay &&
-         a.clip_norm == b.clip_norm && a.clip_value == b.clip_value;
-}
-
-bool same_initializer(const InitializerOptions& a, const InitializerOptions& b) {
-  return a.kind == b.kind && a.low == b.low && a.high == b.high && a.mean == b.mean &&
-         a.stddev == b.stddev && a.trunc_lower == b.trunc_lower && a.trunc_upper == b.trunc_upper &&
-         a.value == b.value && a.seed == b.seed && a.width == b.width;
-}
-
 // Throws unless every table can share table 0's rows layout and step.
 void validate_collection(const std::vector<EmbeddingOptions>& tables) {
   constexpr const char* w = "EmbeddingCollection";
@@ -57,12 +43,12 @@ void validate_collection(const std::vector<EmbeddingOptions>& tables) {
             "must be <= 1: a collection has no counter admission (use one Embedding per table)");
     require(o.dim == first.dim, w, table_field(t, "dim").c_str(), std::to_string(o.dim),
             "must equal tables[0].dim = " + std::to_string(first.dim));
-    require(same_optimizer(o.optimizer, first.optimizer), w, table_field(t, "optimizer").c_str(),
+    require(o.optimizer == first.optimizer, w, table_field(t, "optimizer").c_str(),
             to_string(o.optimizer.kind), "must equal tables[0].optimizer (kind and every setting)");
     require(o.gradient_check == first.gradient_check, w, table_field(t, "gradient_check").c_str(),
             to_string(o.gradient_check),
             "must equal tables[0].gradient_check = " + to_string(first.gradient_check));
-    require(same_initializer(o.eval_initializer, first.eval_initializer), w,
+    require(o.eval_initializer == first.eval_initializer, w,
             table_field(t, "eval_initializer").c_str(), to_string(o.eval_initializer.kind),
             "must equal tables[0].eval_initializer (kind and every setting)");
     require(o.align_rows == first.align_rows, w, table_field(t, "align_rows").c_str(),

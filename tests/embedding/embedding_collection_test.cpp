@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend_test.hpp"
+#include "core/test_random.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding_collection.hpp"
@@ -69,9 +70,8 @@ class EmbeddingCollectionTest : public dynemb::testing::BackendTest {};
 
 TEST_P(EmbeddingCollectionTest, MatchesOneEmbeddingPerTable) {
   const Backend backend = GetParam();
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  dynemb::testing::TestRng test_rng;  // prints the seed; replay with DYNEMB_TEST_SEED
+  std::mt19937_64& rng = test_rng.engine();
   const uint32_t dim = 8 + 4 * static_cast<uint32_t>(rng() % 3);
   const size_t num_tables = 2 + rng() % 4;
   const bool weighted = rng() % 2 == 0;

@@ -42,9 +42,8 @@ void expect_matches_map_model(const std::vector<K>& keys) {
 
 TYPED_TEST(Dedup, MatchesSortedMapModel) {
   using K = TypeParam;
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  dynemb::testing::TestRng test_rng;  // prints the seed; replay with DYNEMB_TEST_SEED
+  std::mt19937_64& rng = test_rng.engine();
   for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{100000}}) {
     const uint64_t range = std::max<uint64_t>(1, n / 3);
     std::vector<K> keys(n);

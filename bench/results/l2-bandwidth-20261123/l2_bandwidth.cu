@@ -8,7 +8,11 @@
 #include <vector>
 
 __device__ __forceinline__ uint32_t mix(uint32_t x) {
-  x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
   return x;
 }
 
@@ -22,7 +26,10 @@ __global__ void random_rows(const float4* __restrict__ buf, uint32_t row_mask, i
   for (int i = 0; i < iters; ++i) {
     const uint32_t row = mix(warp * 0x9e3779b9U + i) & row_mask;
     const float4 v = __ldg(buf + size_t(row) * 32 + lane);
-    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
   }
   if (acc.x + acc.y + acc.z + acc.w == 12345.f) sink[0] = acc.x;
 }
@@ -34,7 +41,10 @@ __global__ void sequential(const float4* __restrict__ buf, size_t n4, int passes
   for (int p = 0; p < passes; ++p)
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4; i += stride) {
       const float4 v = __ldg(buf + i);
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
     }
   if (acc.x + acc.y + acc.z + acc.w == 12345.f) sink[0] = acc.x;
 }
@@ -77,10 +87,11 @@ int main() {
         cudaEventElapsedTime(&ms, a, b);
         if (rep > 0 && ms < best) best = ms;
       }
-      std::printf("%s  {\"buffer_mb\": %zu, \"access\": \"%s\", \"gb_moved\": %.2f, \"ms\": %.3f, "
-                  "\"tb_s\": %.2f}",
-                  first ? "" : ",\n", bytes >> 20, kind == 0 ? "random 512 B rows" : "sequential",
-                  moved / 1e9, best, moved / 1e9 / best);
+      std::printf(
+          "%s  {\"buffer_mb\": %zu, \"access\": \"%s\", \"gb_moved\": %.2f, \"ms\": %.3f, "
+          "\"tb_s\": %.2f}",
+          first ? "" : ",\n", bytes >> 20, kind == 0 ? "random 512 B rows" : "sequential",
+          moved / 1e9, best, moved / 1e9 / best);
       first = false;
     }
     cudaFree(buf);

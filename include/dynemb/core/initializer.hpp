@@ -33,6 +33,9 @@ struct InitializerOptions {
   // Elements [0, width) are drawn as above; elements >= width start at 0 (a trainable row's
   // optimizer state). 0 = the whole row is drawn.
   uint32_t width = 0;
+
+  // Equal kind and every setting.
+  bool operator==(const InitializerOptions&) const = default;
 };
 
 // Throws InvalidArgument naming `where` and the bad field (low >= high, stddev < 0, ...).

@@ -27,6 +27,9 @@ struct OptimizerOptions {
   float weight_decay = 0.0f;         // L2 term added to the gradient: g += weight_decay * w
   float clip_norm = 0.0f;            // > 0: scale a row's gradient to at most this L2 norm
   float clip_value = 0.0f;           // > 0: clamp each gradient element to [-v, v]
+
+  // Equal kind and every setting.
+  bool operator==(const OptimizerOptions&) const = default;
 };
 
 // Throws InvalidArgument naming the bad hyper-parameter, its value and its limit.

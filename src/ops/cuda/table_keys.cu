@@ -1,4 +1,7 @@
 // The collection's combined batch on the GPU (src/ops/table_keys.hpp).
+#include <thrust/binary_search.h>
+#include <thrust/execution_policy.h>
+
 #include "core/cuda/check.hpp"
 #include "ops/backends.hpp"
 #include "ops/cuda/launch.cuh"
@@ -35,27 +38,16 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
   if (ops_cuda::lane_index() == 0 && seen != 0) atomicOr(status + kKeyBitsSeen, seen);
 }
 
-// First index of [0, u) whose key is >= value.
-__device__ uint64_t lower_bound_of(const uint64_t* keys, size_t u, uint64_t value) {
-  size_t lo = 0, hi = u;
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < value) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 template <TableKey K>
 __global__ void split_kernel(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                              uint32_t shift, K* keys, uint64_t* bounds) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < u) keys[i] = static_cast<K>(unique_keys[i] & id_mask(shift));
   if (i <= num_tables) {
-    bounds[i] = i == num_tables ? u : lower_bound_of(unique_keys, u, table_tag(i, shift));
+    bounds[i] = i == num_tables ? u
+                                : thrust::lower_bound(thrust::seq, unique_keys, unique_keys + u,
+                                                      table_tag(i, shift)) -
+                                      unique_keys;
   }
 }
 

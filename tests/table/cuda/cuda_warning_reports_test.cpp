@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/test_random.hpp"
 #include "core/warning_capture.hpp"
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/memory.hpp"
@@ -25,7 +26,8 @@ TEST(CudaWarningReports, EveryCallIsReportedOnceInOrder) {
   o.bucket_capacity = 128;
   o.safe_check = SafeCheck::kWarning;
   auto table = make_table<uint64_t>(Backend::kCuda, o);
-  std::mt19937_64 rng(std::random_device{}());
+  dynemb::testing::TestRng test_rng;  // prints the seed; replay with DYNEMB_TEST_SEED
+  std::mt19937_64& rng = test_rng.engine();
   const size_t n = 64;
   BackendBuffer<uint64_t> keys(Backend::kCuda, n);
   BackendBuffer<float> values(Backend::kCuda, n * o.dim);
