@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Sets up (if needed), builds and runs every test: the GoogleTest suite (CUDA tests skip
-# without a GPU), the numpy reading of a checkpoint, and the concurrency tests under
-# ThreadSanitizer.
+# Sets up (if needed), builds and runs every test: the include arrows between parts, the
+# GoogleTest suite (CUDA tests skip without a GPU), the numpy reading of a checkpoint, a project
+# built against the installed library, and the concurrency tests under ThreadSanitizer (in a
+# shared-library build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# No include may break an arrow between parts (docs/architecture.md); lists the edges.
+python3 scripts/check_arrows.py
 
 bash scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
@@ -24,8 +28,19 @@ if /usr/bin/python3 tests/checkpoint/read_with_numpy.py "$ckpt_dir/damaged" > /d
 fi
 echo "numpy checkpoint reader: the checkpoint verified and the damaged copy was rejected"
 
-# The concurrency tests again, in a ThreadSanitizer build of the host code.
+# `cmake --install` into a fresh prefix, and examples/consumer built against it with
+# find_package(dynemb CONFIG), run: it checks a table against a std::map.
+install_dir="$(mktemp -d)"
+trap 'rm -rf "$ckpt_dir" "$install_dir"' EXIT
+cmake --install build --prefix "$install_dir/prefix" > /dev/null
+cmake -S examples/consumer -B "$install_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$install_dir/prefix" > /dev/null
+cmake --build "$install_dir/build" > /dev/null
+"$install_dir/build/table_consumer"
+
+# The concurrency tests again, in a ThreadSanitizer build of the host code, whose parts are shared
+# libraries (so CI builds and runs the shared build too).
 DYNEMB_BUILD_DIR=build-tsan bash scripts/setup.sh -DDYNEMB_SANITIZE=thread -DDYNEMB_CUDA=OFF \
-  -DDYNEMB_BUILD_TOOLS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DDYNEMB_BUILD_TOOLS=OFF -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j "$(nproc)" -R 'Concurrency|Stress|Pooling|EmbeddingTraining'

@@ -20,6 +20,7 @@
 #include "bench/table/machine_info.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/hash.hpp"
+#include "dynemb/embedding/embedding.hpp"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
-#include "ops/step_ops.hpp"
-#include "ops/step_workspace.hpp"
+#include "dynemb/ops/step_ops.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 
 namespace dynemb::bench {
 namespace {

@@ -1,5 +1,5 @@
-// `dynemb bench dedup`: the training step's dedup (src/ops/step_ops.hpp, dedup_grouped) on the
-// step's shapes, one table at a time, the tables side by side, and all tables in one call.
+// `dynemb bench dedup`: the training step's dedup (include/dynemb/ops/step_ops.hpp, dedup_grouped)
+// on the step's shapes, one table at a time, the tables side by side, and all tables in one call.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "checkpoint/byte_stream.hpp"
+#include "byte_stream.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/crc32c.hpp"
+#include "crc32c.hpp"
 #include "dynemb/checkpoint/format.hpp"
 
 namespace dynemb::checkpoint {

@@ -1,4 +1,4 @@
-#include "checkpoint/crc32c.hpp"
+#include "crc32c.hpp"
 
 #include <array>
 #include <cstring>

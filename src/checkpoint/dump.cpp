@@ -6,12 +6,12 @@
 #include <chrono>
 #include <set>
 
-#include "checkpoint/byte_stream.hpp"
-#include "checkpoint/fs_util.hpp"
-#include "checkpoint/table_view.hpp"
-#include "checkpoint/two_stage.hpp"
+#include "byte_stream.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/log.hpp"
+#include "fs_util.hpp"
+#include "table_view.hpp"
+#include "two_stage.hpp"
 
 namespace dynemb::checkpoint {
 

@@ -1,7 +1,7 @@
 // The data files' typed header and the names of contents and dtypes.
 #include <cstring>
 
-#include "checkpoint/crc32c.hpp"
+#include "crc32c.hpp"
 #include "dynemb/checkpoint/format.hpp"
 
 namespace dynemb::checkpoint {

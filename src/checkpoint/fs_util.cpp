@@ -1,4 +1,4 @@
-#include "checkpoint/fs_util.hpp"
+#include "fs_util.hpp"
 
 #include <fcntl.h>
 #include <linux/fs.h>

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "checkpoint/shard_reader.hpp"
-#include "checkpoint/table_view.hpp"
-#include "checkpoint/two_stage.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/hash.hpp"
 #include "dynemb/core/log.hpp"
+#include "shard_reader.hpp"
+#include "table_view.hpp"
+#include "two_stage.hpp"
 
 namespace dynemb::checkpoint {
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/crc32c.hpp"
-#include "checkpoint/shard_reader.hpp"
+#include "crc32c.hpp"
+#include "shard_reader.hpp"
 
 namespace dynemb::checkpoint {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/byte_stream.hpp"
+#include "byte_stream.hpp"
 #include "dynemb/checkpoint/format.hpp"
 
 namespace dynemb::checkpoint {

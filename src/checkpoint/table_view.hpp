@@ -1,5 +1,5 @@
-// What the checkpoint code needs to know of a named table, whatever it is (plain table or
-// embedding, int64 or uint64 keys): its Table, the embedding width and the optimizer state.
+// What the checkpoint code needs to know of a named table, whatever its key type: its Table,
+// the embedding width and the optimizer state (its RowLayout).
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dynemb/checkpoint/checkpoint.hpp"
+#include "dynemb/core/memory.hpp"
 
 namespace dynemb::checkpoint::detail {
 
@@ -26,34 +27,15 @@ constexpr Dtype key_dtype() {
   return std::is_same_v<K, int64_t> ? Dtype::kInt64 : Dtype::kUint64;
 }
 
+// The view of `table` with `layout` (checked against the table's dim by the caller).
 template <TableKey K>
-TableView<K> view_of(Table<K>* table) {
+TableView<K> view_of(Table<K>* table, const RowLayout& layout) {
   TableView<K> v;
   v.table = table;
-  v.dim = table->dim();
-  return v;
-}
-
-template <TableKey K>
-TableView<K> view_of(Embedding<K>* embedding) {
-  TableView<K> v;
-  v.table = &embedding->table();
-  v.dim = embedding->options().dim;
-  v.state_dim = embedding->row_dim() - v.dim;
-  const OptimizerOptions& o = embedding->options().optimizer;
-  v.optimizer = to_string(o.kind);
-  v.optimizer_args = {{"learning_rate", o.learning_rate},
-                      {"beta1", o.beta1},
-                      {"beta2", o.beta2},
-                      {"eps", o.eps},
-                      {"rho", o.rho},
-                      {"initial_accumulator", o.initial_accumulator},
-                      {"ftrl_l1", o.ftrl_l1},
-                      {"ftrl_l2", o.ftrl_l2},
-                      {"ftrl_beta", o.ftrl_beta},
-                      {"weight_decay", o.weight_decay},
-                      {"clip_norm", o.clip_norm},
-                      {"clip_value", o.clip_value}};
+  v.dim = layout.dim;
+  v.state_dim = layout.state_dim;
+  v.optimizer = layout.optimizer;
+  v.optimizer_args = layout.optimizer_args;
   return v;
 }
 
@@ -65,7 +47,15 @@ decltype(auto) visit_view(const NamedTable& named, F&& f) {
         if (table == nullptr) {
           throw InvalidArgument("checkpoint: table \"" + named.name + "\" is a null pointer");
         }
-        return f(view_of(table));
+        const RowLayout& l = named.layout;
+        if (uint64_t{l.dim} + l.state_dim != table->dim() || l.dim == 0) {
+          throw InvalidArgument("checkpoint: table \"" + named.name +
+                                "\": layout.dim + layout.state_dim = " + std::to_string(l.dim) +
+                                " + " + std::to_string(l.state_dim) +
+                                " must equal the table's dim " + std::to_string(table->dim()) +
+                                " (layout.dim > 0)");
+        }
+        return f(view_of(table, l));
       },
       named.table);
 }

@@ -1,4 +1,4 @@
-#include "core/thread_pool.hpp"
+#include "dynemb/core/thread_pool.hpp"
 
 namespace dynemb::cpu {
 

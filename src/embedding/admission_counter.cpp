@@ -1,4 +1,4 @@
-#include "embedding/admission_counter.hpp"
+#include "admission_counter.hpp"
 
 #include <algorithm>
 #include <memory>

@@ -5,14 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "admission_counter.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "embedding/admission_counter.hpp"
-#include "embedding/step_parts.hpp"
-#include "ops/backends.hpp"
-#include "ops/step_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
+#include "step_parts.hpp"
 
 namespace dynemb {
 namespace {
@@ -204,7 +203,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   const uint32_t* host_row_begin = s.row_begin.data();
   bool* host_found = found;
   if (!on_host) {
-    detail::sync_stream_cuda(stream);
+    detail::sync_stream(backend_, stream);
     s.host_keys.resize(u);
     s.host_row_begin.resize(u + 1);
     copy_from_backend(backend_, s.host_keys.data(), keys, u * sizeof(K));
@@ -356,6 +355,26 @@ EmbeddingStats Embedding<K>::stats() const {
   s.eval_misses += counters[kEvalMisses];
   s.table = table_->stats();
   return s;
+}
+
+template <TableKey K>
+RowLayout Embedding<K>::row_layout() const {
+  const OptimizerOptions& o = options_.optimizer;
+  return RowLayout{options_.dim,
+                   row_dim_ - options_.dim,
+                   to_string(o.kind),
+                   {{"learning_rate", o.learning_rate},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"eps", o.eps},
+                    {"rho", o.rho},
+                    {"initial_accumulator", o.initial_accumulator},
+                    {"ftrl_l1", o.ftrl_l1},
+                    {"ftrl_l2", o.ftrl_l2},
+                    {"ftrl_beta", o.ftrl_beta},
+                    {"weight_decay", o.weight_decay},
+                    {"clip_norm", o.clip_norm},
+                    {"clip_value", o.clip_value}}};
 }
 
 template class Embedding<int64_t>;

@@ -7,10 +7,9 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "embedding/step_parts.hpp"
-#include "ops/backends.hpp"
-#include "ops/step_ops.hpp"
-#include "ops/table_keys.hpp"
+#include "dynemb/ops/step_ops.hpp"
+#include "dynemb/ops/table_keys.hpp"
+#include "step_parts.hpp"
 
 namespace dynemb {
 namespace {

@@ -1,11 +1,11 @@
-#include "embedding/step_parts.hpp"
+#include "step_parts.hpp"
 
 #include <bit>
 #include <chrono>
 #include <string>
 
 #include "dynemb/core/log.hpp"
-#include "ops/step_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
 
 namespace dynemb::detail {
 

@@ -1,4 +1,5 @@
-// Each backend's implementation of the ops, called only by the dispatchers in src/ops/*.cpp.
+// Each backend's implementation of the ops, called only by the dispatchers in src/ops/*.cpp
+// (private to the ops part: code above reaches the ops through include/dynemb/ops/).
 #pragma once
 
 #include <span>
@@ -8,16 +9,13 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "ops/step_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
 
 namespace dynemb::detail {
 
 // --- validation shared by the backends ----------------------------------------------------------
 
-// Checks shapes, strides, modes and pointers (reads no buffer); throws InvalidArgument naming
-// `where`, the feature, the argument, its value and its limit.
-void validate_lookup_shape(const char* where, std::span<const LookupFeature> features,
-                           std::span<const LookupOutput> outputs, const char* outputs_name);
+// validate_lookup_shape: include/dynemb/ops/step_ops.hpp.
 // Checks offsets and indices in host memory (same errors).
 void validate_lookup_data_host(const char* where, std::span<const LookupFeature> features);
 // The errors the data checks raise, shared so every backend says the same thing.
@@ -75,7 +73,7 @@ void reduce_and_optimize_row_ptrs_cpu(const OptimizerOptions& o, const LookupFea
 void apply_optimizer_rows_guarded_cpu(const OptimizerOptions& o, size_t n, float* rows,
                                       uint32_t row_stride, const float* grads, uint32_t grad_stride,
                                       uint32_t dim, const bool* skip, uint64_t* nonfinite);
-// src/ops/table_keys.hpp on the host.
+// include/dynemb/ops/table_keys.hpp on the host.
 template <TableKey K>
 void combine_table_keys_cpu(uint32_t table, uint32_t shift, size_t n, const K* keys,
                             const int64_t* offsets, size_t num_bags, uint64_t base,

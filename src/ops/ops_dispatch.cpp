@@ -1,6 +1,6 @@
 // The backend-neutral entry points of dedup, pooling and gradient reduction.
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
-#include "ops/backends.hpp"
 
 namespace dynemb {
 namespace {

@@ -1,7 +1,7 @@
 // The backend-neutral entry points of the row ops.
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "ops/backends.hpp"
 
 namespace dynemb {
 namespace {

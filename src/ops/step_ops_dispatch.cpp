@@ -1,8 +1,8 @@
-// The backend-neutral entry points of the training-step ops (src/ops/step_ops.hpp).
+// The backend-neutral entry points of the training-step ops (include/dynemb/ops/step_ops.hpp).
 #include <cstring>
 
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
-#include "ops/backends.hpp"
 
 namespace dynemb::detail {
 
@@ -15,6 +15,10 @@ LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const
   f.offsets = offsets;
   f.num_bags = num_bags;
   return f;
+}
+
+void sync_stream(Backend backend, StreamHandle stream) {
+  if (backend == Backend::kCuda) sync_stream_cuda(stream);
 }
 
 template <TableKey K>

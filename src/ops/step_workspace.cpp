@@ -1,9 +1,9 @@
-#include "ops/step_workspace.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 
 #include <cstdlib>
 #include <new>
 
-#include "ops/backends.hpp"
+#include "backends.hpp"
 
 namespace dynemb::detail {
 

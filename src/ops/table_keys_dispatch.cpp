@@ -1,7 +1,7 @@
-// The backend-neutral entry points of src/ops/table_keys.hpp.
-#include "ops/table_keys.hpp"
+// The backend-neutral entry points of include/dynemb/ops/table_keys.hpp.
+#include "dynemb/ops/table_keys.hpp"
 
-#include "ops/backends.hpp"
+#include "backends.hpp"
 
 namespace dynemb::detail {
 

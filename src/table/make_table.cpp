@@ -1,5 +1,5 @@
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
-#include "table/backends.hpp"
 
 namespace dynemb {
 

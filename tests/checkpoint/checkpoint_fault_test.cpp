@@ -12,6 +12,7 @@
 
 #include "checkpoint/checkpoint_test_util.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
+#include "dynemb/embedding/embedding.hpp"
 
 namespace dynemb::testing {
 namespace {

@@ -6,6 +6,7 @@
 #include "core/warning_capture.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/hash.hpp"
+#include "dynemb/embedding/embedding.hpp"
 
 namespace dynemb::testing {
 namespace {

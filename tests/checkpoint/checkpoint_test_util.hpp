@@ -20,6 +20,7 @@
 #include "core/test_random.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/key.hpp"
+#include "dynemb/core/memory.hpp"
 #include "dynemb/table/table.hpp"
 
 namespace dynemb::testing {

@@ -1,5 +1,5 @@
 // The thread pool runs every task exactly once, runs nested loops inline, and rethrows.
-#include "core/thread_pool.hpp"
+#include "dynemb/core/thread_pool.hpp"
 
 #include <gtest/gtest.h>
 

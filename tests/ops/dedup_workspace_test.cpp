@@ -11,8 +11,8 @@
 
 #include "core/backend_test.hpp"
 #include "dynemb/core/memory.hpp"
+#include "dynemb/ops/step_ops.hpp"
 #include "ops/backend_vectors.hpp"
-#include "ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {

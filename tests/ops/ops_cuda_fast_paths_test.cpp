@@ -16,8 +16,8 @@
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
 #include "ops/backend_vectors.hpp"
-#include "ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {

@@ -1,6 +1,6 @@
-// The training-step entry points (src/ops/step_ops.hpp) on the CPU: grouped dedup against a
-// std::map model, the grouped reduction bit-identical to reduce_gradients and close to a float64
-// sum, the guarded optimizer skipping and counting NaN / Inf rows, device-side flag counts.
+// The training-step entry points (include/dynemb/ops/step_ops.hpp) on the CPU: grouped dedup
+// against a std::map model, the grouped reduction bit-identical to reduce_gradients and close to a
+// float64 sum, the guarded optimizer skipping and counting NaN / Inf rows, device-side flag counts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "ops/step_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {

@@ -1,39 +1,57 @@
-// Checkpoints of tables and trainable embeddings: dump (full or incremental), load (into any
-// backend and any number of ranks), incremental dump in memory. The format is
-// docs/checkpoint_format.md; format.hpp reads it without any table.
+// Checkpoints of tables (plain or holding [embedding | optimizer state] rows): dump (full or
+// incremental), load (into any backend and any number of ranks), incremental dump in memory. The
+// format is docs/checkpoint_format.md; format.hpp reads it without any table.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "dynemb/checkpoint/format.hpp"
-#include "dynemb/embedding/embedding.hpp"
+#include "dynemb/table/row_layout.hpp"
 #include "dynemb/table/table.hpp"
 
 namespace dynemb::checkpoint {
 
-// A plain table or a trainable embedding (whose rows are [embedding | optimizer state]).
-using TableHandle =
-    std::variant<Table<int64_t>*, Table<uint64_t>*, Embedding<int64_t>*, Embedding<uint64_t>*>;
+// The table a checkpoint reads or writes, by key type.
+using TableHandle = std::variant<Table<int64_t>*, Table<uint64_t>*>;
 
-// A table and the name it has in a checkpoint ([A-Za-z0-9_.-], 1-128 characters).
+// A table, the name it has in a checkpoint ([A-Za-z0-9_.-], 1-128 characters) and how its rows
+// split into embedding and optimizer state (a plain table: all embedding).
 struct NamedTable {
   std::string name;
   TableHandle table;
+  RowLayout layout;
 };
 
-// Names a table for dump / load.
+// Something that owns a table and says how its rows are laid out (a trainable Embedding, for
+// one: include/dynemb/embedding/embedding.hpp), so the checkpoint needs neither its type nor
+// its part.
+template <class T>
+concept LaidOutTable = requires(T& owner) {
+  { &owner.table() } -> std::convertible_to<TableHandle>;
+  { owner.row_layout() } -> std::convertible_to<RowLayout>;
+};
+
+// Names a plain table for dump / load.
 template <TableKey K>
 NamedTable named(std::string name, Table<K>& table) {
-  return {std::move(name), &table};
+  return {std::move(name), &table, plain_row_layout(table.dim())};
 }
+// Names a table whose rows hold `layout.dim` embedding floats and then optimizer state.
 template <TableKey K>
-NamedTable named(std::string name, Embedding<K>& embedding) {
-  return {std::move(name), &embedding};
+NamedTable named(std::string name, Table<K>& table, RowLayout layout) {
+  return {std::move(name), &table, std::move(layout)};
+}
+// Names the table of a trainable embedding (or anything else that owns a laid-out table).
+template <LaidOutTable T>
+NamedTable named(std::string name, T& owner) {
+  return {std::move(name), &owner.table(), owner.row_layout()};
 }
 
 struct DumpOptions {
@@ -119,7 +137,7 @@ LoadReport load(const std::filesystem::path& path, const std::vector<NamedTable>
                 const LoadOptions& options = {});
 
 // Rows of a table whose score >= a threshold, copied out (rows are the table's full rows:
-// [embedding | optimizer state] for an Embedding's table).
+// [embedding | optimizer state] for a trainable table).
 template <TableKey K>
 struct DeltaRows {
   uint32_t dim = 0;

@@ -11,6 +11,7 @@
 #include "dynemb/core/options.hpp"
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
+#include "dynemb/table/row_layout.hpp"
 #include "dynemb/table/table.hpp"
 
 namespace dynemb {
@@ -122,6 +123,9 @@ class Embedding {
   Backend backend() const { return backend_; }
   // Floats per table row: dim + optimizer state (+ padding, see align_rows).
   uint32_t row_dim() const { return row_dim_; }
+  // How each table row splits: dim embedding floats, then the optimizer's state (and padding),
+  // with the optimizer's name and hyper-parameters (what a checkpoint records).
+  RowLayout row_layout() const;
   // The counts so far; synchronizes the device (the step's counts live in backend memory).
   EmbeddingStats stats() const;
 

@@ -1,4 +1,4 @@
-#include "core/cuda/check.hpp"
+#include "dynemb/core/cuda/check.hpp"
 
 #include <string>
 

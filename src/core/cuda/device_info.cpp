@@ -1,8 +1,8 @@
-#include "core/cuda/device_info.hpp"
+#include "dynemb/core/cuda/device_info.hpp"
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/check.hpp"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::cuda {
 

@@ -1,9 +1,9 @@
-#include "core/cuda/scratch_pool.hpp"
+#include "dynemb/core/cuda/scratch_pool.hpp"
 
 #include <mutex>
 #include <vector>
 
-#include "core/cuda/check.hpp"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::cuda {
 

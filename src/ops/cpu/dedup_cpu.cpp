@@ -2,8 +2,8 @@
 #include <bit>
 #include <vector>
 
+#include "backends.hpp"
 #include "dynemb/core/hash.hpp"
-#include "ops/backends.hpp"
 
 namespace dynemb::detail {
 

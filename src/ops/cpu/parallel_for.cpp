@@ -1,4 +1,4 @@
-#include "ops/cpu/parallel_for.hpp"
+#include "cpu/parallel_for.hpp"
 
 namespace dynemb::detail {
 

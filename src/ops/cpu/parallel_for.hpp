@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "core/thread_pool.hpp"
+#include "dynemb/core/thread_pool.hpp"
 
 namespace dynemb::detail {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/backends.hpp"
-#include "ops/cpu/parallel_for.hpp"
-#include "ops/id_factor.hpp"
+#include "backends.hpp"
+#include "cpu/parallel_for.hpp"
+#include "id_factor.hpp"
 
 namespace dynemb::detail {
 

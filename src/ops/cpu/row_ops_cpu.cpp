@@ -2,9 +2,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends.hpp"
+#include "cpu/parallel_for.hpp"
 #include "dynemb/ops/row_ops.hpp"
-#include "ops/backends.hpp"
-#include "ops/cpu/parallel_for.hpp"
 
 namespace dynemb::detail {
 

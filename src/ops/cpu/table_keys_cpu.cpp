@@ -1,8 +1,8 @@
-// The collection's combined batch on the host (src/ops/table_keys.hpp).
+// The collection's combined batch on the host (include/dynemb/ops/table_keys.hpp).
 #include <algorithm>
 
-#include "ops/backends.hpp"
-#include "ops/table_keys.hpp"
+#include "backends.hpp"
+#include "dynemb/ops/table_keys.hpp"
 
 namespace dynemb::detail {
 

@@ -12,11 +12,11 @@
 #include <algorithm>
 #include <climits>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
-#include "ops/backends.hpp"
-#include "ops/cuda/launch.cuh"
-#include "ops/step_workspace.hpp"
+#include "backends.hpp"
+#include "cuda/launch.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 
 namespace dynemb::detail {
 namespace {

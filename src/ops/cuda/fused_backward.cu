@@ -4,14 +4,14 @@
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/prefetch.cuh"
-#include "ops/backends.hpp"
-#include "ops/cuda/gradient_chunks.cuh"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/optimizer_warp.cuh"
-#include "ops/cuda/row_tiles.cuh"
-#include "ops/cuda/tile_lanes.cuh"
+#include "backends.hpp"
+#include "cuda/gradient_chunks.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/optimizer_warp.cuh"
+#include "cuda/row_tiles.cuh"
+#include "cuda/tile_lanes.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/prefetch.cuh"
 
 namespace dynemb::detail {
 namespace {

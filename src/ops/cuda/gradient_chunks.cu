@@ -1,11 +1,11 @@
 // The hot chunks of the gradient reduction (gradient_chunks.cuh).
 #include <cub/device/device_scan.cuh>
 
-#include "core/cuda/check.hpp"
-#include "ops/cuda/gradient_chunks.cuh"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/row_tiles.cuh"
-#include "ops/cuda/tile_lanes.cuh"
+#include "cuda/gradient_chunks.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/row_tiles.cuh"
+#include "cuda/tile_lanes.cuh"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::ops_cuda {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "dynemb/ops/pooling.hpp"
-#include "ops/step_ops.hpp"
-#include "ops/step_workspace.hpp"
+#include "dynemb/ops/step_ops.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 
 namespace dynemb::ops_cuda {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/launch.cuh"
 #include "dynemb/ops/optimizer.hpp"
-#include "ops/cuda/launch.cuh"
 
 namespace dynemb::ops_cuda {
 

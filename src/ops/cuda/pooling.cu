@@ -7,14 +7,14 @@
 #include <algorithm>
 #include <climits>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
-#include "ops/backends.hpp"
-#include "ops/cuda/gradient_chunks.cuh"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/row_tiles.cuh"
-#include "ops/cuda/tile_lanes.cuh"
-#include "ops/id_factor.hpp"
+#include "backends.hpp"
+#include "cuda/gradient_chunks.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/row_tiles.cuh"
+#include "cuda/tile_lanes.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
+#include "id_factor.hpp"
 
 namespace dynemb::detail {
 namespace {

@@ -4,13 +4,13 @@
 
 #include <cmath>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
+#include "backends.hpp"
+#include "cuda/launch.cuh"
+#include "cuda/optimizer_warp.cuh"
+#include "cuda/tile_lanes.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/initializer.hpp"
-#include "ops/backends.hpp"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/optimizer_warp.cuh"
-#include "ops/cuda/tile_lanes.cuh"
 
 namespace dynemb::detail {
 namespace {

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
+#include "cuda/launch.cuh"
+#include "cuda/tile_lanes.cuh"
 #include "dynemb/ops/pooling.hpp"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/tile_lanes.cuh"
-#include "ops/id_factor.hpp"
+#include "id_factor.hpp"
 
 namespace dynemb::ops_cuda {
 

@@ -3,9 +3,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "core/cuda/check.hpp"
-#include "ops/backends.hpp"
-#include "ops/cuda/launch.cuh"
+#include "backends.hpp"
+#include "cuda/launch.cuh"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::ops_cuda {
 namespace {

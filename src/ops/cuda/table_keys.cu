@@ -1,11 +1,11 @@
-// The collection's combined batch on the GPU (src/ops/table_keys.hpp).
+// The collection's combined batch on the GPU (include/dynemb/ops/table_keys.hpp).
 #include <thrust/binary_search.h>
 #include <thrust/execution_policy.h>
 
-#include "core/cuda/check.hpp"
-#include "ops/backends.hpp"
-#include "ops/cuda/launch.cuh"
-#include "ops/table_keys.hpp"
+#include "backends.hpp"
+#include "cuda/launch.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/ops/table_keys.hpp"
 
 namespace dynemb::detail {
 namespace {

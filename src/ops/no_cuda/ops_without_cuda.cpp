@@ -1,5 +1,5 @@
 // Compiled only when the CUDA backend is not built: every CUDA op says so.
-#include "ops/backends.hpp"
+#include "backends.hpp"
 
 namespace dynemb::detail {
 

@@ -1,4 +1,4 @@
-#include "table/cpu/bucket_storage.hpp"
+#include "cpu/bucket_storage.hpp"
 
 #include <cstring>
 

@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/large_array.hpp"
 #include "dynemb/core/hash.hpp"
-#include "table/cpu/large_array.hpp"
 
 namespace dynemb::cpu {
 

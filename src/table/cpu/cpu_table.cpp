@@ -1,15 +1,15 @@
 // CpuTable: construction, argument screening, growth and the whole-table operations.
-#include "table/cpu/cpu_table.hpp"
+#include "cpu/cpu_table.hpp"
 
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cpu/host_memory.hpp"
+#include "cpu/rehash.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
-#include "table/cpu/host_memory.hpp"
-#include "table/cpu/rehash.hpp"
 
 namespace dynemb::cpu {
 namespace {

@@ -9,14 +9,14 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "core/thread_pool.hpp"
+#include "cpu/bucket_storage.hpp"
+#include "cpu/lock_stripes.hpp"
+#include "cpu/refusal_log.hpp"
+#include "cpu/score_clock.hpp"
+#include "cpu/slot_budget.hpp"
+#include "cpu/spin_lock.hpp"
+#include "dynemb/core/thread_pool.hpp"
 #include "dynemb/table/table.hpp"
-#include "table/cpu/bucket_storage.hpp"
-#include "table/cpu/lock_stripes.hpp"
-#include "table/cpu/refusal_log.hpp"
-#include "table/cpu/score_clock.hpp"
-#include "table/cpu/slot_budget.hpp"
-#include "table/cpu/spin_lock.hpp"
 
 namespace dynemb::cpu {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "table/cpu/cpu_table.hpp"
+#include "cpu/cpu_table.hpp"
 
 namespace dynemb::cpu {
 

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cpu/cpu_table.hpp"
+#include "cpu/row_initializer.hpp"
 #include "dynemb/core/initializer.hpp"
-#include "table/cpu/cpu_table.hpp"
-#include "table/cpu/row_initializer.hpp"
 
 namespace dynemb::cpu {
 

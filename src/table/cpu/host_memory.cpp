@@ -1,4 +1,4 @@
-#include "table/cpu/host_memory.hpp"
+#include "cpu/host_memory.hpp"
 
 #include <unistd.h>
 

@@ -1,10 +1,10 @@
-#include "table/cpu/large_array.hpp"
+#include "cpu/large_array.hpp"
 
 #include <sys/mman.h>
 
 #include <new>
 
-#include "table/cpu/host_memory.hpp"
+#include "cpu/host_memory.hpp"
 
 namespace dynemb::cpu {
 

@@ -1,5 +1,5 @@
-#include "table/backends.hpp"
-#include "table/cpu/cpu_table.hpp"
+#include "backends.hpp"
+#include "cpu/cpu_table.hpp"
 
 namespace dynemb::detail {
 

@@ -1,4 +1,4 @@
-#include "table/cpu/refusal_log.hpp"
+#include "cpu/refusal_log.hpp"
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"

@@ -1,4 +1,4 @@
-#include "table/cpu/rehash.hpp"
+#include "cpu/rehash.hpp"
 
 #include <cstring>
 

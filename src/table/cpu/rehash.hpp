@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "table/cpu/bucket_storage.hpp"
+#include "cpu/bucket_storage.hpp"
 
 namespace dynemb::cpu {
 

@@ -1,14 +1,14 @@
 // Grouping a write batch by bucket: one kernel computes each key's bucket, CUB's stable radix
 // sort orders (bucket, position) pairs over the bucket index's bits only.
-#include "table/cuda/bucket_order.hpp"
+#include "cuda/bucket_order.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include <bit>
 
-#include "core/cuda/check.hpp"
+#include "cuda/probe.cuh"
+#include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/hash.hpp"
-#include "table/cuda/probe.cuh"
 
 namespace dynemb::cuda_table {
 namespace {

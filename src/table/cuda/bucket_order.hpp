@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "core/cuda/device_array.hpp"
-#include "table/cuda/device_layout.hpp"
+#include "cuda/device_layout.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
 
 namespace dynemb::cuda_table {
 

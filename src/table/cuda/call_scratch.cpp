@@ -1,4 +1,4 @@
-#include "table/cuda/call_scratch.hpp"
+#include "cuda/call_scratch.hpp"
 
 namespace dynemb::cuda_table {
 

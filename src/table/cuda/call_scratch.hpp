@@ -4,10 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
-#include "table/cuda/device_layout.hpp"
-#include "table/cuda/kernels.hpp"
+#include "cuda/device_layout.hpp"
+#include "cuda/kernels.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
 
 namespace dynemb::cuda_table {
 

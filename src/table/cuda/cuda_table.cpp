@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_guard.hpp"
-#include "core/cuda/device_info.hpp"
+#include "backends.hpp"
+#include "cuda/bucket_order.hpp"
+#include "cuda/call_scratch.hpp"
+#include "cuda/deferred_reports.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/stream_order.hpp"
+#include "cuda/table_storage.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
+#include "dynemb/core/cuda/device_info.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
-#include "table/backends.hpp"
-#include "table/cuda/bucket_order.hpp"
-#include "table/cuda/call_scratch.hpp"
-#include "table/cuda/deferred_reports.hpp"
-#include "table/cuda/kernels.hpp"
-#include "table/cuda/stream_order.hpp"
-#include "table/cuda/table_storage.hpp"
 
 namespace dynemb::cuda_table {
 namespace {

@@ -1,7 +1,7 @@
-#include "table/cuda/deferred_reports.hpp"
+#include "cuda/deferred_reports.hpp"
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_guard.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
 
 namespace dynemb::cuda_table {
 

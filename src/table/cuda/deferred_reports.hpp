@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "table/cuda/device_layout.hpp"
+#include "cuda/device_layout.hpp"
 
 namespace dynemb::cuda_table {
 

@@ -1,7 +1,7 @@
 // Whether the CUDA backend has a device to run on (table/backends.hpp).
 #include <cuda_runtime_api.h>
 
-#include "table/backends.hpp"
+#include "backends.hpp"
 
 namespace dynemb::detail {
 

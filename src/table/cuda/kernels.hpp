@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "table/cuda/device_layout.hpp"
+#include "cuda/device_layout.hpp"
 
 namespace dynemb::cuda_table {
 

@@ -3,10 +3,10 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <cub/device/device_select.cuh>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
-#include "table/cuda/kernels.hpp"
-#include "table/cuda/probe.cuh"
+#include "cuda/kernels.hpp"
+#include "cuda/probe.cuh"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
 
 namespace dynemb::cuda_table {
 namespace {

@@ -8,11 +8,11 @@
 
 #include <cstdint>
 
-#include "core/cuda/prefetch.cuh"
+#include "cuda/device_layout.hpp"
+#include "dynemb/core/cuda/prefetch.cuh"
 #include "dynemb/core/hash.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
-#include "table/cuda/device_layout.hpp"
 
 namespace dynemb::cuda_table {
 

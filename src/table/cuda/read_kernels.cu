@@ -1,9 +1,9 @@
 // Lock-free lookups (find, contains) and the small per-call kernels: call-state setup, the
 // reserved-key check and the size count. Readers never run beside writers (the host lock and
 // stream events order them), so they use ordinary cached loads.
-#include "core/cuda/check.hpp"
-#include "table/cuda/kernels.hpp"
-#include "table/cuda/probe.cuh"
+#include "cuda/kernels.hpp"
+#include "cuda/probe.cuh"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::cuda_table {
 namespace {

@@ -1,6 +1,6 @@
-#include "table/cuda/stream_order.hpp"
+#include "cuda/stream_order.hpp"
 
-#include "core/cuda/check.hpp"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::cuda_table {
 

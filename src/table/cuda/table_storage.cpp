@@ -1,9 +1,9 @@
-#include "table/cuda/table_storage.hpp"
+#include "cuda/table_storage.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "core/cuda/check.hpp"
+#include "dynemb/core/cuda/check.hpp"
 
 namespace dynemb::cuda_table {
 

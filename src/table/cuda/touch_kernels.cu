@@ -3,10 +3,10 @@
 // listed for the locked write kernel. Safe because nothing inserts, evicts or erases while it
 // runs (the call holds the table's writer lock and the locked pass comes after it in stream
 // order), and rows are only read.
-#include "core/cuda/check.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/probe.cuh"
+#include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
-#include "table/cuda/kernels.hpp"
-#include "table/cuda/probe.cuh"
 
 namespace dynemb::cuda_table {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "table/cuda/device_layout.hpp"
-#include "table/cuda/probe.cuh"
+#include "cuda/device_layout.hpp"
+#include "cuda/probe.cuh"
 
 namespace dynemb::cuda_table {
 

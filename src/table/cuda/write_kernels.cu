@@ -3,11 +3,11 @@
 // grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
-#include "core/cuda/check.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/probe.cuh"
+#include "cuda/victim.cuh"
+#include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
-#include "table/cuda/kernels.hpp"
-#include "table/cuda/probe.cuh"
-#include "table/cuda/victim.cuh"
 
 namespace dynemb::cuda_table {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <utility>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/scratch_pool.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/scratch_pool.hpp"
 
 namespace dynemb::cuda {
 

@@ -5,13 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 #include "dynemb/table/table.hpp"
-#include "ops/step_workspace.hpp"
 
 namespace dynemb::detail {
 
@@ -31,6 +32,14 @@ struct ReadAlong {
   size_t count = 0;
   uint64_t* host = nullptr;
 };
+
+// Checks shapes, strides, modes and pointers (reads no buffer); throws InvalidArgument naming
+// `where`, the feature, the argument, its value and its limit.
+void validate_lookup_shape(const char* where, std::span<const LookupFeature> features,
+                           std::span<const LookupOutput> outputs, const char* outputs_name);
+
+// Waits for `stream`'s work (CUDA); nothing to wait for on the CPU backend.
+void sync_stream(Backend backend, StreamHandle stream);
 
 // The view of a dedup's ids over its u unique rows and the bags' offsets, without rows (what
 // validate_lookup_data_host checks; callers add the rows, dims and pooling).
