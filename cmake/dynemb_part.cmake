@@ -19,8 +19,11 @@ function(dynemb_add_part part)
                      $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${PROJECT_SOURCE_DIR}/src/${part})
   target_link_libraries(${target} PUBLIC ${arg_DEPENDS} PRIVATE ${arg_PRIVATE_LIBRARIES})
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>
-                                           $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  # Position-independent, so a static part can go into a shared object (the Python module);
+  # without semantic interposition, so that costs no inlining.
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -fno-semantic-interposition>
+    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON
                                              CUDA_SEPARABLE_COMPILATION OFF)
   if(BUILD_SHARED_LIBS)

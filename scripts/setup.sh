@@ -10,7 +10,8 @@ packages=(
   libcuckoo-dev libabsl-dev        # CPU peers measured by `dynemb bench table`
   libcli11-dev                     # the dynemb program's command line
   nlohmann-json3-dev               # checkpoint manifests, benchmark and training results
-  python3 python3-numpy            # reads a checkpoint with numpy alone (scripts/test.sh)
+  python3 python3-numpy            # reads a checkpoint with numpy alone (scripts/test.sh);
+                                   # python3 also runs scripts/check_arrows.py
 )
 missing=()
 for p in "${packages[@]}"; do
