@@ -1,0 +1,225 @@
+#include "cache/cuda/cuda_cache.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cache/backends.hpp"
+#include "cache/cache_checks.hpp"
+#include "cache/cuda/kernels.hpp"
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_array.hpp"
+#include "core/cuda/device_guard.hpp"
+#include "core/cuda/device_info.hpp"
+#include "dynemb/core/error.hpp"
+
+namespace dynemb::cache::detail {
+namespace {
+
+cudaStream_t as_stream(StreamHandle s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// cudaMalloc that reports a failure as OutOfMemory naming the buffer and the cache's footprint.
+template <class T>
+T* allocate(uint64_t count, const char* buffer, const CacheFootprint& footprint) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMalloc(&p, std::max<uint64_t>(count, 1) * sizeof(T));
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // the failed allocation's error is not left for the next call to see
+    throw OutOfMemory(std::string("make_cache: backend = cuda, allocating the ") + buffer + " (" +
+                      std::to_string(count * sizeof(T)) + " bytes of the cache's " +
+                      std::to_string(footprint.bytes) + ") failed: " + cudaGetErrorString(status));
+  }
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+template <CacheKey K>
+CudaCache<K>::CudaCache(const CacheOptions<K>& options, const CacheFootprint& footprint)
+    : options_(options), footprint_(footprint) {
+  const dynemb::cuda::DeviceGuard on_device(options.device);
+  view_.num_sets = footprint.sets;
+  view_.ways = options.ways;
+  view_.dim = options.dim;
+  view_.empty_key = options.empty_key;
+  try {
+    view_.keys = allocate<K>(footprint.slots, "keys", footprint);
+    view_.stamps = allocate<unsigned long long>(footprint.slots, "access stamps", footprint);
+    view_.values = allocate<float>(footprint.slots * options.dim, "rows", footprint);
+    view_.versions = allocate<uint32_t>(footprint.sets, "set versions", footprint);
+    view_.counters = allocate<DeviceCounters>(1, "counters", footprint);
+    dynemb::cuda::check(cudaMemset(view_.versions, 0, footprint.sets * sizeof(uint32_t)),
+                        "make_cache: cudaMemset");
+    dynemb::cuda::check(cudaMemset(view_.counters, 0, sizeof(DeviceCounters)),
+                        "make_cache: cudaMemset");
+    dynemb::cuda::check(cudaMemset(view_.stamps, 0, footprint.slots * sizeof(unsigned long long)),
+                        "make_cache: cudaMemset");
+    grid_limit_ = dynemb::cuda::multiprocessors(options.device) * 8;
+    launch_clear(view_, nullptr);
+    dynemb::cuda::check(cudaDeviceSynchronize(), "make_cache: clearing the cache");
+  } catch (...) {
+    free_buffers();
+    throw;
+  }
+}
+
+template <CacheKey K>
+CudaCache<K>::~CudaCache() {
+  free_buffers();
+}
+
+template <CacheKey K>
+void CudaCache<K>::free_buffers() noexcept {
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  cudaDeviceSynchronize();
+  cudaFree(view_.keys);
+  cudaFree(view_.stamps);
+  cudaFree(view_.values);
+  cudaFree(view_.versions);
+  cudaFree(view_.counters);
+  view_ = CacheView<K>{};
+}
+
+template <CacheKey K>
+void CudaCache<K>::check_keys(const char* where, size_t n, const K* keys,
+                              StreamHandle stream) const {
+  if (!options_.validate_keys) return;
+  const uint64_t first = find_sentinel(n, keys, options_.empty_key, as_stream(stream));
+  if (first != UINT64_MAX) throw_sentinel_key(where, first, options_.empty_key);
+}
+
+template <CacheKey K>
+void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys,
+                         uint64_t* missing_positions, uint64_t* miss_count, StreamHandle stream) {
+  const char* where = "EmbeddingCache::query";
+  require_buffer(where, "keys", keys, n);
+  require_buffer(where, "values", values, n);
+  require_buffer(where, "missing_keys", missing_keys, n);
+  require_buffer(where, "missing_positions", missing_positions, n);
+  require_buffer(where, "miss_count", miss_count, 1);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  check_keys(where, n, keys, stream);
+  const cudaStream_t s = as_stream(stream);
+  if (n == 0) {
+    dynemb::cuda::check(cudaMemsetAsync(miss_count, 0, sizeof(uint64_t), s),
+                        "EmbeddingCache::query: cudaMemsetAsync");
+    return;
+  }
+  const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed);
+  const dynemb::cuda::DeviceArray<uint8_t> missed(n, s);
+  launch_query(view_, n, keys, values, missed.data(), stamp, grid_limit_, s);
+  launch_compact_misses(view_, n, keys, missed.data(), missing_keys, missing_positions, miss_count,
+                        s);
+}
+
+template <CacheKey K>
+void CudaCache<K>::replace(size_t n, const K* keys, const float* values, StreamHandle stream) {
+  const char* where = "EmbeddingCache::replace";
+  require_buffer(where, "keys", keys, n);
+  require_buffer(where, "values", values, n);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  check_keys(where, n, keys, stream);
+  if (n == 0) return;
+  const uint64_t base = clock_.fetch_add(n, std::memory_order_relaxed);
+  launch_write(view_, WriteKind::kReplace, n, keys, values, base, grid_limit_, as_stream(stream));
+}
+
+template <CacheKey K>
+void CudaCache<K>::update(size_t n, const K* keys, const float* values, StreamHandle stream) {
+  const char* where = "EmbeddingCache::update";
+  require_buffer(where, "keys", keys, n);
+  require_buffer(where, "values", values, n);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  check_keys(where, n, keys, stream);
+  launch_write(view_, WriteKind::kUpdate, n, keys, values, 0, grid_limit_, as_stream(stream));
+}
+
+template <CacheKey K>
+void CudaCache<K>::erase(size_t n, const K* keys, StreamHandle stream) {
+  const char* where = "EmbeddingCache::erase";
+  require_buffer(where, "keys", keys, n);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  check_keys(where, n, keys, stream);
+  launch_write(view_, WriteKind::kErase, n, keys, nullptr, 0, grid_limit_, as_stream(stream));
+}
+
+template <CacheKey K>
+size_t CudaCache<K>::dump(uint64_t first_set, uint64_t num_sets, K* keys, float* values,
+                          StreamHandle stream) {
+  const char* where = "EmbeddingCache::dump";
+  check_set_range(where, first_set, num_sets, footprint_.sets);
+  require_buffer(where, "keys", keys, num_sets);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  return dump_sets(view_, first_set, num_sets, keys, values, as_stream(stream));
+}
+
+template <CacheKey K>
+size_t CudaCache<K>::preload(size_t n, const K* keys, const float* values, StreamHandle stream) {
+  const char* where = "EmbeddingCache::preload";
+  check_preload_fits(where, n, footprint_);
+  require_buffer(where, "keys", keys, n);
+  require_buffer(where, "values", values, n);
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  check_keys(where, n, keys, stream);
+  clear(stream);
+  const uint64_t before = stats().evicted;
+  replace(n, keys, values, stream);
+  dynemb::cuda::sync(as_stream(stream), "EmbeddingCache::preload");
+  return stats().evicted - before;
+}
+
+template <CacheKey K>
+void CudaCache<K>::clear(StreamHandle stream) {
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  launch_clear(view_, as_stream(stream));
+}
+
+template <CacheKey K>
+size_t CudaCache<K>::size(StreamHandle stream) const {
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  return count_stored(view_, as_stream(stream));
+}
+
+template <CacheKey K>
+CacheStats CudaCache<K>::stats() const {
+  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  dynemb::cuda::check(cudaDeviceSynchronize(), "EmbeddingCache::stats: cudaDeviceSynchronize");
+  DeviceCounters c{};
+  dynemb::cuda::check(cudaMemcpy(&c, view_.counters, sizeof(c), cudaMemcpyDeviceToHost),
+                      "EmbeddingCache::stats: cudaMemcpy");
+  CacheStats s;
+  s.hits = c.hits;
+  s.misses = c.misses;
+  s.inserted = c.inserted;
+  s.evicted = c.evicted;
+  s.refreshed = c.refreshed;
+  s.erased = c.erased;
+  s.sentinel_keys = c.sentinel_keys;
+  return s;
+}
+
+template <CacheKey K>
+std::unique_ptr<EmbeddingCache<K>> make_cuda_cache(const CacheOptions<K>& options,
+                                                   const CacheFootprint& footprint) {
+  return std::make_unique<CudaCache<K>>(options, footprint);
+}
+
+void scatter_rows_cuda(size_t n, const uint64_t* positions, const float* rows, uint32_t dim,
+                       float* out, void* stream) {
+  launch_scatter_rows(n, positions, rows, dim, out, static_cast<cudaStream_t>(stream));
+}
+
+template class CudaCache<int32_t>;
+template class CudaCache<int64_t>;
+template class CudaCache<uint64_t>;
+template std::unique_ptr<EmbeddingCache<int32_t>> make_cuda_cache(const CacheOptions<int32_t>&,
+                                                                  const CacheFootprint&);
+template std::unique_ptr<EmbeddingCache<int64_t>> make_cuda_cache(const CacheOptions<int64_t>&,
+                                                                  const CacheFootprint&);
+template std::unique_ptr<EmbeddingCache<uint64_t>> make_cuda_cache(const CacheOptions<uint64_t>&,
+                                                                   const CacheFootprint&);
+
+}  // namespace dynemb::cache::detail

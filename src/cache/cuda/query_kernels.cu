@@ -1,0 +1,266 @@
+// The query kernel (one warp per key, no lock: a per-set version check around each read) and the
+// compaction of its misses into batch order.
+#include <thrust/iterator/counting_iterator.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_select.cuh>
+
+#include "cache/cuda/device_view.cuh"
+#include "cache/cuda/kernels.hpp"
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_array.hpp"
+
+namespace dynemb::cache::detail {
+namespace {
+
+constexpr int kBlockThreads = 256;
+constexpr int kWarpsPerBlock = kBlockThreads / kWarp;
+// Batches up to this size compact their misses in one block (one launch instead of three).
+constexpr size_t kSmallBatch = 16384;
+
+// Reads key's row from `set` into out when the set holds it, and stamps the slot; false when the
+// set does not hold the key. Lock-free: the row is read between two reads of the set's version
+// and kept only if the version did not change (a writer in between makes the warp read again).
+// C > 0: the row is staged in C registers per lane (float4 ones when V4) and written to out only
+// after the check, so out is untouched on a miss. C == 0 (rows over 1024 floats): the row is
+// copied straight to out and copied again on a retry.
+template <class K, int R, int C, bool V4>
+__device__ bool read_from_set(const CacheView<K>& c, uint64_t set, K key, int lane, float* out,
+                              unsigned long long stamp) {
+  uint32_t* version = c.versions + set;
+  const K* set_keys = c.keys + set * c.ways;
+  for (;;) {
+    uint32_t before = 0;
+    if (lane == 0) before = version_ref(version).load(::cuda::memory_order_acquire);
+    __syncwarp();
+    before = __shfl_sync(kFullMask, before, 0);
+    if ((before & 1u) != 0) {
+      __nanosleep(64);
+      continue;
+    }
+    const int way = find_in_set<R>(set_keys, key, lane);
+    if (way < 0) return false;
+    const uint64_t slot = set * c.ways + static_cast<uint64_t>(way);
+    const float* row = c.values + slot * c.dim;
+    [[maybe_unused]] float4 staged4[C > 0 ? C : 1];
+    [[maybe_unused]] float staged[C > 0 ? C : 1];
+    if constexpr (C > 0 && V4) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim / 4) staged4[k] = __ldcg(reinterpret_cast<const float4*>(row) + e);
+      }
+    } else if constexpr (C > 0) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim) staged[k] = __ldcg(row + e);
+      }
+    } else {
+      for (uint32_t e = lane; e < c.dim; e += kWarp) out[e] = __ldcg(row + e);
+    }
+    // The row's loads complete before the version is read again.
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+    __syncwarp();
+    uint32_t after = 0;
+    if (lane == 0) after = version_ref(version).load(::cuda::memory_order_relaxed);
+    after = __shfl_sync(kFullMask, after, 0);
+    if (after != before) continue;
+    if constexpr (C > 0 && V4) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim / 4) reinterpret_cast<float4*>(out)[e] = staged4[k];
+      }
+    } else if constexpr (C > 0) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim) out[e] = staged[k];
+      }
+    }
+    if (lane == 0) touch_stamp(c.stamps + slot, stamp);
+    return true;
+  }
+}
+
+template <class K, int R, int C, bool V4>
+__global__ void __launch_bounds__(kBlockThreads)
+    query_kernel(CacheView<K> c, size_t n, const K* __restrict__ keys, float* values,
+                 uint8_t* __restrict__ missed, unsigned long long stamp) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const size_t warps = static_cast<size_t>(gridDim.x) * kWarpsPerBlock;
+  unsigned long long sentinels = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; i < n;
+       i += warps) {
+    const K key = keys[i];
+    bool hit = false;
+    if (key == c.empty_key) {
+      ++sentinels;
+    } else {
+      const CandidateSets sets = candidate_sets(cache_key_bits(key), c.num_sets);
+      float* out = values + i * c.dim;
+      hit = read_from_set<K, R, C, V4>(c, sets.first, key, lane, out, stamp) ||
+            read_from_set<K, R, C, V4>(c, sets.second, key, lane, out, stamp);
+    }
+    if (lane == 0) missed[i] = hit ? 0 : 1;
+  }
+  if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
+}
+
+template <class K, int R, int C, bool V4>
+void launch_query_shape(const CacheView<K>& c, size_t n, const K* keys, float* values,
+                        uint8_t* missed, uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
+  const size_t blocks = std::min<size_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock, grid_limit);
+  query_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+      c, n, keys, values, missed, stamp);
+  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
+}
+
+// Picks the row staging for the dim: float4 registers when rows and output are 16-byte aligned.
+template <class K, int R>
+void launch_query_ways(const CacheView<K>& c, size_t n, const K* keys, float* values,
+                       uint8_t* missed, uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
+  const bool vec4 = c.dim % 4 == 0 && reinterpret_cast<uintptr_t>(values) % 16 == 0;
+  if (vec4 && c.dim <= 128) {
+    launch_query_shape<K, R, 1, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else if (vec4 && c.dim <= 256) {
+    launch_query_shape<K, R, 2, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else if (vec4 && c.dim <= 1024) {
+    launch_query_shape<K, R, 8, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else if (c.dim <= 32) {
+    launch_query_shape<K, R, 1, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else if (c.dim <= 128) {
+    launch_query_shape<K, R, 4, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else if (c.dim <= 1024) {
+    launch_query_shape<K, R, 32, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  } else {
+    launch_query_shape<K, R, 0, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
+  }
+}
+
+// One block: a running block-wide scan over the flags writes the misses in batch order.
+template <class K>
+__global__ void __launch_bounds__(1024)
+    compact_small_kernel(size_t n, const K* keys, const uint8_t* missed, K* missing_keys,
+                         uint64_t* missing_positions, uint64_t* miss_count,
+                         DeviceCounters* counters) {
+  using Scan = cub::BlockScan<uint32_t, 1024>;
+  __shared__ typename Scan::TempStorage scratch;
+  uint64_t total = 0;
+  for (size_t first = 0; first < n; first += 1024) {
+    const size_t i = first + threadIdx.x;
+    const uint32_t flag = i < n ? missed[i] : 0u;
+    uint32_t offset = 0;
+    uint32_t chunk = 0;
+    Scan(scratch).ExclusiveSum(flag, offset, chunk);
+    if (flag != 0) {
+      missing_keys[total + offset] = keys[i];
+      missing_positions[total + offset] = i;
+    }
+    total += chunk;
+    __syncthreads();  // the scan's shared memory is reused
+  }
+  if (threadIdx.x == 0) {
+    *miss_count = total;
+    add_count(&counters->misses, total);
+    add_count(&counters->hits, n - total);
+  }
+}
+
+// After a device-wide selection of the positions: the keys at those positions, and the counts.
+template <class K>
+__global__ void gather_missing_kernel(size_t n, const K* keys, const uint64_t* positions,
+                                      const uint64_t* miss_count, K* missing_keys,
+                                      DeviceCounters* counters) {
+  const uint64_t m = *miss_count;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t k = tid; k < m; k += stride) missing_keys[k] = keys[positions[k]];
+  if (tid == 0) {
+    add_count(&counters->misses, m);
+    add_count(&counters->hits, n - m);
+  }
+}
+
+__global__ void scatter_rows_kernel(size_t n, const uint64_t* positions, const float* rows,
+                                    uint32_t dim, float* out) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const size_t warps = static_cast<size_t>(gridDim.x) * kWarpsPerBlock;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; i < n;
+       i += warps) {
+    float* dst = out + positions[i] * dim;
+    const float* src = rows + i * dim;
+    for (uint32_t e = lane; e < dim; e += kWarp) dst[e] = src[e];
+  }
+}
+
+}  // namespace
+
+template <class K>
+void launch_query(const CacheView<K>& view, size_t n, const K* keys, float* values, uint8_t* missed,
+                  uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
+  if (n == 0) return;
+  switch (view.ways) {
+    case 32:
+      return launch_query_ways<K, 1>(view, n, keys, values, missed, stamp, grid_limit, stream);
+    case 64:
+      return launch_query_ways<K, 2>(view, n, keys, values, missed, stamp, grid_limit, stream);
+    default:
+      return launch_query_ways<K, 4>(view, n, keys, values, missed, stamp, grid_limit, stream);
+  }
+}
+
+template <class K>
+void launch_compact_misses(const CacheView<K>& view, size_t n, const K* keys, const uint8_t* missed,
+                           K* missing_keys, uint64_t* missing_positions, uint64_t* miss_count,
+                           cudaStream_t stream) {
+  if (n <= kSmallBatch) {
+    compact_small_kernel<K><<<1, 1024, 0, stream>>>(n, keys, missed, missing_keys,
+                                                    missing_positions, miss_count, view.counters);
+    dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: compact_small_kernel launch");
+    return;
+  }
+  thrust::counting_iterator<uint64_t> positions(0);
+  size_t temp_bytes = 0;
+  dynemb::cuda::check(
+      cub::DeviceSelect::Flagged(nullptr, temp_bytes, positions, missed, missing_positions,
+                                 miss_count, static_cast<int64_t>(n), stream),
+      "EmbeddingCache::query: cub::DeviceSelect::Flagged (size)");
+  const dynemb::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  dynemb::cuda::check(
+      cub::DeviceSelect::Flagged(temp.data(), temp_bytes, positions, missed, missing_positions,
+                                 miss_count, static_cast<int64_t>(n), stream),
+      "EmbeddingCache::query: cub::DeviceSelect::Flagged");
+  const size_t blocks = std::min<size_t>((n + kBlockThreads - 1) / kBlockThreads, 4096);
+  gather_missing_kernel<K><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+      n, keys, missing_positions, miss_count, missing_keys, view.counters);
+  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: gather_missing_kernel launch");
+}
+
+void launch_scatter_rows(size_t n, const uint64_t* positions, const float* rows, uint32_t dim,
+                         float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  const size_t blocks = std::min<size_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock, 8192);
+  scatter_rows_kernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(n, positions,
+                                                                                   rows, dim, out);
+  dynemb::cuda::check(cudaGetLastError(), "scatter_rows_kernel launch");
+}
+
+template void launch_query<int32_t>(const CacheView<int32_t>&, size_t, const int32_t*, float*,
+                                    uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_compact_misses<int32_t>(const CacheView<int32_t>&, size_t, const int32_t*,
+                                             const uint8_t*, int32_t*, uint64_t*, uint64_t*,
+                                             cudaStream_t);
+template void launch_query<int64_t>(const CacheView<int64_t>&, size_t, const int64_t*, float*,
+                                    uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_compact_misses<int64_t>(const CacheView<int64_t>&, size_t, const int64_t*,
+                                             const uint8_t*, int64_t*, uint64_t*, uint64_t*,
+                                             cudaStream_t);
+template void launch_query<uint64_t>(const CacheView<uint64_t>&, size_t, const uint64_t*, float*,
+                                     uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_compact_misses<uint64_t>(const CacheView<uint64_t>&, size_t, const uint64_t*,
+                                              const uint8_t*, uint64_t*, uint64_t*, uint64_t*,
+                                              cudaStream_t);
+
+}  // namespace dynemb::cache::detail
