@@ -212,6 +212,15 @@ void scatter_rows_cuda(size_t n, const uint64_t* positions, const float* rows, u
   launch_scatter_rows(n, positions, rows, dim, out, static_cast<cudaStream_t>(stream));
 }
 
+void copy_async_cuda(void* dst, const void* src, size_t bytes, void* stream) {
+  dynemb::cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)),
+                      "CachedLookup: cudaMemcpyAsync");
+}
+
+void sync_stream_cuda(void* stream) {
+  dynemb::cuda::sync(as_stream(stream), "CachedLookup");
+}
+
 template class CudaCache<int32_t>;
 template class CudaCache<int64_t>;
 template class CudaCache<uint64_t>;

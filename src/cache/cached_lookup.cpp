@@ -1,0 +1,140 @@
+#include "dynemb/cache/cached_lookup.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cache/backends.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/memory.hpp"
+
+namespace dynemb::cache {
+
+// Buffers in the cache's memory that one lookup's misses pass through, kept between calls and
+// grown as batches grow; `pending` says a call's queued work may still read them.
+template <CacheKey K>
+struct CachedLookup<K>::Staging {
+  Backend backend = Backend::kCpu;
+  size_t capacity = 0;
+  BackendBuffer<K> missing_keys;
+  BackendBuffer<uint64_t> positions;
+  BackendBuffer<uint64_t> count;
+  BackendBuffer<float> rows;        // every missing key's row (fetched or absent_fill)
+  BackendBuffer<K> found_keys;      // the fetched keys, compactly, when some were absent
+  BackendBuffer<float> found_rows;  // and their rows
+  std::vector<K> host_keys;
+  std::vector<float> host_rows;
+  std::vector<float> host_found_rows;
+  std::vector<K> host_found_keys;
+  std::unique_ptr<bool[]> host_founds;
+  StreamHandle pending_stream = nullptr;
+  bool pending = false;
+
+  void reserve(size_t n, uint32_t dim) {
+    if (n <= capacity) return;
+    const size_t c = std::max(n, capacity * 2);
+    missing_keys = BackendBuffer<K>(backend, c);
+    positions = BackendBuffer<uint64_t>(backend, c);
+    rows = BackendBuffer<float>(backend, c * dim);
+    found_keys = BackendBuffer<K>(backend, c);
+    found_rows = BackendBuffer<float>(backend, c * dim);
+    host_founds = std::make_unique<bool[]>(c);
+    capacity = c;
+  }
+  void wait() {
+    if (!pending) return;
+    detail::sync_stream(backend, pending_stream);
+    pending = false;
+  }
+};
+
+template <CacheKey K>
+CachedLookup<K>::CachedLookup(EmbeddingCache<K>& cache, MissSource<K>& source,
+                              LookupOptions options)
+    : cache_(cache), source_(source), options_(options), staging_(std::make_unique<Staging>()) {
+  require(source.dim() == cache.dim(), "CachedLookup", "source dim", std::to_string(source.dim()),
+          "must equal the cache's dim = " + std::to_string(cache.dim()));
+  require(options.replace_below_hit_rate >= 0.0 && options.replace_below_hit_rate <= 1.0,
+          "CachedLookup", "replace_below_hit_rate", std::to_string(options.replace_below_hit_rate),
+          "must lie in [0, 1]");
+  staging_->backend = cache.backend();
+  staging_->count = BackendBuffer<uint64_t>(cache.backend(), 1);
+}
+
+template <CacheKey K>
+CachedLookup<K>::~CachedLookup() {
+  try {
+    staging_->wait();
+  } catch (...) {
+    // The queued work failed; its error was the caller's to see through the stream.
+  }
+}
+
+template <CacheKey K>
+LookupResult CachedLookup<K>::lookup(size_t n, const K* keys, float* values, StreamHandle stream) {
+  Staging& s = *staging_;
+  const Backend backend = s.backend;
+  const uint32_t dim = cache_.dim();
+  LookupResult result;
+  if (n == 0) return result;
+  s.wait();  // the previous call's queued insertion may still read the staging buffers
+  s.reserve(n, dim);
+  cache_.query(n, keys, values, s.missing_keys.data(), s.positions.data(), s.count.data(), stream);
+  uint64_t missed = 0;
+  detail::copy_async(backend, &missed, s.count.data(), sizeof(missed), stream);
+  detail::sync_stream(backend, stream);
+  result.hits = n - missed;
+  if (missed == 0) return result;
+
+  s.host_keys.resize(missed);
+  s.host_rows.resize(missed * dim);
+  detail::copy_async(backend, s.host_keys.data(), s.missing_keys.data(), missed * sizeof(K),
+                     stream);
+  detail::sync_stream(backend, stream);
+  bool* founds = s.host_founds.get();
+  std::fill(founds, founds + missed, false);
+  source_.fetch(missed, s.host_keys.data(), s.host_rows.data(), founds);
+
+  s.host_found_keys.clear();
+  s.host_found_rows.clear();
+  for (size_t i = 0; i < missed; ++i) {
+    float* row = s.host_rows.data() + i * dim;
+    if (founds[i]) {
+      s.host_found_keys.push_back(s.host_keys[i]);
+      s.host_found_rows.insert(s.host_found_rows.end(), row, row + dim);
+    } else {
+      std::fill(row, row + dim, options_.absent_fill);
+    }
+  }
+  result.fetched = s.host_found_keys.size();
+  result.absent = missed - result.fetched;
+
+  // Pageable host -> device copies return once the host buffer has been read, so the host
+  // vectors may change after this call while the queued work still runs.
+  detail::copy_async(backend, s.rows.data(), s.host_rows.data(), missed * dim * sizeof(float),
+                     stream);
+  detail::scatter_rows(backend, missed, s.positions.data(), s.rows.data(), dim, values, stream);
+
+  const double hit_rate = static_cast<double>(result.hits) / static_cast<double>(n);
+  if (result.fetched > 0 && hit_rate < options_.replace_below_hit_rate) {
+    if (result.absent == 0) {
+      cache_.replace(missed, s.missing_keys.data(), s.rows.data(), stream);
+    } else {
+      detail::copy_async(backend, s.found_keys.data(), s.host_found_keys.data(),
+                         result.fetched * sizeof(K), stream);
+      detail::copy_async(backend, s.found_rows.data(), s.host_found_rows.data(),
+                         result.fetched * dim * sizeof(float), stream);
+      cache_.replace(result.fetched, s.found_keys.data(), s.found_rows.data(), stream);
+    }
+    result.replaced = true;
+  }
+  s.pending = backend != Backend::kCpu;
+  s.pending_stream = stream;
+  return result;
+}
+
+template class CachedLookup<int32_t>;
+template class CachedLookup<int64_t>;
+template class CachedLookup<uint64_t>;
+
+}  // namespace dynemb::cache
