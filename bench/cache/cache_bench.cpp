@@ -1,0 +1,382 @@
+#include "bench/cache/cache_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <random>
+#include <sstream>
+
+#include "bench/cache/hugectr_anchors.hpp"
+#include "bench/cache/key_stream.hpp"
+#include "bench/table/bench_clock.hpp"
+#include "bench/table/machine_info.hpp"
+#include "bench/table/result_file.hpp"
+#include "dynemb/cache/embedding_cache.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/memory.hpp"
+
+namespace dynemb::bench {
+namespace {
+
+using cache::CacheOptions;
+using cache::EmbeddingCache;
+using Json = nlohmann::json;
+
+// The bytes HugeCTR's gpu_cache takes for `rows` slots: key, 8-byte counter and row per slot, one
+// 4-byte lock per set of 64 slots.
+uint64_t hugectr_bytes(uint64_t rows, uint32_t dim) {
+  return rows * (8 + 8 + 4ull * dim) + rows / 64 * 4;
+}
+
+// The row the benchmark stores for a key (checked when read back).
+float row_value(int64_t key, uint32_t j) {
+  return static_cast<float>((static_cast<uint64_t>(key) * 131 + j) & 0xFFFFFF);
+}
+
+// Device (or host) buffers sized for the largest call.
+struct Buffers {
+  BackendBuffer<int64_t> keys, missing;
+  BackendBuffer<uint64_t> positions, count;
+  BackendBuffer<float> values, rows;
+  Buffers(Backend b, uint64_t max_keys, uint32_t max_dim)
+      : keys(b, max_keys),
+        missing(b, max_keys),
+        positions(b, max_keys),
+        count(b, 1),
+        values(b, max_keys * max_dim),
+        rows(b, max_keys * max_dim) {}
+};
+
+// Runs one query on `batch` (uploaded first); returns the misses. The timing covers the query
+// alone when a clock is given.
+uint64_t query(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& batch,
+               BenchClock& clock, double* seconds) {
+  const size_t n = batch.keys.size();
+  buf.keys.upload(batch.keys.data(), n);
+  clock.synchronize();
+  if (seconds != nullptr) clock.start();
+  cache.query(n, buf.keys.data(), buf.values.data(), buf.missing.data(), buf.positions.data(),
+              buf.count.data(), clock.stream());
+  if (seconds != nullptr) {
+    *seconds = clock.stop();
+  } else {
+    clock.synchronize();
+  }
+  uint64_t misses = 0;
+  buf.count.download(&misses, 1);
+  return misses;
+}
+
+// Puts the last query's `misses` missing keys into the cache with their rows; returns the
+// seconds the replace took when `timed`.
+double replace_misses(EmbeddingCache<int64_t>& cache, Buffers& buf, uint64_t misses,
+                      BenchClock& clock, bool timed) {
+  if (misses == 0) return 0.0;
+  const uint32_t dim = cache.dim();
+  std::vector<int64_t> keys(misses);
+  buf.missing.download(keys.data(), misses);
+  std::vector<float> rows(misses * dim);
+  for (uint64_t i = 0; i < misses; ++i) {
+    for (uint32_t j = 0; j < dim; ++j) rows[i * dim + j] = row_value(keys[i], j);
+  }
+  buf.rows.upload(rows.data(), rows.size());
+  clock.synchronize();
+  if (timed) clock.start();
+  cache.replace(misses, buf.missing.data(), buf.rows.data(), clock.stream());
+  if (timed) return clock.stop();
+  clock.synchronize();
+  return 0.0;
+}
+
+void warm(EmbeddingCache<int64_t>& cache, Buffers& buf, const std::vector<KeyBatch>& batches,
+          BenchClock& clock) {
+  for (const KeyBatch& b : batches) {
+    replace_misses(cache, buf, query(cache, buf, b, clock, nullptr), clock, false);
+  }
+}
+
+// Rows of the last query's hits that differ from what was stored (the benchmark's own check).
+uint64_t wrong_rows(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& batch,
+                    uint64_t misses) {
+  const uint32_t dim = cache.dim();
+  const size_t n = batch.keys.size();
+  std::vector<float> values(n * dim);
+  std::vector<uint64_t> positions(misses);
+  buf.values.download(values.data(), values.size());
+  buf.positions.download(positions.data(), misses);
+  std::vector<bool> missed(n, false);
+  for (uint64_t p : positions) missed[p] = true;
+  uint64_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (missed[i]) continue;
+    for (uint32_t j = 0; j < dim; ++j) {
+      if (values[i * dim + j] != row_value(batch.keys[i], j)) {
+        ++wrong;
+        break;
+      }
+    }
+  }
+  return wrong;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+// The probability mass of ids 1..c for each c in `capacities` (one pass over the id space).
+std::map<uint64_t, double> head_masses(uint64_t ids, double alpha, std::vector<uint64_t> caps) {
+  std::sort(caps.begin(), caps.end());
+  std::map<uint64_t, double> head;
+  double total = 0.0;
+  size_t next = 0;
+  for (uint64_t k = 1; k <= ids; ++k) {
+    total += std::pow(static_cast<double>(k), -alpha);
+    while (next < caps.size() && caps[next] == k) head[caps[next++]] = total;
+  }
+  for (auto& [c, mass] : head) mass /= total;
+  for (; next < caps.size(); ++next) head[caps[next]] = 1.0;
+  return head;
+}
+
+std::unique_ptr<EmbeddingCache<int64_t>> make_bench_cache(const CacheBenchConfig& config,
+                                                          uint64_t rows, uint32_t dim) {
+  CacheOptions<int64_t> options;
+  options.dim = dim;
+  options.ways = config.ways;
+  options.capacity_bytes = hugectr_bytes(rows, dim);
+  options.validate_keys = false;  // no per-call sentinel scan (HugeCTR has none either)
+  return cache::make_cache<int64_t>(config.backend, options);
+}
+
+}  // namespace
+
+Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
+  require(!config.dims.empty() && !config.cache_rows.empty() && !config.batches.empty(),
+          "dynemb bench cache", "dims / cache-rows / batches", "empty", "each needs a value");
+  require(config.timed_batches > 0, "dynemb bench cache", "timed", "0", "must be > 0");
+  uint64_t seed = config.seed;
+  if (seed == 0)
+    seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  log << "dynemb bench cache: seed " << seed << "\n";
+  const KeyStreamSpec spec{config.ids, config.alpha, seed};
+  auto clock = make_bench_clock(config.backend);
+  const uint64_t max_batch =
+      std::max(*std::max_element(config.batches.begin(), config.batches.end()), config.warm_draws);
+  const uint32_t max_dim = *std::max_element(config.dims.begin(), config.dims.end());
+
+  Json result;
+  result["benchmark"] = "cache";
+  const MachineInfo machine = query_machine_info();
+  result["machine"] = machine_json(machine);
+  result["gpu"] = gpu_json(config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt);
+  result["commit"] = git_commit(DYNEMB_SOURCE_DIR);
+  result["date"] = utc_now_iso8601();
+  result["params"] = {{"backend", to_string(config.backend)},
+                      {"ids", config.ids},
+                      {"alpha", config.alpha},
+                      {"dims", config.dims},
+                      {"cache_rows", config.cache_rows},
+                      {"cache_bytes_rule", "bytes of HugeCTR's cache of cache_rows rows"},
+                      {"batches", config.batches},
+                      {"warm_batches", config.warm_batches},
+                      {"warm_draws", config.warm_draws},
+                      {"timed_batches", config.timed_batches},
+                      {"ways", config.ways},
+                      {"validate_keys", false},
+                      {"key_type", "int64"},
+                      {"seed", seed},
+                      {"distinct_batch", "draws until the batch holds `batch` distinct keys"},
+                      {"raw_batch", "`batch` draws as drawn"},
+                      {"timing", config.backend == Backend::kCuda
+                                     ? "CUDA events around each query call on its stream"
+                                     : "steady_clock around each query call"}};
+
+  log << "generating keys ...\n";
+  const std::vector<KeyBatch> warm_set =
+      deduplicated_batches(spec, 1, config.warm_batches, config.warm_draws);
+  std::map<uint64_t, std::vector<KeyBatch>> distinct, raw;
+  for (size_t s = 0; s < config.batches.size(); ++s) {
+    const uint64_t size = config.batches[s];
+    distinct[size] = distinct_batches(spec, 100 + s, config.timed_batches, size);
+    raw[size] = raw_batches(spec, 200 + s, config.timed_batches, size);
+  }
+  Buffers buf(config.backend, max_batch, max_dim);
+
+  Json cells = Json::array();
+  Json replaces = Json::array();
+  uint64_t wrong = 0;
+  for (const uint32_t dim : config.dims) {
+    for (const uint64_t rows : config.cache_rows) {
+      auto cache = make_bench_cache(config, rows, dim);
+      log << "dim " << dim << ", cache " << rows << " rows (" << cache->footprint().slots
+          << " slots, " << cache->footprint().bytes << " bytes): warming ...\n";
+      warm(*cache, buf, warm_set, *clock);
+      uint64_t last_misses = 0;
+      const KeyBatch* last_batch = nullptr;
+      for (const uint64_t size : config.batches) {
+        for (const char* mode : {"distinct", "raw"}) {
+          const auto& batches = std::string(mode) == "distinct" ? distinct[size] : raw[size];
+          std::vector<double> seconds;
+          uint64_t keys = 0, hits = 0, draws = 0;
+          for (size_t b = 0; b < batches.size(); ++b) {
+            double t = 0.0;
+            const uint64_t misses = query(*cache, buf, batches[b], *clock, &t);
+            seconds.push_back(t);
+            keys += batches[b].keys.size();
+            hits += batches[b].keys.size() - misses;
+            draws += batches[b].total_draws;
+            if (b == 0) wrong += wrong_rows(*cache, buf, batches[b], misses);
+            last_misses = misses;
+            last_batch = &batches[b];
+          }
+          double total = 0.0;
+          for (double t : seconds) total += t;
+          Json cell = {{"dim", dim},
+                       {"cache_rows", rows},
+                       {"slots", cache->footprint().slots},
+                       {"cache_bytes", cache->footprint().bytes},
+                       {"batch", size},
+                       {"mode", mode},
+                       {"calls", seconds.size()},
+                       {"keys", keys},
+                       {"draws", draws},
+                       {"seconds", total},
+                       {"mkeys_per_s", static_cast<double>(keys) / total / 1e6},
+                       {"hit_rate", static_cast<double>(hits) / static_cast<double>(keys)},
+                       {"latency_us",
+                        {{"p50", percentile(seconds, 0.5) * 1e6},
+                         {"p90", percentile(seconds, 0.9) * 1e6},
+                         {"p99", percentile(seconds, 0.99) * 1e6},
+                         {"max", percentile(seconds, 1.0) * 1e6}}}};
+          if (const auto a = hugectr_anchor(dim, rows, size); a && cell["mode"] == "distinct") {
+            cell["hugectr_anchor"] = {{"mkeys_per_s", a->mkeys_per_s}, {"hit_rate", a->hit_rate}};
+            cell["ratio_to_hugectr"] = cell["mkeys_per_s"].get<double>() / a->mkeys_per_s;
+          }
+          if (cell["mode"] == "raw") {
+            cell["hugectr_anchor_range"] = {{"min_mkeys_per_s", kHugeCtrRawMinMkeys},
+                                            {"max_mkeys_per_s", kHugeCtrRawMaxMkeys}};
+          }
+          log << "  batch " << size << " " << mode << ": " << std::setprecision(4)
+              << cell["mkeys_per_s"].get<double>() << " M keys/s, hit "
+              << cell["hit_rate"].get<double>() << "\n";
+          cells.push_back(cell);
+        }
+      }
+      // The replace that follows a query of the last batch: its misses.
+      if (last_batch != nullptr) {
+        const double t = replace_misses(*cache, buf, last_misses, *clock, true);
+        replaces.push_back({{"dim", dim},
+                            {"cache_rows", rows},
+                            {"batch", last_batch->keys.size()},
+                            {"misses", last_misses},
+                            {"ms", t * 1e3}});
+      }
+    }
+  }
+  result["cells"] = cells;
+  result["replace_misses"] = replaces;
+  result["wrong_rows"] = wrong;
+  result["peer"] = {
+      {"name", "HugeCTR gpu_cache (nv_gpu_cache, int64 keys, 2 slabs of 32 per set)"},
+      {"source", "../shared/ANCHORS.md: measured by the project on a lent H100, not in this run"},
+      {"raw_batches_mkeys_per_s", {kHugeCtrRawMinMkeys, kHugeCtrRawMaxMkeys}}};
+
+  if (config.curve) {
+    std::vector<uint64_t> caps = config.curve_rows;
+    if (caps.empty()) {
+      const uint64_t top = *std::max_element(config.cache_rows.begin(), config.cache_rows.end());
+      for (uint64_t c = std::max<uint64_t>(top / 8, 1024); c <= top * 4; c *= 2) caps.push_back(c);
+    }
+    log << "hit rate against capacity ...\n";
+    const std::vector<KeyBatch> measured =
+        deduplicated_batches(spec, 300, config.curve_batches, config.warm_draws);
+    const std::map<uint64_t, double> ideal = head_masses(config.ids, config.alpha, caps);
+    Json curve = Json::array();
+    const uint32_t dim = config.dims.front();
+    for (const uint64_t rows : caps) {
+      auto cache = make_bench_cache(config, rows, dim);
+      warm(*cache, buf, warm_set, *clock);
+      uint64_t keys = 0, hits = 0, draws = 0, draw_hits = 0;
+      for (const KeyBatch& b : measured) {
+        const uint64_t misses = query(*cache, buf, b, *clock, nullptr);
+        std::vector<uint64_t> positions(misses);
+        buf.positions.download(positions.data(), misses);
+        std::vector<bool> missed(b.keys.size(), false);
+        for (uint64_t p : positions) missed[p] = true;
+        for (size_t i = 0; i < b.keys.size(); ++i) {
+          if (!missed[i]) draw_hits += b.draws[i];
+        }
+        keys += b.keys.size();
+        hits += b.keys.size() - misses;
+        draws += b.total_draws;
+        replace_misses(*cache, buf, misses, *clock, false);
+      }
+      curve.push_back({{"cache_rows", rows},
+                       {"slots", cache->footprint().slots},
+                       {"dim", dim},
+                       {"distinct_hit_rate", static_cast<double>(hits) / keys},
+                       {"draw_hit_rate", static_cast<double>(draw_hits) / draws},
+                       {"ideal_draw_hit_rate", ideal.at(rows)}});
+      log << "  " << rows << " rows: distinct hit " << curve.back()["distinct_hit_rate"]
+          << ", per draw " << curve.back()["draw_hit_rate"] << " (ideal " << ideal.at(rows)
+          << ")\n";
+    }
+    result["curve"] = {{"batches", config.curve_batches},
+                       {"draws_per_batch", config.warm_draws},
+                       {"method",
+                        "after the warm-up, query-then-replace batches of the distinct keys of "
+                        "warm_draws draws; draw_hit_rate weights each key by its draws; "
+                        "ideal_draw_hit_rate is the mass of the cache_rows most frequent ids"},
+                       {"points", curve}};
+  }
+
+  const std::string path =
+      config.json_path.empty()
+          ? default_result_path(DYNEMB_SOURCE_DIR, "cache-" + to_string(config.backend),
+                                machine.hostname, result["date"].get<std::string>())
+          : config.json_path;
+  write_json_file(path, result);
+  result["path"] = path;
+  return result;
+}
+
+void report_cache_bench(const Json& result, std::ostream& out) {
+  out << "\n"
+      << std::left << std::setw(5) << "dim" << std::setw(10) << "rows" << std::setw(9) << "batch"
+      << std::setw(10) << "mode" << std::right << std::setw(12) << "M keys/s" << std::setw(7)
+      << "hit" << std::setw(11) << "p50 us" << std::setw(11) << "p99 us" << std::setw(16)
+      << "HugeCTR M/s" << std::setw(8) << "ratio"
+      << "\n";
+  for (const Json& c : result["cells"]) {
+    std::ostringstream peer, ratio;
+    if (c.contains("hugectr_anchor")) {
+      peer << std::fixed << std::setprecision(0) << c["hugectr_anchor"]["mkeys_per_s"].get<double>()
+           << " (" << std::setprecision(2) << c["hugectr_anchor"]["hit_rate"].get<double>() << ")";
+      ratio << std::fixed << std::setprecision(2) << c["ratio_to_hugectr"].get<double>() << "x";
+    } else if (c.contains("hugectr_anchor_range")) {
+      peer << "1.3-4.9";
+    }
+    out << std::left << std::setw(5) << c["dim"].get<uint32_t>() << std::setw(10)
+        << c["cache_rows"].get<uint64_t>() << std::setw(9) << c["batch"].get<uint64_t>()
+        << std::setw(10) << c["mode"].get<std::string>() << std::right << std::fixed
+        << std::setprecision(1) << std::setw(12) << c["mkeys_per_s"].get<double>()
+        << std::setprecision(3) << std::setw(7) << c["hit_rate"].get<double>()
+        << std::setprecision(1) << std::setw(11) << c["latency_us"]["p50"].get<double>()
+        << std::setw(11) << c["latency_us"]["p99"].get<double>() << std::setw(16) << peer.str()
+        << std::setw(8) << ratio.str() << "\n";
+  }
+  for (const Json& r : result["replace_misses"]) {
+    out << "replace of " << r["misses"] << " misses (dim " << r["dim"] << ", " << r["cache_rows"]
+        << " rows): " << std::setprecision(3) << r["ms"].get<double>() << " ms\n";
+  }
+  out << "wrong rows read back: " << result["wrong_rows"] << "\n";
+  out << "HugeCTR figures: ../shared/ANCHORS.md (another run on a lent H100)\n";
+  out << "written: " << result["path"].get<std::string>() << "\n";
+}
+
+}  // namespace dynemb::bench

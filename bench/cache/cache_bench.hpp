@@ -1,0 +1,45 @@
+// `dynemb bench cache`: the inference cache under a power-law key stream, in the method of
+// ../shared/ANCHORS.md (HugeCTR gpu_cache): warm with query-then-replace batches, then time
+// queries on fresh batches of distinct and of raw (repeating) keys; and the hit rate against
+// capacity.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dynemb/core/options.hpp"
+
+namespace dynemb::bench {
+
+struct CacheBenchConfig {
+  Backend backend = Backend::kCpu;
+  uint64_t ids = 50'000'000;  // ids 1..ids, power-law distributed
+  double alpha = 1.2;
+  std::vector<uint32_t> dims = {32, 128};
+  // Cache sizes in HugeCTR rows: each cache gets the bytes HugeCTR's cache of that many rows
+  // takes (key, 8-byte counter and row per slot), so both hold the same number of slots.
+  std::vector<uint64_t> cache_rows = {1u << 20, 8u << 20};
+  std::vector<uint64_t> batches = {2048, 65536, 1u << 20};  // keys per query call
+  uint32_t warm_batches = 20;      // query-then-replace batches before timing
+  uint64_t warm_draws = 1u << 20;  // draws per warm batch (deduplicated)
+  uint32_t timed_batches = 18;     // timed query calls per cell, each on a fresh batch
+  uint32_t ways = 32;
+  bool curve = true;                 // the hit rate against capacity
+  std::vector<uint64_t> curve_rows;  // empty: 1/8 .. 4x the largest cache_rows, doubling
+  uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity
+  uint64_t seed = 0;                 // 0: a random seed (printed and written)
+  std::string json_path;             // default bench/results/cache-<backend>-<host>-<date>.json
+};
+
+// Runs the benchmark, printing progress to `log`; returns the result document (also written).
+nlohmann::json run_cache_bench(const CacheBenchConfig& config, std::ostream& log);
+
+// Prints the result tables.
+void report_cache_bench(const nlohmann::json& result, std::ostream& out);
+
+}  // namespace dynemb::bench

@@ -1,0 +1,49 @@
+// `dynemb bench cache`: the inference embedding cache under a power-law key stream.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "bench/cache/cache_bench.hpp"
+#include "command_registry.hpp"
+
+namespace {
+
+void install(CLI::App& cmd) {
+  auto c = std::make_shared<dynemb::bench::CacheBenchConfig>();
+  auto backend = std::make_shared<std::string>("cpu");
+  cmd.footer(
+      "Warms each cache with query-then-replace batches of power-law keys, then times queries on "
+      "fresh batches of distinct keys and of raw (repeating) keys, per dim, cache size and keys "
+      "per call; then the hit rate against capacity. Each cache gets the bytes HugeCTR's "
+      "gpu_cache takes for the same number of rows. Prints a table and writes JSON under "
+      "bench/results/ (plot the curve with bench/cache/plot_hit_rate.py).");
+  cmd.add_option("--backend", *backend, "cpu or cuda")->capture_default_str();
+  cmd.add_option("--ids", c->ids, "ids in the key space")->capture_default_str();
+  cmd.add_option("--alpha", c->alpha, "power-law exponent")->capture_default_str();
+  cmd.add_option("--dims", c->dims, "row widths")->capture_default_str();
+  cmd.add_option("--cache-rows", c->cache_rows, "cache sizes in HugeCTR rows")
+      ->capture_default_str();
+  cmd.add_option("--batches", c->batches, "keys per query call")->capture_default_str();
+  cmd.add_option("--warm", c->warm_batches, "warm-up batches")->capture_default_str();
+  cmd.add_option("--warm-draws", c->warm_draws, "draws per warm-up batch")->capture_default_str();
+  cmd.add_option("--timed", c->timed_batches, "timed query calls per cell")->capture_default_str();
+  cmd.add_option("--ways", c->ways, "slots per set (32, 64, 128)")->capture_default_str();
+  cmd.add_flag("!--no-curve", c->curve, "skip the hit rate against capacity");
+  cmd.add_option("--curve-rows", c->curve_rows, "capacities of the curve (default: 1/8 to 4x)");
+  cmd.add_option("--curve-batches", c->curve_batches, "measured batches per capacity")
+      ->capture_default_str();
+  cmd.add_option("--seed", c->seed, "random seed (0 = random)");
+  cmd.add_option("--json", c->json_path, "result file (default bench/results/cache-...json)");
+  cmd.callback([c, backend] {
+    c->backend = dynemb::parse_backend(*backend);
+    const auto result = dynemb::bench::run_cache_bench(*c, std::cerr);
+    dynemb::bench::report_cache_bench(result, std::cout);
+  });
+}
+
+const bool registered = dynemb::tools::register_command(
+    {{"bench", "cache"},
+     "time the inference cache's queries on power-law keys (distinct and raw batches)",
+     install});
+
+}  // namespace
