@@ -11,6 +11,7 @@
 #include "cache/cache_harness.hpp"
 #include "core/backend_test.hpp"
 #include "core/test_random.hpp"
+#include "dynemb/table/table.hpp"
 
 namespace dynemb::cache::testing {
 namespace {
@@ -170,6 +171,33 @@ TEST_P(CacheBehaviourTest, PreloadHoldsAWholeTableAndDumpRangesCoverIt) {
   std::iota(other.begin(), other.end(), -100);
   cache.preload(other, rows_of(other, options.dim));
   EXPECT_EQ(cache.cache().size(), other.size());
+}
+
+// Rows exported from a table come in the order of the table's bucket hash; the cache's set hashes
+// are independent of it, so a run of such rows still spreads over every set.
+TEST_P(CacheBehaviourTest, PreloadOfRowsInTableBucketOrderFits) {
+  TestRng rng;
+  TableOptions table_options;
+  table_options.dim = 1;
+  table_options.init_capacity = 1 << 18;
+  table_options.max_capacity = 1 << 18;
+  auto table = make_table<int64_t>(Backend::kCpu, table_options);
+  const std::vector<int64_t> stored = distinct_keys(rng, 100000);
+  const std::vector<float> ones(stored.size(), 1.0f);
+  table->insert_or_assign(stored.size(), stored.data(), ones.data());
+  std::vector<int64_t> in_bucket_order(stored.size());
+  std::vector<float> rows(stored.size());
+  const size_t exported =
+      table->export_batch(0, table->capacity(), in_bucket_order.data(), rows.data(), nullptr);
+  ASSERT_EQ(exported, stored.size());
+  CacheOptions<int64_t> options;
+  options.dim = 4;
+  options.capacity_rows = 20000;  // a fifth of the rows: the lowest-hash fifth of the table
+  CacheHarness<int64_t> cache(GetParam(), options);
+  const size_t n = cache.cache().footprint().rows;
+  in_bucket_order.resize(n);
+  EXPECT_EQ(cache.preload(in_bucket_order, rows_of(in_bucket_order, options.dim)), 0u);
+  EXPECT_EQ(cache.cache().size(), n);
 }
 
 TEST_P(CacheBehaviourTest, CapacityInBytesStaysWithinTheBudget) {

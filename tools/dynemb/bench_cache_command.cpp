@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bench/cache/cache_bench.hpp"
+#include "cache_checkpoint.hpp"
 #include "command_registry.hpp"
 
 namespace {
@@ -34,8 +35,32 @@ void install(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--seed", c->seed, "random seed (0 = random)");
   cmd.add_option("--json", c->json_path, "result file (default bench/results/cache-...json)");
-  cmd.callback([c, backend] {
+  auto replay = std::make_shared<dynemb::tools::CheckpointReplayConfig>();
+  cmd.add_option("--checkpoint", replay->checkpoint,
+                 "instead: load this training checkpoint's embedding rows into a CPU table and a "
+                 "preloaded cache (hottest rows by score), then replay power-law lookups");
+  cmd.add_option("--table", replay->table, "with --checkpoint: the table (default: the first)");
+  cmd.add_option("--replay-cache-rows", replay->cache_rows,
+                 "with --checkpoint: cache rows (0 = every row)")
+      ->capture_default_str();
+  cmd.add_option("--replay-batch", replay->batch, "with --checkpoint: draws per lookup")
+      ->capture_default_str();
+  cmd.add_option("--replay-calls", replay->calls, "with --checkpoint: timed lookups")
+      ->capture_default_str();
+  cmd.add_option("--replace-below-hit-rate", replay->replace_below_hit_rate,
+                 "with --checkpoint: insert fetched rows while a call's hit rate is below this")
+      ->capture_default_str();
+  cmd.callback([c, backend, replay] {
     c->backend = dynemb::parse_backend(*backend);
+    if (!replay->checkpoint.empty()) {
+      replay->backend = c->backend;
+      replay->alpha = c->alpha;
+      replay->seed = c->seed;
+      replay->json_path = c->json_path;
+      const auto result = dynemb::tools::run_checkpoint_replay(*replay, std::cerr);
+      std::cout << result.dump(2) << "\n";
+      return;
+    }
     const auto result = dynemb::bench::run_cache_bench(*c, std::cerr);
     dynemb::bench::report_cache_bench(result, std::cout);
   });

@@ -1,0 +1,116 @@
+// The CUDA cache under kernels that truly overlap: eight host threads, each on its own
+// non-blocking stream, query and replace one cache; queries read rows while writers replace
+// slots in the same sets. Every row a query returns must be its key's row.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cache/cache_harness.hpp"
+#include "core/test_random.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::cache::testing {
+namespace {
+
+using dynemb::testing::TestRng;
+
+void cuda_ok(cudaError_t status) {
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+}
+
+TEST(CacheCudaStreams, EightStreamsQueryAndReplaceOneCache) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 40;
+  constexpr size_t kBatch = 20000;
+  CacheOptions<int64_t> options;
+  options.dim = 36;  // not a multiple of 32: partial warps on every row
+  options.capacity_rows = 30000;
+  options.validate_keys = false;  // no synchronizing check: kernels of all streams overlap
+  CacheHarness<int64_t> shared(Backend::kCuda, options);
+  EmbeddingCache<int64_t>& cache = shared.cache();
+  const uint32_t dim = options.dim;
+  std::atomic<uint64_t> wrong{0}, hits{0}, queried{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, seed = rng.next()] {
+      std::mt19937_64 engine(seed);
+      cudaStream_t stream = nullptr;
+      cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      int64_t *keys = nullptr, *missing = nullptr;
+      uint64_t *positions = nullptr, *count = nullptr;
+      float *values = nullptr, *rows = nullptr;
+      cuda_ok(cudaMalloc(&keys, kBatch * sizeof(int64_t)));
+      cuda_ok(cudaMalloc(&missing, kBatch * sizeof(int64_t)));
+      cuda_ok(cudaMalloc(&positions, kBatch * sizeof(uint64_t)));
+      cuda_ok(cudaMalloc(&count, sizeof(uint64_t)));
+      cuda_ok(cudaMalloc(&values, kBatch * dim * sizeof(float)));
+      cuda_ok(cudaMalloc(&rows, kBatch * dim * sizeof(float)));
+      std::vector<int64_t> h_keys(kBatch), h_missing(kBatch);
+      std::vector<uint64_t> h_positions(kBatch);
+      std::vector<float> h_values(kBatch * dim);
+      for (int round = 0; round < kRounds; ++round) {
+        // Skewed keys over 100K ids, hot ones repeated many times in a batch.
+        for (auto& k : h_keys) {
+          const double u = std::uniform_real_distribution<double>(0, 1)(engine);
+          k = static_cast<int64_t>(u * u * u * 100000);
+        }
+        cuda_ok(cudaMemcpyAsync(keys, h_keys.data(), kBatch * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, stream));
+        cache.query(kBatch, keys, values, missing, positions, count, stream);
+        uint64_t misses = 0;
+        cuda_ok(cudaMemcpyAsync(&misses, count, sizeof(misses), cudaMemcpyDeviceToHost, stream));
+        cuda_ok(cudaStreamSynchronize(stream));
+        cuda_ok(cudaMemcpyAsync(h_values.data(), values, kBatch * dim * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream));
+        cuda_ok(cudaMemcpyAsync(h_positions.data(), positions, misses * sizeof(uint64_t),
+                                cudaMemcpyDeviceToHost, stream));
+        cuda_ok(cudaMemcpyAsync(h_missing.data(), missing, misses * sizeof(int64_t),
+                                cudaMemcpyDeviceToHost, stream));
+        cuda_ok(cudaStreamSynchronize(stream));
+        std::vector<bool> missed(kBatch, false);
+        for (uint64_t m = 0; m < misses; ++m) {
+          missed[h_positions[m]] = true;
+          if (h_missing[m] != h_keys[h_positions[m]]) ++wrong;
+        }
+        for (size_t i = 0; i < kBatch; ++i) {
+          if (missed[i]) continue;
+          const std::vector<float> want = row_of(h_keys[i], dim);
+          if (!std::equal(want.begin(), want.end(), h_values.begin() + i * dim)) ++wrong;
+        }
+        hits += kBatch - misses;
+        queried += kBatch;
+        const std::vector<int64_t> miss_keys(h_missing.begin(), h_missing.begin() + misses);
+        const std::vector<float> miss_rows = rows_of(miss_keys, dim);
+        cuda_ok(cudaMemcpyAsync(rows, miss_rows.data(), miss_rows.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream));
+        cache.replace(misses, missing, rows, stream);
+        cuda_ok(cudaStreamSynchronize(stream));
+      }
+      cudaFree(keys);
+      cudaFree(missing);
+      cudaFree(positions);
+      cudaFree(count);
+      cudaFree(values);
+      cudaFree(rows);
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(hits.load(), queried.load() / 2);
+  const Contents<int64_t> contents = shared.dump_all();
+  EXPECT_TRUE(shared.duplicate_keys().empty());
+  for (const auto& [k, row] : contents) ASSERT_EQ(row, row_of(k, dim)) << "key " << k;
+  const CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.hits + stats.misses, queried.load());
+  EXPECT_EQ(stats.hits, hits.load());
+}
+
+}  // namespace
+}  // namespace dynemb::cache::testing
