@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -153,6 +155,28 @@ std::unique_ptr<EmbeddingCache<int64_t>> make_bench_cache(const CacheBenchConfig
   return cache::make_cache<int64_t>(config.backend, options);
 }
 
+template <class T>
+std::string join(const std::vector<T>& values) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  return out.str();
+}
+
+// Runs the HugeCTR peer on the same parameters and seed; returns its JSON (or an error note).
+Json run_peer(const CacheBenchConfig& config, uint64_t seed, std::ostream& log) {
+  const std::string out = "/tmp/dynemb-hugectr-peer-" + std::to_string(seed) + ".json";
+  std::ostringstream command;
+  command << std::setprecision(17) << config.peer_binary << " " << config.ids << " " << config.alpha
+          << " " << seed << " " << join(config.dims) << " " << join(config.cache_rows) << " "
+          << join(config.batches) << " " << config.warm_batches << " " << config.warm_draws << " "
+          << config.timed_batches << " " << out;
+  log << "running the HugeCTR peer: " << command.str() << "\n";
+  const int rc = std::system(command.str().c_str());
+  if (rc != 0) return {{"error", "peer exited with status " + std::to_string(rc)}};
+  std::ifstream in(out);
+  return Json::parse(in);
+}
+
 }  // namespace
 
 Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
@@ -278,6 +302,22 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       }
     }
   }
+  if (!config.peer_binary.empty()) {
+    const Json peer = run_peer(config, seed, log);
+    result["peer_same_run"] = peer;
+    if (peer.contains("cells")) {
+      for (Json& cell : cells) {
+        for (const Json& p : peer["cells"]) {
+          if (p["dim"] == cell["dim"] && p["cache_rows"] == cell["cache_rows"] &&
+              p["batch"] == cell["batch"] && p["mode"] == cell["mode"]) {
+            cell["hugectr_same_run"] = p;
+            cell["ratio_to_hugectr_same_run"] =
+                cell["mkeys_per_s"].get<double>() / p["mkeys_per_s"].get<double>();
+          }
+        }
+      }
+    }
+  }
   result["cells"] = cells;
   result["replace_misses"] = replaces;
   result["wrong_rows"] = wrong;
@@ -354,7 +394,13 @@ void report_cache_bench(const Json& result, std::ostream& out) {
       << "\n";
   for (const Json& c : result["cells"]) {
     std::ostringstream peer, ratio;
-    if (c.contains("hugectr_anchor")) {
+    if (c.contains("hugectr_same_run")) {
+      peer << std::fixed << std::setprecision(1)
+           << c["hugectr_same_run"]["mkeys_per_s"].get<double>() << " (" << std::setprecision(2)
+           << c["hugectr_same_run"]["hit_rate"].get<double>() << ")*";
+      ratio << std::fixed << std::setprecision(2) << c["ratio_to_hugectr_same_run"].get<double>()
+            << "x";
+    } else if (c.contains("hugectr_anchor")) {
       peer << std::fixed << std::setprecision(0) << c["hugectr_anchor"]["mkeys_per_s"].get<double>()
            << " (" << std::setprecision(2) << c["hugectr_anchor"]["hit_rate"].get<double>() << ")";
       ratio << std::fixed << std::setprecision(2) << c["ratio_to_hugectr"].get<double>() << "x";
@@ -375,7 +421,8 @@ void report_cache_bench(const Json& result, std::ostream& out) {
         << " rows): " << std::setprecision(3) << r["ms"].get<double>() << " ms\n";
   }
   out << "wrong rows read back: " << result["wrong_rows"] << "\n";
-  out << "HugeCTR figures: ../shared/ANCHORS.md (another run on a lent H100)\n";
+  out << "HugeCTR figures: * = measured in this run on the same batches; others from "
+         "../shared/ANCHORS.md (another run on a lent H100)\n";
   out << "written: " << result["path"].get<std::string>() << "\n";
 }
 

@@ -34,6 +34,9 @@ struct CacheBenchConfig {
   uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity
   uint64_t seed = 0;                 // 0: a random seed (printed and written)
   std::string json_path;             // default bench/results/cache-<backend>-<host>-<date>.json
+  // A HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) run after dynemb's cells
+  // on the same batches (same seed); its figures go beside dynemb's in each cell.
+  std::string peer_binary;
 };
 
 // Runs the benchmark, printing progress to `log`; returns the result document (also written).

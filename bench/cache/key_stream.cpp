@@ -1,11 +1,10 @@
 #include "bench/cache/key_stream.hpp"
 
-#include <absl/container/flat_hash_map.h>
-
 #include <algorithm>
 #include <functional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "bench/cache/power_law.hpp"
 
@@ -35,7 +34,7 @@ std::mt19937_64 engine_for(const KeyStreamSpec& spec, uint64_t stream_id, uint32
 template <class Stop>
 KeyBatch draw_distinct(const PowerLawSampler& sampler, std::mt19937_64& rng, Stop stop) {
   KeyBatch batch;
-  absl::flat_hash_map<int64_t, uint32_t> index;
+  std::unordered_map<int64_t, uint32_t> index;
   while (!stop(batch)) {
     const auto key = static_cast<int64_t>(sampler(rng));
     ++batch.total_draws;

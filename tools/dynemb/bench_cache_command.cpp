@@ -35,6 +35,9 @@ void install(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--seed", c->seed, "random seed (0 = random)");
   cmd.add_option("--json", c->json_path, "result file (default bench/results/cache-...json)");
+  cmd.add_option("--peer", c->peer_binary,
+                 "a HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) to run on "
+                 "the same batches after dynemb's");
   auto replay = std::make_shared<dynemb::tools::CheckpointReplayConfig>();
   cmd.add_option("--checkpoint", replay->checkpoint,
                  "instead: load this training checkpoint's embedding rows into a CPU table and a "

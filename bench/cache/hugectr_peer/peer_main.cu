@@ -1,0 +1,175 @@
+// HugeCTR's gpu_cache driven exactly as `dynemb bench cache` drives dynemb's cache: the same key
+// batches (same seed), the same warm-up and timed queries; writes the cells as JSON. Built by
+// build.sh against a HugeCTR checkout kept outside the repository (never committed); run by
+// `dynemb bench cache --peer BINARY` in the same run.
+#include <cuda_runtime_api.h>
+
+// gpu_cache's header names cuda::atomic and cuda::binary_semaphore without including them.
+#include <cuda/atomic>
+#include <cuda/semaphore>
+#include <nv_gpu_cache.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/cache/key_stream.hpp"
+
+namespace {
+
+using Cache = gpu_cache::gpu_cache<long long, uint64_t, std::numeric_limits<long long>::max(),
+                                   SET_ASSOCIATIVITY, SLAB_SIZE>;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "hugectr peer: %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+std::vector<uint64_t> parse_list(const char* text) {
+  std::vector<uint64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoull(item));
+  return out;
+}
+
+float row_value(int64_t key, uint32_t j) {
+  return static_cast<float>((static_cast<uint64_t>(key) * 131 + j) & 0xFFFFFF);
+}
+
+struct Device {
+  long long *keys, *missing;
+  uint64_t* positions;
+  size_t* count;
+  float *values, *rows;
+  cudaStream_t stream;
+  cudaEvent_t begin, end;
+};
+
+size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* seconds) {
+  const size_t n = b.keys.size();
+  check(cudaMemcpy(d.keys, b.keys.data(), n * sizeof(long long), cudaMemcpyHostToDevice), "keys");
+  check(cudaEventRecord(d.begin, d.stream), "event");
+  cache.Query(d.keys, n, d.values, d.positions, d.missing, d.count, d.stream);
+  check(cudaEventRecord(d.end, d.stream), "event");
+  check(cudaEventSynchronize(d.end), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, d.begin, d.end), "elapsed");
+  if (seconds != nullptr) *seconds = ms * 1e-3;
+  size_t misses = 0;
+  check(cudaMemcpy(&misses, d.count, sizeof(misses), cudaMemcpyDeviceToHost), "count");
+  return misses;
+}
+
+void replace_misses(Cache& cache, Device& d, size_t misses, uint32_t dim) {
+  if (misses == 0) return;
+  std::vector<long long> keys(misses);
+  check(cudaMemcpy(keys.data(), d.missing, misses * sizeof(long long), cudaMemcpyDeviceToHost),
+        "missing");
+  std::vector<float> rows(misses * dim);
+  for (size_t i = 0; i < misses; ++i) {
+    for (uint32_t j = 0; j < dim; ++j) rows[i * dim + j] = row_value(keys[i], j);
+  }
+  check(cudaMemcpy(d.rows, rows.data(), rows.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "rows");
+  cache.Replace(d.missing, misses, d.rows, d.stream);
+  check(cudaStreamSynchronize(d.stream), "replace");
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+}  // namespace
+
+// usage: hugectr_cache_peer IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT.json
+// (lists comma-separated)
+int main(int argc, char** argv) {
+  if (argc != 11) {
+    std::fprintf(stderr, "usage: %s IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT\n",
+                 argv[0]);
+    return 2;
+  }
+  const dynemb::bench::KeyStreamSpec spec{std::stoull(argv[1]), std::stod(argv[2]),
+                                          std::stoull(argv[3])};
+  const std::vector<uint64_t> dims = parse_list(argv[4]);
+  const std::vector<uint64_t> cache_rows = parse_list(argv[5]);
+  const std::vector<uint64_t> batches = parse_list(argv[6]);
+  const auto warm_batches = static_cast<uint32_t>(std::stoul(argv[7]));
+  const uint64_t warm_draws = std::stoull(argv[8]);
+  const auto timed = static_cast<uint32_t>(std::stoul(argv[9]));
+
+  // The same batches as dynemb bench cache draws (stream ids 1, 100 + s, 200 + s).
+  const auto warm_set = dynemb::bench::deduplicated_batches(spec, 1, warm_batches, warm_draws);
+  std::map<uint64_t, std::vector<dynemb::bench::KeyBatch>> distinct, raw;
+  for (size_t s = 0; s < batches.size(); ++s) {
+    distinct[batches[s]] = dynemb::bench::distinct_batches(spec, 100 + s, timed, batches[s]);
+    raw[batches[s]] = dynemb::bench::raw_batches(spec, 200 + s, timed, batches[s]);
+  }
+  const uint64_t max_batch =
+      std::max(*std::max_element(batches.begin(), batches.end()), warm_draws);
+  const uint64_t max_dim = *std::max_element(dims.begin(), dims.end());
+  Device d{};
+  check(cudaMalloc(&d.keys, max_batch * sizeof(long long)), "malloc");
+  check(cudaMalloc(&d.missing, max_batch * sizeof(long long)), "malloc");
+  check(cudaMalloc(&d.positions, max_batch * sizeof(uint64_t)), "malloc");
+  check(cudaMalloc(&d.count, sizeof(size_t)), "malloc");
+  check(cudaMalloc(&d.values, max_batch * max_dim * sizeof(float)), "malloc");
+  check(cudaMalloc(&d.rows, max_batch * max_dim * sizeof(float)), "malloc");
+  check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "stream");
+  check(cudaEventCreate(&d.begin), "event");
+  check(cudaEventCreate(&d.end), "event");
+
+  std::ostringstream json;
+  json << "{\"peer\": \"HugeCTR gpu_cache " << SET_ASSOCIATIVITY << " slabs of " << SLAB_SIZE
+       << " per set\", \"cells\": [";
+  bool first = true;
+  for (const uint64_t dim : dims) {
+    for (const uint64_t rows : cache_rows) {
+      Cache cache(std::max<uint64_t>(rows / (SET_ASSOCIATIVITY * SLAB_SIZE), 1), dim);
+      for (const auto& b : warm_set) replace_misses(cache, d, query(cache, d, b, nullptr), dim);
+      for (const uint64_t size : batches) {
+        for (const char* mode : {"distinct", "raw"}) {
+          const auto& list = std::string(mode) == "distinct" ? distinct[size] : raw[size];
+          std::vector<double> seconds;
+          uint64_t keys = 0, hits = 0;
+          for (const auto& b : list) {
+            double t = 0;
+            const size_t misses = query(cache, d, b, &t);
+            seconds.push_back(t);
+            keys += b.keys.size();
+            hits += b.keys.size() - misses;
+          }
+          double total = 0;
+          for (double t : seconds) total += t;
+          json << (first ? "" : ",") << "\n {\"dim\": " << dim << ", \"cache_rows\": " << rows
+               << ", \"batch\": " << size << ", \"mode\": \"" << mode
+               << "\", \"calls\": " << seconds.size() << ", \"keys\": " << keys
+               << ", \"seconds\": " << total << ", \"mkeys_per_s\": " << keys / total / 1e6
+               << ", \"hit_rate\": " << static_cast<double>(hits) / keys
+               << ", \"latency_us\": {\"p50\": " << percentile(seconds, 0.5) * 1e6
+               << ", \"p99\": " << percentile(seconds, 0.99) * 1e6 << "}}";
+          first = false;
+          std::fprintf(stderr, "hugectr dim %lu rows %lu batch %lu %s: %.1f M keys/s, hit %.3f\n",
+                       static_cast<unsigned long>(dim), static_cast<unsigned long>(rows),
+                       static_cast<unsigned long>(size), mode, keys / total / 1e6,
+                       static_cast<double>(hits) / keys);
+        }
+      }
+    }
+  }
+  json << "\n]}\n";
+  std::ofstream(argv[10]) << json.str();
+  return 0;
+}
