@@ -22,6 +22,14 @@ void cuda_ok(cudaError_t status) {
   ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
 }
 
+// `count` elements of T in device memory.
+template <class T>
+T* device_array(size_t count) {
+  void* p = nullptr;
+  cuda_ok(cudaMalloc(&p, count * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
 TEST(CacheCudaStreams, EightStreamsQueryAndReplaceOneCache) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
   TestRng rng;
@@ -42,15 +50,12 @@ TEST(CacheCudaStreams, EightStreamsQueryAndReplaceOneCache) {
       std::mt19937_64 engine(seed);
       cudaStream_t stream = nullptr;
       cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      int64_t *keys = nullptr, *missing = nullptr;
-      uint64_t *positions = nullptr, *count = nullptr;
-      float *values = nullptr, *rows = nullptr;
-      cuda_ok(cudaMalloc(&keys, kBatch * sizeof(int64_t)));
-      cuda_ok(cudaMalloc(&missing, kBatch * sizeof(int64_t)));
-      cuda_ok(cudaMalloc(&positions, kBatch * sizeof(uint64_t)));
-      cuda_ok(cudaMalloc(&count, sizeof(uint64_t)));
-      cuda_ok(cudaMalloc(&values, kBatch * dim * sizeof(float)));
-      cuda_ok(cudaMalloc(&rows, kBatch * dim * sizeof(float)));
+      int64_t* keys = device_array<int64_t>(kBatch);
+      int64_t* missing = device_array<int64_t>(kBatch);
+      uint64_t* positions = device_array<uint64_t>(kBatch);
+      uint64_t* count = device_array<uint64_t>(1);
+      float* values = device_array<float>(kBatch * dim);
+      float* rows = device_array<float>(kBatch * dim);
       std::vector<int64_t> h_keys(kBatch), h_missing(kBatch);
       std::vector<uint64_t> h_positions(kBatch);
       std::vector<float> h_values(kBatch * dim);
