@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/backends.hpp"
@@ -20,12 +21,16 @@ struct CachedLookup<K>::Staging {
   BackendBuffer<uint64_t> positions;
   BackendBuffer<uint64_t> count;
   BackendBuffer<float> rows;        // every missing key's row (fetched or absent_fill)
-  BackendBuffer<K> found_keys;      // the fetched keys, compactly, when some were absent
+  BackendBuffer<K> found_keys;      // the distinct fetched keys, for the cache
   BackendBuffer<float> found_rows;  // and their rows
   std::vector<K> host_keys;
   std::vector<float> host_rows;
   std::vector<float> host_found_rows;
   std::vector<K> host_found_keys;
+  std::vector<K> unique_keys;       // the distinct missing keys, in first-miss order
+  std::vector<uint32_t> unique_of;  // each miss's index among them
+  std::vector<float> unique_rows;
+  std::unordered_map<K, uint32_t> index;
   std::unique_ptr<bool[]> host_founds;
   StreamHandle pending_stream = nullptr;
   bool pending = false;
@@ -91,22 +96,40 @@ LookupResult CachedLookup<K>::lookup(size_t n, const K* keys, float* values, Str
   detail::copy_async(backend, s.host_keys.data(), s.missing_keys.data(), missed * sizeof(K),
                      stream);
   detail::sync_stream(backend, stream);
+  // A key repeated in the batch misses once per copy; the source is asked once per distinct key
+  // and the cache gets each once.
+  s.unique_keys.clear();
+  s.unique_of.resize(missed);
+  s.index.clear();
+  for (size_t i = 0; i < missed; ++i) {
+    const auto [it, fresh] =
+        s.index.try_emplace(s.host_keys[i], static_cast<uint32_t>(s.unique_keys.size()));
+    if (fresh) s.unique_keys.push_back(s.host_keys[i]);
+    s.unique_of[i] = it->second;
+  }
+  const size_t unique = s.unique_keys.size();
+  s.unique_rows.resize(unique * dim);
   bool* founds = s.host_founds.get();
-  std::fill(founds, founds + missed, false);
-  source_.fetch(missed, s.host_keys.data(), s.host_rows.data(), founds);
+  std::fill(founds, founds + unique, false);
+  source_.fetch(unique, s.unique_keys.data(), s.unique_rows.data(), founds);
+  result.source_keys = unique;
 
   s.host_found_keys.clear();
   s.host_found_rows.clear();
-  for (size_t i = 0; i < missed; ++i) {
-    float* row = s.host_rows.data() + i * dim;
-    if (founds[i]) {
-      s.host_found_keys.push_back(s.host_keys[i]);
+  for (size_t u = 0; u < unique; ++u) {
+    float* row = s.unique_rows.data() + u * dim;
+    if (founds[u]) {
+      s.host_found_keys.push_back(s.unique_keys[u]);
       s.host_found_rows.insert(s.host_found_rows.end(), row, row + dim);
     } else {
       std::fill(row, row + dim, options_.absent_fill);
     }
   }
-  result.fetched = s.host_found_keys.size();
+  for (size_t i = 0; i < missed; ++i) {
+    const uint32_t u = s.unique_of[i];
+    std::copy_n(s.unique_rows.data() + size_t{u} * dim, dim, s.host_rows.data() + i * dim);
+    result.fetched += founds[u] ? 1 : 0;
+  }
   result.absent = missed - result.fetched;
 
   // Pageable host -> device copies return once the host buffer has been read, so the host
@@ -116,16 +139,13 @@ LookupResult CachedLookup<K>::lookup(size_t n, const K* keys, float* values, Str
   detail::scatter_rows(backend, missed, s.positions.data(), s.rows.data(), dim, values, stream);
 
   const double hit_rate = static_cast<double>(result.hits) / static_cast<double>(n);
-  if (result.fetched > 0 && hit_rate < options_.replace_below_hit_rate) {
-    if (result.absent == 0) {
-      cache_.replace(missed, s.missing_keys.data(), s.rows.data(), stream);
-    } else {
-      detail::copy_async(backend, s.found_keys.data(), s.host_found_keys.data(),
-                         result.fetched * sizeof(K), stream);
-      detail::copy_async(backend, s.found_rows.data(), s.host_found_rows.data(),
-                         result.fetched * dim * sizeof(float), stream);
-      cache_.replace(result.fetched, s.found_keys.data(), s.found_rows.data(), stream);
-    }
+  if (!s.host_found_keys.empty() && hit_rate < options_.replace_below_hit_rate) {
+    const size_t found = s.host_found_keys.size();
+    detail::copy_async(backend, s.found_keys.data(), s.host_found_keys.data(), found * sizeof(K),
+                       stream);
+    detail::copy_async(backend, s.found_rows.data(), s.host_found_rows.data(),
+                       found * dim * sizeof(float), stream);
+    cache_.replace(found, s.found_keys.data(), s.found_rows.data(), stream);
     result.replaced = true;
   }
   s.pending = backend != Backend::kCpu;

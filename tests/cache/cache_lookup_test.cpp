@@ -85,6 +85,38 @@ TEST_P(CacheLookupTest, FillsFromCacheThenSourceThenTheAbsentFill) {
   }
 }
 
+TEST_P(CacheLookupTest, RepeatedMissesAreFetchedAndInsertedOnce) {
+  CacheOptions<int64_t> options;
+  options.dim = 8;
+  options.capacity_rows = 100;
+  CacheHarness<int64_t> harness(GetParam(), options);
+  EvenKeysSource source(options.dim, 1000);
+  CachedLookup<int64_t> lookup(harness.cache(), source);
+  std::vector<int64_t> keys(3000, 42);
+  for (size_t i = 0; i < keys.size(); i += 3) keys[i] = 7;  // absent from the source
+  BackendBuffer<int64_t> d_keys(GetParam(), keys.size());
+  d_keys.upload(keys.data(), keys.size());
+  BackendBuffer<float> d_values(GetParam(), keys.size() * options.dim);
+  const LookupResult r = lookup.lookup(keys.size(), d_keys.data(), d_values.data());
+  backend_synchronize(GetParam());
+  EXPECT_EQ(r.source_keys, 2u);
+  EXPECT_EQ(source.fetched(), 2u);
+  EXPECT_EQ(r.fetched, 2000u);
+  EXPECT_EQ(r.absent, 1000u);
+  std::vector<float> values(keys.size() * options.dim);
+  d_values.download(values.data(), values.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<float> want =
+        keys[i] == 42 ? row_of<int64_t>(42, options.dim) : std::vector<float>(options.dim, 0.0f);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), values.begin() + i * options.dim)) << i;
+  }
+  const Contents<int64_t> contents = harness.dump_all();
+  ASSERT_EQ(contents.size(), 1u);
+  EXPECT_EQ(contents.begin()->first, 42);
+  EXPECT_EQ(harness.cache().stats().inserted, 1u);
+  EXPECT_EQ(harness.cache().stats().refreshed, 0u);
+}
+
 TEST_P(CacheLookupTest, HitRateThresholdStopsInsertion) {
   CacheOptions<int64_t> options;
   options.dim = 4;

@@ -21,10 +21,11 @@ struct LookupOptions {
 
 // What one lookup did.
 struct LookupResult {
-  size_t hits = 0;        // keys the cache answered
-  size_t fetched = 0;     // keys the source answered
-  size_t absent = 0;      // keys neither had (their rows hold absent_fill)
-  bool replaced = false;  // whether the fetched rows were put into the cache
+  size_t hits = 0;         // keys the cache answered
+  size_t fetched = 0;      // keys the source answered
+  size_t absent = 0;       // keys neither had (their rows hold absent_fill)
+  size_t source_keys = 0;  // distinct keys asked of the source (a repeated miss is asked once)
+  bool replaced = false;   // whether the fetched rows were put into the cache
 };
 
 // One caller's lookup path over a shared cache and source (use one per thread: it keeps staging
