@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "cache/backends.hpp"
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
 
 namespace dynemb::cache::detail {

@@ -11,8 +11,8 @@
 #if defined(DYNEMB_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_guard.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
 #endif
 
 namespace dynemb::cache {

@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/backends.hpp"
+#include "backends.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 

@@ -1,4 +1,4 @@
-#include "cache/cpu/cpu_cache.hpp"
+#include "cpu/cpu_cache.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include <new>
 #include <string>
 
-#include "cache/backends.hpp"
-#include "cache/cache_checks.hpp"
+#include "backends.hpp"
+#include "cache_checks.hpp"
 #include "dynemb/cache/cache_sets.hpp"
 #include "dynemb/core/error.hpp"
 

@@ -1,17 +1,17 @@
-#include "cache/cuda/cuda_cache.hpp"
+#include "cuda/cuda_cache.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <string>
 
-#include "cache/backends.hpp"
-#include "cache/cache_checks.hpp"
-#include "cache/cuda/kernels.hpp"
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
-#include "core/cuda/device_guard.hpp"
-#include "core/cuda/device_info.hpp"
+#include "backends.hpp"
+#include "cache_checks.hpp"
+#include "cuda/kernels.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
+#include "dynemb/core/cuda/device_info.hpp"
 #include "dynemb/core/error.hpp"
 
 namespace dynemb::cache::detail {

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cache/cuda/view.hpp"
+#include "cuda/view.hpp"
 #include "dynemb/cache/embedding_cache.hpp"
 
 namespace dynemb::cache::detail {

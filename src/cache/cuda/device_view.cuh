@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cache/cuda/view.hpp"
+#include "cuda/view.hpp"
 #include "dynemb/cache/cache_options.hpp"
 #include "dynemb/cache/cache_sets.hpp"
 

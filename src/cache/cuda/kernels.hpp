@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cache/cuda/view.hpp"
+#include "cuda/view.hpp"
 
 namespace dynemb::cache::detail {
 

@@ -5,10 +5,10 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
 
-#include "cache/cuda/device_view.cuh"
-#include "cache/cuda/kernels.hpp"
-#include "core/cuda/check.hpp"
-#include "core/cuda/device_array.hpp"
+#include "cuda/device_view.cuh"
+#include "cuda/kernels.hpp"
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
 
 namespace dynemb::cache::detail {
 namespace {
