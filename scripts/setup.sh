@@ -12,6 +12,8 @@ packages=(
   nlohmann-json3-dev               # checkpoint manifests, benchmark and training results
   python3 python3-numpy            # reads a checkpoint with numpy alone (scripts/test.sh);
                                    # python3 also runs scripts/check_arrows.py
+  python3-dev pybind11-dev         # the Python module dynemb._C (python/)
+  python3-torch python3-pytest     # the Python suite (tests/python, scripts/test.sh)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -28,5 +30,8 @@ fi
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 
 build_dir="${DYNEMB_BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+# The Python module is built for Debian's interpreter (the one with python3-torch).
+python_args=()
+if [ -x /usr/bin/python3 ]; then python_args=(-DPython_EXECUTABLE=/usr/bin/python3); fi
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_args[@]}" "$@"
 cmake --build "$build_dir" -j "$(nproc)"

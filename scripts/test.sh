@@ -38,9 +38,21 @@ cmake -S examples/consumer -B "$install_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=R
 cmake --build "$install_dir/build" > /dev/null
 "$install_dir/build/table_consumer"
 
+# The Python suite (tests/python, pytest) with Debian's PyTorch, on the module staged in
+# build/python; pytest's exit code 5 (no test collected) is a failure too.
+[ -f build/python/dynemb/__init__.py ] || { echo "the Python module was not built" >&2; exit 1; }
+pytest_rc=0
+DYNEMB_PROGRAM="$PWD/build/tools/dynemb/dynemb" PYTHONPATH="$PWD/build/python" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/python || pytest_rc=$?
+if [ "$pytest_rc" -ne 0 ]; then
+  echo "pytest failed (rc $pytest_rc)" >&2
+  exit 1
+fi
+
 # The concurrency tests again, in a ThreadSanitizer build of the host code, whose parts are shared
 # libraries (so CI builds and runs the shared build too).
 DYNEMB_BUILD_DIR=build-tsan bash scripts/setup.sh -DDYNEMB_SANITIZE=thread -DDYNEMB_CUDA=OFF \
-  -DDYNEMB_BUILD_TOOLS=OFF -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DDYNEMB_BUILD_TOOLS=OFF -DDYNEMB_BUILD_PYTHON=OFF -DBUILD_SHARED_LIBS=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j "$(nproc)" -R 'Concurrency|Stress|Pooling|EmbeddingTraining'

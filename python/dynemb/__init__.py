@@ -1,0 +1,67 @@
+"""dynemb: dynamic embedding tables for PyTorch, with NVIDIA dynamicemb's names and defaults.
+
+The compiled part (dynemb._C) exchanges tensors through DLPack and links no libtorch, so one
+build serves every PyTorch version; `dynemb.torch` holds the modules.
+"""
+
+from . import _C
+from ._C import (
+    CheckpointError,
+    CudaError,
+    Error,
+    InsertRefused,
+    InvalidArgument,
+    NotAvailable,
+    OutOfMemory,
+    StateError,
+)
+from .checkpoint import (
+    DeltaDumpResult,
+    DynamicEmbDump,
+    DynamicEmbLoad,
+    get_score,
+    incremental_dump,
+    set_score,
+)
+from .options import (
+    DynamicEmbCheckMode,
+    DynamicEmbEvictStrategy,
+    DynamicEmbInitializerArgs,
+    DynamicEmbInitializerMode,
+    DynamicEmbPoolingMode,
+    DynamicEmbScoreStrategy,
+    DynamicEmbTableOptions,
+    EmbOptimType,
+    EvictedItemMode,
+    FrequencyAdmissionStrategy,
+)
+
+DynamicEmbOptimType = EmbOptimType
+
+__all__ = [
+    "CheckpointError",
+    "CudaError",
+    "DeltaDumpResult",
+    "DynamicEmbCheckMode",
+    "DynamicEmbDump",
+    "DynamicEmbEvictStrategy",
+    "DynamicEmbInitializerArgs",
+    "DynamicEmbInitializerMode",
+    "DynamicEmbLoad",
+    "DynamicEmbOptimType",
+    "DynamicEmbPoolingMode",
+    "DynamicEmbScoreStrategy",
+    "DynamicEmbTableOptions",
+    "EmbOptimType",
+    "Error",
+    "EvictedItemMode",
+    "FrequencyAdmissionStrategy",
+    "InsertRefused",
+    "InvalidArgument",
+    "NotAvailable",
+    "OutOfMemory",
+    "StateError",
+    "get_score",
+    "incremental_dump",
+    "set_score",
+]

@@ -1,0 +1,355 @@
+"""Configuration with NVIDIA dynamicemb's names and defaults.
+
+A `DynamicEmbTableOptions` says how one dynamic table is built; `to_embedding_options` turns it
+(with the table's dim, its row count and the fused optimizer) into the compiled module's
+options. Options whose part is not built yet (caching, external storage, sharding, other
+dtypes) are accepted here and refused with `NotAvailable` when a module is built from them.
+"""
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from . import _C
+
+
+class DynamicEmbInitializerMode(enum.Enum):
+    """How a new row is filled."""
+
+    NORMAL = "normal"
+    TRUNCATED_NORMAL = "truncated_normal"
+    UNIFORM = "uniform"
+    CONSTANT = "constant"
+    DEBUG = "debug"  # the row holds float(key mod 2^24): a row shows its own key
+
+
+@dataclass
+class DynamicEmbInitializerArgs:
+    """Parameters of an initializer. lower / upper: UNIFORM's range and TRUNCATED_NORMAL's
+    bounds (absolute values); None takes +-1/sqrt(num_embeddings) (0 and 1 without a row count).
+    seed: dynemb's addition; a row is a pure function of (seed, key), on every device."""
+
+    mode: DynamicEmbInitializerMode = DynamicEmbInitializerMode.UNIFORM
+    mean: float = 0.0
+    std_dev: float = 1.0
+    lower: Optional[float] = None
+    upper: Optional[float] = None
+    value: float = 0.0
+    seed: int = 0
+
+
+class DynamicEmbScoreStrategy(enum.IntEnum):
+    """How a key's score (its worth when a bucket is full) is written by each batch."""
+
+    TIMESTAMP = 0  # the clock (ns) of the batch
+    STEP = 1  # the table's step, advanced once per training step
+    CUSTOMIZED = 2  # set by the user through set_score
+    LFU = 3  # the count of touches
+    NO_EVICTION = 4  # not available: a dynemb table is bounded by max_capacity
+
+
+class DynamicEmbCheckMode(enum.IntEnum):
+    """What a refused insert does: ERROR raises InsertRefused after the batch, WARNING logs,
+    IGNORE only counts (stats()["refused"]); a refused key reads the eval initializer."""
+
+    ERROR = 0
+    WARNING = 1
+    IGNORE = 2
+
+
+class DynamicEmbPoolingMode(enum.IntEnum):
+    """How a bag's rows become its output."""
+
+    SUM = 0
+    MEAN = 1
+    NONE = 2  # sequence: one row per id
+
+
+class DynamicEmbEvictStrategy(enum.Enum):
+    """Accepted for dynamicemb compatibility; eviction follows score_strategy."""
+
+    LRU = "lru"
+    LFU = "lfu"
+
+
+class EvictedItemMode(enum.Enum):
+    """Only DISCARD is available: evictions are counted (stats()["evictions"])."""
+
+    DISCARD = "discard"
+    RETAIN_KEY = "retain_key"
+
+
+@dataclass
+class FrequencyAdmissionStrategy:
+    """Admits a key into the table once it was seen `threshold` times; until then it reads the
+    eval initializer and gets no update. counter_capacity: slots of the counting table (0: the
+    table's max_capacity)."""
+
+    threshold: int
+    counter_capacity: int = 0
+    initializer_args: Optional[DynamicEmbInitializerArgs] = None
+
+
+@dataclass
+class DynamicEmbTableOptions:
+    """One dynamic table, with dynamicemb's field names and defaults.
+
+    max_capacity None takes the row count of the table's config (rounded up to whole buckets,
+    at least one bucket); init_capacity None takes max_capacity. global_hbm_for_values: bytes of
+    GPU memory for values; 0 (the default) keeps every value in GPU memory, a positive budget
+    puts the values beyond it in pinned host memory. ttl_steps / ttl_seconds (dynemb's
+    additions): rows not touched for that long are erased at the end of a training step.
+    """
+
+    embedding_dtype: Any = None
+    dim: Optional[int] = None
+    max_capacity: Optional[int] = None
+    evict_strategy: DynamicEmbEvictStrategy = DynamicEmbEvictStrategy.LRU
+    local_hbm_for_values: int = 0
+    device_id: Optional[int] = None
+    training: bool = True
+    initializer_args: DynamicEmbInitializerArgs = field(default_factory=DynamicEmbInitializerArgs)
+    eval_initializer_args: DynamicEmbInitializerArgs = field(
+        default_factory=lambda: DynamicEmbInitializerArgs(
+            mode=DynamicEmbInitializerMode.CONSTANT, value=0.0
+        )
+    )
+    caching: bool = False
+    init_capacity: Optional[int] = None
+    max_load_factor: float = 0.5
+    score_strategy: DynamicEmbScoreStrategy = DynamicEmbScoreStrategy.TIMESTAMP
+    bucket_capacity: int = 128
+    safe_check_mode: DynamicEmbCheckMode = DynamicEmbCheckMode.IGNORE
+    global_hbm_for_values: int = 0
+    external_storage: Any = None
+    index_type: Any = None
+    admit_strategy: Optional[FrequencyAdmissionStrategy] = None
+    admission_counter: Any = None
+    evicted_item_mode: EvictedItemMode = EvictedItemMode.DISCARD
+    ttl_steps: int = 0
+    ttl_seconds: float = 0.0
+    num_threads: int = 0
+
+
+class EmbOptimType(enum.Enum):
+    """The fused optimizers, named as FBGEMM's EmbOptimType (FBGEMM's own enum is accepted by
+    value too); RMSPROP and FTRL are dynemb's / dynamicemb's additions."""
+
+    SGD = "sgd"
+    EXACT_SGD = "exact_sgd"
+    ADAM = "adam"
+    EXACT_ADAGRAD = "exact_adagrad"
+    EXACT_ROWWISE_ADAGRAD = "exact_row_wise_adagrad"
+    ROWWISE_ADAGRAD = "row_wise_adagrad"
+    RMSPROP = "rmsprop"
+    FTRL = "ftrl"
+
+
+_OPTIMIZER_KINDS = {
+    "sgd": _C.OptimizerKind.SGD,
+    "exact_sgd": _C.OptimizerKind.SGD,
+    "adam": _C.OptimizerKind.ADAM,
+    "exact_adagrad": _C.OptimizerKind.ADAGRAD,
+    "adagrad": _C.OptimizerKind.ADAGRAD,
+    "exact_row_wise_adagrad": _C.OptimizerKind.ROWWISE_ADAGRAD,
+    "row_wise_adagrad": _C.OptimizerKind.ROWWISE_ADAGRAD,
+    "rowwise_adagrad": _C.OptimizerKind.ROWWISE_ADAGRAD,
+    "rmsprop": _C.OptimizerKind.RMSPROP,
+    "ftrl": _C.OptimizerKind.FTRL,
+}
+
+_FUSED_KEYS = {
+    "optimizer",
+    "learning_rate",
+    "eps",
+    "beta1",
+    "beta2",
+    "weight_decay",
+    "gradient_clipping",
+    "max_gradient",
+    "max_norm",
+    "initial_accumulator_value",
+    "rho",
+    "l1_reg",
+    "l2_reg",
+    "ftrl_beta",
+    "learning_rate_power",
+}
+
+
+def optimizer_options(fused_params: Optional[dict]) -> "_C.OptimizerOptions":
+    """FBGEMM-style fused params (optimizer, learning_rate, eps, beta1, beta2, weight_decay,
+    gradient_clipping + max_gradient, max_norm, initial_accumulator_value, rho, and FTRL's
+    l1_reg, l2_reg, ftrl_beta) as the compiled module's optimizer options."""
+    params = dict(fused_params or {})
+    unknown = sorted(set(params) - _FUSED_KEYS)
+    if unknown:
+        raise _C.InvalidArgument(
+            f"fused_params: unknown key(s) {unknown}; accepted: {sorted(_FUSED_KEYS)}"
+        )
+    o = _C.OptimizerOptions()
+    name = params.get("optimizer", EmbOptimType.SGD)
+    name = getattr(name, "value", name)
+    if not isinstance(name, str) or name.lower() not in _OPTIMIZER_KINDS:
+        raise _C.NotAvailable(
+            f"fused_params: optimizer = {params.get('optimizer')!r}; available: "
+            f"{sorted(_OPTIMIZER_KINDS)}"
+        )
+    o.kind = _OPTIMIZER_KINDS[name.lower()]
+    o.learning_rate = float(params.get("learning_rate", 0.01))
+    o.eps = float(params.get("eps", 1e-8))
+    o.beta1 = float(params.get("beta1", 0.9))
+    o.beta2 = float(params.get("beta2", 0.999))
+    o.weight_decay = float(params.get("weight_decay", 0.0))
+    o.rho = float(params.get("rho", 0.99))
+    o.initial_accumulator = float(params.get("initial_accumulator_value", 0.0))
+    o.ftrl_l1 = float(params.get("l1_reg", 0.0))
+    o.ftrl_l2 = float(params.get("l2_reg", 0.0))
+    o.ftrl_beta = float(params.get("ftrl_beta", 0.0))
+    if float(params.get("learning_rate_power", -0.5)) != -0.5:
+        raise _C.NotAvailable(
+            f"fused_params: learning_rate_power = {params['learning_rate_power']}, only -0.5 "
+            "(the square root of FTRL-Proximal) is available"
+        )
+    if params.get("gradient_clipping", False):
+        o.clip_value = float(params.get("max_gradient", 1.0))
+    if "max_norm" in params:
+        o.clip_norm = float(params["max_norm"])
+    return o
+
+
+def _initializer(args: DynamicEmbInitializerArgs, num_embeddings: Optional[int], where: str):
+    init = _C.InitializerOptions()
+    mode = args.mode
+    if not isinstance(mode, DynamicEmbInitializerMode):
+        raise _C.InvalidArgument(f"{where}.mode = {mode!r}, must be a DynamicEmbInitializerMode")
+    bound = 1.0 / math.sqrt(num_embeddings) if num_embeddings else None
+    lower = args.lower if args.lower is not None else (-bound if bound else 0.0)
+    upper = args.upper if args.upper is not None else (bound if bound else 1.0)
+    init.seed = int(args.seed)
+    init.mean = float(args.mean)
+    init.stddev = float(args.std_dev)
+    init.value = float(args.value)
+    if mode is DynamicEmbInitializerMode.UNIFORM:
+        init.kind = _C.InitializerKind.UNIFORM
+        init.low, init.high = float(lower), float(upper)
+    elif mode is DynamicEmbInitializerMode.NORMAL:
+        init.kind = _C.InitializerKind.NORMAL
+    elif mode is DynamicEmbInitializerMode.TRUNCATED_NORMAL:
+        init.kind = _C.InitializerKind.TRUNCATED_NORMAL
+        if args.std_dev <= 0:
+            raise _C.InvalidArgument(f"{where}.std_dev = {args.std_dev}, must be > 0")
+        init.trunc_lower = float((lower - args.mean) / args.std_dev)
+        init.trunc_upper = float((upper - args.mean) / args.std_dev)
+    elif mode is DynamicEmbInitializerMode.CONSTANT:
+        init.kind = _C.InitializerKind.CONSTANT
+    else:
+        init.kind = _C.InitializerKind.DEBUG
+    return init
+
+
+def _not_available(what: str, value, needs: str):
+    raise _C.NotAvailable(f"DynamicEmbTableOptions.{what} = {value!r} is not available yet ({needs})")
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return (n + multiple - 1) // multiple * multiple
+
+
+def to_embedding_options(
+    options: DynamicEmbTableOptions,
+    dim: int,
+    num_embeddings: Optional[int],
+    fused_params: Optional[dict],
+    device_index: int,
+    where: str,
+) -> "_C.EmbeddingOptions":
+    """The compiled module's options of one table; raises NotAvailable for options whose part is
+    not built yet and InvalidArgument for values out of range (naming the field)."""
+    import torch
+
+    if not isinstance(options, DynamicEmbTableOptions):
+        raise _C.InvalidArgument(
+            f"{where}: table options are a {type(options).__name__}, must be DynamicEmbTableOptions"
+        )
+    if options.caching:
+        _not_available("caching", True, "the storage / caching part is not built yet")
+    if options.external_storage is not None:
+        _not_available("external_storage", options.external_storage, "the storage part is not built yet")
+    if options.embedding_dtype not in (None, torch.float32):
+        _not_available("embedding_dtype", options.embedding_dtype, "rows are float32 for now")
+    if options.index_type not in (None, torch.int64):
+        _not_available("index_type", options.index_type, "keys are int64 for now")
+    if options.score_strategy == DynamicEmbScoreStrategy.NO_EVICTION or isinstance(
+        options.score_strategy, tuple
+    ):
+        _not_available("score_strategy", options.score_strategy, "TIMESTAMP, STEP, CUSTOMIZED, LFU are")
+    if options.evicted_item_mode != EvictedItemMode.DISCARD:
+        _not_available("evicted_item_mode", options.evicted_item_mode, "evictions are counted, not kept")
+    if options.admission_counter is not None:
+        _not_available("admission_counter", options.admission_counter, "use admit_strategy")
+    if options.dim is not None and options.dim != dim:
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.dim = {options.dim}, differs from the table's "
+            f"embedding_dim {dim}"
+        )
+    if dim <= 0:
+        raise _C.InvalidArgument(f"{where}: embedding_dim = {dim}, must be > 0")
+    bucket = int(options.bucket_capacity)
+    max_capacity = options.max_capacity
+    if max_capacity is None:
+        if not num_embeddings:
+            raise _C.InvalidArgument(
+                f"{where}: DynamicEmbTableOptions.max_capacity = None and no num_embeddings to "
+                "take it from"
+            )
+        max_capacity = max(_round_up(int(num_embeddings), bucket), bucket) if bucket > 0 else num_embeddings
+    init_capacity = options.init_capacity if options.init_capacity is not None else max_capacity
+    if bucket > 0 and options.init_capacity is not None:
+        init_capacity = min(_round_up(int(init_capacity), bucket), int(max_capacity))
+
+    e = _C.EmbeddingOptions()
+    e.dim = int(dim)
+    t = e.table
+    t.init_capacity = int(init_capacity)
+    t.max_capacity = int(max_capacity)
+    t.bucket_capacity = bucket
+    t.max_load_factor = float(options.max_load_factor)
+    t.score_policy = {
+        DynamicEmbScoreStrategy.TIMESTAMP: _C.ScorePolicy.TIMESTAMP,
+        DynamicEmbScoreStrategy.STEP: _C.ScorePolicy.STEP,
+        DynamicEmbScoreStrategy.CUSTOMIZED: _C.ScorePolicy.CUSTOMIZED,
+        DynamicEmbScoreStrategy.LFU: _C.ScorePolicy.LFU,
+    }[DynamicEmbScoreStrategy(options.score_strategy)]
+    t.safe_check = {
+        DynamicEmbCheckMode.ERROR: _C.SafeCheck.ERROR,
+        DynamicEmbCheckMode.WARNING: _C.SafeCheck.WARNING,
+        DynamicEmbCheckMode.IGNORE: _C.SafeCheck.IGNORE,
+    }[DynamicEmbCheckMode(options.safe_check_mode)]
+    t.initializer = _initializer(options.initializer_args, num_embeddings, f"{where}.initializer_args")
+    t.num_threads = int(options.num_threads)
+    t.device = int(options.device_id) if options.device_id is not None else device_index
+    hbm = int(options.global_hbm_for_values or options.local_hbm_for_values)
+    if hbm > 0:
+        t.max_hbm_for_values = hbm
+    e.table = t
+    e.eval_initializer = _initializer(
+        options.eval_initializer_args, num_embeddings, f"{where}.eval_initializer_args"
+    )
+    e.optimizer = optimizer_options(fused_params) if options.training else _C.OptimizerOptions()
+    e.ttl_steps = int(options.ttl_steps)
+    e.ttl_seconds = float(options.ttl_seconds)
+    e.gradient_check = _C.SafeCheck.WARNING
+    if options.admit_strategy is not None:
+        a = options.admit_strategy
+        if not isinstance(a, FrequencyAdmissionStrategy):
+            _not_available("admit_strategy", a, "FrequencyAdmissionStrategy is available")
+        if a.initializer_args is not None:
+            _not_available(
+                "admit_strategy.initializer_args", a.initializer_args,
+                "keys not admitted yet read eval_initializer_args",
+            )
+        e.admit_threshold = int(a.threshold)
+        e.admission_capacity = int(a.counter_capacity)
+    return e

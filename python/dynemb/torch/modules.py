@@ -1,0 +1,414 @@
+"""PyTorch modules over dynamic tables: DynamicEmbedding, DynamicEmbeddingBag and the keyed
+collections. Lookups run in the compiled module on the caller's current stream; backward
+applies the fused optimizer to the rows a training forward touched (there is no dense
+gradient: the tables are not nn.Parameters and take no part in a torch.optim optimizer).
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from .. import _C
+from ..options import (
+    DynamicEmbPoolingMode,
+    DynamicEmbTableOptions,
+    to_embedding_options,
+)
+from .jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor, _offsets_from_lengths
+
+
+@dataclass
+class EmbeddingConfig:
+    """A sequence table (TorchRec's EmbeddingConfig fields): its name, dim, row count (sizes
+    max_capacity and the default UNIFORM bounds) and the features that read it."""
+
+    name: str
+    embedding_dim: int
+    num_embeddings: int = 0
+    feature_names: List[str] = field(default_factory=list)
+
+
+@dataclass
+class EmbeddingBagConfig(EmbeddingConfig):
+    """A pooled table (TorchRec's EmbeddingBagConfig fields); pooling "SUM" or "MEAN"."""
+
+    pooling: Union[str, DynamicEmbPoolingMode] = "SUM"
+
+
+def _pooling_mode(value, where: str) -> "_C.PoolingMode":
+    name = getattr(value, "name", value)
+    name = str(name).upper()
+    modes = {"SUM": _C.PoolingMode.SUM, "MEAN": _C.PoolingMode.MEAN, "NONE": _C.PoolingMode.NONE}
+    if name not in modes:
+        raise _C.InvalidArgument(f"{where}: pooling / mode = {value!r}, must be SUM, MEAN or NONE")
+    return modes[name]
+
+
+class _Table:
+    """One compiled table, its name and the features it serves."""
+
+    def __init__(self, name, dim, num_embeddings, features, mode, handle, options):
+        self.name, self.dim, self.num_embeddings = name, dim, num_embeddings
+        self.features, self.mode, self.handle, self.options = features, mode, handle, options
+
+
+class _Lookup(torch.autograd.Function):
+    """Forward: the tables' lookups (training). Backward: each table's fused optimizer."""
+
+    @staticmethod
+    def forward(ctx, anchor, module, calls):
+        outs, generations = module._run_forward(calls, training=True)
+        ctx.module, ctx.generations = module, generations
+        ctx.tables = [c[0] for c in calls]
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.module._run_backward(ctx.tables, grads, ctx.generations)
+        return None, None, None
+
+
+class DynamicEmbModule(nn.Module):
+    """Base of every module holding dynamic tables (what DynamicEmbDump and friends look for)."""
+
+    def __init__(self, device):
+        super().__init__()
+        device = torch.device(device if device is not None else "cpu")
+        if device.type == "cuda":
+            if not _C.cuda_available():
+                raise _C.NotAvailable(
+                    f"device = {device}: this dynemb module has no CUDA backend or sees no GPU"
+                )
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+        elif device.type != "cpu":
+            raise _C.InvalidArgument(f"device = {device}, must be cpu or cuda")
+        self._device = device
+        self._tables: List[_Table] = []
+        # Moves with .to() / .cuda(): a moved module is told apart from where its tables live.
+        self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
+
+    # --- building --------------------------------------------------------------------------------
+    def _add_table(self, name, dim, num_embeddings, features, mode, options, fused_params):
+        where = f"{type(self).__name__} table '{name}'"
+        if any(t.name == name for t in self._tables):
+            raise _C.InvalidArgument(f"{where}: the name is used twice")
+        index = self._device.index or 0
+        e = to_embedding_options(options, dim, num_embeddings, fused_params, index, where)
+        backend = _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
+        handle = _C.Embedding(backend, e)
+        self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options))
+
+    # --- running ---------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _check_device(self):
+        if self._device_anchor.device != self._device:
+            raise _C.StateError(
+                f"{type(self).__name__}: the module was moved to {self._device_anchor.device}, but "
+                f"its dynamic tables live on {self._device} and do not move; build the module "
+                f"on the device it should run on"
+            )
+
+    def _stream(self) -> int:
+        if self._device.type == "cuda":
+            return torch.cuda.current_stream(self._device).cuda_stream
+        return 0
+
+    def _is_training(self, table: _Table) -> bool:
+        return self.training and table.options.training
+
+    def _run_forward(self, calls, training: bool):
+        stream = self._stream()
+        outs, generations = [], []
+        for table, indices, offsets, weights, rows in calls:
+            out = torch.empty((rows, table.dim), dtype=torch.float32, device=self._device)
+            t_training = training and table.options.training
+            table.handle.forward(indices, offsets, weights, table.mode, t_training, out, stream)
+            outs.append(out)
+            generations.append(table.handle.generation if t_training else 0)
+        return outs, generations
+
+    def _run_backward(self, tables, grads, generations):
+        stream = self._stream()
+        for table, grad, generation in zip(tables, grads, generations):
+            if generation == 0:
+                continue
+            table.handle.backward(grad.to(torch.float32).contiguous(), generation, stream)
+
+    def _lookup(self, calls) -> List[torch.Tensor]:
+        """Runs the tables' lookups; in training with grad mode, through autograd."""
+        self._check_device()
+        training = self.training
+        if training and torch.is_grad_enabled() and any(c[0].options.training for c in calls):
+            anchor = torch.empty(0, requires_grad=True)
+            return list(_Lookup.apply(anchor, self, calls))
+        outs, _ = self._run_forward(calls, training=training)
+        return outs
+
+    @staticmethod
+    def _check_weights(weights: Optional[torch.Tensor], where: str):
+        if weights is not None and weights.requires_grad and torch.is_grad_enabled():
+            raise _C.InvalidArgument(
+                f"{where}: per_sample_weights require grad; the weights are not differentiable "
+                "(detach them, or run under torch.no_grad())"
+            )
+
+    # --- inspection ------------------------------------------------------------------------------
+    def dynemb_tables(self) -> Dict[str, "_C.Embedding"]:
+        """The compiled tables by name."""
+        return {t.name: t.handle for t in self._tables}
+
+    def table_stats(self) -> Dict[str, Dict[str, float]]:
+        """Per table: size, capacity, load_factor, lookups, unique_lookups, rows_created,
+        admission_pending, eval_misses, expired, nonfinite_gradients, evictions, refused,
+        reserved_keys, rehashes, erased, score."""
+        return {t.name: t.handle.stats() for t in self._tables}
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{t.name}: dim {t.dim}" for t in self._tables) + f", device={self._device}"
+
+
+def _as_int64(t: torch.Tensor, where: str, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise _C.InvalidArgument(f"{where}: {name} is a {type(t).__name__}, must be a torch.Tensor")
+    if t.dtype == torch.int32:
+        return t.to(torch.int64)
+    return t
+
+
+class DynamicEmbeddingBag(DynamicEmbModule):
+    """A pooled dynamic table used like nn.EmbeddingBag: forward(input, offsets,
+    per_sample_weights) with 2-D input (fixed bags) or 1-D input and bag starts (or, with
+    include_last_offset, bags + 1 offsets). mode "sum" or "mean"; weights with "sum" only."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "sum",
+                 table_options: Optional[DynamicEmbTableOptions] = None,
+                 fused_params: Optional[dict] = None, device=None,
+                 include_last_offset: bool = False, name: str = "table"):
+        super().__init__(device)
+        m = _pooling_mode(mode, "DynamicEmbeddingBag")
+        if m == _C.PoolingMode.NONE:
+            raise _C.InvalidArgument("DynamicEmbeddingBag: mode = none; use DynamicEmbedding")
+        self.embedding_dim, self.num_embeddings = embedding_dim, num_embeddings
+        self.mode, self.include_last_offset = m, include_last_offset
+        self._add_table(name, embedding_dim, num_embeddings, [name], m,
+                        table_options or DynamicEmbTableOptions(), fused_params)
+
+    def forward(self, input: torch.Tensor, offsets: Optional[torch.Tensor] = None,
+                per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        where = "DynamicEmbeddingBag.forward"
+        input = _as_int64(input, where, "input")
+        if input.dim() == 2:
+            if offsets is not None:
+                raise _C.InvalidArgument(f"{where}: offsets must be None with 2-D input")
+            bags, length = input.shape
+            full = torch.arange(0, bags * length + 1, max(length, 1), dtype=torch.int64,
+                                device=input.device)[: bags + 1]
+            if length == 0:
+                full = torch.zeros(bags + 1, dtype=torch.int64, device=input.device)
+            input = input.reshape(-1)
+            if per_sample_weights is not None:
+                per_sample_weights = per_sample_weights.reshape(-1)
+        elif input.dim() == 1:
+            if offsets is None:
+                raise _C.InvalidArgument(f"{where}: offsets = None, must be given with 1-D input")
+            offsets = _as_int64(offsets, where, "offsets")
+            if self.include_last_offset:
+                full = offsets
+            else:
+                if offsets.dim() != 1:
+                    raise _C.InvalidArgument(f"{where}: offsets: ndim = {offsets.dim()}, must be 1")
+                end = torch.full((1,), input.numel(), dtype=torch.int64, device=offsets.device)
+                full = torch.cat([offsets, end])
+        else:
+            raise _C.InvalidArgument(f"{where}: input: ndim = {input.dim()}, must be 1 or 2")
+        if per_sample_weights is not None and self.mode != _C.PoolingMode.SUM:
+            raise _C.InvalidArgument(
+                f"{where}: per_sample_weights are given with mode MEAN; they are for mode SUM only"
+            )
+        self._check_weights(per_sample_weights, where)
+        weights = None if per_sample_weights is None else per_sample_weights.detach()
+        table = self._tables[0]
+        return self._lookup([(table, input, full, weights, full.numel() - 1)])[0]
+
+
+class DynamicEmbedding(DynamicEmbModule):
+    """A sequence dynamic table used like nn.Embedding: forward(input) of any shape gives
+    input.shape + (embedding_dim,)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int,
+                 table_options: Optional[DynamicEmbTableOptions] = None,
+                 fused_params: Optional[dict] = None, device=None, name: str = "table"):
+        super().__init__(device)
+        self.embedding_dim, self.num_embeddings = embedding_dim, num_embeddings
+        self._add_table(name, embedding_dim, num_embeddings, [name], _C.PoolingMode.NONE,
+                        table_options or DynamicEmbTableOptions(), fused_params)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        input = _as_int64(input, "DynamicEmbedding.forward", "input")
+        flat = input.reshape(-1)
+        out = self._lookup([(self._tables[0], flat, None, None, flat.numel())])[0]
+        return out.view(*input.shape, self.embedding_dim)
+
+
+def _options_for(table_options, name: str):
+    if table_options is None:
+        return DynamicEmbTableOptions()
+    if isinstance(table_options, DynamicEmbTableOptions):
+        return copy.deepcopy(table_options)
+    if isinstance(table_options, dict):
+        if name not in table_options:
+            raise _C.InvalidArgument(f"table_options: no entry for table '{name}'")
+        return table_options[name]
+    raise _C.InvalidArgument(
+        f"table_options is a {type(table_options).__name__}, must be DynamicEmbTableOptions or "
+        "a dict of them by table name"
+    )
+
+
+class _KeyedCollection(DynamicEmbModule):
+    """Tables fed from one keyed jagged batch (a feature reads one table; a table may serve
+    several features)."""
+
+    def __init__(self, tables, table_options, fused_params, device, pooled: bool):
+        super().__init__(device)
+        where = type(self).__name__
+        if isinstance(table_options, dict):
+            unknown = sorted(set(table_options) - {c.name for c in tables})
+            if unknown:
+                raise _C.InvalidArgument(f"{where}: table_options names unknown tables {unknown}")
+        seen = {}
+        for config in tables:
+            features = list(getattr(config, "feature_names", None) or [config.name])
+            for f in features:
+                if f in seen:
+                    raise _C.InvalidArgument(
+                        f"{where}: feature '{f}' is read by tables '{seen[f]}' and '{config.name}'"
+                    )
+                seen[f] = config.name
+            mode = (_pooling_mode(getattr(config, "pooling", "SUM"), f"{where} table '{config.name}'")
+                    if pooled else _C.PoolingMode.NONE)
+            self._add_table(config.name, int(config.embedding_dim),
+                            int(getattr(config, "num_embeddings", 0) or 0), features, mode,
+                            _options_for(table_options, config.name), fused_params)
+        self._feature_order = [f for t in self._tables for f in t.features]
+
+    def _calls(self, features, weighted: bool):
+        """Per table: (table, ids, offsets, weights, rows) cut from the keyed batch, and the ids
+        of each of its features."""
+        where = f"{type(self).__name__}.forward"
+        for attr in ("keys", "values"):
+            if not hasattr(features, attr):
+                raise _C.InvalidArgument(
+                    f"{where}: features is a {type(features).__name__}, must be a keyed jagged "
+                    "batch (keys(), values(), lengths() or offsets())"
+                )
+        keys = list(features.keys())
+        values = _as_int64(features.values(), where, "features.values()")
+        offsets = features.offsets() if hasattr(features, "offsets") else None
+        if offsets is None:
+            offsets = _offsets_from_lengths(features.lengths())
+        offsets = _as_int64(offsets, where, "features.offsets()")
+        n_bags = offsets.numel() - 1
+        if len(keys) == 0 or n_bags % len(keys) != 0:
+            raise _C.InvalidArgument(
+                f"{where}: features: {n_bags} bags over {len(keys)} keys; every key must have the "
+                "same number of bags"
+            )
+        stride = n_bags // len(keys)
+        weights = features.weights_or_none() if weighted else None
+        if weighted and weights is None:
+            raise _C.InvalidArgument(f"{where}: is_weighted = True, but features carry no weights")
+        self._check_weights(weights, where)
+        if weights is not None:
+            weights = weights.detach()
+        position = {k: i for i, k in enumerate(keys)}
+        # The ids at each key's start (one host read for every table).
+        bounds = offsets[:: stride if stride > 0 else 1].tolist() if stride > 0 else [0] * (len(keys) + 1)
+        calls, feature_ids = [], []
+        for table in self._tables:
+            missing = [f for f in table.features if f not in position]
+            if missing:
+                raise _C.InvalidArgument(
+                    f"{where}: features: key(s) {missing} of table '{table.name}' are missing "
+                    f"from the batch (its keys: {keys})"
+                )
+            ps = [position[f] for f in table.features]
+            counts = [bounds[p + 1] - bounds[p] for p in ps]
+            if ps == list(range(ps[0], ps[0] + len(ps))):
+                a, b = bounds[ps[0]], bounds[ps[-1] + 1]
+                ids = values[a:b]
+                offs = offsets[ps[0] * stride:(ps[-1] + 1) * stride + 1]
+                if a != 0:
+                    offs = offs - a
+                w = None if weights is None else weights[a:b]
+            else:
+                ids = torch.cat([values[bounds[p]:bounds[p + 1]] for p in ps])
+                lengths = torch.cat([offsets[p * stride + 1:(p + 1) * stride + 1]
+                                     - offsets[p * stride:(p + 1) * stride] for p in ps])
+                offs = _offsets_from_lengths(lengths)
+                w = None if weights is None else torch.cat(
+                    [weights[bounds[p]:bounds[p + 1]] for p in ps])
+            rows = stride * len(ps) if table.mode != _C.PoolingMode.NONE else ids.numel()
+            calls.append((table, ids, offs, w, rows))
+            feature_ids.append(counts)
+        return calls, feature_ids, stride, offsets, position
+
+
+class DynamicEmbeddingBagCollection(_KeyedCollection):
+    """Pooled tables (EmbeddingBagConfig list) fed from a KeyedJaggedTensor; forward gives a
+    KeyedTensor of every feature's [batch, dim] output. is_weighted: per-id weights from the
+    batch (SUM only)."""
+
+    def __init__(self, tables: Sequence[EmbeddingBagConfig],
+                 table_options: Union[None, DynamicEmbTableOptions,
+                                      Dict[str, DynamicEmbTableOptions]] = None,
+                 fused_params: Optional[dict] = None, device=None, is_weighted: bool = False):
+        super().__init__(tables, table_options, fused_params, device, pooled=True)
+        self.is_weighted = is_weighted
+        if is_weighted:
+            for t in self._tables:
+                if t.mode != _C.PoolingMode.SUM:
+                    raise _C.InvalidArgument(
+                        f"DynamicEmbeddingBagCollection: is_weighted with table '{t.name}' pooling "
+                        "MEAN; weights are for SUM only"
+                    )
+
+    def forward(self, features) -> KeyedTensor:
+        calls, _, stride, _, _ = self._calls(features, self.is_weighted)
+        outs = self._lookup(calls)
+        names, tensors = [], []
+        for table, out in zip(self._tables, outs):
+            per_feature = out.view(len(table.features), stride, table.dim)
+            for i, f in enumerate(table.features):
+                names.append(f)
+                tensors.append(per_feature[i])
+        return KeyedTensor(names, tensors)
+
+
+class DynamicEmbeddingCollection(_KeyedCollection):
+    """Sequence tables (EmbeddingConfig list) fed from a KeyedJaggedTensor; forward gives, per
+    feature, a JaggedTensor of one [dim] row per id."""
+
+    def __init__(self, tables: Sequence[EmbeddingConfig],
+                 table_options: Union[None, DynamicEmbTableOptions,
+                                      Dict[str, DynamicEmbTableOptions]] = None,
+                 fused_params: Optional[dict] = None, device=None):
+        super().__init__(tables, table_options, fused_params, device, pooled=False)
+
+    def forward(self, features) -> Dict[str, JaggedTensor]:
+        calls, counts, stride, offsets, position = self._calls(features, False)
+        outs = self._lookup(calls)
+        lengths = offsets[1:] - offsets[:-1]
+        result = {}
+        for table, out, n in zip(self._tables, outs, counts):
+            for f, rows in zip(table.features, torch.split(out, n)):
+                p = position[f]
+                result[f] = JaggedTensor(rows, lengths[p * stride:(p + 1) * stride])
+        return result

@@ -1,0 +1,303 @@
+// Borrowing tensors through DLPack / the buffer protocol, and handing memory back as capsules.
+#include "tensor_arg.hpp"
+
+#include <Python.h>
+
+#include <sstream>
+#include <utility>
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/memory.hpp"
+
+namespace dynemb::python {
+
+namespace {
+
+size_t element_bytes(Element e) {
+  switch (e) {
+    case Element::kUInt8:
+      return 1;
+    case Element::kFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+dlpack::DataType dl_type(Element e) {
+  switch (e) {
+    case Element::kInt64:
+      return {dlpack::kInt, 64, 1};
+    case Element::kUInt64:
+      return {dlpack::kUInt, 64, 1};
+    case Element::kFloat32:
+      return {dlpack::kFloat, 32, 1};
+    case Element::kUInt8:
+    default:
+      return {dlpack::kUInt, 8, 1};
+  }
+}
+
+std::string describe(dlpack::DataType t) {
+  const char* kind = "type";
+  switch (t.code) {
+    case dlpack::kInt:
+      kind = "int";
+      break;
+    case dlpack::kUInt:
+      kind = "uint";
+      break;
+    case dlpack::kFloat:
+      kind = "float";
+      break;
+    case dlpack::kBfloat:
+      kind = "bfloat";
+      break;
+    case dlpack::kBool:
+      return "bool";
+    default:
+      break;
+  }
+  std::string s = kind + std::to_string(t.bits);
+  if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
+  return s;
+}
+
+// Element type of a buffer-protocol format character of `itemsize` bytes.
+dlpack::DataType buffer_type(const std::string& format, py::ssize_t itemsize) {
+  const char c = format.empty() ? 'B' : format.back();
+  const auto bits = static_cast<uint8_t>(itemsize * 8);
+  switch (c) {
+    case 'f':
+    case 'd':
+    case 'e':
+      return {dlpack::kFloat, bits, 1};
+    case '?':
+      return {dlpack::kBool, bits, 1};
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N':
+      return {dlpack::kUInt, bits, 1};
+    default:
+      return {dlpack::kInt, bits, 1};
+  }
+}
+
+struct CapsuleContext {
+  std::vector<int64_t> shape;
+  std::function<void()> release;
+  dlpack::ManagedTensor managed{};
+};
+
+void delete_context(dlpack::ManagedTensor* self) {
+  auto* ctx = static_cast<CapsuleContext*>(self->manager_ctx);
+  if (ctx->release) ctx->release();
+  delete ctx;
+}
+
+// An unconsumed capsule frees its tensor; a consumed one ("used_dltensor") belongs to the
+// consumer.
+void capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dlpack::kCapsuleName)) {
+    auto* managed = static_cast<dlpack::ManagedTensor*>(
+        PyCapsule_GetPointer(capsule, dlpack::kCapsuleName));
+    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  }
+}
+
+}  // namespace
+
+const char* to_string(Element element) {
+  switch (element) {
+    case Element::kInt64:
+      return "int64";
+    case Element::kUInt64:
+      return "uint64";
+    case Element::kFloat32:
+      return "float32";
+    case Element::kUInt8:
+    default:
+      return "uint8";
+  }
+}
+
+std::string to_string(Placement p) {
+  return p.backend == Backend::kCpu ? std::string("cpu") : "cuda:" + std::to_string(p.device);
+}
+
+TensorArg::TensorArg(py::handle obj, std::string where, std::string name)
+    : where_(std::move(where)), name_(std::move(name)) {
+  const std::string type_name = py::str(py::type::handle_of(obj).attr("__name__"));
+  bool imported = false;
+  if (PyCapsule_IsValid(obj.ptr(), dlpack::kCapsuleName)) {
+    owner_ = py::reinterpret_borrow<py::object>(obj);  // read, not consumed
+    imported = true;
+  } else if (py::hasattr(obj, "__dlpack__")) {
+    try {
+      // No arguments: the legacy "dltensor" capsule, on the producer's current stream (the
+      // caller's stream is the one dynemb is given, so no synchronization is asked for).
+      owner_ = obj.attr("__dlpack__")();
+      imported = true;
+    } catch (py::error_already_set& e) {
+      // NumPy refuses read-only arrays through DLPack; the buffer protocol takes them.
+      if (!PyObject_CheckBuffer(obj.ptr())) {
+        throw InvalidArgument(where_ + ": " + name_ + " (" + type_name +
+                              ") could not be exported through __dlpack__: " + e.what());
+      }
+    }
+  }
+  if (imported) {
+    if (!PyCapsule_IsValid(owner_.ptr(), dlpack::kCapsuleName)) {
+      throw InvalidArgument(where_ + ": " + name_ + " (" + type_name +
+                            "): __dlpack__() did not return a \"dltensor\" capsule");
+    }
+    auto* managed = static_cast<dlpack::ManagedTensor*>(
+        PyCapsule_GetPointer(owner_.ptr(), dlpack::kCapsuleName));
+    const dlpack::Tensor& t = managed->dl_tensor;
+    data_ = static_cast<char*>(t.data) + t.byte_offset;
+    dtype_ = t.dtype;
+    shape_.assign(t.shape, t.shape + t.ndim);
+    if (t.strides != nullptr) {
+      strides_.assign(t.strides, t.strides + t.ndim);
+    } else {
+      strides_.resize(shape_.size());
+      int64_t s = 1;
+      for (int d = t.ndim - 1; d >= 0; --d) {
+        strides_[d] = s;
+        s *= shape_[d];
+      }
+    }
+    switch (t.device.device_type) {
+      case dlpack::kCpu:
+      case dlpack::kCudaHost:
+        placement_ = {Backend::kCpu, 0};
+        break;
+      case dlpack::kCuda:
+      case dlpack::kCudaManaged:
+        placement_ = {Backend::kCuda, t.device.device_id};
+        break;
+      default:
+        throw InvalidArgument(where_ + ": " + name_ + " lives on DLPack device type " +
+                              std::to_string(t.device.device_type) +
+                              ", only CPU and CUDA memory are accepted");
+    }
+    return;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    throw InvalidArgument(where_ + ": " + name_ + " is a " + type_name +
+                          ", must be a tensor (an object with __dlpack__ or the buffer protocol)");
+  }
+  buffer_.emplace(py::reinterpret_borrow<py::buffer>(obj).request());
+  owner_ = py::reinterpret_borrow<py::object>(obj);
+  data_ = buffer_->ptr;
+  dtype_ = buffer_type(buffer_->format, buffer_->itemsize);
+  shape_.assign(buffer_->shape.begin(), buffer_->shape.end());
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    if (buffer_->strides[d] % buffer_->itemsize != 0) {
+      throw InvalidArgument(where_ + ": " + name_ + " has a stride of " +
+                            std::to_string(buffer_->strides[d]) +
+                            " bytes, not a multiple of its element size");
+    }
+    strides_.push_back(buffer_->strides[d] / buffer_->itemsize);
+  }
+  placement_ = {Backend::kCpu, 0};
+}
+
+TensorArg::~TensorArg() = default;
+
+int64_t TensorArg::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+int64_t TensorArg::row_stride() const {
+  return shape_.size() == 2 ? strides_[0] : 1;
+}
+
+void TensorArg::require(Element element, int ndim, Placement placement, bool strided_rows) const {
+  const std::string prefix = where_ + ": " + name_;
+  const dlpack::DataType want = dl_type(element);
+  const bool same_type = dtype_.code == want.code && dtype_.bits == want.bits &&
+                         dtype_.lanes == want.lanes;
+  // A bool tensor of one byte passes as uint8 (found flags).
+  const bool bool_as_byte =
+      element == Element::kUInt8 && dtype_.code == dlpack::kBool && dtype_.bits == 8;
+  if (!same_type && !bool_as_byte) {
+    throw InvalidArgument(prefix + ": dtype = " + describe(dtype_) + ", must be " +
+                          to_string(element));
+  }
+  if (this->ndim() != ndim) {
+    throw InvalidArgument(prefix + ": ndim = " + std::to_string(this->ndim()) + ", must be " +
+                          std::to_string(ndim));
+  }
+  if (!(placement_ == placement)) {
+    throw InvalidArgument(prefix + ": device = " + to_string(placement_) + ", must be " +
+                          to_string(placement) + " (where the table lives)");
+  }
+  // Row-major compact, except for a row stride >= the row width when allowed; dimensions of
+  // size 1 may have any stride.
+  int64_t expected = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const bool free_dim = shape_[d] == 1;
+    if (d == 0 && strided_rows && ndim == 2) {
+      if (!free_dim && strides_[0] < shape_[1]) {
+        throw InvalidArgument(prefix + ": row stride = " + std::to_string(strides_[0]) +
+                              ", must be >= its width " + std::to_string(shape_[1]));
+      }
+      break;
+    }
+    if (!free_dim && strides_[d] != expected) {
+      std::ostringstream s;
+      s << prefix << ": is not contiguous (stride " << strides_[d] << " in dimension " << d
+        << ", must be " << expected << "); call .contiguous() first";
+      throw InvalidArgument(s.str());
+    }
+    expected *= shape_[d];
+  }
+}
+
+std::optional<TensorArg> optional_tensor(py::handle obj, const std::string& where,
+                                         const std::string& name) {
+  if (obj.is_none()) return std::nullopt;
+  return TensorArg(obj, where, name);
+}
+
+py::object make_capsule(void* data, Element element, std::vector<int64_t> shape,
+                        Placement placement, std::function<void()> release) {
+  auto* ctx = new CapsuleContext{std::move(shape), std::move(release), {}};
+  dlpack::Tensor& t = ctx->managed.dl_tensor;
+  t.data = data;
+  t.device = {placement.backend == Backend::kCpu ? dlpack::kCpu : dlpack::kCuda,
+              placement.backend == Backend::kCpu ? 0 : placement.device};
+  t.ndim = static_cast<int32_t>(ctx->shape.size());
+  t.dtype = dl_type(element);
+  t.shape = ctx->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = delete_context;
+  PyObject* capsule = PyCapsule_New(&ctx->managed, dlpack::kCapsuleName, capsule_destructor);
+  if (capsule == nullptr) {
+    delete_context(&ctx->managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+py::object new_capsule(Element element, std::vector<int64_t> shape, Placement placement,
+                       void** data) {
+  size_t count = 1;
+  for (int64_t s : shape) count *= static_cast<size_t>(s);
+  const size_t bytes = std::max<size_t>(count * element_bytes(element), 1);
+  void* p = backend_alloc(placement.backend, bytes, placement.device);
+  *data = p;
+  const Backend backend = placement.backend;
+  return make_capsule(p, element, std::move(shape), placement,
+                      [backend, p] { backend_free(backend, p); });
+}
+
+}  // namespace dynemb::python

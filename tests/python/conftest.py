@@ -1,0 +1,60 @@
+"""Shared fixtures of the Python suite: a fresh seed per test (printed; replay with
+DYNEMB_TEST_SEED), the devices to run on, and helpers that read a table's rows."""
+
+import os
+import random
+
+import pytest
+import torch
+
+import dynemb
+
+
+def pytest_report_header(config):
+    return (f"torch {torch.__version__}, dynemb._C built with CUDA: {dynemb._C.built_with_cuda}, "
+            f"CUDA usable: {dynemb._C.cuda_available()}")
+
+
+@pytest.fixture
+def seed(request):
+    env = os.environ.get("DYNEMB_TEST_SEED")
+    s = int(env, 0) if env else random.SystemRandom().randrange(1, 2**31)
+    print(f"[SEED] {request.node.nodeid} DYNEMB_TEST_SEED={s}")
+    torch.manual_seed(s)
+    return s
+
+
+def cuda_ready() -> bool:
+    return dynemb._C.cuda_available() and torch.cuda.is_available()
+
+
+requires_cuda = pytest.mark.skipif(not cuda_ready(), reason="no CUDA device / CUDA build")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+def rows_of(module, ids: torch.Tensor, table: str = None) -> torch.Tensor:
+    """The current embedding rows of `ids` in one of `module`'s tables ([n, dim], float32, on
+    the module's device), asserting every id is stored."""
+    tables = module.dynemb_tables()
+    handle = tables[table] if table is not None else next(iter(tables.values()))
+    rows, found = handle.find(ids.to(module.device))
+    rows, found = torch.from_dlpack(rows), torch.from_dlpack(found)
+    assert bool(found.bool().all()), "an id expected in the table is missing"
+    return rows[:, : handle.dim]
+
+
+def all_rows(module, table: str = None):
+    """{key: full row (float64 numpy)} of every stored row."""
+    tables = module.dynemb_tables()
+    handle = tables[table] if table is not None else next(iter(tables.values()))
+    keys, rows, scores, _ = handle.export_rows(0)
+    keys, rows = torch.from_dlpack(keys), torch.from_dlpack(rows)
+    return {int(k): rows[i].clone() for i, k in enumerate(keys.tolist())}
+
+
+def zipf_ids(n: int, universe: int, generator=None) -> torch.Tensor:
+    """n ids in [0, universe), skewed so that ids repeat (a Zipf-like draw)."""
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    ids = (universe ** u - 1).floor().to(torch.int64)
+    return ids.clamp_(0, universe - 1)
