@@ -48,8 +48,9 @@ py::object EmbeddingHandle::forward(py::handle indices, py::handle offsets, py::
   const auto n = ids.size(0);
   std::optional<TensorArg> offs = optional_tensor(offsets, where, "offsets");
   int64_t bags = 0;
-  if (mode != PoolingMode::kNone) {
-    if (!offs) throw InvalidArgument(where + ": offsets = None, must be given for pooling");
+  if (!offs) {
+    throw InvalidArgument(where + ": offsets = None, must be given (bags + 1 entries; a sequence "
+                                  "may be one bag [0, number of indices])");
   }
   if (offs) {
     offs->require(Element::kInt64, 1, placement_);

@@ -42,7 +42,7 @@ BAD_CALLS = [
                                        per_sample_weights=torch.rand(12, requires_grad=True))),
     ("input", lambda m: m(torch.zeros(2, 2, 2, dtype=torch.int64))),
     ("offsets", lambda m: m(ids())),
-    ("indices", lambda m: m([1, 2, 3], torch.tensor([0]))),
+    ("input", lambda m: m([1, 2, 3], torch.tensor([0]))),
 ]
 
 
@@ -148,8 +148,10 @@ def test_compiled_module_errors_are_exceptions_not_crashes():
     with pytest.raises(dynemb.StateError, match="training forward"):
         h.backward(torch.zeros(1, 4), 7, 0)
     with pytest.raises(dynemb.InvalidArgument, match="out"):
-        h.forward(torch.tensor([1, 2]), None, None, dynemb._C.PoolingMode.NONE, True,
-                  torch.zeros(3, 4), 0)
+        h.forward(torch.tensor([1, 2]), torch.tensor([0, 2]), None, dynemb._C.PoolingMode.NONE,
+                  True, torch.zeros(3, 4), 0)
     with pytest.raises(dynemb.InvalidArgument, match="out"):
-        h.forward(torch.tensor([1, 2]), None, None, dynemb._C.PoolingMode.NONE, True,
-                  np.zeros((2, 5), dtype=np.float32), 0)
+        h.forward(torch.tensor([1, 2]), torch.tensor([0, 2]), None, dynemb._C.PoolingMode.NONE,
+                  True, np.zeros((2, 5), dtype=np.float32), 0)
+    with pytest.raises(dynemb.InvalidArgument, match="offsets"):
+        h.forward(torch.tensor([1, 2]), None, None, dynemb._C.PoolingMode.SUM, True, None, 0)

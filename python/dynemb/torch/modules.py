@@ -253,7 +253,10 @@ class DynamicEmbedding(DynamicEmbModule):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         input = _as_int64(input, "DynamicEmbedding.forward", "input")
         flat = input.reshape(-1)
-        out = self._lookup([(self._tables[0], flat, None, None, flat.numel())])[0]
+        # One bag holding every id: the compiled table checks the ids against it.
+        bag = torch.full((2,), flat.numel(), dtype=torch.int64, device=flat.device)
+        bag[0] = 0
+        out = self._lookup([(self._tables[0], flat, bag, None, flat.numel())])[0]
         return out.view(*input.shape, self.embedding_dim)
 
 

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""One process, one run: a training step of dynemb's PyTorch front end against PyTorch's own
+sparse embeddings (nn.EmbeddingBag(mode="sum", sparse=True) + torch.optim.SparseAdam) on the
+same batches, and (given the program) the C++ `dynemb bench train` on the same shape.
+
+Shape (ANCHORS.md): 10 tables x 2^20 ids x dim 128, batch 65,536 bags x 20 ids, Zipf 1.05,
+Adam lr 1e-3, SUM pooling. --smoke: a tiny shape that runs on a CPU in seconds.
+Prints a table and writes JSON (machine, GPU, commit, date, every parameter, both figures).
+
+  PYTHONPATH=build/python python3 bench/torch_step.py --device cuda \\
+      --dynemb-program build/tools/dynemb/dynemb --json bench/results/torch_step-h100.json
+  PYTHONPATH=build/python /usr/bin/python3 bench/torch_step.py --smoke --device cpu
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+import dynemb
+from dynemb.torch import DynamicEmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tables", type=int, default=10)
+    p.add_argument("--rows", type=int, default=1 << 20, help="ids per table (Zipf over them)")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--batch", type=int, default=65536)
+    p.add_argument("--ids-per-bag", type=int, default=20)
+    p.add_argument("--alpha", type=float, default=1.05)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch-sets", type=int, default=4, help="distinct batches cycled through")
+    p.add_argument("--seed", type=int, default=0, help="0 = random")
+    p.add_argument("--smoke", action="store_true", help="a tiny shape (CPU smoke test)")
+    p.add_argument("--skip-torch", action="store_true", help="skip the PyTorch peer")
+    p.add_argument("--dynemb-program", default="", help="the dynemb program: also run `bench train`")
+    p.add_argument("--json", default="", help="result file (default: bench/results/torch_step-<host>-<date>.json)")
+    a = p.parse_args()
+    if a.smoke:
+        a.tables, a.rows, a.dim, a.batch, a.ids_per_bag = 2, 10000, 16, 256, 5
+        a.steps, a.warmup = 3, 1
+    return a
+
+
+class Timer:
+    """Seconds of a callable: CUDA events on the current stream, or the host clock."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+
+def zipf_batches(a, device, generator):
+    """batch_sets x tables id tensors [batch * ids_per_bag] with P(k) ~ 1 / (k + 1)^alpha."""
+    k = torch.arange(1, a.rows + 1, dtype=torch.float64)
+    cdf = torch.cumsum(k.pow(-a.alpha), 0)
+    cdf /= cdf[-1].clone()
+    cdf = cdf.to(device)
+    n = a.batch * a.ids_per_bag
+    sets = []
+    for _ in range(a.batch_sets):
+        tables = []
+        for _ in range(a.tables):
+            u = torch.rand(n, dtype=torch.float64, generator=generator).to(device)
+            tables.append(torch.searchsorted(cdf, u).clamp_(max=a.rows - 1).to(torch.int64))
+        sets.append(tables)
+    return sets
+
+
+def median_ms(times):
+    return statistics.median(times) * 1e3
+
+
+def run_dynemb(a, device, sets, grads, timer):
+    configs = [EmbeddingBagConfig(name=f"t{t}", embedding_dim=a.dim, num_embeddings=a.rows,
+                                  feature_names=[f"f{t}"]) for t in range(a.tables)]
+    capacity = 128
+    while capacity < 2 * a.rows:
+        capacity *= 2  # load factor <= 0.5 with every id stored (as `dynemb bench train`)
+    opts = dynemb.DynamicEmbTableOptions(
+        max_capacity=capacity, score_strategy=dynemb.DynamicEmbScoreStrategy.STEP,
+        safe_check_mode=dynemb.DynamicEmbCheckMode.WARNING)
+    ebc = DynamicEmbeddingBagCollection(
+        configs, table_options=opts, device=device,
+        fused_params={"optimizer": dynemb.EmbOptimType.ADAM, "learning_rate": a.lr})
+    lengths = torch.full((a.tables * a.batch,), a.ids_per_bag, dtype=torch.int64, device=device)
+    kjts = [KeyedJaggedTensor([f"f{t}" for t in range(a.tables)], torch.cat(s), lengths=lengths)
+            for s in sets]
+    keys = [f"f{t}" for t in range(a.tables)]
+
+    def step(i):
+        kt = ebc(kjts[i % len(kjts)])
+        d = kt.to_dict()
+        torch.autograd.backward([d[k] for k in keys], grads)
+
+    def forward(i):
+        with torch.no_grad():
+            ebc(kjts[i % len(kjts)])
+
+    for i in range(a.warmup):
+        step(i)
+    steps = [timer(lambda i=i: step(i)) for i in range(a.steps)]
+    fwd = [timer(lambda i=i: forward(i)) for i in range(a.steps)]
+    stats = ebc.table_stats()
+    return {"step_ms_median": median_ms(steps), "forward_ms_median": median_ms(fwd),
+            "step_ms_all": [s * 1e3 for s in steps],
+            "rows_after": sum(s["size"] for s in stats.values()),
+            "refused": sum(s["refused"] for s in stats.values()),
+            "evictions": sum(s["evictions"] for s in stats.values())}
+
+
+def run_torch(a, device, sets, grads, timer):
+    bags = nn.ModuleList([nn.EmbeddingBag(a.rows, a.dim, mode="sum", sparse=True)
+                          for _ in range(a.tables)]).to(device)
+    opt = torch.optim.SparseAdam(bags.parameters(), lr=a.lr)
+
+    def step(i):
+        s = sets[i % len(sets)]
+        opt.zero_grad(set_to_none=True)
+        outs = [bags[t](s[t].view(a.batch, a.ids_per_bag)) for t in range(a.tables)]
+        torch.autograd.backward(outs, grads)
+        opt.step()
+
+    def forward(i):
+        s = sets[i % len(sets)]
+        with torch.no_grad():
+            for t in range(a.tables):
+                bags[t](s[t].view(a.batch, a.ids_per_bag))
+
+    for i in range(a.warmup):
+        step(i)
+    steps = [timer(lambda i=i: step(i)) for i in range(a.steps)]
+    fwd = [timer(lambda i=i: forward(i)) for i in range(a.steps)]
+    result = {"step_ms_median": median_ms(steps), "forward_ms_median": median_ms(fwd),
+              "step_ms_all": [s * 1e3 for s in steps]}
+    del opt, bags
+    return result
+
+
+def run_cpp(a, device, program, variant):
+    backend = "cuda" if device.type == "cuda" else "cpu"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "train.json")
+        cmd = [program, "bench", "train", "--backend", backend, "--tables", str(a.tables),
+               "--rows", str(a.rows), "--dim", str(a.dim), "--batch", str(a.batch),
+               "--ids-per-bag", str(a.ids_per_bag), "--alpha", str(a.alpha), "--steps",
+               str(a.steps), "--warmup", str(a.warmup), "--optimizer", "adam", "--json", path]
+        if variant:
+            cmd.append(variant)
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            return {"command": " ".join(cmd), "error": run.stderr[-2000:]}
+        with open(path) as f:
+            j = json.load(f)
+        r = j["results"]
+        return {"command": " ".join(cmd), "step_ms_median": r["step_ms_median"],
+                "forward_ms_median": r["forward_ms_median"], "git_commit": j.get("git_commit")}
+
+
+def git_commit():
+    env = os.environ.get("DYNEMB_GIT_COMMIT")
+    if env:
+        return env
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main():
+    a = parse_args()
+    device = torch.device(a.device)
+    seed = a.seed or int.from_bytes(os.urandom(4), "little") or 1
+    print(f"seed {seed}", file=sys.stderr)
+    generator = torch.Generator().manual_seed(seed)
+    sets = zipf_batches(a, device, generator)
+    grads = [torch.randn(a.batch, a.dim, generator=generator).to(device) for _ in range(a.tables)]
+    timer = Timer(device)
+    results = {"dynemb_python": run_dynemb(a, device, sets, grads, timer)}
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if not a.skip_torch:
+        results["torch_sparse_adam"] = run_torch(a, device, sets, grads, timer)
+    if a.dynemb_program:
+        results["dynemb_cpp_sequential"] = run_cpp(a, device, a.dynemb_program, "--sequential-tables")
+        results["dynemb_cpp_grouped"] = run_cpp(a, device, a.dynemb_program, "--grouped-tables")
+    py = results["dynemb_python"]
+    ratios = {}
+    if "torch_sparse_adam" in results:
+        t = results["torch_sparse_adam"]
+        ratios["torch_step_over_dynemb_step"] = t["step_ms_median"] / py["step_ms_median"]
+        ratios["dynemb_forward_over_torch_forward"] = py["forward_ms_median"] / t["forward_ms_median"]
+    seq = results.get("dynemb_cpp_sequential", {})
+    if "step_ms_median" in seq:
+        ratios["python_step_over_cpp_sequential_step"] = py["step_ms_median"] / seq["step_ms_median"]
+
+    print(f"\ntorch_step ({device}, {a.tables} tables x {a.rows} ids x dim {a.dim}, batch "
+          f"{a.batch} x {a.ids_per_bag}, Zipf {a.alpha}, Adam lr {a.lr})")
+    print(f"{'run':32s} {'step ms':>10s} {'forward ms':>11s}")
+    for name, r in results.items():
+        if "step_ms_median" in r:
+            print(f"{name:32s} {r['step_ms_median']:10.3f} {r['forward_ms_median']:11.3f}")
+        else:
+            print(f"{name:32s} failed: {r.get('error', '')[:200]}")
+    for k, v in ratios.items():
+        print(f"{k}: {v:.3f}")
+
+    gpu = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        gpu = {"name": props.name, "memory_bytes": props.total_memory,
+               "capability": f"{props.major}.{props.minor}"}
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    report = {
+        "benchmark": "torch_step",
+        "machine": {"hostname": socket.gethostname(), "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count()},
+        "gpu": gpu,
+        "git_commit": git_commit(),
+        "date_utc": now,
+        "software": {"python": platform.python_version(), "torch": torch.__version__},
+        "parameters": {"device": str(device), "tables": a.tables, "rows_per_table": a.rows,
+                       "dim": a.dim, "batch": a.batch, "ids_per_bag": a.ids_per_bag,
+                       "zipf_alpha": a.alpha, "optimizer": "adam", "learning_rate": a.lr,
+                       "steps": a.steps, "warmup_steps": a.warmup, "batch_sets": a.batch_sets,
+                       "seed": seed, "pooling": "sum", "score_strategy": "step",
+                       "timing": "median; CUDA events on the current stream" if gpu else "median; host clock",
+                       "torch_peer": "nn.EmbeddingBag(mode='sum', sparse=True) x tables + SparseAdam",
+                       "forward": "under torch.no_grad(), module in train mode (dynemb inserts)"},
+        "results": results,
+        "ratios": ratios,
+    }
+    path = a.json or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                  f"torch_step-{device.type}-{socket.gethostname()}-{now}.json".replace(":", ""))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
