@@ -128,7 +128,7 @@ def progress(step: int, total: int, loss: float, start: float):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--eval-batches", type=int, default=10)
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--dim", type=int, default=16)
