@@ -137,9 +137,16 @@ TensorArg::TensorArg(py::handle obj, std::string where, std::string name)
     imported = true;
   } else if (py::hasattr(obj, "__dlpack__")) {
     try {
-      // No arguments: the legacy "dltensor" capsule, on the producer's current stream (the
-      // caller's stream is the one dynemb is given, so no synchronization is asked for).
-      owner_ = obj.attr("__dlpack__")();
+      // No max_version: the legacy "dltensor" capsule. A CUDA tensor is asked with stream=-1
+      // (no synchronization): dynemb works on the caller's current stream, the one the tensor
+      // was made on; stream=None would have PyTorch 2 order the legacy default stream after it.
+      bool on_cuda = false;
+      if (py::hasattr(obj, "__dlpack_device__")) {
+        const py::tuple device = obj.attr("__dlpack_device__")();
+        const int type = py::int_(device[0]).cast<int>();
+        on_cuda = type == dlpack::kCuda || type == dlpack::kCudaManaged;
+      }
+      owner_ = on_cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
       imported = true;
     } catch (py::error_already_set& e) {
       // NumPy refuses read-only arrays through DLPack; the buffer protocol takes them.

@@ -215,3 +215,30 @@ def test_stats_count_evictions_and_refusals(seed):
     assert s["size"] == 16 and s["capacity"] == 16
     assert s["evictions"] + s["refused"] == 48
     assert s["rows_created"] == 64
+
+
+def test_admission_keeps_keys_out_until_seen_enough(seed):
+    opts = dynemb.DynamicEmbTableOptions(
+        admit_strategy=dynemb.FrequencyAdmissionStrategy(threshold=3, counter_capacity=1024))
+    m = DynamicEmbeddingBag(1000, 4, table_options=opts)
+    ids = torch.tensor([[5, 6]])
+    for seen in range(1, 4):
+        out = m(ids)
+        out.sum().backward()
+        s = m.table_stats()["table"]
+        if seen < 3:
+            assert s["size"] == 0 and float(out.abs().sum()) == 0.0  # eval initializer: zeros
+        else:
+            assert s["size"] == 2
+    assert m.table_stats()["table"]["admission_pending"] == 4
+
+
+def test_expiry_erases_rows_not_touched_for_ttl_steps(seed):
+    opts = dynemb.DynamicEmbTableOptions(score_strategy=dynemb.DynamicEmbScoreStrategy.STEP,
+                                         ttl_steps=2)
+    m = DynamicEmbeddingBag(1000, 4, table_options=opts)
+    m(torch.tensor([[1, 2]])).sum().backward()
+    for _ in range(4):
+        m(torch.tensor([[3]])).sum().backward()
+    s = m.table_stats()["table"]
+    assert s["expired"] == 2 and s["size"] == 1
