@@ -14,7 +14,9 @@ namespace dynemb::python {
 
 namespace {
 
-StreamHandle as_stream(uintptr_t stream) { return reinterpret_cast<StreamHandle>(stream); }
+StreamHandle as_stream(uintptr_t stream) {
+  return reinterpret_cast<StreamHandle>(stream);
+}
 
 void require_rows(const TensorArg& t, int64_t rows, const std::string& where, const char* what) {
   if (t.size(0) != rows) {
@@ -49,8 +51,9 @@ py::object EmbeddingHandle::forward(py::handle indices, py::handle offsets, py::
   std::optional<TensorArg> offs = optional_tensor(offsets, where, "offsets");
   int64_t bags = 0;
   if (!offs) {
-    throw InvalidArgument(where + ": offsets = None, must be given (bags + 1 entries; a sequence "
-                                  "may be one bag [0, number of indices])");
+    throw InvalidArgument(where +
+                          ": offsets = None, must be given (bags + 1 entries; a sequence "
+                          "may be one bag [0, number of indices])");
   }
   if (offs) {
     offs->require(Element::kInt64, 1, placement_);
@@ -109,9 +112,9 @@ void EmbeddingHandle::backward(py::handle grad, uint64_t generation, uintptr_t s
   if (pending_ == 0 || generation != pending_) {
     throw StateError(where + ": the gradient belongs to training forward " +
                      std::to_string(generation) + ", but " +
-                     (pending_ == 0 ? std::string("no training forward awaits its backward")
-                                    : "the table's last training forward is " +
-                                          std::to_string(pending_)) +
+                     (pending_ == 0
+                          ? std::string("no training forward awaits its backward")
+                          : "the table's last training forward is " + std::to_string(pending_)) +
                      " (a table keeps one step in flight: forward, backward, forward, ...); "
                      "the table is unchanged");
   }
@@ -321,7 +324,8 @@ void register_embedding(py::module_& m) {
       .def_property_readonly("optimizer_state_dim", &EmbeddingHandle::optimizer_state_dim)
       .def_property_readonly("backend",
                              [](const EmbeddingHandle& h) { return h.placement().backend; })
-      .def_property_readonly("device", [](const EmbeddingHandle& h) { return h.placement().device; })
+      .def_property_readonly("device",
+                             [](const EmbeddingHandle& h) { return h.placement().device; })
       .def_property(
           "score", [](EmbeddingHandle& h) { return h.embedding().table().score(); },
           [](EmbeddingHandle& h, uint64_t s) { h.embedding().table().set_score(s); })

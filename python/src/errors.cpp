@@ -20,8 +20,8 @@ PyObject* g_out_of_memory = nullptr;
 PyObject* g_state_error = nullptr;
 PyObject* g_checkpoint_error = nullptr;
 
-PyObject* new_exception(pybind11::module_& m, const char* name, PyObject* base1,
-                        PyObject* base2, const char* doc) {
+PyObject* new_exception(pybind11::module_& m, const char* name, PyObject* base1, PyObject* base2,
+                        const char* doc) {
   const std::string full = std::string("dynemb._C.") + name;
   PyObject* bases = base2 == nullptr ? PyTuple_Pack(1, base1) : PyTuple_Pack(2, base1, base2);
   PyObject* type = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);

@@ -11,8 +11,9 @@ namespace py = pybind11;
 using namespace dynemb::python;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "dynemb's compiled module: trainable dynamic tables and checkpoints, tensors in and "
-            "out through DLPack";
+  m.doc() =
+      "dynemb's compiled module: trainable dynamic tables and checkpoints, tensors in and "
+      "out through DLPack";
   register_errors(m);
   register_embedding(m);
   register_checkpoint(m);

@@ -102,8 +102,8 @@ void delete_context(dlpack::ManagedTensor* self) {
 // consumer.
 void capsule_destructor(PyObject* capsule) {
   if (PyCapsule_IsValid(capsule, dlpack::kCapsuleName)) {
-    auto* managed = static_cast<dlpack::ManagedTensor*>(
-        PyCapsule_GetPointer(capsule, dlpack::kCapsuleName));
+    auto* managed =
+        static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(capsule, dlpack::kCapsuleName));
     if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
   }
 }
@@ -228,8 +228,8 @@ int64_t TensorArg::row_stride() const {
 void TensorArg::require(Element element, int ndim, Placement placement, bool strided_rows) const {
   const std::string prefix = where_ + ": " + name_;
   const dlpack::DataType want = dl_type(element);
-  const bool same_type = dtype_.code == want.code && dtype_.bits == want.bits &&
-                         dtype_.lanes == want.lanes;
+  const bool same_type =
+      dtype_.code == want.code && dtype_.bits == want.bits && dtype_.lanes == want.lanes;
   // A bool tensor of one byte passes as uint8 (found flags).
   const bool bool_as_byte =
       element == Element::kUInt8 && dtype_.code == dlpack::kBool && dtype_.bits == 8;

@@ -39,8 +39,8 @@ std::string to_string(Placement placement);
 class TensorArg {
  public:
   // Imports `obj` through __dlpack__() (the legacy "dltensor" capsule; a CPU object that
-  // refuses it falls back to the buffer protocol), or reads an unconsumed "dltensor" capsule. Throws InvalidArgument naming `where` and
-  // `name` when `obj` is neither.
+  // refuses it falls back to the buffer protocol), or reads an unconsumed "dltensor" capsule.
+  // Throws InvalidArgument naming `where` and `name` when `obj` is neither.
   TensorArg(py::handle obj, std::string where, std::string name);
   TensorArg(TensorArg&&) = default;
   ~TensorArg();

@@ -242,3 +242,33 @@ def test_expiry_erases_rows_not_touched_for_ttl_steps(seed):
         m(torch.tensor([[3]])).sum().backward()
     s = m.table_stats()["table"]
     assert s["expired"] == 2 and s["size"] == 1
+
+
+def test_safe_check_error_raises_insert_refused(seed):
+    opts = dynemb.DynamicEmbTableOptions(
+        max_capacity=16, bucket_capacity=16, safe_check_mode=dynemb.DynamicEmbCheckMode.ERROR,
+        score_strategy=dynemb.DynamicEmbScoreStrategy.CUSTOMIZED)
+    m = DynamicEmbeddingBag(16, 4, table_options=opts)
+    dynemb.set_score(m, 100)
+    m(torch.arange(16).view(4, 4)).sum().backward()
+    dynemb.set_score(m, 50)  # lower than every stored key: a new key is refused
+    with pytest.raises(dynemb.InsertRefused):
+        m(torch.tensor([[1000]]))
+    s = m.table_stats()["table"]
+    assert s["refused"] == 1 and s["size"] == 16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_bags_and_empty_batches(seed, device):
+    ebc = DynamicEmbeddingBagCollection(
+        [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100, feature_names=["f"])],
+        device=device)
+    kjt = KeyedJaggedTensor(["f"], torch.zeros(0, dtype=torch.int64, device=device),
+                            lengths=torch.zeros(3, dtype=torch.int64, device=device))
+    out = ebc(kjt)["f"]
+    assert out.shape == (3, 4) and float(out.abs().sum()) == 0.0
+    out.sum().backward()
+    m = DynamicEmbeddingBag(100, 4, device=device)
+    out = m(torch.tensor([1, 2], device=device), torch.tensor([0, 0, 2], device=device))
+    assert float(out[0].abs().sum()) == 0.0 and float(out[1].abs().sum()) > 0.0
+    out.sum().backward()
