@@ -17,9 +17,8 @@
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
 #        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run (a device call is
 #        limited to 10 minutes: run them in separate calls there)
-#        GPU_CHECK_SKIP_PYTHON=1    skip the Python step (builds dynemb._C for the machine's
-#                                   python3 into build-gpu-python, runs tests/python with CUDA, and
-#                                   bench/torch_step.py unless GPU_CHECK_SKIP_BENCH=1)
+#        GPU_CHECK_SKIP_PYTHON=1    skip scripts/gpu_check_python.sh (dynemb._C for the machine's
+#                                   python3, tests/python with CUDA, bench/torch_step.py)
 #        GPU_CHECK_PACK_LOGS=1      move the logs, the markdown tables, tests.json and summary.txt into
 #                                   logs.tar.xz at the end
 #        (the lent device returns at most 8 files from $OUT; the JSON results stay loose)
@@ -45,7 +44,7 @@ if [ -z "$build" ]; then
   step "configure + build (sm_90, Release) into $build"
   export PATH="/usr/local/cuda/bin:$PATH"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1 &&
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=OFF > "$out/build.log" 2>&1 &&
     cmake --build "$build" -j "$(nproc)" >> "$out/build.log" 2>&1
   rc=$?
   record build $rc
@@ -94,36 +93,13 @@ else
   echo "compute-sanitizer not found: sanitizer runs skipped" | tee -a "$out/summary.txt"
 fi
 
-# The Python module for this machine's python3 (its PyTorch, its pybind11: found through
-# `python3 -m pybind11 --cmakedir` when pip installed it) and the pytest suite, CUDA tests on.
+# The Python part (its own build of dynemb._C for this machine's python3, tests/python with
+# CUDA, bench/torch_step.py): scripts/gpu_check_python.sh, which also runs alone.
 if [ "${GPU_CHECK_SKIP_PYTHON:-0}" != 1 ]; then
-  pybuild=build-gpu-python
-  step "Python module (python3: $(python3 --version 2>&1)) into $pybuild"
-  export PATH="/usr/local/cuda/bin:$PATH"
-  cmake -S . -B "$pybuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=ON -DDYNEMB_BUILD_TESTS=OFF \
-    -DPython_EXECUTABLE="$(command -v python3)" > "$out/python_build.log" 2>&1 &&
-    cmake --build "$pybuild" --target dynemb_python dynemb_program -j "$(nproc)" \
-      >> "$out/python_build.log" 2>&1
+  OUT="$out" bash scripts/gpu_check_python.sh "$build"
   rc=$?
-  tail -3 "$out/python_build.log"
-  record python_build $rc
-  if [ $rc -eq 0 ]; then
-    step "pytest tests/python (CUDA tests enabled)"
-    pytest_rc=0
-    DYNEMB_PROGRAM="$PWD/$pybuild/tools/dynemb/dynemb" PYTHONPATH="$PWD/$pybuild/python" \
-      python3 -m pytest -v -rs -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1 ||
-      pytest_rc=$?
-    tail -15 "$out/pytest.log"
-    record pytest $pytest_rc  # 5 (nothing collected) counts as a failure
-    if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
-      step "bench/torch_step.py (dynemb vs nn.EmbeddingBag + SparseAdam, 13m shape, one process)"
-      PYTHONPATH="$PWD/$pybuild/python" python3 bench/torch_step.py --device cuda \
-        --dynemb-program "$PWD/$pybuild/tools/dynemb/dynemb" --json "$out/torch_step.json" \
-        2>&1 | tail -20
-      record torch_step "${PIPESTATUS[0]}"
-    fi
-  fi
+  cat "$out/summary_python.txt" 2> /dev/null >> "$out/summary.txt"
+  [ $rc -eq 0 ] || status=1
 fi
 
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The Python part of the GPU check: builds dynemb._C for this machine's python3 (its PyTorch;
+# pybind11 from Debian or `python3 -m pybind11 --cmakedir`) into build-gpu-python, runs the
+# pytest suite tests/python with the CUDA tests on, then bench/torch_step.py (dynemb's PyTorch
+# step against nn.EmbeddingBag + SparseAdam and the C++ `dynemb bench train`, same shape, one
+# process). Logs and JSON go to $OUT (else gpu_check_out/); summary_python.txt lists PASS/FAIL.
+#
+# Usage: bash scripts/gpu_check_python.sh [BUILD_DIR]
+#   BUILD_DIR  a build holding tools/dynemb/dynemb (`dynemb inspect` in the tests, `bench train`
+#              in the benchmark; default build-gpu); without one the program is built here too
+#   env: GPU_CHECK_SKIP_BENCH=1  skip bench/torch_step.py
+#        TORCH_STEP_ARGS="..."   extra arguments for bench/torch_step.py
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out="${OUT:-gpu_check_out}"
+mkdir -p "$out"
+summary="$out/summary_python.txt"
+: > "$summary"
+status=0
+step() { echo "=== $* ===" | tee -a "$summary"; }
+record() {  # name rc
+  echo "$1: $([ "$2" -eq 0 ] && echo PASS || echo "FAIL (rc $2)")" | tee -a "$summary"
+  [ "$2" -eq 0 ] || status=1
+}
+
+export PATH="/usr/local/cuda/bin:$PATH"
+pybuild=build-gpu-python
+program="${1:-build-gpu}/tools/dynemb/dynemb"
+targets=(dynemb_python)
+if [ ! -x "$program" ]; then
+  program="$pybuild/tools/dynemb/dynemb"
+  targets+=(dynemb_program)
+fi
+step "Python module ($(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)) into $pybuild: ${targets[*]}"
+cmake -S . -B "$pybuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=ON -DDYNEMB_BUILD_TESTS=OFF \
+  -DPython_EXECUTABLE="$(command -v python3)" > "$out/python_build.log" 2>&1 &&
+  cmake --build "$pybuild" --target "${targets[@]}" -j "$(nproc)" >> "$out/python_build.log" 2>&1
+rc=$?
+tail -3 "$out/python_build.log"
+record python_build $rc
+[ $rc -eq 0 ] || exit 1
+program="$(cd "$(dirname "$program")" && pwd)/dynemb"
+
+step "pytest tests/python (CUDA tests enabled)"
+pytest_rc=0
+DYNEMB_PROGRAM="$program" PYTHONPATH="$PWD/$pybuild/python" \
+  python3 -m pytest -v -rs -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1 || pytest_rc=$?
+tail -15 "$out/pytest.log"
+record pytest $pytest_rc  # 5 (nothing collected) counts as a failure
+
+if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
+  step "bench/torch_step.py (13m shape: 10 tables x 2^20 ids x dim 128, batch 65,536 x 20, Zipf 1.05)"
+  # shellcheck disable=SC2086
+  PYTHONPATH="$PWD/$pybuild/python" python3 bench/torch_step.py --device cuda \
+    --dynemb-program "$program" --json "$out/torch_step.json" ${TORCH_STEP_ARGS:-} 2>&1 | tail -20
+  record torch_step "${PIPESTATUS[0]}"
+fi
+exit $status
