@@ -43,9 +43,11 @@ def test_work_follows_the_current_stream(seed):
     # The ids are written on a side stream after a long sleep; a lookup on any other stream
     # would read them before they land.
     _, gpu = pair(dim=8)
-    gpu.eval()
     src = zipf_ids(4096, 5000).cuda()
+    gpu(src.view(512, 8))  # training forward: every id gets its own (random) row
+    gpu.eval()
     expected = gpu(src.view(512, 8))
+    assert float(expected.abs().sum()) > 0.0
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

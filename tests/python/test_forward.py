@@ -272,3 +272,35 @@ def test_empty_bags_and_empty_batches(seed, device):
     out = m(torch.tensor([1, 2], device=device), torch.tensor([0, 0, 2], device=device))
     assert float(out[0].abs().sum()) == 0.0 and float(out[1].abs().sum()) > 0.0
     out.sum().backward()
+
+
+class DuckBatch:
+    """A keyed jagged batch that is not dynemb's class (as TorchRec's is not): keys, values,
+    lengths and weights_or_none only."""
+
+    def __init__(self, keys, values, lengths, weights=None):
+        self._k, self._v, self._l, self._w = keys, values, lengths, weights
+
+    def keys(self):
+        return self._k
+
+    def values(self):
+        return self._v
+
+    def lengths(self):
+        return self._l
+
+    def weights_or_none(self):
+        return self._w
+
+
+def test_any_keyed_jagged_batch_is_accepted(seed):
+    configs = [EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=100,
+                                  feature_names=["a", "b"])]
+    ebc = DynamicEmbeddingBagCollection(configs, is_weighted=True)
+    lengths = torch.tensor([1, 2, 0, 3])
+    values = torch.randint(0, 100, (6,), dtype=torch.int32)  # int32 ids are widened
+    weights = torch.rand(6)
+    a = ebc(DuckBatch(["a", "b"], values, lengths, weights))
+    b = ebc(KeyedJaggedTensor(["a", "b"], values.long(), weights=weights, lengths=lengths))
+    torch.testing.assert_close(a.values(), b.values())
