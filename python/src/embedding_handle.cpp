@@ -97,18 +97,22 @@ py::object EmbeddingHandle::forward(py::handle indices, py::handle offsets, py::
   batch.mode = mode;
   {
     py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     pending_ = 0;  // every forward, evaluation too, drops the pending step first
     embedding_->forward(batch, out_ptr, static_cast<uint32_t>(stride), training, as_stream(stream));
-  }
-  if (training) {
-    pending_ = ++generation_;
-    out_shape_ = {rows, dim};
+    if (training) {
+      pending_ = ++generation_;
+      out_shape_ = {rows, dim};
+    }
   }
   return result;
 }
 
 void EmbeddingHandle::backward(py::handle grad, uint64_t generation, uintptr_t stream) {
   const std::string where = "Embedding.backward";
+  TensorArg g(grad, where, "grad");
+  py::gil_scoped_release release;
+  std::lock_guard lock(mutex_);
   if (pending_ == 0 || generation != pending_) {
     throw StateError(where + ": the gradient belongs to training forward " +
                      std::to_string(generation) + ", but " +
@@ -118,7 +122,6 @@ void EmbeddingHandle::backward(py::handle grad, uint64_t generation, uintptr_t s
                      " (a table keeps one step in flight: forward, backward, forward, ...); "
                      "the table is unchanged");
   }
-  TensorArg g(grad, where, "grad");
   g.require(Element::kFloat32, 2, placement_, /*strided_rows=*/true);
   if (g.size(0) != out_shape_[0] || g.size(1) != out_shape_[1]) {
     throw InvalidArgument(where + ": grad: shape = [" + std::to_string(g.size(0)) + ", " +
@@ -127,12 +130,9 @@ void EmbeddingHandle::backward(py::handle grad, uint64_t generation, uintptr_t s
                           "]");
   }
   const auto stride = static_cast<uint32_t>(g.size(0) > 1 ? g.row_stride() : g.size(1));
-  {
-    py::gil_scoped_release release;
-    embedding_->backward(g.as<float>(), stride, as_stream(stream));
-    pending_ = 0;
-    embedding_->end_step();
-  }
+  embedding_->backward(g.as<float>(), stride, as_stream(stream));
+  pending_ = 0;
+  embedding_->end_step();
 }
 
 py::tuple EmbeddingHandle::find(py::handle indices, uintptr_t stream) {
@@ -146,6 +146,7 @@ py::tuple EmbeddingHandle::find(py::handle indices, uintptr_t stream) {
   py::object founds_capsule = new_capsule(Element::kUInt8, {n}, placement_, &founds);
   {
     py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     // Rows of missing keys are left as allocated: zero them first.
     backend_zero(placement_.backend, rows, static_cast<size_t>(n) * row_dim() * sizeof(float),
                  as_stream(stream));
@@ -165,6 +166,7 @@ void EmbeddingHandle::insert_or_assign(py::handle indices, py::handle rows, uint
   const auto n = static_cast<size_t>(ids.size(0));
   if (r.size(1) == static_cast<int64_t>(row_dim())) {
     py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     embedding_->table().insert_or_assign(n, ids.as<int64_t>(), r.as<float>(), nullptr,
                                          as_stream(stream));
     return;
@@ -184,6 +186,7 @@ void EmbeddingHandle::insert_or_assign(py::handle indices, py::handle rows, uint
   BackendBuffer<float> staged(placement_.backend, full.size(), placement_.device);
   staged.upload(full.data(), full.size());
   py::gil_scoped_release release;
+  std::lock_guard lock(mutex_);
   embedding_->table().insert_or_assign(n, ids.as<int64_t>(), staged.data(), nullptr,
                                        as_stream(stream));
   backend_synchronize(placement_.backend);  // `staged` is freed on return
@@ -193,6 +196,7 @@ py::tuple EmbeddingHandle::export_rows(uint64_t min_score) {
   checkpoint::DeltaRows<int64_t> delta;
   {
     py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     delta = checkpoint::incremental_dump(embedding_->table(), min_score);
   }
   const auto n = static_cast<int64_t>(delta.keys.size());
@@ -204,12 +208,21 @@ py::tuple EmbeddingHandle::export_rows(uint64_t min_score) {
 }
 
 py::dict EmbeddingHandle::stats() const {
-  const EmbeddingStats s = embedding_->stats();
+  EmbeddingStats s;
+  size_t size = 0;
+  double load = 0.0;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    s = embedding_->stats();
+    size = embedding_->table().size();
+    load = embedding_->table().load_factor();
+  }
   const Table<int64_t>& t = embedding_->table();
   py::dict d;
-  d["size"] = t.size();
+  d["size"] = size;
   d["capacity"] = t.capacity();
-  d["load_factor"] = t.load_factor();
+  d["load_factor"] = load;
   d["lookups"] = s.lookups;
   d["unique_lookups"] = s.unique_lookups;
   d["rows_created"] = s.rows_created;

@@ -1,11 +1,13 @@
 // The Python-facing trainable table: dynemb::Embedding<int64_t> with tensors taken through
-// DLPack, the caller's stream, and one training step in flight at a time.
+// DLPack, the caller's stream, and one training step in flight at a time. Safe to call from
+// several Python threads (calls on one table take turns).
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "dynemb/embedding/embedding.hpp"
 #include "tensor_arg.hpp"
@@ -50,6 +52,8 @@ class EmbeddingHandle {
  private:
   std::unique_ptr<Embedding<int64_t>> embedding_;
   Placement placement_;
+  // Calls from several Python threads run one at a time (the GIL is released during the work).
+  mutable std::mutex mutex_;
   uint64_t generation_ = 0;         // training forwards so far
   uint64_t pending_ = 0;            // the training forward awaiting its backward (0: none)
   std::vector<int64_t> out_shape_;  // the pending forward's output shape

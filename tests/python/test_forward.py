@@ -304,3 +304,28 @@ def test_any_keyed_jagged_batch_is_accepted(seed):
     a = ebc(DuckBatch(["a", "b"], values, lengths, weights))
     b = ebc(KeyedJaggedTensor(["a", "b"], values.long(), weights=weights, lengths=lengths))
     torch.testing.assert_close(a.values(), b.values())
+
+
+def test_calls_from_several_threads_take_turns(seed):
+    import threading
+
+    m = DynamicEmbeddingBag(1000, 8)
+    ids = zipf_ids(64 * 4, 1000).view(64, 4)
+    m(ids)  # rows for every id
+    m.eval()
+    expected = m(ids)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                torch.testing.assert_close(m(ids), expected)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
