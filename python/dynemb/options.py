@@ -119,6 +119,7 @@ class DynamicEmbTableOptions:
     init_capacity: Optional[int] = None
     max_load_factor: float = 0.5
     score_strategy: DynamicEmbScoreStrategy = DynamicEmbScoreStrategy.TIMESTAMP
+    score_function: Any = None
     bucket_capacity: int = 128
     safe_check_mode: DynamicEmbCheckMode = DynamicEmbCheckMode.IGNORE
     global_hbm_for_values: int = 0
@@ -285,6 +286,8 @@ def to_embedding_options(
         options.score_strategy, tuple
     ):
         _not_available("score_strategy", options.score_strategy, "TIMESTAMP, STEP, CUSTOMIZED, LFU are")
+    if options.score_function is not None:
+        _not_available("score_function", options.score_function, "compound scores are not built")
     if options.evicted_item_mode != EvictedItemMode.DISCARD:
         _not_available("evicted_item_mode", options.evicted_item_mode, "evictions are counted, not kept")
     if options.admission_counter is not None:

@@ -95,6 +95,9 @@ def test_module_moved_to_another_device_raises(seed):
     ("external_storage", object()),
     ("embedding_dtype", torch.float16),
     ("score_strategy", dynemb.DynamicEmbScoreStrategy.NO_EVICTION),
+    ("score_function", lambda scores, now: 0.0),
+    ("index_type", torch.int32),
+    ("evicted_item_mode", dynemb.EvictedItemMode.RETAIN_KEY),
 ])
 def test_options_not_available_yet_raise_at_construction(field, value):
     opts = dynemb.DynamicEmbTableOptions(**{field: value})
