@@ -43,10 +43,15 @@ class EmbeddingHandle {
 
   // Counts (EmbeddingStats and TableStats) and the table's size / capacity / load factor.
   py::dict stats() const;
+  // The trainable table (checkpoints name it).
   Embedding<int64_t>& embedding() { return *embedding_; }
+  // Where the table lives: tensors given to it must be there.
   Placement placement() const { return placement_; }
+  // Embedding floats per row.
   uint32_t dim() const { return embedding_->options().dim; }
+  // Floats per table row: embedding, optimizer state, padding.
   uint32_t row_dim() const { return embedding_->row_dim(); }
+  // Floats of optimizer state after the embedding (without the padding).
   uint32_t optimizer_state_dim() const;
 
  private:

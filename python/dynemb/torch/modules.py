@@ -120,9 +120,6 @@ class DynamicEmbModule(nn.Module):
             return torch.cuda.current_stream(self._device).cuda_stream
         return 0
 
-    def _is_training(self, table: _Table) -> bool:
-        return self.training and table.options.training
-
     def _run_forward(self, calls, training: bool):
         stream = self._stream()
         outs, generations = [], []
