@@ -10,6 +10,10 @@
 #              in the benchmark; default build-gpu); without one the program is built here too
 #   env: GPU_CHECK_SKIP_BENCH=1  skip bench/torch_step.py
 #        TORCH_STEP_ARGS="..."   extra arguments for bench/torch_step.py
+# pytest: the machine's own, else a pure-Python copy in .carry/pytest (gitignored), made on a
+# Debian machine with python3-pytest by
+#   mkdir -p .carry/pytest && cp -r /usr/lib/python3/dist-packages/{pytest,_pytest,pluggy,\
+#     iniconfig,packaging,py.py,attr,attrs} .carry/pytest/
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,8 +48,12 @@ record python_build $rc
 program="$(cd "$(dirname "$program")" && pwd)/dynemb"
 
 step "pytest tests/python (CUDA tests enabled)"
+pythonpath="$PWD/$pybuild/python"
+if ! python3 -c "import pytest" 2> /dev/null && [ -d .carry/pytest ]; then
+  pythonpath="$pythonpath:$PWD/.carry/pytest"
+fi
 pytest_rc=0
-DYNEMB_PROGRAM="$program" PYTHONPATH="$PWD/$pybuild/python" \
+DYNEMB_PROGRAM="$program" PYTHONPATH="$pythonpath" \
   python3 -m pytest -v -rs -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1 || pytest_rc=$?
 tail -15 "$out/pytest.log"
 record pytest $pytest_rc  # 5 (nothing collected) counts as a failure

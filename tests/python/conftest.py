@@ -45,7 +45,7 @@ def rows_of(module, ids: torch.Tensor, table: str = None) -> torch.Tensor:
 
 
 def all_rows(module, table: str = None):
-    """{key: full row (float64 numpy)} of every stored row."""
+    """{key: full row (a float32 tensor on the host)} of every stored row."""
     tables = module.dynemb_tables()
     handle = tables[table] if table is not None else next(iter(tables.values()))
     keys, rows, scores, _ = handle.export_rows(0)
