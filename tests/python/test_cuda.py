@@ -95,3 +95,17 @@ def test_collection_on_gpu_matches_cpu(seed):
     b = gpu(kjt.to("cuda")).values()
     assert b.is_cuda
     torch.testing.assert_close(b.cpu(), a, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_from_cpu_loads_on_gpu_and_back(seed, tmp_path):
+    cpu, gpu = pair()
+    for _ in range(3):
+        ids = zipf_ids(64 * 4, 5000).view(64, 4)
+        cpu(ids).sum().backward()
+    dynemb.DynamicEmbDump(str(tmp_path / "c"), cpu, optim=True)
+    dynemb.DynamicEmbLoad(str(tmp_path / "c"), gpu, optim=True)
+    ra, rb = all_rows(cpu), all_rows(gpu)
+    assert ra.keys() == rb.keys()
+    assert all(torch.equal(ra[k], rb[k].cpu()) for k in ra)
+    ids = zipf_ids(64 * 4, 5000).view(64, 4)
+    torch.testing.assert_close(gpu(ids.cuda()).cpu(), cpu(ids), rtol=1e-5, atol=1e-6)

@@ -72,6 +72,9 @@ def test_bag_2d_input_matches_1d(seed, device):
     a = m(ids)
     b = m(ids.reshape(-1), torch.arange(0, 80, 5, device=device))
     torch.testing.assert_close(a, b)
+    m.include_last_offset = True
+    c = m(ids.reshape(-1), torch.arange(0, 81, 5, device=device))
+    torch.testing.assert_close(a, c)
 
 
 @pytest.mark.parametrize("device", DEVICES)
