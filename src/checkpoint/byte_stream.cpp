@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "crc32c.hpp"
+#include "dynemb/checkpoint/file_ops.hpp"
 #include "dynemb/checkpoint/format.hpp"
 
 namespace dynemb::checkpoint {
@@ -61,6 +62,7 @@ int open_maybe_direct(const std::filesystem::path& path, int flags, bool direct_
 
 void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t offset,
                 const std::filesystem::path& path) {
+  announce_file_op(FileOp::kWrite, path);
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
     if (w < 0) {
@@ -173,6 +175,7 @@ struct FileSink::Impl {
 FileSink::FileSink(const std::filesystem::path& path, bool direct_io, size_t header_bytes)
     : impl_(std::make_unique<Impl>()), header_bytes_(header_bytes) {
   impl_->path = path;
+  announce_file_op(FileOp::kCreateFile, path);
   impl_->fd = open_maybe_direct(path, O_WRONLY | O_CREAT | O_EXCL, direct_io);
   impl_->buffers[0] = aligned_bytes(kBlockBytes);
   impl_->buffers[1] = aligned_bytes(kBlockBytes);
@@ -215,10 +218,14 @@ void FileSink::finish(const void* header, size_t n) {
   if (s.first_block_written && s.flushed > kAlign && written_ >= kAlign) {
     pwrite_all(s.fd, s.first_block.get(), kAlign, 0, s.path);
   }
+  announce_file_op(FileOp::kWrite, s.path);  // the truncation to the unpadded size
   if (::ftruncate(s.fd, static_cast<off_t>(written_)) != 0) throw_errno("ftruncate", s.path, errno);
+  announce_file_op(FileOp::kFsyncFile, s.path);
   if (::fsync(s.fd) != 0) throw_errno("fsync", s.path, errno);
-  if (::close(s.fd) != 0) throw_errno("close", s.path, errno);
+  announce_file_op(FileOp::kCloseFile, s.path);
+  const int fd = s.fd;
   s.fd = -1;
+  if (::close(fd) != 0) throw_errno("close", s.path, errno);
 }
 
 // --- FileSource ----------------------------------------------------------------------------------

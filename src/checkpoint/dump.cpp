@@ -70,7 +70,7 @@ ShardEntry write_shard(const detail::TableView<K>& v, const std::string& name, u
                        const std::filesystem::path& dir) {
   Table<K>& table = *v.table;
   const uint32_t row_dim = table.dim();
-  std::filesystem::create_directories(dir / name);
+  create_directories_durably(dir / name);
   FileHeader h;
   h.rank = rank;
   h.world_size = world_size;
@@ -198,15 +198,32 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint32_t world_si
   std::error_code ec;
   if (std::filesystem::exists(s.path, ec)) {
     require(s.options.overwrite, "CheckpointWriter", "path", s.path.string(),
-            "does not exist (overwrite = false)");
+            "a path that does not exist yet (it exists; set DumpOptions::overwrite to replace "
+            "it)");
     const bool is_checkpoint = std::filesystem::exists(s.path / kManifestName, ec);
     const bool is_empty_dir =
         std::filesystem::is_directory(s.path, ec) && std::filesystem::is_empty(s.path, ec);
     require(is_checkpoint || is_empty_dir, "CheckpointWriter", "path", s.path.string(),
             "a checkpoint or an empty directory (refusing to replace anything else)");
   }
+  if (!s.options.metadata.empty()) {
+    try {
+      s.manifest.metadata = checked_metadata(s.options.metadata, "DumpOptions::metadata");
+    } catch (const CheckpointError& e) {
+      throw InvalidArgument(std::string("CheckpointWriter: ") + e.what());
+    }
+  }
+  const std::filesystem::path parent =
+      s.path.has_parent_path() ? s.path.parent_path() : std::filesystem::path(".");
+  create_directories_durably(parent);
+  remove_stale_staging(parent, s.path.filename().string());
   s.staging = detail::staging_path_for(s.path);
-  std::filesystem::create_directories(s.staging);
+  try {
+    create_directories_durably(s.staging);
+  } catch (...) {
+    std::filesystem::remove_all(s.staging, ec);  // no destructor runs for a failed constructor
+    throw;
+  }
   s.manifest.delta = s.options.min_score.has_value();
   s.manifest.min_score = s.options.min_score;
   s.manifest.dump_time_ns = host_now_ns();
@@ -296,10 +313,10 @@ DumpReport CheckpointWriter::commit() {
                       (sh.optimizer_state ? sh.optimizer_state->bytes : 0);
     }
     report.rows += t.rows;
-    detail::fsync_directory(s.staging / t.name);
+    fsync_directory(s.staging / t.name);
   }
-  detail::write_file_durably(s.staging / kManifestName, manifest_to_json(s.manifest));
-  detail::fsync_directory(s.staging);
+  write_file_durably(s.staging / kManifestName, manifest_to_json(s.manifest));
+  fsync_directory(s.staging);
   detail::publish_directory(s.staging, s.path);
   s.committed = true;
   report.manifest = s.manifest;

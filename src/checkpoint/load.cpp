@@ -224,6 +224,10 @@ LoadReport load(const std::filesystem::path& path, const std::vector<NamedTable>
   require(o.world_size >= 1, "checkpoint load", "world_size", std::to_string(o.world_size), ">= 1");
   require(o.rank < o.world_size, "checkpoint load", "rank", std::to_string(o.rank),
           "< world_size = " + std::to_string(o.world_size));
+  require(o.chunk_rows >= 1, "checkpoint load", "chunk_rows", std::to_string(o.chunk_rows), ">= 1");
+  require(o.verify == VerifyMode::kBeforeLoading || o.verify == VerifyMode::kWhileLoading,
+          "checkpoint load", "verify", std::to_string(static_cast<int>(o.verify)),
+          "kBeforeLoading or kWhileLoading");
   for (const std::string& want : o.only) {
     const bool given = std::any_of(tables.begin(), tables.end(),
                                    [&](const NamedTable& t) { return t.name == want; });

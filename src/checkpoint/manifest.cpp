@@ -1,9 +1,11 @@
 // manifest.json: writing it, and parsing it with a check of every field.
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <limits>
 #include <set>
 
+#include "crc32c.hpp"
 #include "dynemb/checkpoint/format.hpp"
 
 namespace dynemb::checkpoint {
@@ -15,6 +17,12 @@ constexpr uint32_t kMaxWorldSize = 1u << 16;
 constexpr uint32_t kMaxDim = 1u << 20;
 constexpr uint32_t kMaxStateDim = (1u << 21) + 1;
 constexpr size_t kMaxNesting = 32;
+constexpr size_t kMaxMetadataBytes = 1u << 20;
+constexpr char kChecksumKey[] = "\"manifest_crc32c\"";
+
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
 Json file_json(const FileEntry& f) {
   return Json{{"path", f.path}, {"bytes", f.bytes}, {"crc32c", f.crc32c}};
@@ -283,12 +291,70 @@ std::string manifest_to_json(const Manifest& m) {
          {"kind", m.delta ? "delta" : "full"},
          {"dump_time_ns", m.dump_time_ns},
          {"world_size", m.world_size},
-         {"tables", tables}};
+         {"tables", tables},
+         {"metadata", Json::parse(checked_metadata(m.metadata, "manifest metadata"))}};
   if (m.min_score) j["min_score"] = *m.min_score;
-  return j.dump(2) + "\n";
+  // The checksum goes last, by hand (the JSON writer orders keys by name): it covers every byte
+  // before its key, so any reader can check it without re-serializing.
+  std::string text = j.dump(2);
+  text.resize(text.rfind('}'));
+  while (!text.empty() && is_space(text.back())) text.pop_back();
+  text += ",\n  ";
+  const uint32_t crc = crc32c(text.data(), text.size());
+  text += kChecksumKey;
+  text += ": " + std::to_string(crc) + "\n}\n";
+  return text;
 }
 
-Manifest manifest_from_json(std::string_view text, const std::string& where) {
+std::string manifest_checksum_problem(std::string_view text) {
+  const size_t at = text.rfind(kChecksumKey);
+  if (at == std::string_view::npos) return "field \"manifest_crc32c\" is missing";
+  // After the key: ':' and the decimal checksum, then only the closing brace.
+  size_t i = at + std::strlen(kChecksumKey);
+  while (i < text.size() && is_space(text[i])) ++i;
+  if (i == text.size() || text[i] != ':') return "\"manifest_crc32c\" is not followed by ':'";
+  ++i;
+  while (i < text.size() && is_space(text[i])) ++i;
+  uint64_t stored = 0;
+  const size_t digits_at = i;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i - digits_at < 11) {
+    stored = stored * 10 + static_cast<uint64_t>(text[i] - '0');
+    ++i;
+  }
+  if (i == digits_at || stored > UINT32_MAX) {
+    return "\"manifest_crc32c\" is not an unsigned 32-bit integer";
+  }
+  while (i < text.size() && is_space(text[i])) ++i;
+  if (i == text.size() || text[i] != '}') {
+    return "\"manifest_crc32c\" must be the last field (found more after it)";
+  }
+  ++i;
+  while (i < text.size() && is_space(text[i])) ++i;
+  if (i != text.size()) return "text after the closing brace";
+  const uint32_t actual = crc32c(text.data(), at);
+  if (actual != stored) {
+    return "manifest_crc32c = " + std::to_string(stored) + ", but the manifest's bytes give " +
+           std::to_string(actual) + " (the manifest was changed after it was written)";
+  }
+  return "";
+}
+
+std::string checked_metadata(std::string_view text, const std::string& where) {
+  if (text.size() > kMaxMetadataBytes) {
+    throw CheckpointError(where + ": " + std::to_string(text.size()) + " bytes, limit " +
+                          std::to_string(kMaxMetadataBytes));
+  }
+  check_nesting(text, where);
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    throw CheckpointError(where + ": expected a JSON object, got '" +
+                          std::string(text.substr(0, 80)) + "'");
+  }
+  return j.dump();
+}
+
+Manifest manifest_from_json(std::string_view text, const std::string& where,
+                            bool check_own_checksum) {
   check_nesting(text, where);
   const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw CheckpointError(where + ": not valid JSON");
@@ -303,6 +369,10 @@ Manifest manifest_from_json(std::string_view text, const std::string& where) {
     throw CheckpointError(where + ": format_version = " + std::to_string(m.format_version) +
                           ", this build reads version " + std::to_string(kFormatVersion));
   }
+  if (check_own_checksum) {
+    const std::string problem = manifest_checksum_problem(text);
+    if (!problem.empty()) throw CheckpointError(where + ": " + problem);
+  }
   const std::string kind = f.str("kind");
   if (kind != "full" && kind != "delta") {
     throw CheckpointError(where + ": kind = \"" + kind + "\", expected \"full\" or \"delta\"");
@@ -313,6 +383,13 @@ Manifest manifest_from_json(std::string_view text, const std::string& where) {
   m.dump_time_ns = f.u64("dump_time_ns");
   m.world_size = f.u32("world_size", kMaxWorldSize);
   if (m.world_size == 0) throw CheckpointError(where + ": world_size = 0, expected >= 1");
+  if (f.has("metadata")) {
+    if (!f.at("metadata").is_object()) {
+      throw CheckpointError(where + ": metadata = " + f.at("metadata").dump(-1).substr(0, 80) +
+                            ", expected a JSON object");
+    }
+    m.metadata = f.at("metadata").dump();
+  }
   const Json& tables = f.at("tables");
   if (!tables.is_array()) throw CheckpointError(where + ": tables must be an array");
   std::set<std::string> names, paths;

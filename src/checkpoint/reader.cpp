@@ -291,14 +291,20 @@ void verify_files(CheckpointSource& source, const Manifest& manifest,
 InspectResult inspect(const std::filesystem::path& dir, bool verify) {
   InspectResult r;
   auto source = open_directory(dir, true);
-  r.manifest = manifest_from_json(source->read_manifest(), (dir / kManifestName).string());
+  const std::string text = source->read_manifest();
+  const std::string where = (dir / kManifestName).string();
+  // A manifest whose own checksum fails is still shown (never verified).
+  const std::string checksum_problem = manifest_checksum_problem(text);
+  r.manifest = manifest_from_json(text, where, /*check_own_checksum=*/false);
   for (const TableEntry& t : r.manifest.tables) {
     for (const ShardEntry& s : t.shards) {
       r.total_bytes += s.keys.bytes + s.values.bytes + s.scores.bytes +
                        (s.optimizer_state ? s.optimizer_state->bytes : 0);
     }
   }
-  if (verify) {
+  if (verify && !checksum_problem.empty()) {
+    r.problem = where + ": " + checksum_problem;
+  } else if (verify) {
     try {
       check_file_sizes(*source, r.manifest);
       verify_files(*source, r.manifest);

@@ -271,6 +271,7 @@ TEST(CheckpointCrash, KilledDumpNeverDamagesThePreviousCheckpoint) {
         auto e = seeded_embedding(seed, kRows);
         checkpoint::DumpOptions o;
         o.chunk_slots = 1024;
+        o.overwrite = true;
         checkpoint::dump(path, {named("emb", *e)}, o);
       } catch (...) {
         ::_exit(3);

@@ -143,13 +143,53 @@ TEST(CheckpointManifest, RejectsInconsistentFields) {
   m.tables[1].name = m.tables[0].name;
   expect_rejected(m, "listed twice");
   m = sample_manifest(rng);
-  m.format_version = 2;
-  expect_rejected(m, "format_version = 2");
+  m.format_version = 1;
+  expect_rejected(m, "format_version = 1");
   m = sample_manifest(rng);
   m.tables[0].score_policy = "lru";
   expect_rejected(m, "score_policy");
   EXPECT_THROW(ckpt::manifest_from_json(std::string(100, '['), "m"), ckpt::CheckpointError);
   EXPECT_THROW(ckpt::manifest_from_json("{}", "m"), ckpt::CheckpointError);
+}
+
+// The manifest carries its own checksum: any change to its text after writing is refused by
+// the parser (and reported by manifest_checksum_problem), whatever byte is changed.
+TEST(CheckpointManifest, OwnChecksumCatchesEveryEdit) {
+  TestRng rng;
+  ckpt::Manifest m = sample_manifest(rng);
+  m.metadata = R"({"run":"abc","steps":12})";
+  const std::string text = ckpt::manifest_to_json(m);
+  EXPECT_EQ(ckpt::manifest_checksum_problem(text), "");
+  EXPECT_EQ(ckpt::manifest_from_json(text, "m").metadata, m.metadata);
+  // A changed digit or letter anywhere before the checksum.
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string edited = text;
+    const size_t at = rng.uniform(0, text.rfind("\"manifest_crc32c\"") - 1);
+    const char c = edited[at];
+    if (c >= '0' && c <= '8') {
+      edited[at] = static_cast<char>(c + 1);
+    } else if (c >= 'a' && c <= 'y') {
+      edited[at] = static_cast<char>(c + 1);
+    } else {
+      continue;
+    }
+    EXPECT_NE(ckpt::manifest_checksum_problem(edited), "") << "edit at " << at;
+    EXPECT_THROW(ckpt::manifest_from_json(edited, "m"), ckpt::CheckpointError) << "edit at " << at;
+  }
+  // The checksum field itself: removed, changed, or followed by more fields.
+  const size_t key = text.rfind("\"manifest_crc32c\"");
+  EXPECT_NE(ckpt::manifest_checksum_problem(text.substr(0, key) + "\"x\": 1\n}\n"), "");
+  std::string wrong = text;
+  wrong[text.rfind('}') - 2] = wrong[text.rfind('}') - 2] == '1' ? '2' : '1';
+  EXPECT_NE(ckpt::manifest_checksum_problem(wrong), "");
+  std::string more = text.substr(0, text.rfind('}')) + ", \"extra\": 1}\n";
+  EXPECT_NE(ckpt::manifest_checksum_problem(more).find("last field"), std::string::npos);
+  // Whitespace after the closing brace is not content.
+  EXPECT_EQ(ckpt::manifest_checksum_problem(text + "\n"), "");
+  // Metadata must be a JSON object.
+  EXPECT_THROW(ckpt::checked_metadata("[1]", "md"), ckpt::CheckpointError);
+  EXPECT_THROW(ckpt::checked_metadata("{", "md"), ckpt::CheckpointError);
+  EXPECT_EQ(ckpt::checked_metadata(R"({ "a" : 1 })", "md"), R"({"a":1})");
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ TYPED_TEST(CheckpointRoundTrip, ExactForEveryExactPolicy) {
     checkpoint::DumpOptions dump_options;
     dump_options.chunk_slots = rng.uniform(1, 5000);  // chunks of every size, 1 included
     dump_options.direct_io = rng.chance(0.5);
+    dump_options.overwrite = true;  // one path for every policy
     const auto report = checkpoint::dump(dir / "ckpt", {named("t", *source)}, dump_options);
     EXPECT_EQ(report.rows, source->size());
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -46,6 +47,49 @@ TEST(TrainMetrics, AucAndLogLossMatchReferences) {
     EXPECT_NEAR(log_loss(s, y), ll / n, 1e-9);
   }
   EXPECT_TRUE(std::isnan(roc_auc({0.1f, 0.2f}, {1, 1})));
+}
+
+// NaN scores (a diverged model) are left out and counted; +-inf rank as numbers. The reference
+// is the pairwise AUC over the pairs without NaN.
+TEST(TrainMetrics, NanScoresAreCountedAndLeftOut) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int round = 0; round < 50; ++round) {
+    const size_t n = 2 + rng() % 300;
+    std::vector<float> s(n), y(n), clean_s, clean_y;
+    uint64_t nans = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned kind = rng() % 8;
+      s[i] = kind == 0 ? nan : kind == 1 ? inf : kind == 2 ? -inf : (rng() % 20) / 20.0f;
+      y[i] = static_cast<float>(rng() % 2);
+      if (std::isnan(s[i])) {
+        ++nans;
+      } else {
+        clean_s.push_back(s[i]);
+        clean_y.push_back(y[i]);
+      }
+    }
+    uint64_t counted = 99, counted_ll = 99;
+    const double auc = roc_auc(s, y, &counted);
+    EXPECT_EQ(counted, nans);
+    const auto clicks = std::count(clean_y.begin(), clean_y.end(), 1.0f);
+    if (clicks == 0 || clicks == static_cast<std::ptrdiff_t>(clean_y.size())) {
+      EXPECT_TRUE(std::isnan(auc));
+    } else {
+      EXPECT_NEAR(auc, pairwise_auc(clean_s, clean_y), 1e-12);
+    }
+    const double ll = log_loss(s, y, &counted_ll);
+    EXPECT_EQ(counted_ll, nans);
+    if (!clean_s.empty()) EXPECT_NEAR(ll, log_loss(clean_s, clean_y), 1e-12);
+  }
+  // All NaN: no AUC, no loss, no hang.
+  uint64_t nans = 0;
+  EXPECT_TRUE(std::isnan(roc_auc({nan, nan, nan}, {1, 0, 1}, &nans)));
+  EXPECT_EQ(nans, 3u);
+  EXPECT_TRUE(std::isnan(log_loss({nan}, {1})));
 }
 
 TEST(TrainMetrics, RunningAucKeepsTheLastWindow) {

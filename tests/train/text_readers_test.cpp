@@ -58,5 +58,39 @@ TEST(TrainReaders, CriteoLine) {
   EXPECT_THROW(parse_criteo_line("1\t2\t3", b, "c:2"), InvalidArgument);
 }
 
+// Labels other than the format's click / no-click values and feature values that overflow
+// float32 are refused like any malformed line, naming the line and the value.
+TEST(TrainReaders, LabelsAndValuesOutOfRange) {
+  SampleBatch b;
+  auto refused = [&](void (*parse)(std::string_view, SampleBatch&, const std::string&),
+                     const std::string& line, const std::string& fragment) {
+    const size_t before = b.size();
+    try {
+      parse(line, b, "f:7");
+      ADD_FAILURE() << "accepted '" << line << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("f:7"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(b.size(), before);
+  };
+  refused(parse_libffm_line, "2 0:5:1", "label = '2', must be 0 or 1");
+  refused(parse_libffm_line, "-1 0:5:1", "label = '-1', must be 0 or 1");
+  refused(parse_libffm_line, "1 3:1:1e300", "feature value = '1e300'");
+  refused(parse_libffm_line, "1 3:1:-3.5e38", "finite in float32");
+  refused(parse_libffm_line, "1 3:1:nan", "feature value = 'nan'");
+  refused(parse_libsvm_line, "2 3:1", "label = '2'");
+  refused(parse_libsvm_line, "0.5 3:1", "label = '0.5'");
+  refused(parse_libsvm_line, "1 3:1e39 2:1", "feature value = '1e39'");
+  refused(parse_libsvm_line, "1 3:inf", "feature value = 'inf'");
+  std::string criteo = "2";
+  for (int i = 0; i < 39; ++i) criteo += "\t";
+  refused(parse_criteo_line, criteo, "label = '2'");
+  // The largest float32 value itself is fine.
+  parse_libffm_line("0 3:1:3.4028234e38", b, "f:8");
+  parse_libsvm_line("-1 3:-3.4028234e38", b, "f:9");
+  EXPECT_EQ(b.labels, (std::vector<float>{0, 0}));
+}
+
 }  // namespace
 }  // namespace dynemb::train

@@ -89,13 +89,13 @@ INSTANTIATE_TEST_SUITE_P(Files, TrainOnFile,
                                          FileCase{"criteo", "train_small_criteo.tsv"}),
                          [](const auto& info) { return std::string(info.param.format); });
 
-// A checkpoint store in memory: every row with its score, the table's step, the progress.
+// A checkpoint store in memory: every row with its score, the table's step, the state.
 class MemoryStore final : public CheckpointStore {
  public:
   struct Saved {
     std::map<uint64_t, std::vector<float>> rows;
     uint64_t table_score = 0;
-    TrainProgress progress;
+    TrainState state;
   };
   std::map<std::string, Saved> saved;
   bool loaded_rows_match = false;
@@ -107,20 +107,25 @@ class MemoryStore final : public CheckpointStore {
     });
     return rows;
   }
-  void save(const std::string& dir, FmModel& model, const TrainProgress& progress) override {
-    saved[dir] = {rows_of(model), model.embedding().table().score(), progress};
+  std::optional<TrainState> read_state(const std::string& dir) override {
+    const auto it = saved.find(dir);
+    if (it == saved.end()) return std::nullopt;
+    return it->second.state;
   }
-  uint64_t save_incremental(const std::string&, FmModel& model, const TrainProgress&,
+  size_t prepare(const std::string&, const TrainState&) override { return 0; }
+  void save(const std::string& dir, FmModel& model, const TrainState& state) override {
+    saved[dir] = {rows_of(model), model.embedding().table().score(), state};
+  }
+  uint64_t save_incremental(const std::string&, FmModel& model, const TrainState&,
                             uint64_t) override {
     return model.embedding().table().score();
   }
-  TrainProgress load(const std::string& dir, FmModel& model) override {
+  void load(const std::string& dir, FmModel& model, bool) override {
     const Saved& s = saved.at(dir);
     Table<uint64_t>& table = model.embedding().table();
     for (const auto& [key, row] : s.rows) table.insert_or_assign(1, &key, row.data());
     table.set_score(s.table_score);
     loaded_rows_match = rows_of(model) == s.rows && table.score() == s.table_score;
-    return s.progress;
   }
 };
 
@@ -141,7 +146,7 @@ TEST(TrainResume, ContinuesWithTheSameRowsAndStep) {
   first.samples = 60'000;
   first.checkpoint_dir = checkpoint.string();
   const TrainReport a = run_training(first, {.store = &store, .log = &log});
-  ASSERT_EQ(store.saved.at(checkpoint.string()).progress.samples, 60'000u);
+  ASSERT_EQ(store.saved.at(checkpoint.string()).state.progress.samples, 60'000u);
   EXPECT_EQ(a.progress.steps, 60u);
 
   TrainOptions second = o;

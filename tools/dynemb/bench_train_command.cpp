@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bench/train/train_bench.hpp"
+#include "cli_checks.hpp"
 #include "command_registry.hpp"
 #include "dynemb/core/error.hpp"
 
@@ -13,7 +14,8 @@ struct BenchTrainArgs {
   std::string backend = "cpu";
   std::string shape = "13m";
   std::string optimizer = "adam";
-  uint32_t tables = 0, dim = 0, ids_per_bag = 0, steps = 0, warmup = 0, threads = 0;
+  uint32_t tables = 0, dim = 0, ids_per_bag = 0, steps = 0, threads = 0;
+  int64_t warmup = -1;  // -1: the shape's default
   uint64_t rows = 0, batch = 0, seed = 0;
   double alpha = 0.0;
   bool concurrent_tables = false, sequential_tables = false, grouped_tables = false;
@@ -33,7 +35,7 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   if (a.dim) c.dim = a.dim;
   if (a.ids_per_bag) c.ids_per_bag = a.ids_per_bag;
   if (a.steps) c.steps = a.steps;
-  if (a.warmup) c.warmup_steps = a.warmup;
+  if (a.warmup >= 0) c.warmup_steps = static_cast<uint32_t>(a.warmup);
   if (a.rows) c.rows_per_table = a.rows;
   if (a.batch) c.batch = a.batch;
   if (a.alpha > 0) c.zipf_alpha = a.alpha;
@@ -59,16 +61,26 @@ void install(CLI::App& cmd) {
   cmd.add_option("--shape", a->shape, "13m or 1m")->capture_default_str();
   cmd.add_option("--optimizer", a->optimizer, "sgd, adam, adagrad, rowwise_adagrad, rmsprop, ftrl")
       ->capture_default_str();
-  cmd.add_option("--tables", a->tables, "tables (default 10)");
-  cmd.add_option("--rows", a->rows, "ids per table the Zipf draws from (default 1,048,576)");
-  cmd.add_option("--dim", a->dim, "embedding dim (default 128)");
-  cmd.add_option("--batch", a->batch, "bags per table per step");
-  cmd.add_option("--ids-per-bag", a->ids_per_bag, "ids per bag (default 20)");
-  cmd.add_option("--alpha", a->alpha, "Zipf exponent (default 1.05)");
-  cmd.add_option("--steps", a->steps, "timed steps (default 10)");
-  cmd.add_option("--warmup", a->warmup, "warm-up steps (default 3)");
-  cmd.add_option("--threads", a->threads, "CPU table threads (0 = all)");
-  cmd.add_option("--seed", a->seed, "random seed (0 = random)");
+  // Leaving an option out gives its default; a value given must be in range (0 is not a
+  // silent "default").
+  using dynemb::tools::finite_in;
+  using dynemb::tools::unsigned_in;
+  cmd.add_option("--tables", a->tables, "tables (default 10)")->check(unsigned_in(1, 4096));
+  cmd.add_option("--rows", a->rows, "ids per table the Zipf draws from (default 1,048,576)")
+      ->check(unsigned_in(1, uint64_t{1} << 40));
+  cmd.add_option("--dim", a->dim, "embedding dim (default 128)")->check(unsigned_in(1, 4096));
+  cmd.add_option("--batch", a->batch, "bags per table per step")
+      ->check(unsigned_in(1, uint64_t{1} << 26));
+  cmd.add_option("--ids-per-bag", a->ids_per_bag, "ids per bag (default 20)")
+      ->check(unsigned_in(1, 1u << 16));
+  cmd.add_option("--alpha", a->alpha, "Zipf exponent (default 1.05)")->check(finite_in(0.01, 10.0));
+  cmd.add_option("--steps", a->steps, "timed steps (default 10)")->check(unsigned_in(1, 1u << 20));
+  cmd.add_option("--warmup", a->warmup, "warm-up steps (default 3)")
+      ->check(unsigned_in(0, 1u << 20));
+  cmd.add_option("--threads", a->threads, "CPU table threads (0 = all)")
+      ->check(unsigned_in(0, 1024));
+  cmd.add_option("--seed", a->seed, "random seed (0 = random)")
+      ->check(dynemb::tools::fits(a->seed));
   cmd.add_flag("--concurrent-tables", a->concurrent_tables,
                "run the tables' steps side by side, one stream and host thread each (default "
                "for cuda)");

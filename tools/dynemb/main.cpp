@@ -1,4 +1,6 @@
-// The dynemb program: `dynemb <command> [<subcommand>] [options]`.
+// The dynemb program: `dynemb <command> [<subcommand>] [options]`. Exit status: 0 done, 1 a
+// failure while running, 2 a usage error (bad option, value out of range, refused resume),
+// 130 interrupted (Ctrl-C) before the run had anything to finish.
 #include <exception>
 #include <iostream>
 
@@ -6,6 +8,7 @@
 
 #include "command_registry.hpp"
 #include "dynemb/core/error.hpp"
+#include "train/stop_request.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app("dynemb: dynamic embedding tables on CPU and GPU", "dynemb");
@@ -14,13 +17,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other parse or check failure is a usage error.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const dynemb::InvalidArgument& e) {
     std::cerr << "dynemb: error: " << e.what() << "\n";
     return 2;
   } catch (const dynemb::NotAvailable& e) {
     std::cerr << "dynemb: error: " << e.what() << "\n";
     return 2;
+  } catch (const dynemb::train::Interrupted& e) {
+    std::cerr << "dynemb: " << e.what() << "\n";
+    return 130;
   } catch (const std::exception& e) {
     std::cerr << "dynemb: error: " << e.what() << "\n";
     return 1;

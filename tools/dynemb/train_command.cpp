@@ -4,22 +4,15 @@
 #include <memory>
 #include <string>
 
+#include "cli_checks.hpp"
 #include "command_registry.hpp"
+#include "dynemb/core/error.hpp"
 #include "train/trainer.hpp"
 
 namespace {
 
+using dynemb::tools::fits;
 using dynemb::train::TrainOptions;
-
-// Rejects a value that starts with '-' (CLI11 would wrap it around for unsigned options).
-CLI::Validator not_negative() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        if (value.empty() || value.front() != '-') return "";
-        return "value = " + value + ", must be >= 0";
-      },
-      "", "not negative");
-}
 
 void install(CLI::App& cmd) {
   auto o = std::make_shared<TrainOptions>();
@@ -34,8 +27,8 @@ void install(CLI::App& cmd) {
       d.output_dir +
       "/metrics.json and learning_curve.svg. Ctrl-C stops after the current step, evaluates, "
       "writes the final checkpoint (with --checkpoint-dir) and the outputs; a second Ctrl-C "
-      "exits at once.");
-  auto u = not_negative();
+      "exits at once (status 130). A run whose loss stops being finite stops with an error "
+      "naming the step. Usage errors exit with status 2.");
 
   auto* data = cmd.add_option_group("data");
   data->add_option("--data", o->data, "synthetic | criteo | libsvm | libffm")
@@ -49,34 +42,34 @@ void install(CLI::App& cmd) {
                            std::to_string(d.samples / 1000000) + "M; synthetic on cuda: " +
                            std::to_string(dynemb::train::kCudaDefaultSteps) +
                            " batches, at least " + std::to_string(d.samples / 1000000) + "M")
-          ->check(u);
+          ->check(fits(o->samples));
   data->add_option("--epochs", o->epochs, "passes over --train-file")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->epochs));
   data->add_option("--holdout-every", o->holdout_every, "hold out every n-th line of --train-file")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->holdout_every));
   data->add_option("--eval-samples", o->eval_samples, "held-out samples (files: at most)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->eval_samples));
   data->add_option("--eval-every", o->eval_every, "samples between evaluations (0: at the end)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->eval_every));
   data->add_option("--zipf-alpha", o->synthetic.zipf_alpha, "synthetic: Zipf exponent of ids")
       ->capture_default_str();
   data->add_option("--active-ids", o->synthetic.active_ids,
                    "synthetic: ids per field with weights in the hidden FM")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->synthetic.active_ids));
   data->add_option("--true-dim", o->synthetic.true_dim, "synthetic: the hidden FM's dim")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->synthetic.true_dim));
   data->add_option("--start-vocab", o->synthetic.start_vocab,
                    "synthetic: fraction of each field's ids drawn at the start")
       ->capture_default_str();
   data->add_option("--vocab-horizon", *horizon,
                    "synthetic: samples until every id can appear (default: --samples)")
-      ->check(u);
+      ->check(fits(*horizon));
   data->add_option("--truth-linear-std", o->synthetic.linear_std,
                    "synthetic: stddev of the hidden FM's linear weights")
       ->capture_default_str();
@@ -87,17 +80,17 @@ void install(CLI::App& cmd) {
       ->capture_default_str();
   data->add_option("--data-seed", o->synthetic.seed, "synthetic: seed of the stream and hidden FM")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->synthetic.seed));
 
   auto* model = cmd.add_option_group("model");
   model->add_option("--dim", o->dim, "FM factor dim (rows are [w | v] = dim + 1 floats)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->dim));
   model
       ->add_option("--batch-size", o->batch_size,
                    "samples per step (default: " + std::to_string(dynemb::train::kCpuDefaultBatch) +
                        " on cpu, " + std::to_string(dynemb::train::kCudaDefaultBatch) + " on cuda)")
-      ->check(u);
+      ->check(fits(o->batch_size));
   model
       ->add_option("--optimizer", o->optimizer,
                    "sgd | adam | adagrad | rowwise_adagrad | rmsprop | ftrl")
@@ -105,7 +98,9 @@ void install(CLI::App& cmd) {
   model->add_option("--lr", o->learning_rate, "learning rate")->capture_default_str();
   model->add_option("--weight-decay", o->weight_decay, "L2 on touched rows")->capture_default_str();
   model->add_option("--init-stddev", o->init_stddev, "new rows ~ N(0, s^2)")->capture_default_str();
-  model->add_option("--seed", o->seed, "initializer seed")->capture_default_str()->check(u);
+  model->add_option("--seed", o->seed, "initializer seed")
+      ->capture_default_str()
+      ->check(fits(o->seed));
 
   auto* tables = cmd.add_option_group("tables and memory");
   tables->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
@@ -122,35 +117,43 @@ void install(CLI::App& cmd) {
                      "caching: RocksDB directory or Redis host:port");
   tables->add_option("--capacity", o->capacity, "most rows the table holds, then it evicts")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->capacity));
   tables
       ->add_option("--init-capacity", o->init_capacity, "table slots at start (grows by doubling)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->init_capacity));
   tables->add_option("--score-policy", o->score_policy, "step | timestamp | lfu (eviction order)")
       ->capture_default_str();
   tables
       ->add_option("--admit-threshold", o->admit_threshold,
                    "a key gets a row once seen this many times")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->admit_threshold));
   tables
       ->add_option("--ttl-steps", o->ttl_steps, "rows untouched this many steps expire (0: never)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->ttl_steps));
   tables->add_option("--threads", o->threads, "CPU table threads (0: all)")
       ->capture_default_str()
-      ->check(u);
+      ->check(fits(o->threads));
 
   auto* ckpt = cmd.add_option_group("checkpoints");
-  ckpt->add_option("--checkpoint-dir", o->checkpoint_dir,
-                   "where checkpoints go (final one at exit)");
+  auto* checkpoint_dir = ckpt->add_option("--checkpoint-dir", o->checkpoint_dir,
+                                          "where checkpoints go (final one at exit)");
   ckpt->add_option("--checkpoint-every", o->checkpoint_every, "samples between full checkpoints")
-      ->check(u);
+      ->check(fits(o->checkpoint_every));
   ckpt->add_option("--incremental-every", o->incremental_every,
                    "samples between incremental dumps (rows touched since the last)")
-      ->check(u);
-  ckpt->add_option("--resume", o->resume, "continue from this checkpoint directory");
+      ->check(fits(o->incremental_every));
+  auto* resume = ckpt->add_option("--resume", o->resume, "continue from this checkpoint directory");
+  ckpt->add_flag("--overwrite", o->overwrite,
+                 "replace the run held in --checkpoint-dir (otherwise refused)");
+  ckpt->add_flag("--reset-optimizer", o->reset_optimizer,
+                 "resume with another --optimizer (the checkpoint's optimizer state is dropped)");
+  ckpt->add_flag("--allow-different-data", o->allow_different_data,
+                 "resume onto another data stream (--data, --data-seed, --train-file, ...)");
+  ckpt->add_flag("--allow-different-batch-size", o->allow_different_batch_size,
+                 "resume with another --batch-size");
 
   auto* out = cmd.add_option_group("output");
   out->add_option("--output-dir", o->output_dir, "metrics.json and learning_curve.svg go here")
@@ -162,8 +165,16 @@ void install(CLI::App& cmd) {
   out->add_option("--progress-seconds", o->progress_seconds, "seconds between progress updates")
       ->capture_default_str();
 
-  cmd.callback([o, horizon, samples] {
+  cmd.callback([o, horizon, samples, checkpoint_dir, resume] {
     TrainOptions options = *o;
+    // An empty path given on purpose is a mistake, not "no checkpoints".
+    for (const CLI::Option* path : {checkpoint_dir, resume}) {
+      if (path->count() > 0 && path->as<std::string>().empty()) {
+        throw dynemb::InvalidArgument("dynemb train: " + path->get_name() +
+                                      " = '', must be a directory path (leave the option out "
+                                      "for none)");
+      }
+    }
     if (samples->count() == 0 && options.data == "synthetic") {
       options.samples = dynemb::train::default_synthetic_samples(options);
     }

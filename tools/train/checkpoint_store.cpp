@@ -1,11 +1,14 @@
 #include "train/checkpoint_store.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
-#include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "dynemb/checkpoint/checkpoint.hpp"
+#include "dynemb/checkpoint/file_ops.hpp"
 #include "dynemb/core/error.hpp"
 
 namespace dynemb::train {
@@ -15,72 +18,121 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTableName = "fm";
 constexpr const char* kModelDir = "model";
-constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kIncrementalDir = "incremental";
+constexpr const char* kMetadataKey = "dynemb_train";
 
-// Writes `text` to `path` through a temporary file and a rename, so readers see all or nothing.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path staging = path.string() + ".tmp";
-  {
-    std::ofstream out(staging, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("dynemb train: cannot write '" + staging.string() + "'");
+std::string metadata_of(const TrainState& state) {
+  return std::string("{\"") + kMetadataKey + "\":" + state_to_json(state) + "}";
+}
+
+// The trainer state of the checkpoint at `path`, checked against its manifest's table.
+TrainState state_of(const fs::path& path) {
+  const checkpoint::Manifest m = checkpoint::read_manifest(path);
+  const std::string where = (path / checkpoint::kManifestName).string() + " metadata";
+  const nlohmann::json metadata = nlohmann::json::parse(m.metadata, nullptr, false);
+  if (metadata.is_discarded() || !metadata.contains(kMetadataKey)) {
+    throw InvalidArgument(where + ": no \"" + std::string(kMetadataKey) +
+                          "\" object: not a checkpoint written by dynemb train");
   }
-  fs::rename(staging, path);
+  TrainState s = state_from_json(metadata.at(kMetadataKey).dump(), where + "." + kMetadataKey);
+  const auto table =
+      std::find_if(m.tables.begin(), m.tables.end(),
+                   [](const checkpoint::TableEntry& t) { return t.name == kTableName; });
+  if (table == m.tables.end()) {
+    throw InvalidArgument(where + ": the checkpoint has no table \"" + kTableName + "\"");
+  }
+  if (table->dim != s.dim + 1) {
+    throw InvalidArgument(where + ": dim = " + std::to_string(s.dim) +
+                          ", but the table's rows hold " + std::to_string(table->dim) +
+                          " floats (expected dim + 1)");
+  }
+  if (table->optimizer != s.optimizer) {
+    throw InvalidArgument(where + ": optimizer = " + s.optimizer +
+                          ", but the table was dumped with " + table->optimizer);
+  }
+  if (!m.delta && table->score_policy == "step" && table->score != s.progress.steps) {
+    throw InvalidArgument(where + ": steps = " + std::to_string(s.progress.steps) +
+                          ", but the table's step clock is " + std::to_string(table->score));
+  }
+  return s;
+}
+
+// The incremental dumps under `dir`, by step (staging directories left out).
+std::map<uint64_t, fs::path> incremental_dumps(const fs::path& dir, std::vector<fs::path>* others) {
+  std::map<uint64_t, fs::path> dumps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir / kIncrementalDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.front() == '.') continue;
+    uint64_t step = 0;
+    const auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), step);
+    if (err == std::errc() && end == name.data() + name.size()) {
+      dumps[step] = entry.path();
+    } else if (others != nullptr) {
+      others->push_back(entry.path());
+    }
+  }
+  return dumps;
 }
 
 class LibraryCheckpointStore final : public CheckpointStore {
  public:
-  void save(const std::string& dir, FmModel& model, const TrainProgress& progress) override {
-    fs::create_directories(dir);
-    const checkpoint::DumpReport report = checkpoint::dump(
-        fs::path(dir) / kModelDir, {checkpoint::named(kTableName, model.embedding())});
-    const nlohmann::json state = {{"samples", progress.samples},
-                                  {"steps", progress.steps},
-                                  {"model_dump_time_ns", report.manifest.dump_time_ns},
-                                  {"rows", report.rows}};
-    write_atomically(fs::path(dir) / kStateFile, state.dump(2) + "\n");
+  std::optional<TrainState> read_state(const std::string& dir) override {
+    const fs::path model = fs::path(dir) / kModelDir;
+    std::error_code ec;
+    if (fs::exists(model, ec)) return state_of(model);
+    const auto dumps = incremental_dumps(dir, nullptr);
+    if (dumps.empty()) return std::nullopt;
+    return state_of(dumps.rbegin()->second);
   }
 
-  uint64_t save_incremental(const std::string& dir, FmModel& model, const TrainProgress& progress,
+  size_t prepare(const std::string& dir, const TrainState& state) override {
+    std::vector<fs::path> doomed;
+    const auto dumps = incremental_dumps(dir, &doomed);
+    for (const auto& [step, path] : dumps) {
+      bool keep = false;
+      try {
+        const TrainState s = state_of(path);
+        keep = s.run_id == state.run_id && step <= state.progress.steps;
+      } catch (const Error&) {
+        keep = false;  // unreadable: not this run's
+      }
+      if (!keep) doomed.push_back(path);
+    }
+    for (const fs::path& p : doomed) checkpoint::remove_directory_durably(p);
+    std::error_code ec;
+    if (fs::is_directory(fs::path(dir) / kIncrementalDir, ec)) {
+      checkpoint::remove_stale_staging(fs::path(dir) / kIncrementalDir);
+    }
+    if (fs::is_directory(dir, ec)) checkpoint::remove_stale_staging(dir);
+    return doomed.size();
+  }
+
+  void save(const std::string& dir, FmModel& model, const TrainState& state) override {
+    checkpoint::DumpOptions options;
+    options.overwrite = true;  // the trainer checked that `dir` holds this run (or --overwrite)
+    options.metadata = metadata_of(state);
+    checkpoint::dump(fs::path(dir) / kModelDir, {checkpoint::named(kTableName, model.embedding())},
+                     options);
+  }
+
+  uint64_t save_incremental(const std::string& dir, FmModel& model, const TrainState& state,
                             uint64_t since) override {
     checkpoint::DumpOptions options;
     options.min_score = since;
-    const fs::path path = fs::path(dir) / "incremental" / std::to_string(progress.steps);
-    fs::create_directories(path.parent_path());
+    options.overwrite = true;
+    options.metadata = metadata_of(state);
+    const fs::path path = fs::path(dir) / kIncrementalDir / std::to_string(state.progress.steps);
     const checkpoint::DumpReport report =
         checkpoint::dump(path, {checkpoint::named(kTableName, model.embedding())}, options);
-    const auto& table = report.manifest.tables.at(0);
-    return table.next_min_score.value_or(since);
+    return report.manifest.tables.at(0).next_min_score.value_or(since);
   }
 
-  TrainProgress load(const std::string& dir, FmModel& model) override {
-    const fs::path state_path = fs::path(dir) / kStateFile;
-    std::ifstream in(state_path);
-    if (!in) {
-      throw InvalidArgument("--resume = '" + dir + "', no " + kStateFile +
-                            " in it: not a dynemb train checkpoint directory");
-    }
-    nlohmann::json state;
-    try {
-      state = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InvalidArgument("--resume: " + state_path.string() + " is not valid JSON: " + e.what());
-    }
-    const fs::path model_path = fs::path(dir) / kModelDir;
-    const checkpoint::Manifest manifest = checkpoint::read_manifest(model_path);
-    if (state.value("model_dump_time_ns", uint64_t{0}) != manifest.dump_time_ns) {
-      throw InvalidArgument("--resume = '" + dir + "', " + kStateFile +
-                            " does not belong to the model checkpoint next to it (dump times " +
-                            std::to_string(state.value("model_dump_time_ns", uint64_t{0})) +
-                            " vs " + std::to_string(manifest.dump_time_ns) +
-                            "): the run stopped while saving");
-    }
-    checkpoint::load(model_path, {checkpoint::named(kTableName, model.embedding())});
-    TrainProgress progress;
-    progress.samples = state.at("samples").get<uint64_t>();
-    progress.steps = state.at("steps").get<uint64_t>();
-    return progress;
+  void load(const std::string& dir, FmModel& model, bool reset_optimizer) override {
+    checkpoint::LoadOptions options;
+    options.optimizer_state = !reset_optimizer;
+    checkpoint::load(fs::path(dir) / kModelDir, {checkpoint::named(kTableName, model.embedding())},
+                     options);
   }
 };
 

@@ -46,13 +46,16 @@ void ProgressBar::update(const ProgressState& s, bool force) {
   last_ = std::chrono::steady_clock::now();
   drawn_ = true;
   std::string bar;
-  if (s.total > 0) {
-    const double fraction = std::min(1.0, static_cast<double>(s.samples) / s.total);
+  const bool by_fraction = s.fraction >= 0;
+  if (s.total > 0 || by_fraction) {
+    const double fraction = by_fraction ? std::min(1.0, s.fraction)
+                                        : std::min(1.0, static_cast<double>(s.samples) / s.total);
     const int width = 24, filled = static_cast<int>(fraction * width);
     bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
     char pct[16];
     std::snprintf(pct, sizeof pct, "%3.0f%% ", fraction * 100);
     bar += pct;
+    if (by_fraction) bar += "of the file | ";
   }
   char auc[32];
   if (std::isfinite(s.running_auc))
@@ -60,14 +63,19 @@ void ProgressBar::update(const ProgressState& s, bool force) {
   else
     std::snprintf(auc, sizeof auc, "-");
   char eta[32] = "";
-  if (s.total > 0 && s.samples_per_second > 0 && s.samples < s.total) {
+  if (by_fraction) {
+    if (s.fraction > 0 && s.fraction < 1) {
+      std::snprintf(eta, sizeof eta, " | eta %.0fs",
+                    s.elapsed_seconds * (1 - s.fraction) / s.fraction);
+    }
+  } else if (s.total > 0 && s.samples_per_second > 0 && s.samples < s.total) {
     std::snprintf(eta, sizeof eta, " | eta %.0fs", (s.total - s.samples) / s.samples_per_second);
   }
   char line[256];
   std::snprintf(
       line, sizeof line, "%s%s%s samples | %s/s | rows %s | evicted %s | auc %s | %.0fs%s",
       bar.c_str(), human_count(static_cast<double>(s.samples)).c_str(),
-      s.total > 0 ? ("/" + human_count(static_cast<double>(s.total))).c_str() : "",
+      s.total > 0 && !by_fraction ? ("/" + human_count(static_cast<double>(s.total))).c_str() : "",
       human_count(s.samples_per_second).c_str(), human_count(static_cast<double>(s.rows)).c_str(),
       human_count(static_cast<double>(s.evictions)).c_str(), auc, s.elapsed_seconds, eta);
   if (style_ == ProgressStyle::kBar) {

@@ -11,7 +11,8 @@ namespace dynemb::train {
 // What one update shows.
 struct ProgressState {
   uint64_t samples = 0;
-  uint64_t total = 0;  // 0: unknown (a file read to its end)
+  uint64_t total = 0;    // 0: unknown (a file read to its end)
+  double fraction = -1;  // >= 0: the bar shows this share of the input read (a file)
   double samples_per_second = 0.0;
   uint64_t rows = 0;
   uint64_t evictions = 0;

@@ -18,6 +18,8 @@ class SampleStream {
   virtual uint64_t skip(uint64_t n) = 0;
   // True when batches carry the ground-truth probabilities (true_probs).
   virtual bool has_ground_truth() const { return false; }
+  // The fraction of a finite input read so far, in [0, 1]; negative when the stream has no end.
+  virtual double fraction_read() const { return -1.0; }
   // One line saying what the stream is.
   virtual std::string describe() const = 0;
 };

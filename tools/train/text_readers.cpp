@@ -1,11 +1,15 @@
 #include "train/text_readers.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <vector>
 
 #include "dynemb/core/error.hpp"
 #include "train/feature_key.hpp"
+#include "train/stop_request.hpp"
 
 namespace dynemb::train {
 namespace {
@@ -36,6 +40,11 @@ double parse_number(std::string_view text, const std::string& where, const char*
     malformed(where,
               std::string(what) + " = '" + std::string(original) + "', must be a finite number");
   }
+  // Values are used as float32: one past its range would be inf there.
+  if (std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+    malformed(where, std::string(what) + " = '" + std::string(original) +
+                         "', must be finite in float32 (|value| <= 3.4028235e38)");
+  }
   return value;
 }
 
@@ -49,8 +58,13 @@ uint64_t parse_index(std::string_view text, const std::string& where, const char
   return value;
 }
 
-float parse_label(std::string_view text, const std::string& where) {
-  return parse_number(text, where, "label") > 0 ? 1.0f : 0.0f;
+// A 0/1 label (libffm, Criteo), or with `signed_ok` also -1/+1 (libsvm's binary convention).
+float parse_label(std::string_view text, const std::string& where, bool signed_ok) {
+  const double v = parse_number(text, where, "label");
+  if (v == 1.0) return 1.0f;
+  if (v == 0.0 || (signed_ok && v == -1.0)) return 0.0f;
+  malformed(where, "label = '" + std::string(text) + "', must be " +
+                       (signed_ok ? "0 or 1 (or -1 / +1)" : "0 or 1"));
 }
 
 // Splits on runs of spaces/tabs.
@@ -111,7 +125,7 @@ void parse_criteo_line(std::string_view line, SampleBatch& batch, const std::str
     malformed(where, "columns = " + std::to_string(columns.size()) + ", a Criteo line has " +
                          std::to_string(expected) + " tab-separated columns");
   }
-  const float label = parse_label(trim(columns[0]), where);
+  const float label = parse_label(trim(columns[0]), where, false);
   if (columns[0] != "0" && columns[0] != "1") {
     malformed(where, "label = '" + std::string(columns[0]) + "', must be 0 or 1");
   }
@@ -137,7 +151,7 @@ void parse_criteo_line(std::string_view line, SampleBatch& batch, const std::str
 void parse_libsvm_line(std::string_view line, SampleBatch& batch, const std::string& where) {
   const std::vector<std::string_view> tokens = split_whitespace(line);
   if (tokens.empty()) malformed(where, "empty line, a libsvm line starts with a label");
-  const float label = parse_label(tokens[0], where);
+  const float label = parse_label(tokens[0], where, true);
   for (size_t t = 1; t < tokens.size(); ++t) {
     const size_t colon = tokens[t].find(':');
     if (colon == std::string_view::npos) {
@@ -153,7 +167,7 @@ void parse_libsvm_line(std::string_view line, SampleBatch& batch, const std::str
 void parse_libffm_line(std::string_view line, SampleBatch& batch, const std::string& where) {
   const std::vector<std::string_view> tokens = split_whitespace(line);
   if (tokens.empty()) malformed(where, "empty line, a libffm line starts with a label");
-  const float label = parse_label(tokens[0], where);
+  const float label = parse_label(tokens[0], where, false);
   for (size_t t = 1; t < tokens.size(); ++t) {
     const std::string_view token = tokens[t];
     const size_t c1 = token.find(':');
@@ -184,6 +198,8 @@ TextFileStream::TextFileStream(std::string path, TextFormat format, const char* 
       epochs_(epochs),
       in_(path_) {
   if (!in_) throw InvalidArgument(std::string(option) + " = '" + path_ + "', cannot open the file");
+  std::error_code ec;
+  file_bytes_ = std::filesystem::file_size(path_, ec);
   require(selection == LineSelection::kAll || holdout_every >= 2, option, "holdout_every",
           std::to_string(holdout_every), "must be >= 2 to hold lines out");
   require(epochs >= 1, option, "epochs", std::to_string(epochs), "must be >= 1");
@@ -201,6 +217,8 @@ bool TextFileStream::next_line() {
       continue;
     }
     ++line_number_;
+    bytes_read_ += line_.size() + 1;
+    if ((line_number_ & 0xffff) == 0) throw_if_stop_requested(("reading " + path_).c_str());
     const std::string_view view = trim(line_);
     if (view.empty() || view.front() == '#') continue;
     const uint64_t index = sample_index_++;
@@ -234,6 +252,12 @@ uint64_t TextFileStream::skip(uint64_t n) {
   uint64_t skipped = 0;
   while (skipped < n && next_line()) ++skipped;
   return skipped;
+}
+
+double TextFileStream::fraction_read() const {
+  const double total = static_cast<double>(file_bytes_) * epochs_;
+  if (total <= 0) return -1.0;
+  return std::min(1.0, static_cast<double>(bytes_read_) / total);
 }
 
 std::string TextFileStream::describe() const {

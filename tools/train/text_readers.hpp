@@ -22,9 +22,10 @@ std::string to_string(TextFormat format);
 // categorical columns (fields 13..38); an empty column is a missing feature. Appends one sample
 // to `batch`; throws InvalidArgument naming `where` (file:line) if the line is malformed.
 void parse_criteo_line(std::string_view line, SampleBatch& batch, const std::string& where);
-// libsvm: "label index:value ...", every feature in field 0 keyed by its index.
+// libsvm: "label index:value ...", every feature in field 0 keyed by its index; the label is
+// 0 or -1 (no click) or 1 or +1 (click); a value must be finite in float32.
 void parse_libsvm_line(std::string_view line, SampleBatch& batch, const std::string& where);
-// libffm: "label field:index:value ...", field < 254.
+// libffm: "label field:index:value ...", label 0 or 1, field < 254, a value finite in float32.
 void parse_libffm_line(std::string_view line, SampleBatch& batch, const std::string& where);
 
 // Which lines of a file a stream yields: every line, only the held-out ones (line index %
@@ -42,6 +43,8 @@ class TextFileStream final : public SampleStream {
   size_t next(SampleBatch& batch, size_t max_samples) override;
   uint64_t skip(uint64_t n) override;
   std::string describe() const override;
+  // Bytes read over the bytes of every epoch.
+  double fraction_read() const override;
 
  private:
   // Reads the next selected line into line_; false at the end of the last epoch.
@@ -58,6 +61,8 @@ class TextFileStream final : public SampleStream {
   uint64_t sample_index_ = 0;  // index among sample lines in the current epoch
   std::ifstream in_;
   std::string line_;
+  uint64_t file_bytes_ = 0;  // size of the file when opened
+  uint64_t bytes_read_ = 0;  // over every epoch so far
 };
 
 }  // namespace dynemb::train

@@ -46,9 +46,13 @@ struct TrainOptions {
 
   // --- checkpoints ---
   std::string checkpoint_dir;
-  uint64_t checkpoint_every = 0;   // samples between full checkpoints (0: only at the end)
-  uint64_t incremental_every = 0;  // samples between incremental dumps (0: none)
-  std::string resume;              // a checkpoint directory to continue from
+  uint64_t checkpoint_every = 0;      // samples between full checkpoints (0: only at the end)
+  uint64_t incremental_every = 0;     // samples between incremental dumps (0: none)
+  std::string resume;                 // a checkpoint directory to continue from
+  bool overwrite = false;             // replace the run held in checkpoint_dir (else refused)
+  bool reset_optimizer = false;       // resume with another --optimizer, its state starting fresh
+  bool allow_different_data = false;  // resume onto another data stream
+  bool allow_different_batch_size = false;  // resume with another --batch-size
 
   // --- output ---
   std::string output_dir = "train_output";  // metrics.json and learning_curve.svg go here

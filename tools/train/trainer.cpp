@@ -19,6 +19,7 @@
 #include "train/gpu_synthetic_stream.hpp"
 #include "train/metrics.hpp"
 #include "train/progress_bar.hpp"
+#include "train/stop_request.hpp"
 #include "train/synthetic_stream.hpp"
 #include "train/text_readers.hpp"
 
@@ -30,41 +31,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-// --- Ctrl-C ------------------------------------------------------------------------------------
-
-std::atomic<bool> g_stop_requested{false};
-
-extern "C" void request_stop(int) {
-  // A second Ctrl-C leaves at once.
-  if (g_stop_requested.exchange(true)) _exit(130);
-}
-
-// Installs the stop handler for SIGINT and SIGTERM while alive.
-class StopSignals {
- public:
-  explicit StopSignals(bool enabled) : enabled_(enabled) {
-    g_stop_requested = false;
-    if (!enabled_) return;
-    struct sigaction action {};
-    action.sa_handler = request_stop;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~StopSignals() {
-    if (!enabled_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  bool enabled_;
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 // --- data --------------------------------------------------------------------------------------
 
@@ -96,6 +62,7 @@ std::vector<SampleBatch> load_eval_set(const TrainOptions& o, size_t chunk) {
   std::vector<SampleBatch> chunks;
   uint64_t loaded = 0;
   while (loaded < o.eval_samples) {
+    throw_if_stop_requested("loading the held-out set");
     SampleBatch b;
     const size_t got =
         stream->next(b, static_cast<size_t>(std::min<uint64_t>(chunk, o.eval_samples - loaded)));
@@ -108,16 +75,41 @@ std::vector<SampleBatch> load_eval_set(const TrainOptions& o, size_t chunk) {
 
 struct Evaluation {
   double auc = NAN, log_loss = NAN;
+  uint64_t nan_predictions = 0;  // left out of both
 };
 
 Evaluation evaluate(FmModel& model, const std::vector<SampleBatch>& eval_set) {
   std::vector<float> probs, all_probs, labels, chunk_probs;
   for (const SampleBatch& b : eval_set) {
+    throw_if_stop_requested("evaluating");
     model.predict(b, chunk_probs);
     all_probs.insert(all_probs.end(), chunk_probs.begin(), chunk_probs.end());
     labels.insert(labels.end(), b.labels.begin(), b.labels.end());
   }
-  return {roc_auc(all_probs, labels), log_loss(all_probs, labels)};
+  Evaluation e;
+  e.auc = roc_auc(all_probs, labels, &e.nan_predictions);
+  e.log_loss = log_loss(all_probs, labels);
+  return e;
+}
+
+// Stops a run whose loss or predictions stopped being finite: nothing it would learn or save
+// from here on is usable.
+void check_finite_step(const TrainOptions& o, const TrainProgress& before, double loss,
+                       const float* probs, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += std::isfinite(probs[i]) ? 0 : 1;
+  if (std::isfinite(loss) && bad == 0) return;
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "dynemb train: training diverged at step %llu (samples %llu-%llu): the batch's "
+                "log loss is %g and %zu of %zu predictions are not finite. Lower --lr (now %g) "
+                "or --init-stddev (now %g)%s; no checkpoint was written from the diverged model",
+                static_cast<unsigned long long>(before.steps + 1),
+                static_cast<unsigned long long>(before.samples + 1),
+                static_cast<unsigned long long>(before.samples + n), loss, bad, n,
+                static_cast<double>(o.learning_rate), static_cast<double>(o.init_stddev),
+                o.optimizer == "sgd" ? "" : ", or try --optimizer sgd with a small --lr");
+  throw Error(line);
 }
 
 std::optional<Evaluation> ground_truth(const std::vector<SampleBatch>& eval_set) {
@@ -196,6 +188,10 @@ nlohmann::json options_json(const TrainOptions& o) {
   j["checkpoint_every"] = o.checkpoint_every;
   j["incremental_every"] = o.incremental_every;
   j["resume"] = o.resume;
+  j["overwrite"] = o.overwrite;
+  j["reset_optimizer"] = o.reset_optimizer;
+  j["allow_different_data"] = o.allow_different_data;
+  j["allow_different_batch_size"] = o.allow_different_batch_size;
   if (o.data == "synthetic") {
     const SyntheticOptions& s = o.synthetic;
     j["synthetic"] = {{"seed", s.seed},
@@ -228,6 +224,7 @@ void write_metrics_json(const std::string& path, const TrainOptions& o, const Tr
       {"eval_samples", r.eval_samples},
       {"eval_auc", json_number(r.eval_auc)},
       {"eval_log_loss", json_number(r.eval_log_loss)},
+      {"eval_nan_predictions", r.eval_nan_predictions},
       {"ground_truth_auc", r.ground_truth_auc ? json_number(*r.ground_truth_auc) : nullptr},
       {"ground_truth_log_loss",
        r.ground_truth_log_loss ? json_number(*r.ground_truth_log_loss) : nullptr},
@@ -303,16 +300,65 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
   std::unique_ptr<GpuSyntheticStream> gpu_stream =
       gpu_data ? std::make_unique<GpuSyntheticStream>(o.synthetic, false) : nullptr;
   DeviceBatch device_batch;
-  TrainProgress progress;
+  StopSignals signals(hooks.handle_signals);
+  TrainState state = initial_state(o);
   if (!o.resume.empty()) {
-    progress = store->load(o.resume, model);
-    const uint64_t skipped =
-        gpu_stream ? gpu_stream->skip(progress.samples) : stream->skip(progress.samples);
-    require(skipped == progress.samples, "--resume", "samples", std::to_string(progress.samples),
+    const std::optional<TrainState> saved = store->read_state(o.resume);
+    if (!saved) {
+      throw InvalidArgument("--resume = '" + o.resume +
+                            "' holds no dynemb train checkpoint (no model/ with a manifest)");
+    }
+    check_resume_compatible(*saved, state, o);
+    const bool reset_optimizer = saved->optimizer != state.optimizer;
+    store->load(o.resume, model, reset_optimizer);
+    if (reset_optimizer) {
+      log << "--reset-optimizer: the checkpoint's " << saved->optimizer << " state is dropped; "
+          << o.optimizer << " starts from fresh state\n";
+    }
+    state.run_id = saved->run_id;
+    state.progress = saved->progress;
+    state.incremental_threshold = saved->incremental_threshold;
+    throw_if_stop_requested("loading the checkpoint");
+    const uint64_t samples = state.progress.samples;
+    const uint64_t skipped = gpu_stream ? gpu_stream->skip(samples) : stream->skip(samples);
+    require(skipped == samples, "--resume", "samples", std::to_string(samples),
             "the data has only " + std::to_string(skipped) + " samples");
-    log << "resumed from " << o.resume << " at " << progress.samples << " samples, step "
-        << progress.steps << ", " << model.embedding().table().size() << " rows\n";
+    log << "resumed run " << state.run_id << " from " << o.resume << " at " << samples
+        << " samples, step " << state.progress.steps << ", " << model.embedding().table().size()
+        << " rows\n";
   }
+  if (!o.checkpoint_dir.empty()) {
+    // The directory holds one run: this one (resumed) or, with --overwrite, the one replacing it.
+    std::optional<TrainState> held;
+    try {
+      held = store->read_state(o.checkpoint_dir);
+    } catch (const Error& e) {
+      if (!o.overwrite) {
+        throw InvalidArgument("--checkpoint-dir = '" + o.checkpoint_dir +
+                              "' holds a checkpoint that cannot be read (" + e.what() +
+                              "); pass --overwrite to replace it");
+      }
+    }
+    if (held && held->run_id != state.run_id) {
+      if (!o.overwrite) {
+        throw InvalidArgument("--checkpoint-dir = '" + o.checkpoint_dir + "' holds another run (" +
+                              held->run_id + ", " + std::to_string(held->progress.samples) +
+                              " samples, step " + std::to_string(held->progress.steps) +
+                              "); pass --resume " + o.checkpoint_dir +
+                              " to continue it, or --overwrite to replace it");
+      }
+      log << "--overwrite: run " << held->run_id << " in " << o.checkpoint_dir
+          << " is replaced by run " << state.run_id << " at its first checkpoint\n";
+    }
+    report.incremental_dumps_removed = store->prepare(o.checkpoint_dir, state);
+    if (report.incremental_dumps_removed > 0) {
+      log << "removed " << report.incremental_dumps_removed << " incremental dump(s) from "
+          << o.checkpoint_dir << " that belong to another run or lie past step "
+          << state.progress.steps << "\n";
+    }
+  }
+  report.run_id = state.run_id;
+  TrainProgress& progress = state.progress;
   const std::vector<SampleBatch> eval_set = load_eval_set(o, 65536);
   for (const SampleBatch& b : eval_set) report.eval_samples += b.size();
   require(
@@ -328,7 +374,6 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
       << human_count(static_cast<double>(o.capacity)) << " rows, " << report.eval_samples
       << " held-out samples\n";
 
-  StopSignals signals(hooks.handle_signals);
   ProgressBar bar(log, parse_progress_style(o.progress), o.progress_seconds);
   RunningAuc running(100'000);
   SampleBatch batch;
@@ -343,12 +388,12 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
   uint64_t next_eval = next_due(o.eval_every);
   uint64_t next_checkpoint = next_due(o.checkpoint_every);
   uint64_t next_incremental = next_due(o.incremental_every);
-  uint64_t incremental_threshold = 0;
 
   auto table_counts = [&](uint64_t& rows, uint64_t& evictions) {
     rows = model.embedding().table().size();
     evictions = model.embedding().stats().table.evictions;
   };
+  Evaluation last_evaluation;
   auto add_curve_point = [&] {
     const Evaluation e = evaluate(model, eval_set);
     CurvePoint p;
@@ -362,13 +407,21 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     report.curve.push_back(p);
     loss_since_point = 0.0;
     samples_since_point = 0;
+    last_evaluation = e;
     return e;
   };
   auto show = [&](bool force) {
     if (!force && !bar.due()) return;
     ProgressState s;
     s.samples = progress.samples;
-    s.total = target;
+    s.total = gpu_stream || o.data == "synthetic" ? target : 0;
+    if (stream && s.total == 0) {
+      // A file: how much of it was read (or of --samples, whichever ends the run first).
+      s.fraction = stream->fraction_read();
+      if (target > 0 && s.fraction >= 0) {
+        s.fraction = std::max(s.fraction, static_cast<double>(progress.samples) / target);
+      }
+    }
     s.samples_per_second =
         train_seconds > 0 ? (progress.samples - first_sample) / train_seconds : 0;
     table_counts(s.rows, s.evictions);
@@ -377,7 +430,7 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     bar.update(s, force);
   };
 
-  while (!g_stop_requested && (target == 0 || progress.samples < target)) {
+  while (!stop_requested() && (target == 0 || progress.samples < target)) {
     const auto step_start = Clock::now();
     const uint64_t want =
         target == 0 ? batch_size : std::min<uint64_t>(batch_size, target - progress.samples);
@@ -397,6 +450,7 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
       labels = batch.labels.data();
     }
     train_seconds += seconds_since(step_start);
+    check_finite_step(o, progress, loss, probs.data(), got);
     running.add(probs.data(), labels, got);
     loss_since_point += loss;
     samples_since_point += got;
@@ -404,32 +458,37 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     ++progress.steps;
     show(false);
     if (progress.samples >= next_eval) {
-      add_curve_point();
+      try {
+        add_curve_point();
+      } catch (const Interrupted&) {
+        break;  // Ctrl-C during the evaluation: finish up as after a step
+      }
       next_eval = next_due(o.eval_every);
     }
     if (progress.samples >= next_checkpoint) {
-      store->save(o.checkpoint_dir, model, progress);
+      store->save(o.checkpoint_dir, model, state);
       next_checkpoint = next_due(o.checkpoint_every);
     }
     if (progress.samples >= next_incremental) {
-      incremental_threshold =
-          store->save_incremental(o.checkpoint_dir, model, progress, incremental_threshold);
+      state.incremental_threshold =
+          store->save_incremental(o.checkpoint_dir, model, state, state.incremental_threshold);
       next_incremental = next_due(o.incremental_every);
     }
   }
   show(true);
   bar.finish();
-  report.interrupted = g_stop_requested.load();
+  report.interrupted = stop_requested();
+  // From here a (second) Ctrl-C ends the run at once: Interrupted from the evaluation, or the
+  // handler's exit.
+  set_stop_requested(false);
   if (report.interrupted)
     log << "interrupted at " << progress.samples << " samples: finishing up\n";
 
   const bool evaluated_here =
       !report.curve.empty() && report.curve.back().samples == progress.samples;
-  const Evaluation final_eval =
-      evaluated_here ? Evaluation{report.curve.back().eval_auc, report.curve.back().eval_log_loss}
-                     : add_curve_point();
+  const Evaluation final_eval = evaluated_here ? last_evaluation : add_curve_point();
   if (!o.checkpoint_dir.empty()) {
-    store->save(o.checkpoint_dir, model, progress);
+    store->save(o.checkpoint_dir, model, state);
     log << "checkpoint written to " << o.checkpoint_dir << " (" << progress.samples
         << " samples)\n";
   }
@@ -441,6 +500,7 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
   report.samples_per_second = train_seconds > 0 ? report.samples_this_run / train_seconds : 0.0;
   report.eval_auc = final_eval.auc;
   report.eval_log_loss = final_eval.log_loss;
+  report.eval_nan_predictions = final_eval.nan_predictions;
   report.rows = model.embedding().table().size();
   report.evictions = stats.table.evictions;
   report.refused = stats.table.refused;
@@ -472,6 +532,10 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
                   *report.ground_truth_auc, *report.ground_truth_auc - report.eval_auc,
                   *report.ground_truth_log_loss);
     log << line;
+  }
+  if (report.eval_nan_predictions > 0) {
+    log << "\n  " << report.eval_nan_predictions
+        << " held-out predictions were NaN and are left out of the AUC and log loss";
   }
   log << "\n  metrics: " << report.metrics_path << ", plot: " << report.plot_path << "\n";
   return report;

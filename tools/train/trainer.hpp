@@ -26,10 +26,13 @@ struct TrainReport {
   double eval_auc = 0.0, eval_log_loss = 0.0;
   std::optional<double> ground_truth_auc, ground_truth_log_loss;  // synthetic data only
   uint64_t eval_samples = 0;
+  uint64_t eval_nan_predictions = 0;  // held-out predictions that were NaN (left out of AUC)
   uint64_t rows = 0, evictions = 0, refused = 0, nonfinite_gradients = 0;
   bool interrupted = false;
   std::vector<CurvePoint> curve;
   std::string metrics_path, plot_path;
+  std::string run_id;                    // of the run (kept across resumes)
+  size_t incremental_dumps_removed = 0;  // other runs' / superseded deltas removed at start
 };
 
 // What a caller (the command, a test) can plug in.
@@ -43,7 +46,12 @@ struct TrainHooks {
 
 // Runs `options` (validated first) and returns the report; the metrics JSON and the plot are
 // written before it returns. A stop request (Ctrl-C) ends the loop after the current step, then
-// evaluates, writes the final checkpoint (with --checkpoint-dir) and the outputs as usual.
+// evaluates, writes the final checkpoint (with --checkpoint-dir) and the outputs as usual; one
+// during setup or a second one while finishing throws Interrupted. A run that diverges (a loss
+// or prediction not finite) throws Error naming the step, the loss and what to lower. A
+// --checkpoint-dir holding another run is refused (InvalidArgument) unless --overwrite, and a
+// resume whose settings differ from the checkpoint's is refused unless allowed
+// (check_resume_compatible).
 TrainReport run_training(const TrainOptions& options, const TrainHooks& hooks = {});
 
 }  // namespace dynemb::train

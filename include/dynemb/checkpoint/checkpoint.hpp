@@ -60,7 +60,9 @@ struct DumpOptions {
   std::optional<uint64_t> min_score;  // set: a delta of the rows with score >= min_score
   uint64_t chunk_slots = 1u << 16;    // slots exported per export_batch call
   bool direct_io = true;              // O_DIRECT where the file system allows it
-  bool overwrite = true;              // replace a checkpoint already at the path
+  bool overwrite = false;             // replace a checkpoint already at the path (else refuse)
+  std::string metadata;               // a JSON object stored as the manifest's "metadata"
+                                      // (the caller's own state, <= 1 MiB); empty: {}
 };
 
 // What a dump wrote.
@@ -71,9 +73,11 @@ struct DumpReport {
 };
 
 // Writes one checkpoint from one or more ranks' shards into a staging directory next to `path`;
-// commit() makes it appear at `path` at once (fsync + rename), so a crash at any point leaves
-// the previous checkpoint at `path` intact. Destroying an uncommitted writer removes the staging
-// directory.
+// commit() makes it appear at `path` at once (fsync + rename or atomic exchange), so a crash at
+// any point leaves `path` holding the previous checkpoint or the new one, each complete.
+// Refuses (InvalidArgument) a `path` that exists unless options.overwrite and it is a
+// checkpoint or an empty directory. Destroying an uncommitted writer removes the staging
+// directory; staging directories of killed writers next to `path` are removed at construction.
 class CheckpointWriter {
  public:
   CheckpointWriter(std::filesystem::path path, uint32_t world_size, DumpOptions options = {});

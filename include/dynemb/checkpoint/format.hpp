@@ -24,7 +24,7 @@ class CheckpointError : public Error {
 
 class ByteSource;  // a data file read in order (src/checkpoint/byte_stream.hpp)
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: the manifest carries its own checksum
 inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kFormatName[] = "dynemb-checkpoint";
 inline constexpr char kFileMagic[8] = {'D', 'Y', 'N', 'E', 'M', 'B', 'C', 'K'};
@@ -102,14 +102,23 @@ struct Manifest {
   uint64_t dump_time_ns = 0;          // host clock (ns since the Unix epoch) when the dump began
   uint32_t world_size = 1;
   std::vector<TableEntry> tables;
+  std::string metadata = "{}";  // the caller's JSON object (DumpOptions::metadata), compact
 };
 
-// The manifest as JSON text.
+// The manifest as JSON text, ending with its own checksum ("manifest_crc32c": the CRC32C of
+// every byte before that key).
 std::string manifest_to_json(const Manifest& manifest);
-// Parses and checks the manifest's structure (every field present with the right type,
-// versions, file names inside the directory, shard ranks 0..world_size-1, row sums, file sizes
-// equal header + rows * width); CheckpointError naming `where` and the field otherwise.
-Manifest manifest_from_json(std::string_view text, const std::string& where);
+// Checks the manifest text's own checksum: "" when it matches, else what is wrong.
+std::string manifest_checksum_problem(std::string_view text);
+// Parses and checks the manifest: its own checksum (unless `check_own_checksum` is false, only
+// for showing a damaged manifest), every field present with the right type, versions, file
+// names inside the directory, shard ranks 0..world_size-1, row sums, file sizes equal header +
+// rows * width; CheckpointError naming `where` and the field otherwise.
+Manifest manifest_from_json(std::string_view text, const std::string& where,
+                            bool check_own_checksum = true);
+// Checks that `text` is a JSON object of at most 1 MiB nested at most 32 deep (what a
+// manifest's metadata may be); returns it compact. CheckpointError naming `where` otherwise.
+std::string checked_metadata(std::string_view text, const std::string& where);
 
 // The expected header and size of a table's file of `content` in `shard`.
 FileHeader expected_header(const TableEntry& table, const ShardEntry& shard, FileContent content,
