@@ -26,7 +26,26 @@ if /usr/bin/python3 tests/checkpoint/read_with_numpy.py "$ckpt_dir/damaged" > /d
   echo "numpy reader accepted a damaged checkpoint" >&2
   exit 1
 fi
-echo "numpy checkpoint reader: the checkpoint verified and the damaged copy was rejected"
+cp -r "$ckpt_dir/ckpt/model" "$ckpt_dir/edited"
+sed -i 's/"optimizer": "ftrl"/"optimizer": "adam"/' "$ckpt_dir/edited/manifest.json"
+if /usr/bin/python3 tests/checkpoint/read_with_numpy.py "$ckpt_dir/edited" > /dev/null; then
+  echo "numpy reader accepted an edited manifest" >&2
+  exit 1
+fi
+echo "numpy checkpoint reader: the checkpoint verified, the damaged copy and the edited manifest were rejected"
+
+# The dynemb program's usage errors (exit 2) and its refusal to overwrite another run.
+bash tests/train/cli_usage_test.sh build/tools/dynemb/dynemb
+
+# The readers and metrics on random inputs with NaN / inf / overflowing values, under UBSan and
+# ASan (a bounded run of the seeded driver; docs/train.md, "Fuzzing the readers and metrics").
+fuzz_bin="$ckpt_dir/train_input_fuzz"
+fuzz_src="tools/train/metrics.cpp tools/train/text_readers.cpp tools/train/stop_request.cpp src/core/error.cpp"
+# shellcheck disable=SC2086
+c++ -std=c++20 -O1 -g -fsanitize=undefined,address -fno-sanitize-recover=all -Iinclude -Isrc \
+  -Itools tests/train/fuzz/train_input_fuzz.cpp tests/train/fuzz/random_driver.cpp $fuzz_src \
+  -o "$fuzz_bin"
+"$fuzz_bin" 20000
 
 # `cmake --install` into a fresh prefix, and examples/consumer built against it with
 # find_package(dynemb CONFIG), run: it checks a table against a std::map.

@@ -26,9 +26,25 @@ def crc32c(data: bytes) -> int:
     return c ^ 0xFFFFFFFF
 
 
+def manifest_checksum_ok(text: bytes) -> bool:
+    """The manifest's own checksum: CRC32C of every byte before its last key, manifest_crc32c."""
+    key = b'"manifest_crc32c"'
+    at = text.rfind(key)
+    if at < 0:
+        return False
+    rest = text[at + len(key):].strip()
+    if not rest.startswith(b":") or not rest.endswith(b"}"):
+        return False
+    value = rest[1:-1].strip()
+    return value.isdigit() and crc32c(text[:at]) == int(value)
+
+
 def main(ckpt: str) -> int:
-    m = json.load(open(f"{ckpt}/manifest.json"))
-    ok = True
+    text = open(f"{ckpt}/manifest.json", "rb").read()
+    m = json.loads(text)
+    ok = manifest_checksum_ok(text)
+    if not ok:
+        print("manifest.json: its own checksum (manifest_crc32c) does NOT verify")
     print(f"{m['kind']} checkpoint, format {m['format_version']}, world size {m['world_size']}")
     for t in m["tables"]:
         key_dtype = "<i8" if t["key_dtype"] == "int64" else "<u8"
