@@ -192,6 +192,8 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint32_t world_si
     : state_(std::make_unique<State>()) {
   require(world_size >= 1, "CheckpointWriter", "world_size", std::to_string(world_size), ">= 1");
   require(!path.empty(), "CheckpointWriter", "path", "\"\"", "a directory path");
+  require(options.chunk_slots >= 1, "CheckpointWriter", "chunk_slots",
+          std::to_string(options.chunk_slots), ">= 1");
   State& s = *state_;
   s.path = normalized(path);
   s.options = std::move(options);

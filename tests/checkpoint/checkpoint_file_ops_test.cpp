@@ -216,6 +216,13 @@ TEST(CheckpointFileOps, ExistingPathIsOnlyReplacedWhenAsked) {
   bad.metadata = "[1, 2]";
   EXPECT_THROW(checkpoint::dump(dir / "new", {named("emb", *seeded(6))}, bad), InvalidArgument);
   EXPECT_FALSE(fs::exists(dir / "new"));
+  bad = replacing();
+  bad.chunk_slots = 0;
+  EXPECT_THROW(checkpoint::dump(dir / "new", {named("emb", *seeded(6))}, bad), InvalidArgument);
+  EXPECT_FALSE(fs::exists(dir / "new"));
+  checkpoint::LoadOptions zero_chunk;
+  zero_chunk.chunk_rows = 0;
+  EXPECT_THROW(checkpoint::load(path, {named("emb", *loaded)}, zero_chunk), InvalidArgument);
 }
 
 TEST(CheckpointFileOps, EditedManifestIsNotVerifiedAndNotLoaded) {

@@ -353,8 +353,8 @@ TrainReport run_training(const TrainOptions& o, const TrainHooks& hooks) {
     report.incremental_dumps_removed = store->prepare(o.checkpoint_dir, state);
     if (report.incremental_dumps_removed > 0) {
       log << "removed " << report.incremental_dumps_removed << " incremental dump(s) from "
-          << o.checkpoint_dir << " that belong to another run or lie past step "
-          << state.progress.steps << "\n";
+          << o.checkpoint_dir << " that belong to another run, cannot be read, or lie past step "
+          << state.progress.steps << " (redone by this run)\n";
     }
   }
   report.run_id = state.run_id;
