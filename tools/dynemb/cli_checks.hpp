@@ -41,9 +41,15 @@ CLI::Validator fits(const T&) {
 }
 
 // Rejects a value that starts with '-' (CLI11 would wrap it around for unsigned options), with a
-// message naming the value and the limit.
+// message naming the value and the limit; for options of any number type (fits() is stricter
+// for an unsigned integer option: it also refuses overflow).
 inline CLI::Validator not_negative() {
-  return unsigned_in(0, std::numeric_limits<uint64_t>::max());
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (value.empty() || value.front() != '-') return "";
+        return "value = " + value + ", must be >= 0";
+      },
+      "", "not negative");
 }
 
 // A finite number in [lo, hi] (NaN and inf refused), with a message naming the value and limit.
