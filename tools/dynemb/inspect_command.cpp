@@ -81,11 +81,18 @@ void run(const InspectArgs& a) {
       }
     }
   }
+  if (m.metadata != "{}") {
+    // The caller's own state (e.g. dynemb train's run id, samples and steps).
+    const std::string shown =
+        m.metadata.size() > 400 ? m.metadata.substr(0, 400) + "..." : m.metadata;
+    std::cout << "\n  metadata: " << shown << "\n";
+  }
   std::cout << "\n";
   if (a.no_verify) {
     std::cout << "  verified: not checked (--no-verify)\n";
   } else if (r.verified) {
-    std::cout << "  verified: yes (every file present, sized, headers and CRC32C match)\n";
+    std::cout << "  verified: yes (manifest checksum; every file present, sized, headers and "
+                 "CRC32C match)\n";
   } else {
     std::cout << "  verified: NO\n";
     throw ckpt::CheckpointError(r.problem);

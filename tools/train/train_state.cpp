@@ -1,5 +1,6 @@
 #include "train/train_state.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,10 +16,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string exact(double v) {
+// The shortest text that reads back as the same value (std::to_chars round trip).
+template <typename F>
+std::string exact(F v) {
   char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%.17g", v);
-  return buffer;
+  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(v);
 }
 
 std::string describe_value(const Json& v) {
