@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_test_util.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/checkpoint/file_ops.hpp"
+#include "dynemb/embedding/embedding.hpp"
 
 namespace dynemb::testing {
 namespace {
