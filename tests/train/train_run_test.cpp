@@ -272,6 +272,18 @@ TEST(TrainOptionsValidation, NamesTheFlag) {
   o.memory_mode = "caching";
   EXPECT_THROW(validate_train_options(o), NotAvailable);
   o = {};
+  o.overwrite = true;
+  EXPECT_NE(message_of(o).find("--overwrite"), std::string::npos);
+  o = {};
+  o.reset_optimizer = true;
+  EXPECT_NE(message_of(o).find("--reset-optimizer"), std::string::npos);
+  o = {};
+  o.allow_different_data = true;
+  EXPECT_NE(message_of(o).find("--allow-different-data"), std::string::npos);
+  o = {};
+  o.allow_different_batch_size = true;
+  EXPECT_NE(message_of(o).find("--allow-different-batch-size"), std::string::npos);
+  o = {};
   o.plot = "curve.png";
   EXPECT_NE(message_of(o).find("--plot"), std::string::npos);
   EXPECT_EQ(message_of(TrainOptions{}), "");

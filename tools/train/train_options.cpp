@@ -118,6 +118,12 @@ void validate_train_options(const TrainOptions& o) {
         std::to_string(o.incremental_every), "needs --checkpoint-dir");
   check(o.resume.empty() || std::filesystem::is_directory(o.resume), "--resume", o.resume,
         "must be an existing checkpoint directory");
+  check(checkpoints || !o.overwrite, "--overwrite", "true", "needs --checkpoint-dir");
+  const bool resuming = !o.resume.empty();
+  check(resuming || !o.reset_optimizer, "--reset-optimizer", "true", "needs --resume");
+  check(resuming || !o.allow_different_data, "--allow-different-data", "true", "needs --resume");
+  check(resuming || !o.allow_different_batch_size, "--allow-different-batch-size", "true",
+        "needs --resume");
   check(
       o.progress == "auto" || o.progress == "bar" || o.progress == "lines" || o.progress == "none",
       "--progress", o.progress, "must be one of auto, bar, lines, none");
