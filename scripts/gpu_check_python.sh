@@ -32,13 +32,20 @@ export PATH="/usr/local/cuda/bin:$PATH"
 pybuild=build-gpu-python
 program="${1:-build-gpu}/tools/dynemb/dynemb"
 targets=(dynemb_python)
+tools=OFF  # the module alone needs no benchmark peers (absl, libcuckoo), which a GPU machine may lack
 if [ ! -x "$program" ]; then
   program="$pybuild/tools/dynemb/dynemb"
   targets+=(dynemb_program)
+  tools=ON
 fi
+# Header-only dependencies the machine lacks (nlohmann_json) may come in a prefix, .carry/deps
+# (include/ and share/cmake/ copied from a Debian machine).
+prefix_path=""
+[ -d .carry/deps ] && prefix_path="-DCMAKE_PREFIX_PATH=$PWD/.carry/deps"
 step "Python module ($(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)) into $pybuild: ${targets[*]}"
 cmake -S . -B "$pybuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=ON -DDYNEMB_BUILD_TESTS=OFF \
+  -DDYNEMB_BUILD_TOOLS=$tools $prefix_path \
   -DPython_EXECUTABLE="$(command -v python3)" > "$out/python_build.log" 2>&1 &&
   cmake --build "$pybuild" --target "${targets[@]}" -j "$(nproc)" >> "$out/python_build.log" 2>&1
 rc=$?
