@@ -26,7 +26,7 @@ BELOW = {
     "storage": ["table"],
     "checkpoint": ["table", "storage"],
     "cache": ["core"],
-    "dist": ["embedding"],
+    "dist": ["embedding", "checkpoint"],
     "wholememory": ["dist"],
 }
 TOP = {"python", "tools", "bench"}  # above every part

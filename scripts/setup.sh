@@ -14,6 +14,7 @@ packages=(
                                    # python3 also runs scripts/check_arrows.py
   python3-dev pybind11-dev         # the Python module dynemb._C (python/)
   python3-torch python3-pytest     # the Python suite (tests/python, scripts/test.sh)
+  libopenmpi-dev openmpi-bin       # dist: the MPI communicator and its multi-process tests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -47,6 +47,17 @@ c++ -std=c++20 -O1 -g -fsanitize=undefined,address -fno-sanitize-recover=all -Ii
   -o "$fuzz_bin"
 "$fuzz_bin" 20000
 
+# The dist part's multi-process tests under mpirun on loopback, at 2 and 3 (uneven) ranks; a
+# timeout turns a hang into a failure. CI runs as root, which Open MPI must be told to allow.
+if [ -x build/tests/dist/dynemb_dist_mpi_tests ]; then
+  for ranks in 2 3; do
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+      OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 \
+      timeout 300 mpirun --oversubscribe --allow-run-as-root -np "$ranks" \
+      build/tests/dist/dynemb_dist_mpi_tests
+  done
+fi
+
 # `cmake --install` into a fresh prefix, and examples/consumer built against it with
 # find_package(dynemb CONFIG), run: it checks a table against a std::map.
 install_dir="$(mktemp -d)"

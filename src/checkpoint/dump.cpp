@@ -185,6 +185,7 @@ struct CheckpointWriter::State {
   Manifest manifest;
   std::vector<bool> written;
   bool committed = false;
+  bool owner = true;  // creates, commits (and on failure removes) the staging directory
 };
 
 CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint32_t world_size,
@@ -233,8 +234,75 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint32_t world_si
   s.written.assign(world_size, false);
 }
 
+CheckpointWriter::CheckpointWriter(std::filesystem::path path, uint32_t world_size,
+                                   DumpOptions options, std::filesystem::path owners_staging)
+    : state_(std::make_unique<State>()) {
+  require(world_size >= 1, "CheckpointWriter", "world_size", std::to_string(world_size), ">= 1");
+  require(std::filesystem::is_directory(owners_staging), "CheckpointWriter", "owners_staging",
+          owners_staging.string(), "the staging directory the owner writer created");
+  State& s = *state_;
+  s.path = normalized(path);
+  s.staging = std::move(owners_staging);
+  s.options = std::move(options);
+  s.owner = false;
+  s.manifest.delta = s.options.min_score.has_value();
+  s.manifest.min_score = s.options.min_score;
+  s.manifest.dump_time_ns = host_now_ns();
+  s.manifest.world_size = world_size;
+  s.written.assign(world_size, false);
+}
+
+const std::filesystem::path& CheckpointWriter::staging_directory() const {
+  return state_->staging;
+}
+
+RankShards CheckpointWriter::written_shards(uint32_t rank) const {
+  const State& s = *state_;
+  require(rank < s.written.size() && s.written[rank], "CheckpointWriter::written_shards", "rank",
+          std::to_string(rank), "a rank this writer wrote");
+  RankShards out;
+  out.rank = rank;
+  for (const TableEntry& t : s.manifest.tables) {
+    out.tables.push_back(t.name);
+    out.shards.push_back(t.shards[rank]);
+    out.scores.push_back(t.score);
+  }
+  return out;
+}
+
+void CheckpointWriter::add_written_shards(const RankShards& part) {
+  State& s = *state_;
+  constexpr const char* w = "CheckpointWriter::add_written_shards";
+  require(!s.committed, w, "state", "committed", "not committed");
+  require(part.rank < s.manifest.world_size, w, "rank", std::to_string(part.rank),
+          "< world_size = " + std::to_string(s.manifest.world_size));
+  require(!s.written[part.rank], w, "rank", std::to_string(part.rank), "written once");
+  require(std::any_of(s.written.begin(), s.written.end(), [](bool b) { return b; }), w, "state",
+          "no rank written here", "this writer's own rank written first");
+  require(part.tables.size() == s.manifest.tables.size() &&
+              part.shards.size() == part.tables.size() && part.scores.size() == part.tables.size(),
+          w, "tables", std::to_string(part.tables.size()) + " on rank " + std::to_string(part.rank),
+          "the " + std::to_string(s.manifest.tables.size()) + " tables written here");
+  for (size_t i = 0; i < part.tables.size(); ++i) {
+    TableEntry* entry = nullptr;
+    for (TableEntry& t : s.manifest.tables) {
+      if (t.name == part.tables[i]) entry = &t;
+    }
+    require(entry != nullptr, w, "table", "\"" + part.tables[i] + "\"",
+            "one of the tables written here");
+    require(part.shards[i].rank == part.rank, w, "shard rank", std::to_string(part.shards[i].rank),
+            "= " + std::to_string(part.rank));
+    require(part.shards[i].optimizer_state.has_value() == entry->has_optimizer_state, w,
+            "optimizer state", "\"" + part.tables[i] + "\" on rank " + std::to_string(part.rank),
+            "as on the rank written here");
+    entry->shards[part.rank] = part.shards[i];
+    entry->score = std::max(entry->score, part.scores[i]);
+  }
+  s.written[part.rank] = true;
+}
+
 CheckpointWriter::~CheckpointWriter() {
-  if (state_ && !state_->committed) {
+  if (state_ && state_->owner && !state_->committed) {
     std::error_code ec;
     std::filesystem::remove_all(state_->staging, ec);
   }
@@ -302,6 +370,8 @@ void CheckpointWriter::write_rank(uint32_t rank, const std::vector<NamedTable>& 
 DumpReport CheckpointWriter::commit() {
   State& s = *state_;
   require(!s.committed, "CheckpointWriter::commit", "state", "committed", "not committed");
+  require(s.owner, "CheckpointWriter::commit", "writer", "not the staging directory's owner",
+          "the owner commits");
   for (uint32_t r = 0; r < s.manifest.world_size; ++r) {
     require(s.written[r], "CheckpointWriter::commit", "rank", std::to_string(r) + " not written",
             "every rank written before commit");

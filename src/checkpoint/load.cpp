@@ -31,7 +31,7 @@ struct ShardChoice {
 
 ShardChoice choose_shards(const Manifest& m, const TableEntry& t, const LoadOptions& o) {
   ShardChoice c;
-  if (m.world_size == o.world_size) {
+  if (m.world_size == o.world_size && !o.owner) {
     c.shards.push_back(&t.shards[o.rank]);
   } else {
     for (const ShardEntry& s : t.shards) c.shards.push_back(&s);
@@ -133,7 +133,9 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
           if (filter) {  // keep this rank's rows, compacted in place
             c.kept = 0;
             for (size_t i = 0; i < n; ++i) {
-              if (rank_of_key_bits(c.key_bits[i], o.world_size) != o.rank) continue;
+              const uint32_t owner = o.owner ? o.owner(t.name, c.key_bits[i])
+                                             : rank_of_key_bits(c.key_bits[i], o.world_size);
+              if (owner != o.rank) continue;
               if (c.kept != i) {
                 c.key_bits[c.kept] = c.key_bits[i];
                 c.scores[c.kept] = c.scores[i];

@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,15 @@ struct DumpReport {
   uint64_t bytes = 0;  // every data file, headers included
 };
 
+// One process's part of a dump that several processes write at once: what it wrote for `rank`,
+// handed to the process that commits (CheckpointWriter::add_written_shards).
+struct RankShards {
+  uint32_t rank = 0;
+  std::vector<std::string> tables;  // table names, in the order written
+  std::vector<ShardEntry> shards;   // shards[i]: table i's shard of `rank`
+  std::vector<uint64_t> scores;     // each table's clock (Table::score) on that rank
+};
+
 // Writes one checkpoint from one or more ranks' shards into a staging directory next to `path`;
 // commit() makes it appear at `path` at once (fsync + rename or atomic exchange), so a crash at
 // any point leaves `path` holding the previous checkpoint or the new one, each complete.
@@ -81,6 +91,13 @@ struct DumpReport {
 class CheckpointWriter {
  public:
   CheckpointWriter(std::filesystem::path path, uint32_t world_size, DumpOptions options = {});
+  // Joins a dump that several processes write at once: the writer of one process (made with
+  // the constructor above: the owner) creates the staging directory; each other process makes
+  // this writer on the owner's staging_directory() (a shared filesystem), writes its ranks and
+  // hands written_shards() to the owner, which add_written_shards() and commits. Only the owner
+  // commits, and only the owner removes the staging directory when destroyed uncommitted.
+  CheckpointWriter(std::filesystem::path path, uint32_t world_size, DumpOptions options,
+                   std::filesystem::path owners_staging);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -90,6 +107,14 @@ class CheckpointWriter {
   void write_rank(uint32_t rank, const std::vector<NamedTable>& tables);
   // Writes the manifest once every rank was written, fsyncs and renames into place.
   DumpReport commit();
+
+  // What write_rank(rank, ...) wrote, for the owner of a shared staging directory.
+  RankShards written_shards(uint32_t rank) const;
+  // Adds a rank another process wrote into the shared staging directory: the same tables as
+  // this writer's first rank, each rank once; InvalidArgument naming the table or rank otherwise.
+  void add_written_shards(const RankShards& shards);
+  // Where the files are written before commit().
+  const std::filesystem::path& staging_directory() const;
 
  private:
   struct State;
@@ -115,10 +140,14 @@ enum class VerifyMode : uint8_t {
 struct LoadOptions {
   std::vector<std::string> only;  // load these names only; empty = every table given
   uint32_t rank = 0;              // this process's rank of world_size: keeps the keys with
-  uint32_t world_size = 1;        //   rank_of_key_bits(key, world_size) == rank
-  bool optimizer_state = true;    // load optimizer state when the optimizers match
-  bool restore_clock = true;      // set the STEP step / CUSTOMIZED score from the checkpoint
-  bool replace = true;            // a full checkpoint clears each target first
+  uint32_t world_size = 1;        //   rank_of_key_bits(key, world_size) == rank (or owner's)
+  // Set: the rank that owns a key of a table (by name) in place of rank_of_key_bits, for
+  // tables sharded by another rule; every shard is then read and filtered (the dump's rule is
+  // not known), even at the dump's world size.
+  std::function<uint32_t(const std::string& table, uint64_t key_bits)> owner;
+  bool optimizer_state = true;  // load optimizer state when the optimizers match
+  bool restore_clock = true;    // set the STEP step / CUSTOMIZED score from the checkpoint
+  bool replace = true;          // a full checkpoint clears each target first
   VerifyMode verify = VerifyMode::kBeforeLoading;
   bool direct_io = true;
   uint64_t chunk_rows = 1u << 16;
