@@ -52,7 +52,7 @@ c++ -std=c++20 -O1 -g -fsanitize=undefined,address -fno-sanitize-recover=all -Ii
 if [ -x build/tests/dist/dynemb_dist_mpi_tests ]; then
   for ranks in 2 3; do
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-      OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1 \
+      OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_mpi_yield_when_idle=1 \
       timeout 300 mpirun --oversubscribe --allow-run-as-root -np "$ranks" \
       build/tests/dist/dynemb_dist_mpi_tests
   done
