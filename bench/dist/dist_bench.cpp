@@ -6,7 +6,8 @@
 // machine, commit, date and every parameter. bench/dist/run.sh runs it at 1, 2 and 3 ranks.
 //
 // Usage: mpirun -np N dynemb_bench_dist [--tables T] [--dim D] [--bags B] [--ids-per-bag L]
-//        [--keys K] [--alpha A] [--steps S] [--warmup W] [--seed X] [--json PATH]
+//        [--keys K] [--alpha A] [--steps S] [--warmup W] [--seed X]
+//        [--exchange rows|pooled_on_owner] [--json PATH]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Args {
   uint32_t steps = 20;
   uint32_t warmup = 3;
   uint64_t seed = 1;
+  std::string exchange = "rows";  // or "pooled_on_owner"
   std::string json;
 };
 
@@ -67,6 +69,8 @@ Args parse(int argc, char** argv) {
       a.warmup = static_cast<uint32_t>(std::stoul(value()));
     else if (flag == "--seed")
       a.seed = std::stoull(value());
+    else if (flag == "--exchange")
+      a.exchange = value();
     else if (flag == "--json")
       a.json = value();
     else
@@ -143,7 +147,13 @@ int main(int argc, char** argv) {
       o.table.score_policy = ScorePolicy::kStep;
       o.table.initializer.seed = 100 + t;
     }
-    dist::ShardedEmbeddingCollection<int64_t> sharded(*comm, options);
+    if (a.exchange != "rows" && a.exchange != "pooled_on_owner") {
+      throw std::runtime_error("--exchange " + a.exchange + ": rows or pooled_on_owner");
+    }
+    const dist::ShardedExchange exchange =
+        a.exchange == "rows" ? dist::ShardedExchange::kRows : dist::ShardedExchange::kPooledOnOwner;
+    dist::ShardedEmbeddingCollection<int64_t> sharded(*comm, options, dist::KeyRouter::hash(),
+                                                      exchange);
     EmbeddingCollection<int64_t> peer(Backend::kCpu, options);
     const KeyDraw key(a.keys, a.alpha);
     std::mt19937_64 rng(a.seed * 1000003 + rank);
@@ -234,7 +244,8 @@ int main(int argc, char** argv) {
                            {"seed", a.seed},
                            {"optimizer", "adam"},
                            {"pooling", "sum"},
-                           {"router", sharded.router().name()}};
+                           {"router", sharded.router().name()},
+                           {"exchange", a.exchange}};
         nlohmann::json m, w;
         for (size_t i = 0; i < k; ++i) {
           m[names[i]] = mean[i];

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "dist/sharded_pooled.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
@@ -45,10 +46,15 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+std::string to_string(ShardedExchange exchange) {
+  return exchange == ShardedExchange::kRows ? "rows" : "pooled_on_owner";
+}
+
 std::string describe_sharding(const std::vector<EmbeddingOptions>& tables, const KeyRouter& router,
-                              const std::string& key_type) {
+                              const std::string& key_type, ShardedExchange exchange) {
   std::ostringstream d;
-  d << "keys " << key_type << ", router " << router.name() << ", " << tables.size() << " tables";
+  d << "keys " << key_type << ", router " << router.name() << ", exchange " << to_string(exchange)
+    << ", " << tables.size() << " tables";
   for (size_t t = 0; t < tables.size(); ++t) {
     const EmbeddingOptions& o = tables[t];
     const OptimizerOptions& p = o.optimizer;
@@ -97,8 +103,9 @@ struct ShardedEmbeddingCollection<K>::Step {
 template <TableKey K>
 ShardedEmbeddingCollection<K>::ShardedEmbeddingCollection(Communicator& comm,
                                                           std::vector<EmbeddingOptions> tables,
-                                                          KeyRouter router)
-    : comm_(comm), options_(std::move(tables)), router_(std::move(router)) {
+                                                          KeyRouter router,
+                                                          ShardedExchange exchange)
+    : comm_(comm), options_(std::move(tables)), router_(std::move(router)), exchange_(exchange) {
   constexpr const char* w = "ShardedEmbeddingCollection";
   // Agree first (a rank that cannot even build its tables still takes part, so none hangs).
   std::string description, problem;
@@ -108,7 +115,7 @@ ShardedEmbeddingCollection<K>::ShardedEmbeddingCollection(Communicator& comm,
       require(o.table.device == options_.front().table.device, w, "table.device",
               std::to_string(o.table.device), "the same device for every table");
     }
-    description = describe_sharding(options_, router_, key_type_name<K>());
+    description = describe_sharding(options_, router_, key_type_name<K>(), exchange_);
   } catch (const std::exception& e) {
     problem = e.what();
     description = "invalid options: " + problem;
@@ -124,10 +131,8 @@ ShardedEmbeddingCollection<K>::ShardedEmbeddingCollection(Communicator& comm,
   }
   agree_or_throw(failure.empty(), failure, "creating the local shard");
   step_ = std::make_unique<Step>();
+  pooled_ = std::make_unique<PooledStep>();
 }
-
-template <TableKey K>
-ShardedEmbeddingCollection<K>::~ShardedEmbeddingCollection() = default;
 
 template <TableKey K>
 uint32_t ShardedEmbeddingCollection<K>::owner(uint32_t table, K key) const {
@@ -151,6 +156,10 @@ template <TableKey K>
 void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches, float* out,
                                             uint32_t out_stride, bool training,
                                             StreamHandle stream) {
+  if (exchange_ == ShardedExchange::kPooledOnOwner) {
+    forward_pooled(batches, out, out_stride, training, stream);
+    return;
+  }
   constexpr const char* where = "ShardedEmbeddingCollection::forward";
   Step& s = *step_;
   const Backend backend = comm_.backend();
@@ -408,6 +417,10 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
 template <TableKey K>
 void ShardedEmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
                                              StreamHandle stream) {
+  if (exchange_ == ShardedExchange::kPooledOnOwner) {
+    backward_pooled(grad, grad_stride, stream);
+    return;
+  }
   constexpr const char* where = "ShardedEmbeddingCollection::backward";
   Step& s = *step_;
   const Backend backend = comm_.backend();
@@ -496,6 +509,9 @@ std::vector<uint64_t> ShardedEmbeddingCollection<K>::global_sizes() {
   for (size_t t = 0; t < sizes.size(); ++t) sizes[t] = local_->table(t).size();
   return all_reduce_values<uint64_t>(comm_, sizes);
 }
+
+template <TableKey K>
+ShardedEmbeddingCollection<K>::~ShardedEmbeddingCollection() = default;
 
 template class ShardedEmbeddingCollection<int64_t>;
 template class ShardedEmbeddingCollection<uint64_t>;

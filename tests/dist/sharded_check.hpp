@@ -21,6 +21,7 @@ struct TrainCase {
   uint32_t dim = 8;
   uint32_t steps = 6;
   OptimizerKind optimizer = OptimizerKind::kAdam;
+  ShardedExchange exchange = ShardedExchange::kRows;
 };
 
 // Checks every stored row of `sharded` (this rank's shard) against `reference`: the key is
@@ -91,7 +92,8 @@ inline void train_and_compare(Communicator& comm, const TrainCase& c, uint64_t s
   ShardedEmbeddingCollection<int64_t>* sharded = keep;
   EmbeddingCollection<int64_t>* reference = keep_reference;
   if (sharded == nullptr) {
-    own = std::make_unique<ShardedEmbeddingCollection<int64_t>>(comm, options, c.router);
+    own =
+        std::make_unique<ShardedEmbeddingCollection<int64_t>>(comm, options, c.router, c.exchange);
     sharded = own.get();
   }
   if (reference == nullptr) {

@@ -30,6 +30,29 @@ TEST_P(DistShardedWorldOne, SameRowsAsOneCollection) {
   }
 }
 
+TEST_P(DistShardedWorldOne, PooledOnOwnerSameRowsAsOneCollection) {
+  auto comm = make_local_communicator(GetParam());
+  for (PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
+    SCOPED_TRACE(to_string(mode));
+    testing::TrainCase c;
+    c.mode = mode;
+    c.weighted = true;
+    c.exchange = ShardedExchange::kPooledOnOwner;
+    dynemb::testing::TestRng rng;
+    testing::train_and_compare(*comm, c, rng.seed());
+  }
+  // NONE has no pooling to do on the owner: refused, nothing changed.
+  ShardedEmbeddingCollection<int64_t> sharded(*comm, testing::test_tables(1, 8), KeyRouter::hash(),
+                                              ShardedExchange::kPooledOnOwner);
+  std::vector<testing::HostBatch> host(1);
+  host[0].keys = {1, 2};
+  host[0].offsets = {0, 2};
+  testing::BackendBatches none(GetParam(), host, PoolingMode::kNone);
+  BackendBuffer<float> out(GetParam(), 64);
+  EXPECT_THROW(sharded.forward(none.batches, out.data(), 8, true), InvalidArgument);
+  EXPECT_EQ(sharded.global_sizes(), (std::vector<uint64_t>{0}));
+}
+
 TEST_P(DistShardedWorldOne, BadInputThrowsAndChangesNothing) {
   auto comm = make_local_communicator(GetParam());
   const auto options = testing::test_tables(2, 8);

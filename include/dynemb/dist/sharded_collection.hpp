@@ -38,6 +38,20 @@ struct ShardedTraffic {
   uint64_t keys_served = 0;     // keys this rank looked up as owner, for every rank
 };
 
+// How the ranks exchange a step's data (the same on every rank).
+enum class ShardedExchange : uint8_t {
+  // Owners return each requested unique key's row; the requester pools (every pooling mode).
+  kRows,
+  // SparseOperationKit's distributed sparse embedding: each id goes to its key's owner with its
+  // bag, owners pool their part of every bag, and the requester sums the W partial rows of each
+  // bag (a reduce-scatter); backward sends each bag's gradient to every owner. Less traffic
+  // when bags are long, more when they are short. SUM and MEAN only.
+  kPooledOnOwner,
+};
+
+// "rows", "pooled_on_owner".
+std::string to_string(ShardedExchange exchange);
+
 // Tables of one row layout (EmbeddingCollection's rules) sharded over every rank of `comm`.
 // Every rank constructs it with the same table options (capacities may differ) and router, and
 // calls forward / backward / end_step in the same sequence; a rank may pass empty batches.
@@ -48,7 +62,8 @@ class ShardedEmbeddingCollection {
   // Collective. Throws InvalidArgument on every rank, naming the ranks and what differs, when
   // the ranks were given different tables, dims, optimizers, key types or routers.
   ShardedEmbeddingCollection(Communicator& comm, std::vector<EmbeddingOptions> tables,
-                             KeyRouter router = KeyRouter::hash());
+                             KeyRouter router = KeyRouter::hash(),
+                             ShardedExchange exchange = ShardedExchange::kRows);
   ~ShardedEmbeddingCollection();
   ShardedEmbeddingCollection(const ShardedEmbeddingCollection&) = delete;
   ShardedEmbeddingCollection& operator=(const ShardedEmbeddingCollection&) = delete;
@@ -76,6 +91,7 @@ class ShardedEmbeddingCollection {
   const EmbeddingCollection<K>& local() const { return *local_; }
   Communicator& communicator() { return comm_; }
   const KeyRouter& router() const { return router_; }
+  ShardedExchange exchange() const { return exchange_; }
   size_t num_tables() const { return options_.size(); }
   const EmbeddingOptions& options(size_t t) const { return options_.at(t); }
   uint32_t dim() const { return options_.front().dim; }
@@ -90,14 +106,20 @@ class ShardedEmbeddingCollection {
 
  private:
   struct Step;
+  struct PooledStep;
+  void forward_pooled(std::span<const EmbeddingBatch<K>> batches, float* out, uint32_t out_stride,
+                      bool training, StreamHandle stream);
+  void backward_pooled(const float* grad, uint32_t grad_stride, StreamHandle stream);
   // Throws on every rank when `ok` is false on any: `message` from the ranks that failed.
   void agree_or_throw(bool ok, const std::string& message, const char* stage);
 
   Communicator& comm_;
   std::vector<EmbeddingOptions> options_;
   KeyRouter router_;
+  ShardedExchange exchange_;
   std::unique_ptr<EmbeddingCollection<K>> local_;
   std::unique_ptr<Step> step_;
+  std::unique_ptr<PooledStep> pooled_;
   bool synchronize_stages_ = false;
   ShardedStageTimes times_{};
   ShardedTraffic traffic_{};
@@ -106,6 +128,7 @@ class ShardedEmbeddingCollection {
 // What every rank must agree on, as text: key type, router, and per table dim, optimizer and
 // its settings, initializer, score policy, gradient check, row alignment (capacities excluded).
 std::string describe_sharding(const std::vector<EmbeddingOptions>& tables, const KeyRouter& router,
-                              const std::string& key_type);
+                              const std::string& key_type,
+                              ShardedExchange exchange = ShardedExchange::kRows);
 
 }  // namespace dynemb::dist

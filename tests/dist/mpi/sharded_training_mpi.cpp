@@ -70,8 +70,9 @@ TEST_P(DistMpiTraining, SameRowsAsOneProcess) {
 }
 
 TrainCase with(PoolingMode mode, bool weighted, KeyRouter router, OptimizerKind opt,
-               uint32_t empty = ~0u) {
+               uint32_t empty = ~0u, ShardedExchange exchange = ShardedExchange::kRows) {
   TrainCase c;
+  c.exchange = exchange;
   c.mode = mode;
   c.weighted = weighted;
   c.router = std::move(router);
@@ -96,8 +97,14 @@ INSTANTIATE_TEST_SUITE_P(
                                       OptimizerKind::kSgd)},
         Named{"rank1_empty",
               with(PoolingMode::kSum, true, KeyRouter::hash(), OptimizerKind::kAdam, 1)},
-        Named{"rank0_empty", with(PoolingMode::kSum, false, KeyRouter::hash(),
-                                  OptimizerKind::kRowWiseAdaGrad, 0)}),
+        Named{"rank0_empty",
+              with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kRowWiseAdaGrad, 0)},
+        Named{"pooled_on_owner_sum_adam",
+              with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam, ~0u,
+                   ShardedExchange::kPooledOnOwner)},
+        Named{"pooled_on_owner_weighted_mean_modulo_rank1_empty",
+              with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad, 1,
+                   ShardedExchange::kPooledOnOwner)}),
     [](const ::testing::TestParamInfo<Named>& info) { return std::string(info.param.name); });
 
 TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
@@ -120,6 +127,11 @@ TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
   EXPECT_THROW(ShardedEmbeddingCollection<int64_t>(comm, fewer), InvalidArgument);
   EXPECT_THROW(ShardedEmbeddingCollection<int64_t>(
                    comm, test_tables(2, 8), rank == 1 ? KeyRouter::modulo() : KeyRouter::hash()),
+               InvalidArgument);
+  // Exchanges differ.
+  EXPECT_THROW(ShardedEmbeddingCollection<int64_t>(
+                   comm, test_tables(2, 8), KeyRouter::hash(),
+                   rank == 0 ? ShardedExchange::kPooledOnOwner : ShardedExchange::kRows),
                InvalidArgument);
   // Key types differ.
   if (rank == 0) {
