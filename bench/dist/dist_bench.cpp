@@ -208,10 +208,10 @@ int main(int argc, char** argv) {
       }
       const double ids = static_cast<double>(a.tables) * a.bags * a.ids_per_bag * world;
       std::printf(
-          "dist bench: %u ranks, %u tables x %u bags x %u ids per rank, dim %u, Adam, "
-          "keys %llu (zipf %.2f), %u steps\n",
-          world, a.tables, a.bags, a.ids_per_bag, a.dim, static_cast<unsigned long long>(a.keys),
-          a.alpha, a.steps);
+          "dist bench (%s exchange): %u ranks, %u tables x %u bags x %u ids per rank, dim %u, "
+          "Adam, keys %llu (zipf %.2f), %u steps\n",
+          a.exchange.c_str(), world, a.tables, a.bags, a.ids_per_bag, a.dim,
+          static_cast<unsigned long long>(a.keys), a.alpha, a.steps);
       std::printf("%-12s %12s %12s\n", "stage", "mean ms", "max ms");
       for (size_t i = 0; i + 1 < k; ++i) {
         std::printf("%-12s %12.3f %12.3f\n", names[i], mean[i] * 1e3, worst[i] * 1e3);
