@@ -67,6 +67,27 @@ class ByteReader {
   size_t at_ = 0;
 };
 
+// How the collection's rows split into embedding and optimizer state (as Embedding::row_layout
+// says for one table), so the manifest names the optimizer and its state.
+RowLayout layout_of(const EmbeddingOptions& o, uint32_t row_dim) {
+  const OptimizerOptions& p = o.optimizer;
+  return RowLayout{o.dim,
+                   row_dim - o.dim,
+                   to_string(p.kind),
+                   {{"learning_rate", p.learning_rate},
+                    {"beta1", p.beta1},
+                    {"beta2", p.beta2},
+                    {"eps", p.eps},
+                    {"rho", p.rho},
+                    {"initial_accumulator", p.initial_accumulator},
+                    {"ftrl_l1", p.ftrl_l1},
+                    {"ftrl_l2", p.ftrl_l2},
+                    {"ftrl_beta", p.ftrl_beta},
+                    {"weight_decay", p.weight_decay},
+                    {"clip_norm", p.clip_norm},
+                    {"clip_value", p.clip_value}}};
+}
+
 template <TableKey K>
 std::vector<checkpoint::NamedTable> named_tables(ShardedEmbeddingCollection<K>& c,
                                                  const std::vector<std::string>& names,
@@ -75,7 +96,8 @@ std::vector<checkpoint::NamedTable> named_tables(ShardedEmbeddingCollection<K>& 
           "one per table = " + std::to_string(c.num_tables()));
   std::vector<checkpoint::NamedTable> tables;
   for (size_t t = 0; t < names.size(); ++t) {
-    tables.push_back(checkpoint::named(names[t], c.local().table(t)));
+    tables.push_back(checkpoint::named(names[t], c.local().table(t),
+                                       layout_of(c.options(t), c.local().row_dim())));
   }
   return tables;
 }

@@ -7,11 +7,11 @@
 #include <numeric>
 #include <sstream>
 
-#include "dist/sharded_pooled.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "sharded_pooled.hpp"
 
 namespace dynemb::dist {
 namespace {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "dist/sharded_pooled.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "sharded_pooled.hpp"
 
 namespace dynemb::dist {
 namespace {

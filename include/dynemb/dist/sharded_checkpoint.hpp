@@ -15,7 +15,8 @@ namespace dynemb::dist {
 
 // Collective. Dumps every table of `collection` (named `names`, one per table) from every rank
 // into the checkpoint at `path` (full, or a delta with options.min_score). Each table is stored
-// as its full rows ([embedding | optimizer state], a plain table of row_dim floats). Returns the
+// as an embedding with its optimizer state (the tables' RowLayout), so it also loads into an
+// Embedding or a single-process collection of the same options. Returns the
 // committed manifest's report on every rank. A failure on any rank throws on every rank and
 // leaves the previous checkpoint at `path` as it was.
 template <TableKey K>

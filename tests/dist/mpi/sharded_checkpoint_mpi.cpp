@@ -55,6 +55,7 @@ TEST(DistMpiCheckpoint, DumpEveryRankLoadAtFewerRanksAndAnotherRouter) {
   ASSERT_EQ(full.manifest.tables.size(), 2u);
   for (size_t t = 0; t < 2; ++t) {
     EXPECT_EQ(full.manifest.tables[t].shards.size(), W);
+    EXPECT_EQ(full.manifest.tables[t].optimizer, "adam");  // stored as an embedding
     EXPECT_EQ(full.manifest.tables[t].rows, reference.table(t).size());
     // This rank's shard holds exactly its rows.
     EXPECT_EQ(full.manifest.tables[t].shards[rank].rows, sharded.local().table(t).size());
