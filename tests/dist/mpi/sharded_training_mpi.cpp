@@ -5,6 +5,9 @@
 #include "dist/mpi/mpi_main.hpp"
 #include "dist/sharded_check.hpp"
 #include "dynemb/core/error.hpp"
+#include "dynemb/dist/mpi_communicator.hpp"
+#include "dynemb/dist/nccl_communicator.hpp"
+#include "dynemb/table/table.hpp"
 
 namespace dynemb::dist::testing {
 namespace {
@@ -108,6 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Named>& info) { return std::string(info.param.name); });
 
 TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
+  if (world().world_size() < 2) GTEST_SKIP() << "needs two ranks or more";
   Communicator& comm = world();
   const uint32_t rank = comm.rank();
   // The last rank has another dim: every rank throws, naming it.
@@ -148,6 +152,7 @@ TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
 }
 
 TEST(DistMpiConfig, BadBatchOnOneRankFailsEverywhereAndChangesNothing) {
+  if (world().world_size() < 2) GTEST_SKIP() << "needs two ranks or more";
   Communicator& comm = world();
   const uint32_t rank = comm.rank();
   const uint64_t seed = shared_seed();
@@ -174,6 +179,40 @@ TEST(DistMpiConfig, BadBatchOnOneRankFailsEverywhereAndChangesNothing) {
   // Training goes on from there, in step with one process.
   TrainCase c;
   train_and_compare(comm, c, seed, &sharded, &reference);
+}
+
+}  // namespace
+}  // namespace dynemb::dist::testing
+
+namespace dynemb::dist::testing {
+namespace {
+
+TEST(DistMpiBootstrap, MpiExchangerSharesRankZerosBytes) {
+  Communicator& comm = world();
+  std::mt19937_64 rng(shared_seed());
+  auto exchanger = make_mpi_id_exchanger();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint8_t> bytes(rng() % 200);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    EXPECT_EQ(exchanger->share(comm.rank(), comm.rank() == 0 ? bytes : std::vector<uint8_t>{}),
+              bytes);
+  }
+}
+
+// NCCL bootstrapped over MPI, then the sharded collection on the GPU against one CPU process.
+// One GPU per rank: run as `mpirun -np 1` on a one-GPU machine (skips elsewhere).
+TEST(DistMpiNccl, MpiBootstrappedShardedTrainingOnTheGpu) {
+  Communicator& comm = world();
+  const bool runnable = nccl_available() && cuda_backend_available() && comm.world_size() == 1;
+  if (!runnable) GTEST_SKIP() << "needs NCCL, a CUDA device and mpirun -np 1";
+  auto exchanger = make_mpi_id_exchanger();
+  auto nccl = make_nccl_communicator(comm.rank(), comm.world_size(), *exchanger, 0);
+  TrainCase c;
+  c.weighted = true;
+  train_and_compare(*nccl, c, shared_seed());
+  c.exchange = ShardedExchange::kPooledOnOwner;
+  c.mode = PoolingMode::kMean;
+  train_and_compare(*nccl, c, shared_seed());
 }
 
 }  // namespace
