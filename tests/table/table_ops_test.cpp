@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "table/table_harness.hpp"
@@ -398,6 +399,54 @@ TYPED_TEST(TableOpsTest, ExportBatchWithMinScoreExportsOnlyHigherScores) {
   for (size_t step : {size_t{33}, size_t{4096}}) {
     SCOPED_TRACE(step);
     EXPECT_EQ(h.snapshot(step, min_score), expected);
+  }
+}
+
+// export_batch's range ends at capacity(): slots past it are not read, whatever n_slots (up to
+// SIZE_MAX) asks for, and an offset at or past capacity() exports nothing.
+TYPED_TEST(TableOpsTest, ExportBatchStopsAtCapacity) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  TableOptions o = roomy_options();
+  o.init_capacity = 1024;
+  o.max_capacity = 1024;
+  auto h = this->make(o);
+  const auto keys = random_keys<K>(rng, 500);
+  const auto scores = random_scores(rng, keys.size());
+  h.insert_or_assign(keys, value_rows(keys, h.dim()), scores);
+  const size_t capacity = h->capacity();
+  const size_t offset = rng.uniform(1, capacity - 1);
+  const size_t room = capacity - offset;  // the outputs hold exactly the slots that exist
+  const RowsResult<K> tail = h.export_batch(offset, room);
+  for (size_t n_slots : {room + 1, room + 1000, std::numeric_limits<size_t>::max()}) {
+    SCOPED_TRACE("offset " + std::to_string(offset) + ", n_slots " + std::to_string(n_slots));
+    auto k = h.filled(room, K{0});
+    auto v = h.filled(room * h.dim(), kUntouchedValue);
+    auto s = h.filled(room, kUntouchedScore);
+    const size_t count = h->export_batch(offset, n_slots, k.data(), v.data(), s.data());
+    ASSERT_EQ(count, tail.count);
+    EXPECT_EQ(h.download(k, count), tail.keys);
+    EXPECT_EQ(h.download(v, count * h.dim()), tail.values);
+    EXPECT_EQ(h.download(s, count), tail.scores);
+  }
+  // The walk's last step, asked for more slots than remain, completes the snapshot.
+  const RowsResult<K> head = h.export_batch(0, offset);
+  Snapshot<K> walked = head.as_map(h.dim());
+  const Snapshot<K> rest = tail.as_map(h.dim());
+  walked.insert(rest.begin(), rest.end());
+  EXPECT_EQ(walked.size(), keys.size());
+  EXPECT_EQ(walked, h.snapshot());
+  for (size_t past : {capacity, capacity + 1, capacity + rng.uniform(2, 1u << 20)}) {
+    SCOPED_TRACE("offset " + std::to_string(past));
+    auto k = h.filled(4, K{0});
+    auto v = h.filled(4 * h.dim(), kUntouchedValue);
+    auto s = h.filled(4, kUntouchedScore);
+    for (size_t n_slots : {size_t{4}, std::numeric_limits<size_t>::max()}) {
+      EXPECT_EQ(h->export_batch(past, n_slots, k.data(), v.data(), s.data()), 0u);
+    }
+    EXPECT_EQ(h.download(k, 4), std::vector<K>(4, K{0}));
+    EXPECT_EQ(h.download(v, 4 * h.dim()), std::vector<float>(4 * h.dim(), kUntouchedValue));
+    EXPECT_EQ(h.download(s, 4), std::vector<uint64_t>(4, kUntouchedScore));
   }
 }
 

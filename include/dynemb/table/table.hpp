@@ -66,7 +66,7 @@ class Table {
                                   uint64_t* missed_indices, uint64_t* scores,
                                   StreamHandle stream = nullptr) = 0;
 
-  // Sets founds[i] to whether keys[i] is stored.
+  // Sets founds[i] (required) to whether keys[i] is stored.
   virtual void contains(size_t n, const K* keys, bool* founds, StreamHandle stream = nullptr) = 0;
 
   // find without copying: rows[i] is the address of the key's row in the table's memory
@@ -79,7 +79,8 @@ class Table {
 
   // Copies each key's row to values[i], first inserting missing keys with the initializer's
   // row. founds[i] (optional) tells which keys existed before the call. A refused key's
-  // initial row is still written to values[i] (and counted as refused).
+  // initial row is still written to values[i] (and counted as refused); a skipped reserved key
+  // (WARNING / IGNORE) gets founds[i] = false and no row (values[i] is left as it was).
   virtual void find_or_insert(size_t n, const K* keys, float* values, bool* founds,
                               const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;
 
@@ -106,8 +107,8 @@ class Table {
 
   // insert_or_assign that also returns what left the table: each stored key it replaced, and
   // each batch key the policy refused, as (key, row, score) in evicted_*[0, count). Buffers
-  // hold n entries; evicted_values and evicted_scores may be nullptr. Returns count
-  // (synchronizes the stream on CUDA).
+  // hold n entries; evicted_values and evicted_scores may be nullptr. Skipped reserved keys
+  // (WARNING / IGNORE) are not returned. Returns count (synchronizes the stream on CUDA).
   virtual size_t insert_and_evict(size_t n, const K* keys, const float* values,
                                   const uint64_t* scores, K* evicted_keys, float* evicted_values,
                                   uint64_t* evicted_scores, StreamHandle stream = nullptr) = 0;
@@ -147,8 +148,9 @@ class Table {
 
   // Copies out the stored keys among slots [offset, offset + n_slots), compactly, with their
   // rows and scores; with min_score only keys whose score >= *min_score. Returns how many were
-  // written (synchronizes on CUDA). Walking offset = 0, n_slots, 2 n_slots, ... up to capacity()
-  // visits every key exactly once if the table is not modified in between.
+  // written (synchronizes on CUDA). values is required, scores optional. Slots at or past
+  // capacity() are not read (offset >= capacity() returns 0). Walking offset = 0, n_slots,
+  // 2 n_slots, ... up to capacity() visits every key exactly once if the table is not modified.
   virtual size_t export_batch(size_t offset, size_t n_slots, K* keys, float* values,
                               uint64_t* scores, std::optional<uint64_t> min_score = std::nullopt,
                               StreamHandle stream = nullptr) = 0;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "arguments.hpp"
 #include "cpu/host_memory.hpp"
 #include "cpu/rehash.hpp"
 #include "dynemb/core/error.hpp"
@@ -49,7 +50,7 @@ CpuTable<K>::CpuTable(const TableOptions& options)
 
 template <TableKey K>
 void CpuTable<K>::require_pointer(const void* ptr, const char* call, const char* argument) {
-  require(ptr != nullptr, call, argument, "nullptr", "must not be null when n > 0");
+  detail::require_pointer(ptr, call, argument);
 }
 
 template <TableKey K>
@@ -172,7 +173,7 @@ size_t CpuTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float* 
   require_pointer(values, "export_batch", "values");
   std::shared_lock lock(mutex_);
   const BucketStorage& s = *storage_;
-  const uint64_t end = std::min<uint64_t>(offset + n_slots, s.capacity());
+  const uint64_t end = offset + detail::export_slot_count(offset, n_slots, s.capacity());
   const uint32_t cap = s.bucket_capacity();
   size_t out = 0;
   for (uint64_t slot = offset; slot < end;) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "arguments.hpp"
 #include "backends.hpp"
 #include "cuda/bucket_order.hpp"
 #include "cuda/call_scratch.hpp"
@@ -47,10 +48,7 @@ uint64_t host_now_ns() {
                                    .count());
 }
 
-// Requires a pointer argument to be set when the batch is not empty.
-void require_pointer(const void* p, const char* call, const char* name) {
-  require(p != nullptr, call, name, "nullptr", "must be set when n > 0");
-}
+using detail::require_pointer;
 
 template <TableKey K>
 class CudaTable final : public Table<K> {
@@ -261,12 +259,12 @@ class CudaTable final : public Table<K> {
                       std::optional<uint64_t> min_score, StreamHandle stream) override {
     if (n_slots == 0) return 0;
     require_pointer(keys, "export_batch", "keys");
+    require_pointer(values, "export_batch", "values");
     const cudaStream_t s = to_stream(stream);
     cuda::DeviceGuard device(options_.device);
     StreamOrder::Read guard(order_, s);
-    const uint64_t cap = storage_.capacity();
-    if (offset >= cap) return 0;
-    const uint64_t slots = std::min<uint64_t>(n_slots, cap - offset);
+    const uint64_t slots = detail::export_slot_count(offset, n_slots, storage_.capacity());
+    if (slots == 0) return 0;
     CallScratch scratch(s);
     launch_export(storage_.view(), offset, slots, min_score.has_value(), min_score.value_or(0),
                   reinterpret_cast<uint64_t*>(keys), values, scores, scratch.get(), s);
