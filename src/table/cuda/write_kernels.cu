@@ -342,8 +342,8 @@ inline constexpr uint32_t kLockedBlockThreads = 64;
 
 // Blocks per SM a locked write kernel asks the compiler to fit (0: its own choice):
 // find_or_insert at 36 warps (56 registers; 70 by its own choice on 4-thread tiles, and at 40
-// warps' 48 it spills and is slower, bench/results/tiles4-20261123/ call 67). The other writes
-// do best at their own choice.
+// warps' 48 it spills and is 2-16% slower; docs/cuda_table.md). The other writes do best at
+// their own choice.
 constexpr int min_blocks(WriteOp op) {
   return op == WriteOp::kFindOrInsert ? 36 * 32 / kLockedBlockThreads : 0;
 }
@@ -438,8 +438,7 @@ constexpr bool stores_input_for_every_key(WriteOp op) {
 // float4s per thread a launch holds of each caller row (see RowPrefetch): the fewest that
 // cover the row, 0 when the op stores no caller row or the row is wider than 4 float4s a thread.
 // The ops that store the row for some keys only hold one float4 a thread at most: holding two
-// cost find_or_insert_given 5-9% and assign 3-8% at dims 32 and 64
-// (bench/results/foi-given-20261123, calls 77 and 81).
+// cost find_or_insert_given 5-9% and assign 3-8% at dims 32 and 64 (docs/cuda_table.md).
 template <WriteOp kOp, uint32_t kT>
 void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                   cudaStream_t stream) {
