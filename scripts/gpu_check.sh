@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The single GPU check of dynemb: builds for sm_90 (or uses a prebuilt build directory given
 # as the first argument), runs the whole dynemb_tests binary on the GPU, compute-sanitizer
-# memcheck and racecheck on the CUDA tests, and the GPU table benchmark. Logs and result JSON
-# go to $OUT when it is set (else to gpu_check_out/).
+# memcheck and racecheck on the CUDA tests, and the GPU benchmarks. Logs go to $OUT when it is
+# set (else to gpu_check_out/); the benchmarks' result files go to its results/ folder under the
+# stable names of bench/results/ (e.g. table-cuda-h100.json): copying them over bench/results/
+# replaces each benchmark's current result (bench/results/README.md says how to refresh).
 #
 # Usage: bash scripts/gpu_check.sh [BUILD_DIR]   (a carried BUILD_DIR may hold a COMMIT file
 #        naming the commit it was built from; the result files then name it)
@@ -19,14 +21,16 @@
 #        limited to 10 minutes: run them in separate calls there)
 #        GPU_CHECK_SKIP_PYTHON=1    skip scripts/gpu_check_python.sh (dynemb._C for the machine's
 #                                   python3, tests/python with CUDA, bench/torch_step.py)
-#        GPU_CHECK_PACK_LOGS=1      move the logs, the markdown tables, tests.json and summary.txt into
-#                                   logs.tar.xz at the end
-#        (the lent device returns at most 8 files from $OUT; the JSON results stay loose)
+#        GPU_CHECK_MACHINE=h100     the machine's label in the result file names
+#        GPU_CHECK_PACK_LOGS=1      move the logs, tests.json and summary.txt into logs.tar.xz at
+#                                   the end (results/ stays loose)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out="${OUT:-gpu_check_out}"
-mkdir -p "$out"
+results="$out/results"
+machine="${GPU_CHECK_MACHINE:-h100}"
+mkdir -p "$out" "$results"
 build="${1:-}"
 status=0
 
@@ -107,35 +111,38 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   if [ -x "$program" ]; then
     step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
     # shellcheck disable=SC2086
-    "$program" bench table --backend cuda --json "$out/bench_cuda.json" \
-      --markdown "$out/bench_cuda.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
+    "$program" bench table --backend cuda --json "$results/table-cuda-$machine.json" \
+      --markdown "$results/table-cuda-$machine.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
     rc=${PIPESTATUS[0]}
     record bench $rc
     for shape in 13m 1m; do
+      lookups=13107k
+      [ "$shape" = 1m ] && lookups=1024k
       step "dynemb bench train --backend cuda --shape $shape"
-      "$program" bench train --backend cuda --shape "$shape" --json "$out/train_cuda_$shape.json" \
-        2>&1 | tail -14
+      "$program" bench train --backend cuda --shape "$shape" \
+        --json "$results/train-cuda-$lookups-$machine.json" 2>&1 | tail -14
       rc=${PIPESTATUS[0]}
       record "bench_train_$shape" $rc
       step "dynemb bench train --backend cuda --shape $shape --grouped-tables (one EmbeddingCollection)"
       "$program" bench train --backend cuda --shape "$shape" --grouped-tables \
-        --json "$out/train_cuda_${shape}_grouped.json" 2>&1 | tail -14
+        --json "$results/train-cuda-$lookups-grouped-$machine.json" 2>&1 | tail -14
       rc=${PIPESTATUS[0]}
       record "bench_train_${shape}_grouped" $rc
     done
     step "dynemb bench dedup --backend cuda (the 13m shape's dedup: per table, side by side, one call)"
-    "$program" bench dedup --backend cuda --json "$out/dedup_cuda.json" 2>&1 | tail -8
+    "$program" bench dedup --backend cuda --json "$results/dedup-cuda-13107k-$machine.json" 2>&1 |
+      tail -8
     record bench_dedup "${PIPESTATUS[0]}"
     if [ "${GPU_CHECK_HYBRID:-0}" = 1 ]; then
       step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
       "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
-        --load-factors 0.5,0.75,1.0 --json "$out/bench_cuda_hybrid.json" \
-        --markdown "$out/bench_cuda_hybrid.md" 2>&1 | tail -30
+        --load-factors 0.5,0.75,1.0 --json "$results/table-cuda-hybrid-$machine.json" \
+        --markdown "$results/table-cuda-hybrid-$machine.md" 2>&1 | tail -30
       record bench_hybrid "${PIPESTATUS[0]}"
     fi
     step "dynemb train --device cuda (defaults: batch 65536, 65.5M synthetic samples)"
     "$program" train --device cuda --progress lines --output-dir "${TMPDIR:-/tmp}/dynemb_gpu_check_train" \
-      --metrics-json "$out/train_fm_cuda.json" 2>&1 | tail -4
+      --metrics-json "$results/train-fm-cuda-$machine.json" 2>&1 | tail -4
     record train_cuda "${PIPESTATUS[0]}"
   else
     echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"
@@ -144,8 +151,12 @@ fi
 
 echo "--- summary ---"
 cat "$out/summary.txt"
+if [ -n "$(ls -A "$results")" ]; then
+  echo "results (copy over bench/results/, then update bench/results/README.md):"
+  ls "$results"
+fi
 if [ "${GPU_CHECK_PACK_LOGS:-0}" = 1 ]; then
-  packed=$(cd "$out" && ls -- *.log *.md tests.json summary.txt 2> /dev/null)
+  packed=$(cd "$out" && ls -- *.log tests.json summary.txt 2> /dev/null)
   if [ -n "$packed" ]; then
     # shellcheck disable=SC2086  # the names have no spaces (written above)
     (cd "$out" && tar -cJf logs.tar.xz $packed && rm -f $packed)

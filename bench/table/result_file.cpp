@@ -1,6 +1,6 @@
 #include "bench/table/result_file.hpp"
 
-#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -24,11 +24,14 @@ nlohmann::json gpu_json(const std::optional<GpuInfo>& gpu) {
           {"multiprocessors", gpu->multiprocessors}};
 }
 
+std::string machine_label(const std::string& hostname) {
+  const char* label = std::getenv("DYNEMB_BENCH_MACHINE");
+  return label != nullptr && *label != '\0' ? std::string(label) : hostname;
+}
+
 std::string default_result_path(const std::string& source_dir, const std::string& stem,
-                                const std::string& hostname, const std::string& date_utc) {
-  std::string day = date_utc.substr(0, 10);
-  day.erase(std::remove(day.begin(), day.end(), '-'), day.end());
-  return source_dir + "/bench/results/" + stem + "-" + hostname + "-" + day + ".json";
+                                const std::string& hostname) {
+  return source_dir + "/bench/results/" + stem + "-" + machine_label(hostname) + ".json";
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

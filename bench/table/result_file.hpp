@@ -16,10 +16,14 @@ nlohmann::json machine_json(const MachineInfo& m);
 // {"name", "memory_bytes", "compute_capability", "multiprocessors"} of `gpu`; null without one.
 nlohmann::json gpu_json(const std::optional<GpuInfo>& gpu);
 
-// `source_dir`/bench/results/`stem`-`hostname`-YYYYMMDD.json, the day taken from `date_utc`
-// (ISO 8601, as utc_now_iso8601 writes it).
+// The machine's label in result file names: $DYNEMB_BENCH_MACHINE when set (e.g. `h100`, `vm`;
+// lent machines all call themselves `vm`), else `hostname`.
+std::string machine_label(const std::string& hostname);
+
+// `source_dir`/bench/results/`stem`-<machine_label(hostname)>.json: a stable name, so a new run
+// of a benchmark on a machine replaces its current result (bench/results/README.md).
 std::string default_result_path(const std::string& source_dir, const std::string& stem,
-                                const std::string& hostname, const std::string& date_utc);
+                                const std::string& hostname);
 
 // Writes `text` to `path`, creating its directory first; throws Error when it cannot.
 void write_text_file(const std::string& path, const std::string& text);

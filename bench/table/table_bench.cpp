@@ -91,9 +91,9 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
 std::string default_json_path(const TableBenchReport& report) {
   std::filesystem::path dir = std::filesystem::path(DYNEMB_SOURCE_DIR) / "bench" / "results";
   if (!std::filesystem::is_directory(dir)) dir = std::filesystem::current_path();
-  const std::string name = "table-" + to_string(report.config.backend) + "-" +
-                           report.machine.hostname + "-" + report.date_utc.substr(0, 4) +
-                           report.date_utc.substr(5, 2) + report.date_utc.substr(8, 2) +
+  const std::string name = "table-" + to_string(report.config.backend) +
+                           (report.config.hbm_budget_gb ? "-hybrid" : "") + "-" +
+                           machine_label(report.machine.hostname) +
                            (report.config.quick ? "-quick" : "") + ".json";
   return (dir / name).string();
 }

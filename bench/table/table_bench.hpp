@@ -13,7 +13,7 @@ namespace dynemb::bench {
 // the peers on the same keys, one table alive at a time. Progress goes to `progress`.
 TableBenchReport run_table_bench(const TableBenchConfig& config, std::ostream& progress);
 
-// bench/results/table-<backend>-<hostname>-<yyyymmdd>[-quick].json under the source tree this
+// bench/results/table-<backend>[-hybrid]-<machine>[-quick].json under the source tree this
 // program was built from (or the working directory if that tree is gone).
 std::string default_json_path(const TableBenchReport& report);
 

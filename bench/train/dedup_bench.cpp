@@ -224,7 +224,7 @@ std::string report_dedup_bench(const DedupBenchReport& r, std::ostream& out) {
           : default_result_path(DYNEMB_SOURCE_DIR,
                                 "dedup-" + to_string(c.backend) + "-" +
                                     std::to_string(c.tables * c.batch * c.ids_per_bag / 1000) + "k",
-                                r.machine.hostname, r.date_utc);
+                                r.machine.hostname);
   write_json_file(path, j);
   out << "wrote " << path << "\n";
   return path;

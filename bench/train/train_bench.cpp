@@ -373,13 +373,13 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                   {"rows_after", r.rows_after},
                   {"row_dim", r.row_dim}};
   for (const auto& [stage, s] : r.stage_seconds) j["results"]["stages_ms"][stage] = s * 1e3;
-  const std::string path =
-      !c.json_path.empty()
-          ? c.json_path
-          : default_result_path(DYNEMB_SOURCE_DIR,
-                                "train-" + to_string(c.backend) + "-" +
-                                    std::to_string(r.lookups_per_step / 1000) + "k",
-                                r.machine.hostname, r.date_utc);
+  const std::string path = !c.json_path.empty()
+                               ? c.json_path
+                               : default_result_path(DYNEMB_SOURCE_DIR,
+                                                     "train-" + to_string(c.backend) + "-" +
+                                                         std::to_string(r.lookups_per_step / 1000) +
+                                                         "k" + (c.grouped_tables ? "-grouped" : ""),
+                                                     r.machine.hostname);
   write_json_file(path, j);
   out << "wrote " << path << "\n";
   return path;

@@ -78,7 +78,7 @@ struct TrainBenchReport {
 TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& progress);
 
 // Prints the report as a table and writes its JSON (config.json_path or
-// bench/results/train-<backend>-<host>-<yyyymmdd>.json); returns the path written.
+// bench/results/train-<backend>-<lookups>k[-grouped]-<machine>.json); returns the path written.
 std::string report_train_bench(const TrainBenchReport& report, std::ostream& out);
 
 }  // namespace dynemb::bench

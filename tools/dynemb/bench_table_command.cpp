@@ -117,8 +117,10 @@ void install(CLI::App& cmd) {
         given->hbm_budget_gb, given->grouped_write_min_batch, seed}) {
     option->check(dynemb::tools::not_negative());
   }
-  cmd.add_option("--json", args->json_path,
-                 "Result file (default bench/results/table-<backend>-<host>-<yyyymmdd>.json)");
+  cmd.add_option(
+      "--json", args->json_path,
+      "Result file (default bench/results/table-<backend>[-hybrid]-<machine>.json, replaced by "
+      "each run; <machine> is $DYNEMB_BENCH_MACHINE or the host name)");
   cmd.add_option("--markdown", args->markdown_path, "Also write the printed tables to this file");
   cmd.add_flag("--quick", args->quick,
                "Smoke test: capacity 2^16, batch 16384, dim 32 (explicit options still apply)");
