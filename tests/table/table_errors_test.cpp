@@ -192,7 +192,7 @@ TYPED_TEST(TableErrorsTest, ReadsReportReservedKeysAsNotFoundInIgnoreMode) {
   EXPECT_EQ(h->stats().reserved_keys, 4 * r.reserved_positions.size());
 }
 
-TYPED_TEST(TableErrorsTest, SkippedReservedKeysGetNoRowFromFindOrInsertInIgnoreMode) {
+TYPED_TEST(TableErrorsTest, SkippedReservedKeysGetNoRowFromFindAndFindOrInsertInIgnoreMode) {
   using K = typename TestFixture::Key;
   TestRng rng;
   TableOptions o = roomy_options();
@@ -203,6 +203,12 @@ TYPED_TEST(TableErrorsTest, SkippedReservedKeysGetNoRowFromFindOrInsertInIgnoreM
   const std::set<K> stored(r.stored.begin(), r.stored.end());
   const uint32_t dim = h.dim();
   const Row untouched(dim, kUntouchedValue);
+  const FindResult read = h.find(r.batch);  // before the inserts: reserved and new keys missing
+  for (size_t i : r.reserved_positions) {
+    EXPECT_FALSE(read.founds[i]) << i;
+    EXPECT_EQ(row_at(read.values, i, dim), untouched) << i;
+    EXPECT_EQ(read.scores[i], kUntouchedScore) << i;
+  }
   const FindResult f = h.find_or_insert(r.batch);
   const std::vector<float> offered = value_rows(r.batch, dim, 5.0f);
   const FindResult g = h.find_or_insert_given(r.batch, offered);
@@ -223,7 +229,7 @@ TYPED_TEST(TableErrorsTest, SkippedReservedKeysGetNoRowFromFindOrInsertInIgnoreM
       EXPECT_EQ(row_at(g.values, i, dim), row_at(f.values, i, dim));
     }
   }
-  EXPECT_EQ(h->stats().reserved_keys, 2 * r.reserved_positions.size());
+  EXPECT_EQ(h->stats().reserved_keys, 3 * r.reserved_positions.size());
   EXPECT_EQ(h->size(), stored.size() + r.clean.size() - 10);  // 10 of the clean keys were stored
 }
 
