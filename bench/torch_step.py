@@ -8,7 +8,7 @@ Adam lr 1e-3, SUM pooling. --smoke: a tiny shape that runs on a CPU in seconds.
 Prints a table and writes JSON (machine, GPU, commit, date, every parameter, both figures).
 
   PYTHONPATH=build/python python3 bench/torch_step.py --device cuda \\
-      --dynemb-program build/tools/dynemb/dynemb --json bench/results/torch_step-h100.json
+      --dynemb-program build/tools/dynemb/dynemb --json bench/results/torch-step-cuda-h100.json
   PYTHONPATH=build/python /usr/bin/python3 bench/torch_step.py --smoke --device cpu
 """
 
@@ -48,7 +48,8 @@ def parse_args():
     p.add_argument("--smoke", action="store_true", help="a tiny shape (CPU smoke test)")
     p.add_argument("--skip-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--dynemb-program", default="", help="the dynemb program: also run `bench train`")
-    p.add_argument("--json", default="", help="result file (default: bench/results/torch_step-<host>-<date>.json)")
+    p.add_argument("--json", default="", help="result file (default: bench/results/torch-step-<device>-<machine>.json, "
+                   "<machine> = $DYNEMB_BENCH_MACHINE or the host name; a new run replaces it)")
     a = p.parse_args()
     if a.smoke:
         a.tables, a.rows, a.dim, a.batch, a.ids_per_bag = 2, 10000, 16, 256, 5
@@ -258,7 +259,7 @@ def main():
         "ratios": ratios,
     }
     path = a.json or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                  f"torch_step-{device.type}-{socket.gethostname()}-{now}.json".replace(":", ""))
+                                  f"torch-step-{device.type}-{os.environ.get('DYNEMB_BENCH_MACHINE') or socket.gethostname()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=2)

@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out="${OUT:-gpu_check_out}"
-mkdir -p "$out"
+mkdir -p "$out" "$out/results"
 summary="$out/summary_python.txt"
 : > "$summary"
 status=0
@@ -69,7 +69,7 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   step "bench/torch_step.py (13m shape: 10 tables x 2^20 ids x dim 128, batch 65,536 x 20, Zipf 1.05)"
   # shellcheck disable=SC2086
   PYTHONPATH="$PWD/$pybuild/python" python3 bench/torch_step.py --device cuda \
-    --dynemb-program "$program" --json "$out/torch_step.json" ${TORCH_STEP_ARGS:-} 2>&1 | tail -20
+    --dynemb-program "$program" --json "$out/results/torch-step-cuda-${GPU_CHECK_MACHINE:-h100}.json" ${TORCH_STEP_ARGS:-} 2>&1 | tail -20
   record torch_step "${PIPESTATUS[0]}"
 fi
 exit $status

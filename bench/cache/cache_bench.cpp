@@ -378,7 +378,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
   const std::string path =
       config.json_path.empty()
           ? default_result_path(DYNEMB_SOURCE_DIR, "cache-" + to_string(config.backend),
-                                machine.hostname, result["date"].get<std::string>())
+                                machine.hostname)
           : config.json_path;
   write_json_file(path, result);
   result["path"] = path;

@@ -33,7 +33,7 @@ struct CacheBenchConfig {
   std::vector<uint64_t> curve_rows;  // empty: 1/8 .. 4x the largest cache_rows, doubling
   uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity
   uint64_t seed = 0;                 // 0: a random seed (printed and written)
-  std::string json_path;             // default bench/results/cache-<backend>-<host>-<date>.json
+  std::string json_path;             // default bench/results/cache-<backend>-<machine>.json
   // A HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) run after dynemb's cells
   // on the same batches (same seed); its figures go beside dynemb's in each cell.
   std::string peer_binary;

@@ -211,7 +211,7 @@ Json run_checkpoint_replay(const CheckpointReplayConfig& config, std::ostream& l
   const std::string path = config.json_path.empty()
                                ? bench::default_result_path(
                                      DYNEMB_SOURCE_DIR, "cache-replay-" + to_string(config.backend),
-                                     machine.hostname, result["date"].get<std::string>())
+                                     machine.hostname)
                                : config.json_path;
   bench::write_json_file(path, result);
   result["path"] = path;

@@ -23,7 +23,7 @@ struct CheckpointReplayConfig {
   double alpha = 1.2;       // power law over the table's rows, hottest = highest score
   double replace_below_hit_rate = 1.0;
   uint64_t seed = 0;      // 0 = random
-  std::string json_path;  // default bench/results/cache-replay-<backend>-<host>-<date>.json
+  std::string json_path;  // default bench/results/cache-replay-<backend>-<machine>.json
 };
 
 // Loads, preloads, replays; prints progress to `log` and returns the result (also written).
