@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs dynemb_bench_dist at 1, 2 and 3 MPI ranks on this machine (loopback), with each exchange
-# (rows, pooled on owner), and merges the six JSON files into bench/results/dist-cpu-<date>.json. Extra arguments go to every run.
+# (rows, pooled on owner), and merges the six JSON files into bench/results/dist-cpu-<machine>.json ($DYNEMB_BENCH_MACHINE or the host name). Extra arguments go to every run.
 # Usage: bash bench/dist/run.sh [build dir] [-- bench arguments]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +19,7 @@ for exchange in rows pooled_on_owner; do
       --json "$out_dir/$exchange-$ranks.json" "$@"
   done
 done
-result="bench/results/dist-cpu-$(date -u +%Y%m%d).json"
+result="bench/results/dist-cpu-${DYNEMB_BENCH_MACHINE:-$(hostname)}.json"  # replaces the current result
 /usr/bin/python3 - "$out_dir" "$result" <<'PY'
 import json, sys
 d, out = sys.argv[1], sys.argv[2]
