@@ -8,8 +8,7 @@
 #include "admission_counter.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
-#include "dynemb/ops/dedup.hpp"
-#include "dynemb/ops/row_ops.hpp"
+#include "dynemb/ops/ops_backend.hpp"
 #include "dynemb/ops/step_ops.hpp"
 #include "step_parts.hpp"
 
@@ -52,6 +51,7 @@ struct Embedding<K>::Step {
   BackendBuffer<uint64_t> counters;
   // The ops' scratch, pinned read-back words and key-bit prediction, kept between steps.
   std::unique_ptr<detail::StepWorkspace> workspace;
+  const OpsBackend* ops = nullptr;  // the backend's ops, chosen once
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
@@ -77,6 +77,7 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
   row_dim_ = t.dim;
   table_ = make_table<K>(backend, t);
   step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
+  step_->ops = &ops_backend(backend);
   step_->workspace = std::make_unique<detail::StepWorkspace>(backend, options.table.device);
   backend_zero(backend, step_->counters.data(), kCounters * sizeof(uint64_t));
   backend_synchronize(backend);
@@ -108,7 +109,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   ensure_buffer(s.row_begin, backend_, n + 1, device);
   // The bags in the grouped order, from the dedup, for a training step's backward on the GPU
   // (the CPU's reduction works them out as it goes).
-  s.has_bag_by_row = training && batch.mode != PoolingMode::kNone && backend_ == Backend::kCuda;
+  s.has_bag_by_row = training && batch.mode != PoolingMode::kNone && s.ops->reads_bag_by_row();
   if (s.has_bag_by_row) ensure_buffer(s.bag_by_row, backend_, n, device);
   ensure_buffer(s.offsets, backend_, batch.num_bags + 1, device);
   copy_within_backend(backend_, s.offsets.data(), batch.offsets,
@@ -128,7 +129,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   const LookupOutput output{out, out_stride};
   uint64_t counters[kCounters];
   const size_t u = detail::dedup_grouped<K>(
-      backend_, n, batch.keys, s.unique_keys.data(), s.inverse.data(), s.ids_by_row.data(),
+      *s.ops, n, batch.keys, s.unique_keys.data(), s.inverse.data(), s.ids_by_row.data(),
       s.row_begin.data(), s.has_bag_by_row ? s.bag_by_row.data() : nullptr, s.offsets.data(),
       batch.num_bags, "Embedding::forward", {s.counters.data(), kCounters, counters}, *s.workspace,
       stream);
@@ -148,7 +149,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
 
   lookup_rows(training, stream);
   stage_done("lookup");
-  detail::pooled_lookup_unchecked(backend_, feature, output, stream);
+  detail::pooled_lookup_unchecked(*s.ops, feature, output, stream);
   stage_done("pool");
   stats_.lookups += n;
   stats_.unique_lookups += u;
@@ -178,13 +179,13 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
     ensure_buffer(s.missing, backend_, u, device);
     const uint32_t stride =
         s.fallback.prepare(backend_, options_.eval_initializer, options_.dim, u, device, stream);
-    detail::resolve_missing_rows(backend_, u, rows, s.missing.data(), s.fallback.rows.data(),
-                                 stride, training ? found : nullptr,
+    detail::resolve_missing_rows(*s.ops, u, rows, s.missing.data(), s.fallback.rows.data(), stride,
+                                 training ? found : nullptr,
                                  training ? counters + kRowsCreated : nullptr,
                                  training ? nullptr : counters + kEvalMisses, stream);
     if (stride != 0) {
-      fill_initial_rows<K>(backend_, u, keys, s.missing.data(), true, options_.eval_initializer,
-                           s.fallback.rows.data(), options_.dim, options_.dim, stream);
+      s.ops->fill_initial_rows(u, keys, s.missing.data(), true, options_.eval_initializer,
+                               s.fallback.rows.data(), options_.dim, options_.dim, stream);
     }
     return;
   }
@@ -193,7 +194,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   // on the CPU the step's own buffers).
   float* rows = s.rows.data();
   table_->find(u, keys, rows, found, nullptr, stream);
-  const bool on_host = backend_ == Backend::kCpu;
+  const bool on_host = s.ops->memory_is_host();
   if (s.host_flags < u) {
     if (!on_host) s.host_found = std::make_unique<bool[]>(u);
     s.host_admit = std::make_unique<bool[]>(u);
@@ -203,7 +204,7 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   const uint32_t* host_row_begin = s.row_begin.data();
   bool* host_found = found;
   if (!on_host) {
-    detail::sync_stream(backend_, stream);
+    s.ops->sync(stream);
     s.host_keys.resize(u);
     s.host_row_begin.resize(u + 1);
     copy_from_backend(backend_, s.host_keys.data(), keys, u * sizeof(K));
@@ -236,13 +237,13 @@ void Embedding<K>::lookup_rows(bool training, StreamHandle stream) {
   if (!on_host) copy_to_backend(backend_, found, host_found, u * sizeof(bool));
   table_->find_or_insert(a, s.admitted_keys.data(), s.admitted_rows.data(), nullptr, nullptr,
                          stream);
-  scatter_rows(backend_, a, s.admitted_where.data(), s.admitted_rows.data(), row_dim_, rows,
-               row_dim_, row_dim_, stream);
+  s.ops->scatter_rows(a, s.admitted_where.data(), s.admitted_rows.data(), row_dim_, rows, row_dim_,
+                      row_dim_, stream);
   stats_.rows_created += a;
   // Keys without a row read the evaluation initializer.
-  detail::count_flags(backend_, u, found, false, counters + kAdmissionPending, stream);
-  fill_initial_rows<K>(backend_, u, keys, found, false, options_.eval_initializer, rows, row_dim_,
-                       options_.dim, stream);
+  detail::count_flags(*s.ops, u, found, false, counters + kAdmissionPending, stream);
+  s.ops->fill_initial_rows(u, keys, found, false, options_.eval_initializer, rows, row_dim_,
+                           options_.dim, stream);
 }
 
 template <TableKey K>
@@ -259,10 +260,10 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
     // Each row's gradient reduced and applied in one pass (never stored); rows with NaN / Inf
     // are skipped and counted on the device (reported at the next forward or stats()); keys
     // without a row (missing) get no update.
-    detail::reduce_and_optimize_row_ptrs(backend_, options_.optimizer, feature, s.groups(), grads,
+    detail::reduce_and_optimize_row_ptrs(*s.ops, options_.optimizer, feature, s.groups(), grads,
                                          s.row_ptrs.data(), s.missing.data(),
                                          s.counters.data() + kNonfinite, *s.workspace, stream);
-    if (backend_ == Backend::kCpu)
+    if (s.ops->memory_is_host())
       s.nonfinite_report.update(s.counters.data()[kNonfinite], options_.gradient_check,
                                 "Embedding::backward");
     stage_done("reduce+optimizer");
@@ -274,21 +275,21 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   ensure_buffer(s.row_grads, backend_, u * options_.dim, device);
   ensure_buffer(s.skip, backend_, u, device);
   const LookupOutput row_grads{s.row_grads.data(), options_.dim};
-  detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads, row_grads, stream);
+  detail::reduce_gradients_grouped(*s.ops, feature, s.groups(), grads, row_grads, stream);
   stage_done("reduce");
 
   // Keys without a row (not admitted; by address: missing) get no update.
   const bool* skip = s.missing.data();
   if (!s.by_address) {
-    fill_flags(backend_, u, false, s.skip.data(), stream);
-    or_flags(backend_, u, s.found.data(), false, s.skip.data(), stream);
+    s.ops->fill_flags(u, false, s.skip.data(), stream);
+    s.ops->or_flags(u, s.found.data(), false, s.skip.data(), stream);
     skip = s.skip.data();
   }
   if (options_.gradient_check == SafeCheck::kError) {
     // The one synchronization of a backward: the count must be known before any row changes.
     ensure_buffer(s.admit, backend_, u, device);
-    const size_t bad = flag_nonfinite_rows(backend_, u, s.row_grads.data(), options_.dim,
-                                           options_.dim, s.admit.data(), stream);
+    const size_t bad = s.ops->flag_nonfinite_rows(u, s.row_grads.data(), options_.dim, options_.dim,
+                                                  s.admit.data(), stream);
     if (bad > 0) {
       stats_.nonfinite_gradients += bad;
       s.pending_backward = false;
@@ -297,18 +298,18 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
                             " keys; gradient_check = error, no row was changed");
     }
     if (s.by_address) {
-      apply_optimizer_row_ptrs(backend_, options_.optimizer, u, s.row_ptrs.data(),
-                               s.row_grads.data(), options_.dim, options_.dim, skip, stream);
+      s.ops->apply_optimizer_row_ptrs(options_.optimizer, u, s.row_ptrs.data(), s.row_grads.data(),
+                                      options_.dim, options_.dim, skip, nullptr, stream);
     } else {
-      apply_optimizer_rows(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
-                           s.row_grads.data(), options_.dim, options_.dim, skip, stream);
+      s.ops->apply_optimizer_rows(options_.optimizer, u, s.rows.data(), row_dim_,
+                                  s.row_grads.data(), options_.dim, options_.dim, skip, stream);
     }
   } else {
-    detail::apply_optimizer_rows_guarded(backend_, options_.optimizer, u, s.rows.data(), row_dim_,
+    detail::apply_optimizer_rows_guarded(*s.ops, options_.optimizer, u, s.rows.data(), row_dim_,
                                          s.row_grads.data(), options_.dim, options_.dim, skip,
                                          s.counters.data() + kNonfinite, stream);
   }
-  if (options_.gradient_check != SafeCheck::kError && backend_ == Backend::kCpu) {
+  if (options_.gradient_check != SafeCheck::kError && s.ops->memory_is_host()) {
     s.nonfinite_report.update(s.counters.data()[kNonfinite], options_.gradient_check,
                               "Embedding::backward");
   }
@@ -348,7 +349,7 @@ EmbeddingStats Embedding<K>::stats() const {
   uint64_t counters[kCounters];
   // Whatever stream the last step ran on (it may be gone by now): wait for the whole device.
   backend_synchronize(backend_);
-  detail::read_words(backend_, step_->counters.data(), kCounters, counters, nullptr);
+  detail::read_words(*step_->ops, step_->counters.data(), kCounters, counters, nullptr);
   s.rows_created += counters[kRowsCreated];
   s.nonfinite_gradients += counters[kNonfinite];
   s.admission_pending += counters[kAdmissionPending];

@@ -6,7 +6,7 @@
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
-#include "dynemb/ops/row_ops.hpp"
+#include "dynemb/ops/ops_backend.hpp"
 #include "dynemb/ops/step_ops.hpp"
 #include "dynemb/ops/table_keys.hpp"
 #include "step_parts.hpp"
@@ -80,6 +80,7 @@ struct EmbeddingCollection<K>::Step {
   std::vector<uint64_t> host_bounds;
   std::vector<size_t> ids_of;  // each table's ids, this step
   std::unique_ptr<detail::StepWorkspace> workspace;
+  const OpsBackend* ops = nullptr;  // the backend's ops, chosen once
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
@@ -113,6 +114,7 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   s.table_counters = BackendBuffer<uint64_t>(backend, n * kPerTable, device);
   s.bounds = BackendBuffer<uint64_t>(backend, n + 1, device);
   s.host_bounds.resize(n + 1);
+  s.ops = &ops_backend(backend);
   s.workspace = std::make_unique<detail::StepWorkspace>(backend, device);
   backend_zero(backend, s.words.data(), kWords * sizeof(uint64_t));
   backend_zero(backend, s.table_counters.data(), n * kPerTable * sizeof(uint64_t));
@@ -131,7 +133,7 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
   uint64_t base = 0, bag_base = 0;
   for (size_t t = 0; t < batches.size(); ++t) {
     const EmbeddingBatch<K>& b = batches[t];
-    detail::combine_table_keys<K>(backend_, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
+    detail::combine_table_keys<K>(*s.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
                                   b.offsets, b.num_bags, base, bag_base, s.combined_keys.data(),
                                   s.offsets.data(), s.words.data(), stream);
     if (s.weighted && b.num_ids > 0) {
@@ -145,13 +147,13 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
   size_t u = 0;
   try {
     u = detail::dedup_grouped<uint64_t>(
-        backend_, s.num_ids, s.combined_keys.data(), s.unique_combined.data(), s.inverse.data(),
+        *s.ops, s.num_ids, s.combined_keys.data(), s.unique_combined.data(), s.inverse.data(),
         s.ids_by_row.data(), s.row_begin.data(), s.has_bag_by_row ? s.bag_by_row.data() : nullptr,
         s.offsets.data(), s.num_bags, kForward, {s.words.data(), kWords, words}, *s.workspace,
         stream);
   } catch (const InvalidArgument&) {
     // The combined offsets failed their check: name the table whose own offsets are bad.
-    detail::read_words(backend_, s.words.data(), kWords, words, stream);
+    detail::read_words(*s.ops, s.words.data(), kWords, words, stream);
     throw_if_bad_table(words);
     throw;
   }
@@ -216,7 +218,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   ensure_buffer(s.row_begin, backend_, n + 1, device);
   ensure_buffer(s.offsets, backend_, bags + 1, device);
   const PoolingMode mode = batches[0].mode;  // every batch's (checked above)
-  s.has_bag_by_row = training && mode != PoolingMode::kNone && backend_ == Backend::kCuda;
+  s.has_bag_by_row = training && mode != PoolingMode::kNone && s.ops->reads_bag_by_row();
   if (s.has_bag_by_row) ensure_buffer(s.bag_by_row, backend_, n, device);
   s.weighted = weighted;
   if (weighted) ensure_buffer(s.weights, backend_, n, device);
@@ -250,17 +252,17 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   stage_done("dedup");
   s.num_unique = u;
   ensure_buffer(s.row_ptrs, backend_, u, device);
-  detail::split_table_keys<K>(backend_, u, s.unique_combined.data(),
+  detail::split_table_keys<K>(*s.ops, u, s.unique_combined.data(),
                               static_cast<uint32_t>(num_tables), shift, s.unique_keys.data(),
                               s.bounds.data(), stream);
-  detail::read_words(backend_, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
+  detail::read_words(*s.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
 
   const LookupOutput output{out, out_stride};
   const LookupFeature feature = s.feature(options_.front().dim, row_dim_);
   detail::validate_lookup_shape(kForward, {&feature, 1}, {&output, 1}, "out");
   lookup_rows(training, stream);
   stage_done("lookup");
-  detail::pooled_lookup_unchecked(backend_, feature, output, stream);
+  detail::pooled_lookup_unchecked(*s.ops, feature, output, stream);
   stage_done("pool");
   for (size_t t = 0; t < num_tables; ++t) {
     stats_[t].lookups += s.ids_of[t];
@@ -295,14 +297,14 @@ void EmbeddingCollection<K>::lookup_rows(bool training, StreamHandle stream) {
     }
     uint64_t* counters = s.table_counters.data() + t * kPerTable;
     float* fallback = s.fallback.rows.data() + begin * stride;
-    detail::resolve_missing_rows(backend_, count, rows, s.missing.data() + begin, fallback, stride,
+    detail::resolve_missing_rows(*s.ops, count, rows, s.missing.data() + begin, fallback, stride,
                                  training ? found : nullptr,
                                  training ? counters + kRowsCreated : nullptr,
                                  training ? nullptr : counters + kEvalMisses, stream);
   }
   if (stride != 0) {
-    fill_initial_rows<K>(backend_, u, s.unique_keys.data(), s.missing.data(), true,
-                         o.eval_initializer, s.fallback.rows.data(), o.dim, o.dim, stream);
+    s.ops->fill_initial_rows(u, s.unique_keys.data(), s.missing.data(), true, o.eval_initializer,
+                             s.fallback.rows.data(), o.dim, o.dim, stream);
   }
 }
 
@@ -320,10 +322,10 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
   detail::validate_lookup_shape(where, {&feature, 1}, {&grads, 1}, "grad");
   s.pending_backward = false;
   if (o.gradient_check != SafeCheck::kError) {
-    detail::reduce_and_optimize_row_ptrs(backend_, o.optimizer, feature, s.groups(), grads,
+    detail::reduce_and_optimize_row_ptrs(*s.ops, o.optimizer, feature, s.groups(), grads,
                                          s.row_ptrs.data(), s.missing.data(),
                                          s.words.data() + kNonfinite, *s.workspace, stream);
-    if (backend_ == Backend::kCpu) {
+    if (s.ops->memory_is_host()) {
       s.nonfinite_report.update(s.words.data()[kNonfinite], o.gradient_check, where);
     }
     stage_done("reduce+optimizer");
@@ -334,19 +336,19 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
   const int device = o.table.device;
   ensure_buffer(s.row_grads, backend_, u * o.dim, device);
   ensure_buffer(s.flags, backend_, u, device);
-  detail::reduce_gradients_grouped(backend_, feature, s.groups(), grads,
-                                   {s.row_grads.data(), o.dim}, stream);
+  detail::reduce_gradients_grouped(*s.ops, feature, s.groups(), grads, {s.row_grads.data(), o.dim},
+                                   stream);
   stage_done("reduce");
   const size_t bad =
-      flag_nonfinite_rows(backend_, u, s.row_grads.data(), o.dim, o.dim, s.flags.data(), stream);
+      s.ops->flag_nonfinite_rows(u, s.row_grads.data(), o.dim, o.dim, s.flags.data(), stream);
   if (bad > 0) {
     nonfinite_refused_ += bad;
     throw InvalidArgument(std::string(where) + ": grad holds NaN or Inf for " +
                           std::to_string(bad) + " of " + std::to_string(u) +
                           " keys; gradient_check = error, no row was changed");
   }
-  apply_optimizer_row_ptrs(backend_, o.optimizer, u, s.row_ptrs.data(), s.row_grads.data(), o.dim,
-                           o.dim, s.missing.data(), stream);
+  s.ops->apply_optimizer_row_ptrs(o.optimizer, u, s.row_ptrs.data(), s.row_grads.data(), o.dim,
+                                  o.dim, s.missing.data(), nullptr, stream);
   stage_done("optimizer");
 }
 
@@ -369,8 +371,8 @@ EmbeddingCollectionStats EmbeddingCollection<K>::stats() const {
   std::vector<uint64_t> counters(n * kPerTable);
   uint64_t words[kWords];
   backend_synchronize(backend_);
-  detail::read_words(backend_, s.table_counters.data(), n * kPerTable, counters.data(), nullptr);
-  detail::read_words(backend_, s.words.data(), kWords, words, nullptr);
+  detail::read_words(*s.ops, s.table_counters.data(), n * kPerTable, counters.data(), nullptr);
+  detail::read_words(*s.ops, s.words.data(), kWords, words, nullptr);
   EmbeddingCollectionStats out;
   out.tables = stats_;
   out.nonfinite_gradients = words[kNonfinite] + nonfinite_refused_;

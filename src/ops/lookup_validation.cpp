@@ -1,7 +1,7 @@
 #include <string>
 
-#include "backends.hpp"
 #include "dynemb/core/error.hpp"
+#include "lookup_validation.hpp"
 
 namespace dynemb::detail {
 namespace {

@@ -12,6 +12,10 @@
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
 
+namespace dynemb {
+class OpsBackend;
+}  // namespace dynemb
+
 namespace dynemb::detail {
 
 class StepWorkspace {
@@ -63,6 +67,7 @@ class StepWorkspace {
   template <class T>
   bool ensure(BackendBuffer<T>& buffer, size_t count, size_t slack, StreamHandle stream);
 
+  const OpsBackend* ops_;
   Backend backend_;
   int device_;
   BackendBuffer<uint8_t> scratch_;

@@ -10,6 +10,7 @@
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
+#include "dynemb/ops/ops_backend.hpp"
 
 namespace dynemb::detail {
 
@@ -23,17 +24,18 @@ enum TableKeyStatus : size_t { kKeyBitsSeen, kBadTableFlag, kTableKeyStatusWords
 // offsets[b] + base for b in [0, num_bags] (num_bags > 0), and the status words above. No
 // synchronization.
 template <TableKey K>
-void combine_table_keys(Backend backend, uint32_t table, uint32_t shift, size_t n, const K* keys,
-                        const int64_t* offsets, size_t num_bags, uint64_t base, uint64_t bag_base,
-                        uint64_t* combined_keys, int64_t* combined_offsets, uint64_t* status,
-                        StreamHandle stream);
+void combine_table_keys(const OpsBackend& ops, uint32_t table, uint32_t shift, size_t n,
+                        const K* keys, const int64_t* offsets, size_t num_bags, uint64_t base,
+                        uint64_t bag_base, uint64_t* combined_keys, int64_t* combined_offsets,
+                        uint64_t* status, StreamHandle stream);
 
 // After the dedup of combined keys (ascending, u of them): keys[i] = unique_keys[i] without its
 // table bits, and bounds[t] = the first unique index of table t for t <= num_tables
 // (bounds[num_tables] = u). No synchronization.
 template <TableKey K>
-void split_table_keys(Backend backend, size_t u, const uint64_t* unique_keys, uint32_t num_tables,
-                      uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream);
+void split_table_keys(const OpsBackend& ops, size_t u, const uint64_t* unique_keys,
+                      uint32_t num_tables, uint32_t shift, K* keys, uint64_t* bounds,
+                      StreamHandle stream);
 
 // The table bits of table t's combined keys (0 for t = 0 or shift >= 64).
 DYNEMB_HD uint64_t table_tag(uint32_t table, uint32_t shift) {

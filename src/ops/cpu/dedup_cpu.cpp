@@ -2,7 +2,7 @@
 #include <bit>
 #include <vector>
 
-#include "backends.hpp"
+#include "cpu/cpu_kernels.hpp"
 #include "dynemb/core/hash.hpp"
 
 namespace dynemb::detail {

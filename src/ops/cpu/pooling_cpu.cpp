@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backends.hpp"
+#include "cpu/cpu_kernels.hpp"
 #include "cpu/parallel_for.hpp"
 #include "id_factor.hpp"
 

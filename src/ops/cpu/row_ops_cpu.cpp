@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backends.hpp"
+#include "cpu/cpu_kernels.hpp"
 #include "cpu/parallel_for.hpp"
 #include "dynemb/ops/row_ops.hpp"
 

@@ -1,7 +1,7 @@
 // The collection's combined batch on the host (include/dynemb/ops/table_keys.hpp).
 #include <algorithm>
 
-#include "backends.hpp"
+#include "cpu/cpu_kernels.hpp"
 #include "dynemb/ops/table_keys.hpp"
 
 namespace dynemb::detail {

@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"

@@ -4,7 +4,7 @@
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/optimizer_warp.cuh"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"

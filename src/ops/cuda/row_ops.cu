@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/optimizer_warp.cuh"
 #include "cuda/tile_lanes.cuh"

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
 

@@ -2,7 +2,7 @@
 #include <thrust/binary_search.h>
 #include <thrust/execution_policy.h>
 
-#include "backends.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/ops/table_keys.hpp"

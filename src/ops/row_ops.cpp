@@ -1,7 +1,8 @@
-// The backend-neutral entry points of the row ops.
-#include "backends.hpp"
-#include "dynemb/core/error.hpp"
+// The row ops: their arguments checked, then the backend's ops.
 #include "dynemb/ops/row_ops.hpp"
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/ops/ops_backend.hpp"
 
 namespace dynemb {
 namespace {
@@ -19,10 +20,7 @@ void gather_rows(Backend backend, size_t n, const uint32_t* index, const float* 
   require_ptr(index, n, "gather_rows", "index");
   require_ptr(src, n, "gather_rows", "src");
   require_ptr(dst, n, "gather_rows", "dst");
-  if (backend == Backend::kCpu) {
-    return detail::gather_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
-  }
-  detail::gather_rows_cuda(n, index, src, src_stride, dst, dst_stride, width, stream);
+  ops_backend(backend).gather_rows(n, index, src, src_stride, dst, dst_stride, width, stream);
 }
 
 void scatter_rows(Backend backend, size_t n, const uint32_t* index, const float* src,
@@ -31,10 +29,7 @@ void scatter_rows(Backend backend, size_t n, const uint32_t* index, const float*
   require_ptr(index, n, "scatter_rows", "index");
   require_ptr(src, n, "scatter_rows", "src");
   require_ptr(dst, n, "scatter_rows", "dst");
-  if (backend == Backend::kCpu) {
-    return detail::scatter_rows_cpu(n, index, src, src_stride, dst, dst_stride, width);
-  }
-  detail::scatter_rows_cuda(n, index, src, src_stride, dst, dst_stride, width, stream);
+  ops_backend(backend).scatter_rows(n, index, src, src_stride, dst, dst_stride, width, stream);
 }
 
 template <TableKey K>
@@ -43,47 +38,33 @@ void fill_initial_rows(Backend backend, size_t n, const K* keys, const bool* fla
                        StreamHandle stream) {
   require_ptr(keys, n, "fill_initial_rows", "keys");
   require_ptr(rows, n, "fill_initial_rows", "rows");
-  if (backend == Backend::kCpu) {
-    return detail::fill_initial_rows_cpu(n, keys, flags, when, init, rows, stride, width);
-  }
-  detail::fill_initial_rows_cuda(n, keys, flags, when, init, rows, stride, width, stream);
+  ops_backend(backend).fill_initial_rows(n, keys, flags, when, init, rows, stride, width, stream);
 }
 
 size_t select_indices(Backend backend, size_t n, const bool* flags, bool value, uint32_t* out,
                       StreamHandle stream) {
   require_ptr(flags, n, "select_indices", "flags");
   require_ptr(out, n, "select_indices", "out");
-  if (backend == Backend::kCpu) return detail::select_indices_cpu(n, flags, value, out);
-  return detail::select_indices_cuda(n, flags, value, out, stream);
+  return ops_backend(backend).select_indices(n, flags, value, out, stream);
 }
 
 void fill_flags(Backend backend, size_t n, bool value, bool* flags, StreamHandle stream) {
   require_ptr(flags, n, "fill_flags", "flags");
-  if (backend == Backend::kCpu) {
-    for (size_t i = 0; i < n; ++i) flags[i] = value;
-    return;
-  }
-  detail::fill_flags_cuda(n, value, flags, stream);
+  ops_backend(backend).fill_flags(n, value, flags, stream);
 }
 
 void or_flags(Backend backend, size_t n, const bool* flags, bool when, bool* out,
               StreamHandle stream) {
   require_ptr(flags, n, "or_flags", "flags");
   require_ptr(out, n, "or_flags", "out");
-  if (backend == Backend::kCpu) {
-    for (size_t i = 0; i < n; ++i) out[i] = out[i] || flags[i] == when;
-    return;
-  }
-  detail::or_flags_cuda(n, flags, when, out, stream);
+  ops_backend(backend).or_flags(n, flags, when, out, stream);
 }
 
 size_t flag_nonfinite_rows(Backend backend, size_t n, const float* grads, uint32_t stride,
                            uint32_t dim, bool* flags, StreamHandle stream) {
   require_ptr(grads, n, "flag_nonfinite_rows", "grads");
   require_ptr(flags, n, "flag_nonfinite_rows", "flags");
-  if (backend == Backend::kCpu)
-    return detail::flag_nonfinite_rows_cpu(n, grads, stride, dim, flags);
-  return detail::flag_nonfinite_rows_cuda(n, grads, stride, dim, flags, stream);
+  return ops_backend(backend).flag_nonfinite_rows(n, grads, stride, dim, flags, stream);
 }
 
 void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, size_t n, float* rows,
@@ -91,12 +72,8 @@ void apply_optimizer_rows(Backend backend, const OptimizerOptions& optimizer, si
                           uint32_t dim, const bool* skip, StreamHandle stream) {
   require_ptr(rows, n, "apply_optimizer_rows", "rows");
   require_ptr(grads, n, "apply_optimizer_rows", "grads");
-  if (backend == Backend::kCpu) {
-    return detail::apply_optimizer_rows_cpu(optimizer, n, rows, row_stride, grads, grad_stride, dim,
-                                            skip);
-  }
-  detail::apply_optimizer_rows_cuda(optimizer, n, rows, row_stride, grads, grad_stride, dim, skip,
-                                    stream);
+  ops_backend(backend).apply_optimizer_rows(optimizer, n, rows, row_stride, grads, grad_stride, dim,
+                                            skip, stream);
 }
 
 void apply_optimizer_row_ptrs(Backend backend, const OptimizerOptions& optimizer, size_t n,
@@ -104,13 +81,8 @@ void apply_optimizer_row_ptrs(Backend backend, const OptimizerOptions& optimizer
                               uint32_t dim, const bool* skip, StreamHandle stream) {
   require_ptr(rows, n, "apply_optimizer_row_ptrs", "rows");
   require_ptr(grads, n, "apply_optimizer_row_ptrs", "grads");
-  if (backend == Backend::kCpu) {
-    return detail::apply_optimizer_row_ptrs_cpu(optimizer, n, rows, grads, grad_stride, dim, skip,
-                                                nullptr);
-  }
-  if (n == 0) return;
-  detail::apply_optimizer_row_ptrs_cuda(optimizer, n, rows, grads, grad_stride, dim, skip, nullptr,
-                                        stream);
+  ops_backend(backend).apply_optimizer_row_ptrs(optimizer, n, rows, grads, grad_stride, dim, skip,
+                                                nullptr, stream);
 }
 
 template void fill_initial_rows<int64_t>(Backend, size_t, const int64_t*, const bool*, bool,

@@ -1,17 +1,18 @@
-// The backend-neutral entry points of dedup, pooling and gradient reduction.
-#include "backends.hpp"
+// dedup, pooling and gradient reduction: their arguments checked, then the backend's ops.
 #include "dynemb/core/error.hpp"
+#include "dynemb/ops/dedup.hpp"
+#include "dynemb/ops/ops_backend.hpp"
+#include "dynemb/ops/step_ops.hpp"
 
 namespace dynemb {
 namespace {
 
 // Shape checks, then the offsets / indices checks on the backend that holds them.
-void validate_lookup_shape_and_data(Backend backend, std::span<const LookupFeature> features,
+void validate_lookup_shape_and_data(const OpsBackend& ops, std::span<const LookupFeature> features,
                                     std::span<const LookupOutput> outputs, const char* where,
                                     const char* outputs_name, StreamHandle stream) {
   detail::validate_lookup_shape(where, features, outputs, outputs_name);
-  if (backend == Backend::kCpu) return detail::validate_lookup_data_host(where, features);
-  detail::validate_lookup_data_cuda(where, features, stream);
+  ops.validate_lookup_data(where, features, stream);
 }
 
 }  // namespace
@@ -36,29 +37,29 @@ size_t dedup(Backend backend, size_t n, const K* keys, K* unique_keys, uint32_t*
   require(unique_keys != nullptr, "dedup", "unique_keys", "nullptr", "must be non-null when n > 0");
   require(inverse != nullptr, "dedup", "inverse", "nullptr", "must be non-null when n > 0");
   require(n <= 0xFFFFFFFFull, "dedup", "n", std::to_string(n), "must be < 2^32");
-  if (backend == Backend::kCpu) return detail::dedup_cpu(n, keys, unique_keys, inverse, counts);
-  return detail::dedup_cuda(n, keys, unique_keys, inverse, counts, stream);
+  return ops_backend(backend).dedup(n, keys, unique_keys, inverse, counts, stream);
 }
 
 void validate_lookup(Backend backend, std::span<const LookupFeature> features,
                      std::span<const LookupOutput> outputs, const char* where) {
-  validate_lookup_shape_and_data(backend, features, outputs, where, "outputs", nullptr);
+  validate_lookup_shape_and_data(ops_backend(backend), features, outputs, where, "outputs",
+                                 nullptr);
 }
 
 void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
                    std::span<const LookupOutput> outputs, StreamHandle stream) {
-  validate_lookup_shape_and_data(backend, features, outputs, "pooled_lookup", "outputs", stream);
-  if (backend == Backend::kCpu) return detail::pooled_lookup_cpu(features, outputs);
-  detail::pooled_lookup_cuda(features, outputs, stream);
+  const OpsBackend& ops = ops_backend(backend);
+  validate_lookup_shape_and_data(ops, features, outputs, "pooled_lookup", "outputs", stream);
+  ops.pooled_lookup(features, outputs, stream);
 }
 
 void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
                       std::span<const LookupOutput> grads, std::span<const LookupOutput> row_grads,
                       StreamHandle stream) {
-  validate_lookup_shape_and_data(backend, features, grads, "reduce_gradients", "grads", stream);
+  const OpsBackend& ops = ops_backend(backend);
+  validate_lookup_shape_and_data(ops, features, grads, "reduce_gradients", "grads", stream);
   detail::validate_lookup_shape("reduce_gradients", features, row_grads, "row_grads");
-  if (backend == Backend::kCpu) return detail::reduce_gradients_cpu(features, grads, row_grads);
-  detail::reduce_gradients_cuda(features, grads, row_grads, stream);
+  ops.reduce_gradients(features, grads, row_grads, stream);
 }
 
 template size_t dedup<int64_t>(Backend, size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*,
