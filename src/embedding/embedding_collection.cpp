@@ -10,6 +10,7 @@
 #include "dynemb/ops/step_ops.hpp"
 #include "dynemb/ops/table_keys.hpp"
 #include "step_parts.hpp"
+#include "training_step.hpp"
 
 namespace dynemb {
 namespace {
@@ -60,46 +61,24 @@ void validate_collection(const std::vector<EmbeddingOptions>& tables) {
 
 }  // namespace
 
-// What one training forward leaves for its backward.
+// The shared pipeline (training_step.hpp) with the combined batch and each table's counters.
 template <TableKey K>
 struct EmbeddingCollection<K>::Step {
+  Step(Backend backend, int device) : pipeline(backend, device) {}
+
+  detail::TrainingStep<K> pipeline;  // unique_keys: without their table bits
   BackendBuffer<uint64_t> combined_keys, unique_combined;
-  BackendBuffer<int64_t> offsets;  // every table's, one after another
-  BackendBuffer<float> weights;
-  BackendBuffer<K> unique_keys;  // without their table bits
-  BackendBuffer<uint32_t> inverse, ids_by_row, row_begin, bag_by_row;
-  bool has_bag_by_row = false;
-  BackendBuffer<float*> row_ptrs;
-  BackendBuffer<float> row_grads;
-  detail::FallbackRows fallback;
-  detail::NonfiniteReport nonfinite_report;
-  BackendBuffer<bool> found, missing, flags;
   BackendBuffer<uint64_t> bounds;          // num_tables + 1
   BackendBuffer<uint64_t> words;           // Word
   BackendBuffer<uint64_t> table_counters;  // kPerTable a table
+  std::vector<detail::StepTable<K>> tables;
   std::vector<uint64_t> host_bounds;
   std::vector<size_t> ids_of;  // each table's ids, this step
-  std::unique_ptr<detail::StepWorkspace> workspace;
-  const OpsBackend* ops = nullptr;  // the backend's ops, chosen once
-  size_t num_unique = 0, num_ids = 0, num_bags = 0;
-  PoolingMode mode = PoolingMode::kSum;
-  bool weighted = false;
-  bool pending_backward = false;
-
-  detail::IdGroups groups() const {
-    return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
-  }
-
-  LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
-    return detail::step_feature(nullptr, row_ptrs.data(), dim, row_dim, num_unique, inverse.data(),
-                                num_ids, offsets.data(), num_bags,
-                                weighted ? weights.data() : nullptr, mode);
-  }
 };
 
 template <TableKey K>
 EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<EmbeddingOptions> tables)
-    : backend_(backend), options_(std::move(tables)), step_(std::make_unique<Step>()) {
+    : backend_(backend), options_(std::move(tables)) {
   validate_collection(options_);
   const size_t n = options_.size();
   row_dim_ = embedding_row_dim(options_.front());
@@ -109,13 +88,16 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   }
   stats_.resize(n);
   const int device = options_.front().table.device;
+  step_ = std::make_unique<Step>(backend, device);
   Step& s = *step_;
   s.words = BackendBuffer<uint64_t>(backend, kWords, device);
   s.table_counters = BackendBuffer<uint64_t>(backend, n * kPerTable, device);
   s.bounds = BackendBuffer<uint64_t>(backend, n + 1, device);
   s.host_bounds.resize(n + 1);
-  s.ops = &ops_backend(backend);
-  s.workspace = std::make_unique<detail::StepWorkspace>(backend, device);
+  for (size_t t = 0; t < n; ++t) {
+    uint64_t* counters = s.table_counters.data() + t * kPerTable;
+    s.tables.push_back({tables_[t].get(), counters + kRowsCreated, counters + kEvalMisses});
+  }
   backend_zero(backend, s.words.data(), kWords * sizeof(uint64_t));
   backend_zero(backend, s.table_counters.data(), n * kPerTable * sizeof(uint64_t));
   backend_synchronize(backend);
@@ -129,31 +111,32 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
                                                  uint32_t shift, uint64_t* words,
                                                  StreamHandle stream) {
   Step& s = *step_;
+  detail::TrainingStep<K>& p = s.pipeline;
   backend_zero(backend_, s.words.data(), detail::kTableKeyStatusWords * sizeof(uint64_t), stream);
   uint64_t base = 0, bag_base = 0;
   for (size_t t = 0; t < batches.size(); ++t) {
     const EmbeddingBatch<K>& b = batches[t];
-    detail::combine_table_keys<K>(*s.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
+    detail::combine_table_keys<K>(p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
                                   b.offsets, b.num_bags, base, bag_base, s.combined_keys.data(),
-                                  s.offsets.data(), s.words.data(), stream);
-    if (s.weighted && b.num_ids > 0) {
-      copy_within_backend(backend_, s.weights.data() + base, b.weights, b.num_ids * sizeof(float),
+                                  p.offsets.data(), s.words.data(), stream);
+    if (p.weighted && b.num_ids > 0) {
+      copy_within_backend(backend_, p.weights.data() + base, b.weights, b.num_ids * sizeof(float),
                           stream);
     }
     base += b.num_ids;
     bag_base += b.num_bags;
   }
-  if (s.num_bags == 0) backend_zero(backend_, s.offsets.data(), sizeof(int64_t), stream);
+  if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   size_t u = 0;
   try {
     u = detail::dedup_grouped<uint64_t>(
-        *s.ops, s.num_ids, s.combined_keys.data(), s.unique_combined.data(), s.inverse.data(),
-        s.ids_by_row.data(), s.row_begin.data(), s.has_bag_by_row ? s.bag_by_row.data() : nullptr,
-        s.offsets.data(), s.num_bags, kForward, {s.words.data(), kWords, words}, *s.workspace,
+        p.ops, p.num_ids, s.combined_keys.data(), s.unique_combined.data(), p.inverse.data(),
+        p.ids_by_row.data(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
+        p.offsets.data(), p.num_bags, kForward, {s.words.data(), kWords, words}, *p.workspace,
         stream);
   } catch (const InvalidArgument&) {
     // The combined offsets failed their check: name the table whose own offsets are bad.
-    detail::read_words(*s.ops, s.words.data(), kWords, words, stream);
+    detail::read_words(p.ops, s.words.data(), kWords, words, stream);
     throw_if_bad_table(words);
     throw;
   }
@@ -175,11 +158,12 @@ template <TableKey K>
 void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches, float* out,
                                      uint32_t out_stride, bool training, StreamHandle stream) {
   Step& s = *step_;
+  detail::TrainingStep<K>& p = s.pipeline;
   const size_t num_tables = tables_.size();
   require(batches.size() == num_tables, kForward, "batches",
           std::to_string(batches.size()) + " batches",
           "must hold one batch per table (" + std::to_string(num_tables) + ")");
-  s.pending_backward = false;
+  p.pending_backward = false;
   s.ids_of.assign(num_tables, 0);
   size_t n = 0, bags = 0;
   bool weighted = false;
@@ -212,20 +196,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   const int device = options_.front().table.device;
   ensure_buffer(s.combined_keys, backend_, n, device);
   ensure_buffer(s.unique_combined, backend_, n, device);
-  ensure_buffer(s.unique_keys, backend_, n, device);
-  ensure_buffer(s.inverse, backend_, n, device);
-  ensure_buffer(s.ids_by_row, backend_, n, device);
-  ensure_buffer(s.row_begin, backend_, n + 1, device);
-  ensure_buffer(s.offsets, backend_, bags + 1, device);
-  const PoolingMode mode = batches[0].mode;  // every batch's (checked above)
-  s.has_bag_by_row = training && mode != PoolingMode::kNone && s.ops->reads_bag_by_row();
-  if (s.has_bag_by_row) ensure_buffer(s.bag_by_row, backend_, n, device);
-  s.weighted = weighted;
-  if (weighted) ensure_buffer(s.weights, backend_, n, device);
-  s.num_ids = n;
-  s.num_bags = bags;
-  s.mode = mode;
-  s.num_unique = 0;
+  p.begin(n, bags, batches[0].mode, weighted, training);  // every batch's mode (checked above)
 
   // One dedup over every table's keys, each table's index in the bits above `shift`: the bit
   // width of the keys seen so far (all 64 bits' worth before the first step). A batch with a
@@ -247,64 +218,23 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
       u = combine_and_dedup(batches, shift, words, stream);
     }
   }
-  s.nonfinite_report.update(words[kNonfinite], options_.front().gradient_check,
-                            "EmbeddingCollection::backward");
+  p.report_nonfinite(words[kNonfinite], options_.front().gradient_check,
+                     "EmbeddingCollection::backward");
   stage_done("dedup");
-  s.num_unique = u;
-  ensure_buffer(s.row_ptrs, backend_, u, device);
-  detail::split_table_keys<K>(*s.ops, u, s.unique_combined.data(),
-                              static_cast<uint32_t>(num_tables), shift, s.unique_keys.data(),
-                              s.bounds.data(), stream);
-  detail::read_words(*s.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
+  detail::split_table_keys<K>(p.ops, u, s.unique_combined.data(), static_cast<uint32_t>(num_tables),
+                              shift, p.unique_keys.data(), s.bounds.data(), stream);
+  detail::read_words(p.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
 
   const LookupOutput output{out, out_stride};
-  const LookupFeature feature = s.feature(options_.front().dim, row_dim_);
-  detail::validate_lookup_shape(kForward, {&feature, 1}, {&output, 1}, "out");
-  lookup_rows(training, stream);
+  const LookupFeature feature =
+      p.prepare_rows(u, true, options_.front().dim, row_dim_, output, kForward, "out");
+  p.lookup_by_address(s.tables, s.host_bounds.data(), options_.front(), training, stream);
   stage_done("lookup");
-  detail::pooled_lookup_unchecked(*s.ops, feature, output, stream);
+  p.pool(feature, output, training, stream);
   stage_done("pool");
   for (size_t t = 0; t < num_tables; ++t) {
     stats_[t].lookups += s.ids_of[t];
     stats_[t].unique_lookups += s.host_bounds[t + 1] - s.host_bounds[t];
-  }
-  s.pending_backward = training;
-}
-
-// Each table finds (training: finds or inserts) its range of the unique keys; keys without a
-// row read the evaluation initializer and get no update.
-template <TableKey K>
-void EmbeddingCollection<K>::lookup_rows(bool training, StreamHandle stream) {
-  Step& s = *step_;
-  const EmbeddingOptions& o = options_.front();
-  const int device = o.table.device;
-  const size_t u = s.num_unique;
-  ensure_buffer(s.found, backend_, u, device);
-  ensure_buffer(s.missing, backend_, u, device);
-  const uint32_t stride =
-      s.fallback.prepare(backend_, o.eval_initializer, o.dim, u, device, stream);
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const size_t begin = s.host_bounds[t];
-    const size_t count = s.host_bounds[t + 1] - begin;
-    if (count == 0) continue;
-    const K* keys = s.unique_keys.data() + begin;
-    float** rows = s.row_ptrs.data() + begin;
-    bool* found = s.found.data() + begin;
-    if (training) {
-      tables_[t]->find_or_insert_pointers(count, keys, rows, found, nullptr, stream);
-    } else {
-      tables_[t]->find_pointers(count, keys, rows, found, nullptr, stream);
-    }
-    uint64_t* counters = s.table_counters.data() + t * kPerTable;
-    float* fallback = s.fallback.rows.data() + begin * stride;
-    detail::resolve_missing_rows(*s.ops, count, rows, s.missing.data() + begin, fallback, stride,
-                                 training ? found : nullptr,
-                                 training ? counters + kRowsCreated : nullptr,
-                                 training ? nullptr : counters + kEvalMisses, stream);
-  }
-  if (stride != 0) {
-    s.ops->fill_initial_rows(u, s.unique_keys.data(), s.missing.data(), true, o.eval_initializer,
-                             s.fallback.rows.data(), o.dim, o.dim, stream);
   }
 }
 
@@ -312,44 +242,11 @@ template <TableKey K>
 void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
                                       StreamHandle stream) {
   Step& s = *step_;
-  constexpr const char* where = "EmbeddingCollection::backward";
-  require(s.pending_backward, where, "state", "no pending training forward",
-          "backward must follow a forward with training = true, once");
   const EmbeddingOptions& o = options_.front();
-  const size_t u = s.num_unique;
-  const LookupFeature feature = s.feature(o.dim, row_dim_);
-  const LookupOutput grads{const_cast<float*>(grad), grad_stride};
-  detail::validate_lookup_shape(where, {&feature, 1}, {&grads, 1}, "grad");
-  s.pending_backward = false;
-  if (o.gradient_check != SafeCheck::kError) {
-    detail::reduce_and_optimize_row_ptrs(*s.ops, o.optimizer, feature, s.groups(), grads,
-                                         s.row_ptrs.data(), s.missing.data(),
-                                         s.words.data() + kNonfinite, *s.workspace, stream);
-    if (s.ops->memory_is_host()) {
-      s.nonfinite_report.update(s.words.data()[kNonfinite], o.gradient_check, where);
-    }
-    stage_done("reduce+optimizer");
-    return;
-  }
-  // gradient_check = ERROR: every gradient is checked before any row changes (one
-  // synchronization).
-  const int device = o.table.device;
-  ensure_buffer(s.row_grads, backend_, u * o.dim, device);
-  ensure_buffer(s.flags, backend_, u, device);
-  detail::reduce_gradients_grouped(*s.ops, feature, s.groups(), grads, {s.row_grads.data(), o.dim},
-                                   stream);
-  stage_done("reduce");
-  const size_t bad =
-      s.ops->flag_nonfinite_rows(u, s.row_grads.data(), o.dim, o.dim, s.flags.data(), stream);
-  if (bad > 0) {
-    nonfinite_refused_ += bad;
-    throw InvalidArgument(std::string(where) + ": grad holds NaN or Inf for " +
-                          std::to_string(bad) + " of " + std::to_string(u) +
-                          " keys; gradient_check = error, no row was changed");
-  }
-  s.ops->apply_optimizer_row_ptrs(o.optimizer, u, s.row_ptrs.data(), s.row_grads.data(), o.dim,
-                                  o.dim, s.missing.data(), nullptr, stream);
-  stage_done("optimizer");
+  const detail::BackwardSettings settings{
+      "EmbeddingCollection::backward", o.optimizer,        o.gradient_check,
+      s.words.data() + kNonfinite,     nonfinite_refused_, observer_};
+  s.pipeline.backward(grad, grad_stride, o.dim, row_dim_, settings, stream);
 }
 
 template <TableKey K>
@@ -371,8 +268,9 @@ EmbeddingCollectionStats EmbeddingCollection<K>::stats() const {
   std::vector<uint64_t> counters(n * kPerTable);
   uint64_t words[kWords];
   backend_synchronize(backend_);
-  detail::read_words(*s.ops, s.table_counters.data(), n * kPerTable, counters.data(), nullptr);
-  detail::read_words(*s.ops, s.words.data(), kWords, words, nullptr);
+  detail::read_words(s.pipeline.ops, s.table_counters.data(), n * kPerTable, counters.data(),
+                     nullptr);
+  detail::read_words(s.pipeline.ops, s.words.data(), kWords, words, nullptr);
   EmbeddingCollectionStats out;
   out.tables = stats_;
   out.nonfinite_gradients = words[kNonfinite] + nonfinite_refused_;

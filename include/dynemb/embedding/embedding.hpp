@@ -143,7 +143,8 @@ class Embedding {
   }
 
   struct Step;
-  void lookup_rows(bool training, StreamHandle stream);
+  // Counter admission's lookup: the unique keys' rows copied out of the table.
+  void admit_rows(StreamHandle stream);
 
   Backend backend_;
   EmbeddingOptions options_;

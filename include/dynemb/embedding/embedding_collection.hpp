@@ -78,7 +78,6 @@ class EmbeddingCollection {
                            uint64_t* words, StreamHandle stream);
   // Throws InvalidArgument naming the first table whose offsets combine_table_keys flagged.
   void throw_if_bad_table(const uint64_t* words) const;
-  void lookup_rows(bool training, StreamHandle stream);
 
   Backend backend_;
   std::vector<EmbeddingOptions> options_;
