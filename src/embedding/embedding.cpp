@@ -45,11 +45,19 @@ struct Embedding<K>::Step {
 
 template <TableKey K>
 Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
+    : Embedding(backend, options, TableFactory<K>{}) {}
+
+template <TableKey K>
+Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options,
+                        const TableFactory<K>& make)
     : backend_(backend), options_(options) {
   validate_embedding_options(options);
   const TableOptions t = detail::embedding_table_options(options);
   row_dim_ = t.dim;
-  table_ = make_table<K>(backend, t);
+  table_ = make ? make(backend, t) : make_table<K>(backend, t);
+  require(table_ != nullptr && table_->dim() == t.dim, "Embedding", "make_table(...)->dim()",
+          table_ ? std::to_string(table_->dim()) : "no table",
+          "must be the row_dim " + std::to_string(t.dim));
   step_ = std::make_unique<Step>(backend, options.table.device);
   step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
   step_->table = {table_.get(), step_->counters.data() + kRowsCreated,

@@ -78,13 +78,23 @@ struct EmbeddingCollection<K>::Step {
 
 template <TableKey K>
 EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<EmbeddingOptions> tables)
+    : EmbeddingCollection(backend, std::move(tables), TableFactory<K>{}) {}
+
+template <TableKey K>
+EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<EmbeddingOptions> tables,
+                                            const TableFactory<K>& make)
     : backend_(backend), options_(std::move(tables)) {
   validate_collection(options_);
   const size_t n = options_.size();
   row_dim_ = embedding_row_dim(options_.front());
   table_bits_ = n == 1 ? 0 : static_cast<uint32_t>(std::bit_width(n - 1));
   for (const EmbeddingOptions& o : options_) {
-    tables_.push_back(make_table<K>(backend, detail::embedding_table_options(o)));
+    const TableOptions t = detail::embedding_table_options(o);
+    tables_.push_back(make ? make(backend, t) : make_table<K>(backend, t));
+    require(tables_.back() != nullptr && tables_.back()->dim() == t.dim, "EmbeddingCollection",
+            "make_table(...)->dim()",
+            tables_.back() ? std::to_string(tables_.back()->dim()) : "no table",
+            "must be the row_dim " + std::to_string(t.dim));
   }
   stats_.resize(n);
   const int device = options_.front().table.device;

@@ -65,7 +65,12 @@ inline int free_loopback_port() {
 // A redis-server this test started on 127.0.0.1 (no persistence); stopped when destroyed.
 class RedisServer {
  public:
-  RedisServer() : port_(free_loopback_port()) { start(); }
+  // `persist_dir`: keep an fsync'd append-only file there, so a killed server restarts with its
+  // data; empty: no persistence.
+  explicit RedisServer(std::string persist_dir = "")
+      : port_(free_loopback_port()), persist_dir_(std::move(persist_dir)) {
+    start();
+  }
   ~RedisServer() { stop(); }
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -79,8 +84,14 @@ class RedisServer {
     if (pid_ == 0) {
       const std::string port = std::to_string(port_);
       std::freopen("/dev/null", "w", stdout);
-      ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
+      if (persist_dir_.empty()) {
+        ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
+      } else {
+        ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir",
+                 persist_dir_.c_str(), static_cast<char*>(nullptr));
+      }
       std::_Exit(127);
     }
     for (int attempt = 0; attempt < 500; ++attempt) {
@@ -116,6 +127,7 @@ class RedisServer {
   }
 
   int port_;
+  std::string persist_dir_;
   pid_t pid_ = -1;
 };
 
@@ -145,6 +157,11 @@ class MapStorage final : public storage::Storage {
              const uint64_t* put_scores, size_t n_erase, const uint64_t* erase_keys) override {
     std::lock_guard lock(mutex_);
     check_up();
+    if (failing_writes_ > 0) {
+      --failing_writes_;
+      stats_.failures += 1;
+      throw storage::StorageError("MapStorage: injected write failure (disk full)");
+    }
     for (size_t i = 0; i < n_erase; ++i) rows_.erase(erase_keys[i]);
     for (size_t i = 0; i < n_put; ++i) {
       rows_[put_keys[i]] =
@@ -189,6 +206,8 @@ class MapStorage final : public storage::Storage {
 
   // The next `calls` calls throw StorageError.
   void fail_calls(int calls) { failing_ = calls; }
+  // The next `calls` writes throw StorageError (reads still work: a full disk).
+  void fail_writes(int calls) { failing_writes_ = calls; }
 
  private:
   struct Row {
@@ -208,6 +227,7 @@ class MapStorage final : public storage::Storage {
   std::map<uint64_t, Row> rows_;
   storage::StorageStats stats_{};
   std::atomic<int> failing_{0};
+  std::atomic<int> failing_writes_{0};
 };
 
 }  // namespace dynemb::testing

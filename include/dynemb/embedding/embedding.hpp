@@ -83,6 +83,12 @@ struct EmbeddingStats {
   TableStats table{};
 };
 
+// Makes the table under a trainable embedding from the options the embedding derived (dim =
+// row_dim, the initializer drawing only the embedding part); e.g. a caching table
+// (storage/cached_table.hpp). The table it returns must have those options' dim.
+template <TableKey K>
+using TableFactory = std::function<std::unique_ptr<Table<K>>(Backend, const TableOptions&)>;
+
 // A trainable table on one backend. Not safe for concurrent forward/backward calls on one object
 // (a training step is a sequence); the table underneath is.
 // Embeddings share no mutable state (each keeps its own scratch), so different objects may train
@@ -91,6 +97,8 @@ template <TableKey K>
 class Embedding {
  public:
   Embedding(Backend backend, const EmbeddingOptions& options);
+  // The same, on a table made by `make_table` (InvalidArgument if its dim is not row_dim()).
+  Embedding(Backend backend, const EmbeddingOptions& options, const TableFactory<K>& make_table);
   ~Embedding();
   Embedding(const Embedding&) = delete;
   Embedding& operator=(const Embedding&) = delete;

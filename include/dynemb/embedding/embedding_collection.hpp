@@ -31,6 +31,9 @@ class EmbeddingCollection {
  public:
   // Throws InvalidArgument naming the table, the field, its value and table 0's.
   EmbeddingCollection(Backend backend, std::vector<EmbeddingOptions> tables);
+  // The same, each table made by `make_table` (InvalidArgument if its dim is not row_dim()).
+  EmbeddingCollection(Backend backend, std::vector<EmbeddingOptions> tables,
+                      const TableFactory<K>& make_table);
   ~EmbeddingCollection();
   EmbeddingCollection(const EmbeddingCollection&) = delete;
   EmbeddingCollection& operator=(const EmbeddingCollection&) = delete;

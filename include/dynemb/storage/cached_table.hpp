@@ -1,0 +1,175 @@
+// Caching mode: a fast table (the CPU table on the CPU backend, the CUDA table in HBM on the GPU
+// backend) in front of a Storage, behind the Table interface, so a trainable Embedding runs on
+// it unchanged (docs/storage.md).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "dynemb/storage/storage.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::storage {
+
+// Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
+struct CachingStats {
+  uint64_t lookups = 0;     // distinct keys per call, summed
+  uint64_t hits = 0;        // ... found in the fast tier
+  uint64_t misses = 0;      // ... not in the fast tier
+  uint64_t lower_hits = 0;  // misses found in the lower tier
+  uint64_t new_rows = 0;    // misses given a new row (initializer or the caller's)
+  uint64_t prefetched = 0;  // rows brought up by prefetch()
+  uint64_t rows_up = 0;     // rows moved from the lower tier into the fast tier
+  uint64_t bytes_up = 0;
+  uint64_t rows_down = 0;  // rows written to the lower tier (evictions and flush)
+  uint64_t bytes_down = 0;
+  uint64_t evictions_written = 0;  // rows that left the fast tier and were written down
+  uint64_t flushed_rows = 0;       // rows flush() wrote down (they stay in the fast tier)
+  uint64_t batch_evicted = 0;      // keys of a call's own batch pushed out of the fast tier by
+                                   // later keys of that call (pointer calls give them nullptr)
+  uint64_t lower_failures = 0;     // lower-tier calls that threw
+  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
+  TableStats fast{};               // the fast table's own counts
+  StorageStats lower{};            // the lower tier's own counts
+};
+
+// A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
+// has its row in the fast tier or else below it (after flush() a fast row also has a copy below;
+// the fast row is the current one). A miss is read from below (or gets a new row) and moves up;
+// a row the fast table evicts, or refuses, is written down before the call returns. The
+// logical contents are those of one table holding every row; only the lower tier's own policy
+// (a full HostStorage) drops rows, counted in stats().evictions.
+//
+// When the lower tier fails, the call throws StorageError and no row is lost: rows that could
+// not be written down wait in host memory (caching_stats().pending_rows) and are written before
+// the next call that writes; reads see them. Every call takes one lock (calls are serialized).
+// Pointers (keys, values, rows) are in the backend's memory, as for any Table.
+template <TableKey K>
+class CachedTable final : public Table<K> {
+ public:
+  // `fast` shapes the fast tier (its max_capacity bounds it); lower->row_dim() must equal
+  // fast.dim. Throws InvalidArgument otherwise.
+  CachedTable(Backend backend, const TableOptions& fast, std::shared_ptr<Storage> lower);
+  ~CachedTable() override;
+
+  // --- caching ---
+  // Brings the keys' rows found below up into the fast tier (no new rows, scores kept).
+  void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr);
+  // Writes every pending row and every fast-tier row down, then flushes the lower tier.
+  void flush();
+  // The counts so far, per tier.
+  CachingStats caching_stats() const;
+  Table<K>& fast_table() { return *fast_; }
+  Storage& lower() { return *lower_; }
+
+  // --- Table ---
+  void find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
+            StreamHandle stream = nullptr) override;
+  size_t find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
+                          uint64_t* missed_indices, uint64_t* scores,
+                          StreamHandle stream = nullptr) override;
+  void contains(size_t n, const K* keys, bool* founds, StreamHandle stream = nullptr) override;
+  void find_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                     uint64_t* scores = nullptr, StreamHandle stream = nullptr) override;
+  void find_or_insert(size_t n, const K* keys, float* values, bool* founds,
+                      const uint64_t* scores = nullptr, StreamHandle stream = nullptr) override;
+  void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                            const uint64_t* scores = nullptr,
+                            StreamHandle stream = nullptr) override;
+  void find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                               const uint64_t* scores = nullptr,
+                               StreamHandle stream = nullptr) override;
+  void insert_or_assign(size_t n, const K* keys, const float* values,
+                        const uint64_t* scores = nullptr, StreamHandle stream = nullptr) override;
+  // Nothing leaves a caching table but what the lower tier's own policy drops (not returned
+  // here: counted in stats().evictions); returns 0.
+  size_t insert_and_evict(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                          K* evicted_keys, float* evicted_values, uint64_t* evicted_scores,
+                          StreamHandle stream = nullptr) override;
+  void assign(size_t n, const K* keys, const float* values, const uint64_t* scores = nullptr,
+              StreamHandle stream = nullptr) override;
+  void assign_scores(size_t n, const K* keys, const uint64_t* scores,
+                     StreamHandle stream = nullptr) override;
+  void accum_or_assign(size_t n, const K* keys, const float* values,
+                       const uint64_t* scores = nullptr, StreamHandle stream = nullptr) override;
+  void erase(size_t n, const K* keys, StreamHandle stream = nullptr) override;
+  size_t erase_if(ScorePredicate predicate, StreamHandle stream = nullptr) override;
+  void clear(StreamHandle stream = nullptr) override;
+  // Rows in either tier (walks the lower tier: RocksDB and Redis count by scanning).
+  size_t size(StreamHandle stream = nullptr) const override;
+  // Slots of the fast tier plus one slot per row below (see export_batch).
+  size_t capacity() const override;
+  double load_factor(StreamHandle stream = nullptr) const override;
+  void reserve(size_t new_capacity, StreamHandle stream = nullptr) override;
+  // Slots [0, fast capacity) are the fast table's; slot fast capacity + j is the j-th row of
+  // the lower tier in its scan order (rows whose key is in the fast tier are skipped). Walking
+  // the offsets in order scans the lower tier once; pending rows are written down first.
+  size_t export_batch(size_t offset, size_t n_slots, K* keys, float* values, uint64_t* scores,
+                      std::optional<uint64_t> min_score = std::nullopt,
+                      StreamHandle stream = nullptr) override;
+  void for_each(const typename Table<K>::RowVisitor& visit) override;
+  uint64_t score() const override { return clock_.load(); }
+  void set_score(uint64_t score) override;
+  void advance_step() override { clock_.fetch_add(1); }
+  const TableOptions& options() const override { return options_; }
+  Backend backend() const override { return backend_; }
+  // The fast table's counts, with evictions = rows the lower tier's policy dropped.
+  TableStats stats() const override;
+
+ private:
+  struct Pending {
+    std::vector<float> row;
+    uint64_t score = 0;
+    bool erased = false;  // the key moved up: its copy below must be erased
+  };
+  struct Resolved;
+  enum class Miss : uint8_t { kSkip, kInitialize, kGiven };
+
+  std::vector<K> download_keys(size_t n, const K* keys) const;
+  // Moves the keys' rows found below into the fast tier with their scores; returns how many.
+  size_t move_up(size_t n, const K* keys);
+  void drain_pending();
+  Resolved resolve(const std::vector<K>& unique, bool want_fast_rows);
+  void commit(const std::vector<K>& keys, const std::vector<float>& rows,
+              const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
+              const std::vector<uint64_t>& touch_scores, const std::vector<K>& moved_up,
+              std::vector<K>* left_fast);
+  void write_down(std::vector<uint64_t> put_keys, std::vector<float> put_rows,
+                  std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
+                  bool flushing);
+  uint64_t clock_now() const;
+  void find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
+                           const uint64_t* scores, float** rows, Miss miss, bool copy_out);
+  void write_rows_impl(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                       bool insert_missing, bool accumulate);
+
+  Backend backend_;
+  uint32_t dim_;
+  TableOptions options_;  // as given (the fast table is CUSTOMIZED and IGNORE: see the .cpp)
+  mutable std::atomic<uint64_t> clock_{0};  // the STEP step, CUSTOMIZED score, last TIMESTAMP
+  std::unique_ptr<Table<K>> fast_;
+  std::shared_ptr<Storage> lower_;
+  mutable std::recursive_mutex mutex_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  std::unordered_set<uint64_t> shadowed_;  // fast keys with a copy below (after flush)
+  CachingStats stats_{};
+  // export_batch's position in the lower tier's scan.
+  ScanCursor export_cursor_;
+  uint64_t export_next_ = ~0ull;
+};
+
+// A caching table as a Table pointer (for Embedding's table factory).
+template <TableKey K>
+std::unique_ptr<Table<K>> make_cached_table(Backend backend, const TableOptions& fast,
+                                            std::shared_ptr<Storage> lower) {
+  return std::make_unique<CachedTable<K>>(backend, fast, std::move(lower));
+}
+
+}  // namespace dynemb::storage

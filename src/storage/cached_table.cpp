@@ -1,0 +1,1006 @@
+#include "dynemb/storage/cached_table.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "dynemb/core/initializer.hpp"
+#include "dynemb/core/log.hpp"
+#include "dynemb/core/memory.hpp"
+#include "dynemb/core/score.hpp"
+
+namespace dynemb::storage {
+namespace {
+
+// `host` in backend memory: the host array itself on the CPU, else a copy in `buffer`.
+template <class T>
+T* on_backend(Backend backend, T* host, size_t n, BackendBuffer<std::remove_const_t<T>>& buffer,
+              bool upload) {
+  if (backend == Backend::kCpu) return host;
+  buffer = BackendBuffer<std::remove_const_t<T>>(backend, std::max<size_t>(n, 1));
+  if (upload && n > 0) buffer.upload(host, n);
+  return buffer.data();
+}
+
+// Copies n elements of backend memory to the host (a no-op when they are the same array).
+template <class T>
+void to_host(Backend backend, T* host, const T* src, size_t n) {
+  if (n == 0 || host == src) return;
+  if (backend == Backend::kCpu) {
+    std::memcpy(host, src, n * sizeof(T));
+  } else {
+    copy_from_backend(backend, host, src, n * sizeof(T));
+  }
+}
+
+// Copies n host elements into backend memory.
+template <class T>
+void to_backend(Backend backend, T* dst, const T* host, size_t n) {
+  if (n == 0 || host == dst) return;
+  if (backend == Backend::kCpu) {
+    std::memcpy(dst, host, n * sizeof(T));
+  } else {
+    copy_to_backend(backend, dst, host, n * sizeof(T));
+  }
+}
+
+template <TableKey K>
+uint64_t bits(K key) {
+  return key_bits(key);
+}
+
+// Runs a lower-tier call, adding its time to `wait_ns` and counting a StorageError.
+template <class F>
+void lower_call(CachingStats& stats, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    f();
+  } catch (const StorageError&) {
+    stats.lower_failures += 1;
+    stats.lower_wait_ns +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+    throw;
+  }
+  stats.lower_wait_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+}  // namespace
+
+// What resolve found for each distinct key of a call.
+template <TableKey K>
+struct CachedTable<K>::Resolved {
+  std::vector<uint8_t> in_fast;  // the key is in the fast tier
+  std::vector<uint8_t> below;    // not in the fast tier, found below (or pending)
+  std::vector<float> rows;       // u x dim: below rows, and fast rows when asked for
+  std::vector<uint64_t> scores;  // the stored score where found
+};
+
+template <TableKey K>
+CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
+                            std::shared_ptr<Storage> lower)
+    : backend_(backend), dim_(fast.dim), lower_(std::move(lower)) {
+  require(lower_ != nullptr, "CachedTable", "lower", "nullptr", "must be a Storage");
+  require(lower_->row_dim() == fast.dim, "CachedTable", "lower->row_dim()",
+          std::to_string(lower_->row_dim()),
+          "must equal the fast table's dim " + std::to_string(fast.dim));
+  options_ = fast;
+  TableOptions internal = fast;
+  // A refused row goes down and reserved keys are checked here, before the fast table sees
+  // them; every score is computed here (by options_.score_policy, as one big table would) and
+  // given to the fast table exactly.
+  internal.safe_check = SafeCheck::kIgnore;
+  internal.score_policy = ScorePolicy::kCustomized;
+  fast_ = make_table<K>(backend, internal);
+}
+
+template <TableKey K>
+CachedTable<K>::~CachedTable() = default;
+
+template <TableKey K>
+std::vector<K> CachedTable<K>::download_keys(size_t n, const K* keys) const {
+  std::vector<K> out(n);
+  if (backend_ != Backend::kCpu) backend_synchronize(backend_);
+  to_host(backend_, out.data(), keys, n);
+  return out;
+}
+
+template <TableKey K>
+uint64_t CachedTable<K>::clock_now() const {
+  if (options_.score_policy == ScorePolicy::kTimestamp) {
+    const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+    clock_.store(now);
+    return now;
+  }
+  return clock_.load();
+}
+
+namespace {
+
+// Keys of a batch that may be stored: ERROR mode throws on a reserved key (before anything
+// changes); WARNING / IGNORE skip it (usable[i] = false).
+template <TableKey K>
+std::vector<uint8_t> usable_keys(const std::vector<K>& keys, SafeCheck mode, const char* where) {
+  std::vector<uint8_t> usable(keys.size(), 1);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!is_reserved_key(keys[i])) continue;
+    require(mode != SafeCheck::kError, where, ("keys[" + std::to_string(i) + "]").c_str(),
+            std::to_string(key_bits(keys[i])), "is a reserved key (>= 0xFFFFFFFFFFFFFFF0)");
+    usable[i] = 0;
+  }
+  return usable;
+}
+
+// Distinct usable keys in first-seen order, and each batch entry's index among them (or -1).
+template <TableKey K>
+void distinct(const std::vector<K>& keys, const std::vector<uint8_t>& usable,
+              std::vector<K>& unique, std::vector<int64_t>& index) {
+  std::unordered_map<K, int64_t> seen;
+  seen.reserve(keys.size() * 2);
+  index.assign(keys.size(), -1);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!usable[i]) continue;
+    auto [it, fresh] = seen.try_emplace(keys[i], static_cast<int64_t>(unique.size()));
+    if (fresh) unique.push_back(keys[i]);
+    index[i] = it->second;
+  }
+}
+
+}  // namespace
+
+template <TableKey K>
+void CachedTable<K>::drain_pending() {
+  if (pending_.empty()) return;
+  std::vector<uint64_t> put_keys, put_scores, erase_keys;
+  std::vector<float> put_rows;
+  for (const auto& [key, p] : pending_) {
+    if (p.erased) {
+      erase_keys.push_back(key);
+    } else {
+      put_keys.push_back(key);
+      put_scores.push_back(p.score);
+      put_rows.insert(put_rows.end(), p.row.begin(), p.row.end());
+    }
+  }
+  lower_call(stats_, [&] {
+    lower_->write(put_keys.size(), put_keys.data(), put_rows.data(), put_scores.data(),
+                  erase_keys.size(), erase_keys.data());
+  });
+  stats_.rows_down += put_keys.size();
+  stats_.bytes_down += put_keys.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
+  pending_.clear();
+}
+
+template <TableKey K>
+void CachedTable<K>::write_down(std::vector<uint64_t> put_keys, std::vector<float> put_rows,
+                                std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
+                                bool flushing) {
+  if (put_keys.empty() && erase_keys.empty()) return;
+  if (pending_.empty()) {
+    try {
+      lower_call(stats_, [&] {
+        lower_->write(put_keys.size(), put_keys.data(), put_rows.data(), put_scores.data(),
+                      erase_keys.size(), erase_keys.data());
+      });
+      stats_.rows_down += put_keys.size();
+      stats_.bytes_down += put_keys.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
+      return;
+    } catch (const StorageError&) {
+      if (flushing) throw;  // a flush's rows are still in the fast tier
+      // fall through: keep the rows in host memory
+    }
+  }
+  for (const uint64_t key : erase_keys) pending_[key] = Pending{{}, 0, true};
+  for (size_t i = 0; i < put_keys.size(); ++i) {
+    Pending& p = pending_[put_keys[i]];
+    p.row.assign(put_rows.begin() + i * dim_, put_rows.begin() + (i + 1) * dim_);
+    p.score = put_scores[i];
+    p.erased = false;
+  }
+  drain_pending();  // throws StorageError while the lower tier is down; the rows stay pending
+}
+
+template <TableKey K>
+typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& unique,
+                                                          bool want_fast_rows) {
+  const size_t u = unique.size();
+  Resolved r;
+  r.in_fast.assign(u, 0);
+  r.below.assign(u, 0);
+  r.rows.assign(u * dim_, 0.0f);
+  r.scores.assign(u, 0);
+  if (u == 0) return r;
+  BackendBuffer<K> kb;
+  const K* dkeys = on_backend(backend_, unique.data(), u, kb, true);
+  std::unique_ptr<bool[]> found(new bool[u]);
+  BackendBuffer<bool> fb;
+  BackendBuffer<uint64_t> sb;
+  bool* dfound = on_backend(backend_, found.get(), u, fb, false);
+  uint64_t* dscores = on_backend(backend_, r.scores.data(), u, sb, false);
+  if (want_fast_rows) {
+    BackendBuffer<float> vb;
+    float* dvalues = on_backend(backend_, r.rows.data(), u * dim_, vb, false);
+    fast_->find(u, dkeys, dvalues, dfound, dscores);
+    to_host(backend_, r.rows.data(), dvalues, u * dim_);
+  } else {
+    std::vector<float*> ptrs(u);
+    BackendBuffer<float*> pb;
+    float** dptrs = on_backend(backend_, ptrs.data(), u, pb, false);
+    fast_->find_pointers(u, dkeys, dptrs, dfound, dscores);
+  }
+  to_host(backend_, found.get(), dfound, u);
+  to_host(backend_, r.scores.data(), dscores, u);
+  std::vector<uint64_t> ask;
+  std::vector<size_t> ask_at;
+  for (size_t j = 0; j < u; ++j) {
+    if (found[j]) {
+      r.in_fast[j] = 1;
+      continue;
+    }
+    const auto p = pending_.find(bits(unique[j]));
+    if (p != pending_.end() && !p->second.erased) {
+      r.below[j] = 1;
+      r.scores[j] = p->second.score;
+      std::copy(p->second.row.begin(), p->second.row.end(), r.rows.begin() + j * dim_);
+      continue;
+    }
+    ask.push_back(bits(unique[j]));
+    ask_at.push_back(j);
+  }
+  if (!ask.empty()) {
+    std::vector<float> rows(ask.size() * dim_);
+    std::vector<uint64_t> scores(ask.size());
+    std::unique_ptr<bool[]> got(new bool[ask.size()]);
+    lower_call(stats_, [&] {
+      lower_->find(ask.size(), ask.data(), rows.data(), scores.data(), got.get());
+    });
+    for (size_t a = 0; a < ask.size(); ++a) {
+      if (!got[a]) continue;
+      const size_t j = ask_at[a];
+      r.below[j] = 1;
+      r.scores[j] = scores[a];
+      std::copy(rows.begin() + a * dim_, rows.begin() + (a + 1) * dim_, r.rows.begin() + j * dim_);
+    }
+  }
+  size_t hits = 0, lower = 0;
+  for (size_t j = 0; j < u; ++j) {
+    hits += r.in_fast[j];
+    lower += r.below[j];
+  }
+  stats_.lookups += u;
+  stats_.hits += hits;
+  stats_.misses += u - hits;
+  stats_.lower_hits += lower;
+  return r;
+}
+
+template <TableKey K>
+void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>& rows,
+                            const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
+                            const std::vector<uint64_t>& touch_scores,
+                            const std::vector<K>& moved_up, std::vector<K>* left_fast) {
+  // The call's keys are pinned (highest score) while its rows go in, so the fast tier's
+  // policy picks its victims among the other keys; then every key gets its real score.
+  constexpr uint64_t kPinned = ~0ull;
+  const size_t t = touch_keys.size();
+  BackendBuffer<K> tkb;
+  BackendBuffer<uint64_t> tsb;
+  const K* dtouch = on_backend(backend_, touch_keys.data(), t, tkb, true);
+  if (t > 0) {
+    std::vector<uint64_t> pinned(t, kPinned);
+    BackendBuffer<uint64_t> pb;
+    fast_->assign_scores(t, dtouch, on_backend(backend_, pinned.data(), t, pb, true));
+  }
+  const size_t m = keys.size();
+  std::vector<K> ev_keys(m);
+  std::vector<float> ev_rows(m * dim_);
+  std::vector<uint64_t> ev_scores(m);
+  size_t evicted = 0;
+  if (m > 0) {
+    std::vector<uint64_t> pinned(m, kPinned);
+    BackendBuffer<K> kb, ekb;
+    BackendBuffer<float> vb, evb;
+    BackendBuffer<uint64_t> sb, pb, esb;
+    const K* dkeys = on_backend(backend_, keys.data(), m, kb, true);
+    K* dek = on_backend(backend_, ev_keys.data(), m, ekb, false);
+    float* dev = on_backend(backend_, ev_rows.data(), m * dim_, evb, false);
+    uint64_t* des = on_backend(backend_, ev_scores.data(), m, esb, false);
+    const uint64_t* dpinned = on_backend(backend_, pinned.data(), m, pb, true);
+    fast_->assign_scores(m, dkeys, dpinned);  // pins the call's keys already in the fast tier
+    evicted = fast_->insert_and_evict(
+        m, dkeys, on_backend(backend_, rows.data(), m * dim_, vb, true), dpinned, dek, dev, des);
+    fast_->assign_scores(m, dkeys, on_backend(backend_, scores.data(), m, sb, true));
+    to_host(backend_, ev_keys.data(), dek, evicted);
+    to_host(backend_, ev_rows.data(), dev, evicted * dim_);
+    to_host(backend_, ev_scores.data(), des, evicted);
+    // An entry evicted and then stored again by the same call (its old row) has not left.
+    if (evicted > 0) {
+      std::unique_ptr<bool[]> still(new bool[evicted]);
+      BackendBuffer<bool> fb;
+      bool* dstill = on_backend(backend_, still.get(), evicted, fb, false);
+      fast_->contains(evicted, dek, dstill);
+      to_host(backend_, still.get(), dstill, evicted);
+      size_t kept = 0;
+      for (size_t e = 0; e < evicted; ++e) {
+        if (still[e]) continue;
+        ev_keys[kept] = ev_keys[e];
+        ev_scores[kept] = ev_scores[e];
+        std::copy(ev_rows.begin() + e * dim_, ev_rows.begin() + (e + 1) * dim_,
+                  ev_rows.begin() + kept * dim_);
+        ++kept;
+      }
+      evicted = kept;
+    }
+    // A key of this call refused (a bucket full of the call's own keys) carries the pinned
+    // score: it goes down with its real one.
+    std::unordered_map<K, uint64_t> real;
+    for (size_t i = 0; i < m; ++i) real[keys[i]] = scores[i];
+    for (size_t i = 0; i < t; ++i) real[touch_keys[i]] = touch_scores[i];
+    for (size_t e = 0; e < evicted; ++e) {
+      const auto it = real.find(ev_keys[e]);
+      if (it != real.end()) ev_scores[e] = it->second;
+    }
+  }
+  if (t > 0) {
+    BackendBuffer<uint64_t> sb;
+    fast_->assign_scores(t, dtouch, on_backend(backend_, touch_scores.data(), t, sb, true));
+  }
+  std::unordered_set<K> left(ev_keys.begin(), ev_keys.begin() + evicted);
+  std::vector<uint64_t> put_keys(evicted), erase_keys;
+  for (size_t e = 0; e < evicted; ++e) {
+    put_keys[e] = bits(ev_keys[e]);
+    shadowed_.erase(put_keys[e]);
+  }
+  for (const K key : moved_up)
+    if (!left.count(key)) erase_keys.push_back(bits(key));
+  if (evicted > 0) {
+    size_t own = 0;
+    for (const K key : keys) own += left.count(key);
+    for (const K key : touch_keys) own += left.count(key);
+    stats_.batch_evicted += own;
+  }
+  stats_.rows_up += moved_up.size();
+  stats_.bytes_up += moved_up.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
+  stats_.evictions_written += evicted;
+  if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
+  ev_rows.resize(evicted * dim_);
+  ev_scores.resize(evicted);
+  write_down(std::move(put_keys), std::move(ev_rows), std::move(ev_scores), std::move(erase_keys),
+             false);
+}
+
+// --- reads ------------------------------------------------------------------------------------
+
+template <TableKey K>
+void CachedTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
+                          StreamHandle) {
+  if (n == 0) return;
+  require(keys && values && founds, "CachedTable::find", "keys / values / founds", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::find");
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  const Resolved r = resolve(unique, true);
+  std::vector<float> hv(n * dim_);
+  std::vector<uint64_t> hs(n);
+  std::unique_ptr<bool[]> hf(new bool[n]);
+  to_host(backend_, hv.data(), values, n * dim_);  // missing keys' rows stay as they were
+  if (scores != nullptr) to_host(backend_, hs.data(), scores, n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t j = index[i];
+    hf[i] = j >= 0 && (r.in_fast[j] || r.below[j]);
+    if (!hf[i]) continue;
+    std::copy(r.rows.begin() + j * dim_, r.rows.begin() + (j + 1) * dim_, hv.begin() + i * dim_);
+    hs[i] = r.scores[j];
+  }
+  to_backend(backend_, values, hv.data(), n * dim_);
+  to_backend(backend_, founds, hf.get(), n);
+  if (scores != nullptr) to_backend(backend_, scores, hs.data(), n);
+}
+
+template <TableKey K>
+size_t CachedTable<K>::find_with_misses(size_t n, const K* keys, float* values, K* missed_keys,
+                                        uint64_t* missed_indices, uint64_t* scores,
+                                        StreamHandle stream) {
+  if (n == 0) return 0;
+  require(missed_keys && missed_indices, "CachedTable::find_with_misses",
+          "missed_keys / missed_indices", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  BackendBuffer<bool> fb(backend_, n);
+  find(n, keys, values, fb.data(), scores, stream);
+  std::unique_ptr<bool[]> hf(new bool[n]);
+  to_host(backend_, hf.get(), fb.data(), n);
+  const std::vector<K> hk = download_keys(n, keys);
+  std::vector<K> mk;
+  std::vector<uint64_t> mi;
+  for (size_t i = 0; i < n; ++i) {
+    if (hf[i]) continue;
+    mk.push_back(hk[i]);
+    mi.push_back(i);
+  }
+  to_backend(backend_, missed_keys, mk.data(), mk.size());
+  to_backend(backend_, missed_indices, mi.data(), mi.size());
+  return mk.size();
+}
+
+template <TableKey K>
+void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandle) {
+  if (n == 0) return;
+  require(keys && founds, "CachedTable::contains", "keys / founds", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::contains");
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  const Resolved r = resolve(unique, false);
+  std::unique_ptr<bool[]> hf(new bool[n]);
+  for (size_t i = 0; i < n; ++i)
+    hf[i] = index[i] >= 0 && (r.in_fast[index[i]] || r.below[index[i]]);
+  to_backend(backend_, founds, hf.get(), n);
+}
+
+template <TableKey K>
+void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle) {
+  if (n == 0) return;
+  require(keys != nullptr, "CachedTable::prefetch", "keys", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  stats_.prefetched += move_up(n, keys);
+}
+
+template <TableKey K>
+size_t CachedTable<K>::move_up(size_t n, const K* keys) {
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::prefetch");
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  drain_pending();
+  const Resolved r = resolve(unique, false);
+  std::vector<K> up;
+  std::vector<float> rows;
+  std::vector<uint64_t> scores;
+  for (size_t j = 0; j < unique.size(); ++j) {
+    if (!r.below[j]) continue;
+    up.push_back(unique[j]);
+    rows.insert(rows.end(), r.rows.begin() + j * dim_, r.rows.begin() + (j + 1) * dim_);
+    scores.push_back(r.scores[j]);
+  }
+  commit(up, rows, scores, {}, {}, up, nullptr);
+  return up.size();
+}
+
+template <TableKey K>
+void CachedTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                   uint64_t* scores, StreamHandle stream) {
+  if (n == 0) return;
+  require(keys && rows, "CachedTable::find_pointers", "keys / rows", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  move_up(n, keys);  // rows found below move up with their scores: the contents are unchanged
+  fast_->find_pointers(n, keys, rows, founds, scores, stream);
+}
+
+// --- writes -----------------------------------------------------------------------------------
+
+template <TableKey K>
+void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
+                                         const uint64_t* scores, float** rows, Miss miss,
+                                         bool copy_out) {
+  std::lock_guard lock(mutex_);
+  const TableOptions& o = options_;
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, o.safe_check, "CachedTable::find_or_insert");
+  std::vector<uint64_t> given;
+  if (scores != nullptr) {
+    given.resize(n);
+    to_host(backend_, given.data(), scores, n);
+  }
+  std::vector<float> hv;
+  if (miss == Miss::kGiven || copy_out) {
+    hv.resize(n * dim_);
+    if (miss == Miss::kGiven) to_host(backend_, hv.data(), values, n * dim_);
+  }
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  drain_pending();
+  Resolved r = resolve(unique, copy_out);
+  const size_t u = unique.size();
+  // Apply the batch in order on the host: existence, scores, new rows.
+  std::vector<uint8_t> exists(u), fresh(u, 0);
+  std::vector<uint64_t> score(u);
+  for (size_t j = 0; j < u; ++j) {
+    exists[j] = r.in_fast[j] || r.below[j];
+    score[j] = r.scores[j];
+  }
+  const uint64_t now = clock_now();
+  std::unique_ptr<bool[]> hf(new bool[n]);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t j = index[i];
+    if (j < 0) {
+      hf[i] = false;
+      continue;
+    }
+    hf[i] = exists[j];
+    if (!exists[j]) {
+      fresh[j] = 1;
+      exists[j] = 1;
+      float* row = r.rows.data() + j * dim_;
+      if (miss == Miss::kGiven) {
+        std::copy(hv.begin() + i * dim_, hv.begin() + (i + 1) * dim_, row);
+      } else {
+        for (uint32_t c = 0; c < dim_; ++c) row[c] = initial_value(o.initializer, bits(hk[i]), c);
+      }
+    }
+    score[j] = next_score(o.score_policy, hf[i], score[j], scores != nullptr,
+                          scores != nullptr ? given[i] : 0, now);
+  }
+  std::vector<K> change_keys, touch_keys, up;
+  std::vector<float> change_rows;
+  std::vector<uint64_t> change_scores, touch_scores;
+  for (size_t j = 0; j < u; ++j) {
+    if (r.in_fast[j]) {
+      touch_keys.push_back(unique[j]);
+      touch_scores.push_back(score[j]);
+      continue;
+    }
+    change_keys.push_back(unique[j]);
+    change_rows.insert(change_rows.end(), r.rows.begin() + j * dim_,
+                       r.rows.begin() + (j + 1) * dim_);
+    change_scores.push_back(score[j]);
+    if (r.below[j]) up.push_back(unique[j]);
+    stats_.new_rows += fresh[j];
+  }
+  commit(change_keys, change_rows, change_scores, touch_keys, touch_scores, up, nullptr);
+  if (copy_out) {
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t j = index[i];
+      if (j < 0) continue;  // a skipped reserved key's row stays as given
+      std::copy(r.rows.begin() + j * dim_, r.rows.begin() + (j + 1) * dim_, hv.begin() + i * dim_);
+    }
+    to_backend(backend_, values, hv.data(), n * dim_);
+  }
+  if (founds != nullptr) to_backend(backend_, founds, hf.get(), n);
+  if (rows != nullptr) fast_->find_pointers(n, keys, rows, nullptr, nullptr);
+}
+
+template <TableKey K>
+void CachedTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* founds,
+                                    const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && values, "CachedTable::find_or_insert", "keys / values", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kInitialize, true);
+}
+
+template <TableKey K>
+void CachedTable<K>::find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
+                                          const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && values, "CachedTable::find_or_insert_given", "keys / values", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kGiven, true);
+}
+
+template <TableKey K>
+void CachedTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                             const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && rows, "CachedTable::find_or_insert_pointers", "keys / rows", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  find_or_insert_impl(n, keys, nullptr, founds, scores, rows, Miss::kInitialize, false);
+}
+
+template <TableKey K>
+void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* values,
+                                     const uint64_t* scores, bool insert_missing, bool accumulate) {
+  std::lock_guard lock(mutex_);
+  const TableOptions& o = options_;
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, o.safe_check, "CachedTable::write");
+  std::vector<float> hv(n * dim_);
+  to_host(backend_, hv.data(), values, n * dim_);
+  std::vector<uint64_t> given;
+  if (scores != nullptr) {
+    given.resize(n);
+    to_host(backend_, given.data(), scores, n);
+  }
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  drain_pending();
+  Resolved r = resolve(unique, accumulate);
+  const size_t u = unique.size();
+  std::vector<uint8_t> exists(u), touched(u, 0);
+  std::vector<uint64_t> score(u);
+  for (size_t j = 0; j < u; ++j) {
+    exists[j] = r.in_fast[j] || r.below[j];
+    score[j] = r.scores[j];
+  }
+  const uint64_t now = clock_now();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t j = index[i];
+    if (j < 0 || (!exists[j] && !insert_missing)) continue;
+    float* row = r.rows.data() + j * dim_;
+    const float* v = hv.data() + i * dim_;
+    if (accumulate && exists[j]) {
+      for (uint32_t c = 0; c < dim_; ++c) row[c] += v[c];
+    } else {
+      std::copy(v, v + dim_, row);
+    }
+    score[j] = next_score(o.score_policy, exists[j], score[j], scores != nullptr,
+                          scores != nullptr ? given[i] : 0, now);
+    if (!exists[j]) stats_.new_rows += 1;
+    exists[j] = 1;
+    touched[j] = 1;
+  }
+  std::vector<K> change_keys, up;
+  std::vector<float> change_rows;
+  std::vector<uint64_t> change_scores;
+  for (size_t j = 0; j < u; ++j) {
+    if (!touched[j]) continue;
+    change_keys.push_back(unique[j]);
+    change_rows.insert(change_rows.end(), r.rows.begin() + j * dim_,
+                       r.rows.begin() + (j + 1) * dim_);
+    change_scores.push_back(score[j]);
+    if (r.below[j]) up.push_back(unique[j]);
+  }
+  commit(change_keys, change_rows, change_scores, {}, {}, up, nullptr);
+}
+
+template <TableKey K>
+void CachedTable<K>::insert_or_assign(size_t n, const K* keys, const float* values,
+                                      const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && values, "CachedTable::insert_or_assign", "keys / values", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  write_rows_impl(n, keys, values, scores, true, false);
+}
+
+template <TableKey K>
+size_t CachedTable<K>::insert_and_evict(size_t n, const K* keys, const float* values,
+                                        const uint64_t* scores, K* evicted_keys, float*, uint64_t*,
+                                        StreamHandle) {
+  if (n == 0) return 0;
+  require(keys && values && evicted_keys, "CachedTable::insert_and_evict",
+          "keys / values / evicted_keys", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  write_rows_impl(n, keys, values, scores, true, false);
+  return 0;
+}
+
+template <TableKey K>
+void CachedTable<K>::assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
+                            StreamHandle) {
+  if (n == 0) return;
+  require(keys && values, "CachedTable::assign", "keys / values", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  write_rows_impl(n, keys, values, scores, false, false);
+}
+
+template <TableKey K>
+void CachedTable<K>::accum_or_assign(size_t n, const K* keys, const float* values,
+                                     const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && values, "CachedTable::accum_or_assign", "keys / values", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  write_rows_impl(n, keys, values, scores, true, true);
+}
+
+template <TableKey K>
+void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores, StreamHandle) {
+  if (n == 0) return;
+  require(keys && scores, "CachedTable::assign_scores", "keys / scores", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::assign_scores");
+  std::vector<uint64_t> given(n);
+  to_host(backend_, given.data(), scores, n);
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  drain_pending();
+  Resolved r = resolve(unique, false);
+  std::vector<uint64_t> last(unique.size());
+  for (size_t i = 0; i < n; ++i)
+    if (index[i] >= 0) last[index[i]] = given[i];
+  std::vector<K> fast_keys;
+  std::vector<uint64_t> fast_scores, put_keys, put_scores;
+  std::vector<float> put_rows;
+  for (size_t j = 0; j < unique.size(); ++j) {
+    if (r.in_fast[j]) {
+      fast_keys.push_back(unique[j]);
+      fast_scores.push_back(last[j]);
+    } else if (r.below[j]) {  // rewritten below with its new score; the row stays there
+      put_keys.push_back(bits(unique[j]));
+      put_scores.push_back(last[j]);
+      put_rows.insert(put_rows.end(), r.rows.begin() + j * dim_, r.rows.begin() + (j + 1) * dim_);
+    }
+  }
+  if (!fast_keys.empty()) {
+    BackendBuffer<K> kb;
+    BackendBuffer<uint64_t> sb;
+    fast_->assign_scores(fast_keys.size(),
+                         on_backend(backend_, fast_keys.data(), fast_keys.size(), kb, true),
+                         on_backend(backend_, fast_scores.data(), fast_scores.size(), sb, true));
+  }
+  write_down(std::move(put_keys), std::move(put_rows), std::move(put_scores), {}, false);
+}
+
+template <TableKey K>
+void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
+  if (n == 0) return;
+  require(keys != nullptr, "CachedTable::erase", "keys", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::erase");
+  drain_pending();
+  std::vector<uint64_t> below;
+  for (size_t i = 0; i < n; ++i)
+    if (usable[i]) below.push_back(bits(hk[i]));
+  lower_call(stats_, [&] { lower_->erase(below.size(), below.data()); });
+  for (const uint64_t k : below) shadowed_.erase(k);
+  fast_->erase(n, keys, stream);
+}
+
+template <TableKey K>
+size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  drain_pending();
+  // The fast tier decides for its keys (a copy below is stale); the lower tier for the rest.
+  std::vector<K> fast_match;
+  std::unordered_set<uint64_t> in_fast;
+  fast_->for_each([&](K key, std::span<const float>, uint64_t score) {
+    in_fast.insert(bits(key));
+    if (matches(predicate, score)) fast_match.push_back(key);
+  });
+  std::vector<uint64_t> erase_below;
+  ScanCursor cursor;
+  constexpr size_t kChunk = 4096;
+  std::vector<uint64_t> keys(kChunk), scores(kChunk);
+  std::vector<float> rows(kChunk * dim_);
+  size_t below_matches = 0;
+  while (!cursor.done()) {
+    size_t got = 0;
+    lower_call(stats_, [&] {
+      got = lower_->scan(cursor, kChunk, keys.data(), rows.data(), scores.data());
+    });
+    for (size_t i = 0; i < got; ++i) {
+      if (in_fast.count(keys[i])) continue;
+      if (matches(predicate, scores[i])) {
+        erase_below.push_back(keys[i]);
+        ++below_matches;
+      }
+    }
+  }
+  for (const K key : fast_match)
+    if (shadowed_.erase(bits(key))) erase_below.push_back(bits(key));
+  lower_call(stats_, [&] { lower_->erase(erase_below.size(), erase_below.data()); });
+  BackendBuffer<K> kb;
+  fast_->erase(fast_match.size(),
+               on_backend(backend_, fast_match.data(), fast_match.size(), kb, true), stream);
+  return fast_match.size() + below_matches;
+}
+
+template <TableKey K>
+void CachedTable<K>::clear(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  lower_call(stats_, [&] { lower_->clear(); });
+  pending_.clear();
+  shadowed_.clear();
+  fast_->clear(stream);
+}
+
+// --- whole table ------------------------------------------------------------------------------
+
+template <TableKey K>
+size_t CachedTable<K>::size(StreamHandle stream) const {
+  std::lock_guard lock(mutex_);
+  size_t below = lower_->size();
+  // Pending rows: a put not yet below adds one; an erase marker whose stale copy is still below
+  // (its key is in the fast tier) takes one away.
+  if (!pending_.empty()) {
+    std::vector<uint64_t> keys;
+    for (const auto& [key, p] : pending_) keys.push_back(key);
+    std::vector<float> rows(keys.size() * dim_);
+    std::vector<uint64_t> scores(keys.size());
+    std::unique_ptr<bool[]> found(new bool[keys.size()]);
+    lower_->find(keys.size(), keys.data(), rows.data(), scores.data(), found.get());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const bool erased = pending_.at(keys[i]).erased;
+      if (!erased && !found[i]) ++below;
+      if (erased && found[i]) --below;
+    }
+  }
+  return fast_->size(stream) + below - shadowed_.size();
+}
+
+template <TableKey K>
+size_t CachedTable<K>::capacity() const {
+  std::lock_guard lock(mutex_);
+  return fast_->capacity() + lower_->size();
+}
+
+template <TableKey K>
+double CachedTable<K>::load_factor(StreamHandle stream) const {
+  const size_t c = capacity();
+  return c == 0 ? 0.0 : static_cast<double>(size(stream)) / static_cast<double>(c);
+}
+
+template <TableKey K>
+void CachedTable<K>::reserve(size_t new_capacity, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  fast_->reserve(new_capacity, stream);
+}
+
+template <TableKey K>
+size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float* values,
+                                    uint64_t* scores, std::optional<uint64_t> min_score,
+                                    StreamHandle stream) {
+  if (n_slots == 0) return 0;
+  require(keys && values && scores, "CachedTable::export_batch", "keys / values / scores",
+          "nullptr", "must be non-null when n_slots = " + std::to_string(n_slots));
+  std::lock_guard lock(mutex_);
+  drain_pending();
+  const size_t fc = fast_->capacity();
+  size_t written = 0;
+  if (offset < fc) {
+    written = fast_->export_batch(offset, std::min(n_slots, fc - offset), keys, values, scores,
+                                  min_score, stream);
+  }
+  const size_t end = offset + n_slots;
+  if (end <= fc) return written;
+  const uint64_t start = std::max(offset, fc) - fc;
+  uint64_t want = end - fc - start;
+  constexpr size_t kChunk = 4096;
+  std::vector<uint64_t> bk(kChunk), bs(kChunk);
+  std::vector<float> bv(kChunk * dim_);
+  if (export_next_ != start) {  // restart the scan and skip to `start`
+    export_cursor_ = ScanCursor{};
+    export_next_ = 0;
+    while (export_next_ < start && !export_cursor_.done()) {
+      size_t got = 0;
+      lower_call(stats_, [&] {
+        got = lower_->scan(export_cursor_, std::min<uint64_t>(kChunk, start - export_next_),
+                           bk.data(), bv.data(), bs.data());
+      });
+      export_next_ += got;
+    }
+  }
+  std::vector<K> out_keys;
+  std::vector<float> out_rows;
+  std::vector<uint64_t> out_scores;
+  while (want > 0 && !export_cursor_.done()) {
+    size_t got = 0;
+    lower_call(stats_, [&] {
+      got = lower_->scan(export_cursor_, std::min<uint64_t>(kChunk, want), bk.data(), bv.data(),
+                         bs.data());
+    });
+    export_next_ += got;
+    want -= got;
+    if (got == 0) continue;
+    // Skip the stale copies of keys in the fast tier.
+    std::vector<K> ck(got);
+    for (size_t i = 0; i < got; ++i) ck[i] = static_cast<K>(bk[i]);
+    std::unique_ptr<bool[]> in_fast(new bool[got]);
+    BackendBuffer<K> kb;
+    BackendBuffer<bool> fb;
+    bool* dfound = on_backend(backend_, in_fast.get(), got, fb, false);
+    fast_->contains(got, on_backend(backend_, ck.data(), got, kb, true), dfound);
+    to_host(backend_, in_fast.get(), dfound, got);
+    for (size_t i = 0; i < got; ++i) {
+      if (in_fast[i] || (min_score && bs[i] < *min_score)) continue;
+      out_keys.push_back(ck[i]);
+      out_scores.push_back(bs[i]);
+      out_rows.insert(out_rows.end(), bv.begin() + i * dim_, bv.begin() + (i + 1) * dim_);
+    }
+  }
+  to_backend(backend_, keys + written, out_keys.data(), out_keys.size());
+  to_backend(backend_, values + written * dim_, out_rows.data(), out_rows.size());
+  to_backend(backend_, scores + written, out_scores.data(), out_scores.size());
+  return written + out_keys.size();
+}
+
+template <TableKey K>
+void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
+  std::lock_guard lock(mutex_);
+  drain_pending();
+  std::unordered_set<uint64_t> in_fast;
+  fast_->for_each([&](K key, std::span<const float> row, uint64_t score) {
+    in_fast.insert(bits(key));
+    visit(key, row, score);
+  });
+  ScanCursor cursor;
+  constexpr size_t kChunk = 4096;
+  std::vector<uint64_t> keys(kChunk), scores(kChunk);
+  std::vector<float> rows(kChunk * dim_);
+  while (!cursor.done()) {
+    size_t got = 0;
+    lower_call(stats_, [&] {
+      got = lower_->scan(cursor, kChunk, keys.data(), rows.data(), scores.data());
+    });
+    for (size_t i = 0; i < got; ++i) {
+      if (in_fast.count(keys[i])) continue;
+      visit(static_cast<K>(keys[i]), std::span<const float>(rows.data() + i * dim_, dim_),
+            scores[i]);
+    }
+  }
+}
+
+template <TableKey K>
+void CachedTable<K>::flush() {
+  std::lock_guard lock(mutex_);
+  drain_pending();
+  const size_t fc = fast_->capacity();
+  constexpr size_t kChunk = 1 << 14;
+  BackendBuffer<K> kb(backend_, kChunk);
+  BackendBuffer<float> vb(backend_, kChunk * dim_);
+  BackendBuffer<uint64_t> sb(backend_, kChunk);
+  std::vector<K> hk(kChunk);
+  std::vector<uint64_t> keys(kChunk), scores(kChunk);
+  std::vector<float> rows(kChunk * dim_);
+  for (size_t offset = 0; offset < fc; offset += kChunk) {
+    const size_t got =
+        fast_->export_batch(offset, std::min(kChunk, fc - offset), kb.data(), vb.data(), sb.data());
+    if (got == 0) continue;
+    to_host(backend_, hk.data(), kb.data(), got);
+    to_host(backend_, rows.data(), vb.data(), got * dim_);
+    to_host(backend_, scores.data(), sb.data(), got);
+    for (size_t i = 0; i < got; ++i) keys[i] = bits(hk[i]);
+    lower_call(stats_,
+               [&] { lower_->insert_or_assign(got, keys.data(), rows.data(), scores.data()); });
+    for (size_t i = 0; i < got; ++i) shadowed_.insert(keys[i]);
+    stats_.rows_down += got;
+    stats_.bytes_down += got * (dim_ * sizeof(float) + sizeof(uint64_t));
+    stats_.flushed_rows += got;
+  }
+  lower_call(stats_, [&] { lower_->flush(); });
+}
+
+template <TableKey K>
+void CachedTable<K>::set_score(uint64_t score) {
+  const uint64_t before = clock_.exchange(score);
+  if (options_.score_policy == ScorePolicy::kCustomized && score < before) {
+    warn("CachedTable::set_score: the score goes backwards from " + std::to_string(before) +
+         " to " + std::to_string(score));
+  }
+}
+
+template <TableKey K>
+CachingStats CachedTable<K>::caching_stats() const {
+  std::lock_guard lock(mutex_);
+  CachingStats s = stats_;
+  s.pending_rows = pending_.size();
+  s.fast = fast_->stats();
+  s.lower = lower_->stats();
+  return s;
+}
+
+template <TableKey K>
+TableStats CachedTable<K>::stats() const {
+  std::lock_guard lock(mutex_);
+  TableStats s = fast_->stats();
+  s.evictions = lower_->stats().evicted;
+  return s;
+}
+
+template class CachedTable<int64_t>;
+template class CachedTable<uint64_t>;
+
+}  // namespace dynemb::storage
