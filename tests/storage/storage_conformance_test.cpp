@@ -150,7 +150,7 @@ TYPED_TEST(StorageConformance, DumpAndLoadRoundTrip) {
         std::vector<float>(values.begin() + i * dim, values.begin() + (i + 1) * dim), scores[i]};
   }
   s->insert_or_assign(n, keys.data(), values.data(), scores.data());
-  TempDir dir;
+  StorageTempDir dir;
   const auto file = dir.path() / "rows.bin";
   EXPECT_EQ(storage::dump_storage(*s, file), model.size());
   s->clear();

@@ -26,14 +26,14 @@
 namespace dynemb::testing {
 
 // A fresh empty directory under the temp dir, removed with the object.
-class TempDir {
+class StorageTempDir {
  public:
-  TempDir() {
+  StorageTempDir() {
     std::string pattern =
         (std::filesystem::temp_directory_path() / "dynemb_storage_XXXXXX").string();
     path_ = ::mkdtemp(pattern.data());
   }
-  ~TempDir() {
+  ~StorageTempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

@@ -26,7 +26,7 @@ struct HostKind {
 
 struct RocksDbKind {
   static constexpr const char* kName = "rocksdb";
-  TempDir dir;
+  StorageTempDir dir;
   int count = 0;
   std::string skip_reason() const { return ""; }
   std::shared_ptr<storage::Storage> make(uint32_t dim, uint64_t = 0) {
