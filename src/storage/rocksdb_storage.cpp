@@ -79,9 +79,13 @@ RocksDbStorage::RocksDbStorage(const RocksDbStorageOptions& options)
   std::string marker;
   const rocksdb::Status m = raw->Get(rocksdb::ReadOptions(), kMarkerKey, &marker);
   if (m.IsNotFound()) {
-    std::unique_ptr<rocksdb::Iterator> it(raw->NewIterator(rocksdb::ReadOptions()));
-    it->SeekToFirst();
-    if (it->Valid()) {
+    bool holds_keys = false;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(raw->NewIterator(rocksdb::ReadOptions()));
+      it->SeekToFirst();
+      holds_keys = it->Valid();
+    }  // (an iterator must not outlive the database)
+    if (holds_keys) {
       db_->db.reset();
       throw StorageError("RocksDbStorage: " + directory_.string() +
                          " holds a RocksDB database without dynemb's marker key: not ours, "
