@@ -470,16 +470,21 @@ size_t CachedTable<K>::move_up(size_t n, const K* keys) {
   distinct(hk, usable, unique, index);
   drain_pending();
   const Resolved r = resolve(unique, false);
-  std::vector<K> up;
+  std::vector<K> up, hits;
   std::vector<float> rows;
-  std::vector<uint64_t> scores;
+  std::vector<uint64_t> scores, hit_scores;
   for (size_t j = 0; j < unique.size(); ++j) {
+    if (r.in_fast[j]) {  // pinned while the others come up, then given their score back
+      hits.push_back(unique[j]);
+      hit_scores.push_back(r.scores[j]);
+    }
     if (!r.below[j]) continue;
     up.push_back(unique[j]);
     rows.insert(rows.end(), r.rows.begin() + j * dim_, r.rows.begin() + (j + 1) * dim_);
     scores.push_back(r.scores[j]);
   }
-  commit(up, rows, scores, {}, {}, up, nullptr);
+  if (up.empty()) return 0;
+  commit(up, rows, scores, hits, hit_scores, up, nullptr);
   return up.size();
 }
 
