@@ -15,6 +15,9 @@ packages=(
   python3-dev pybind11-dev         # the Python module dynemb._C (python/)
   python3-torch python3-pytest     # the Python suite (tests/python, scripts/test.sh)
   libopenmpi-dev openmpi-bin       # dist: the MPI communicator and its multi-process tests
+  librocksdb-dev libhiredis-dev    # the storage part's disk (RocksDB) and Redis tiers
+  redis-server                     # the Redis tier's tests start their own servers on loopback
+  rocksdb-tools                    # ldb (a foreign database in a test) and db_bench (the peer)
 )
 missing=()
 for p in "${packages[@]}"; do
