@@ -115,13 +115,20 @@ class RedisServer {
   }
 
  private:
+  // True once the server answers PING with PONG (not while it loads its data).
   bool accepts() const {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = htons(static_cast<uint16_t>(port_));
-    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (ok) {
+      const char ping[] = "PING\r\n";
+      char reply[16] = {};
+      ok = ::write(fd, ping, sizeof ping - 1) == static_cast<ssize_t>(sizeof ping - 1) &&
+           ::read(fd, reply, sizeof reply - 1) > 0 && std::strncmp(reply, "+PONG", 5) == 0;
+    }
     ::close(fd);
     return ok;
   }
