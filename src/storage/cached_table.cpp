@@ -504,7 +504,7 @@ void CachedTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* 
 template <TableKey K>
 void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
                                          const uint64_t* scores, float** rows, Miss miss,
-                                         bool copy_out) {
+                                         bool copy_out, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   const TableOptions& o = options_;
   const std::vector<K> hk = download_keys(n, keys);
@@ -580,34 +580,35 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
     to_backend(backend_, values, hv.data(), n * dim_);
   }
   if (founds != nullptr) to_backend(backend_, founds, hf.get(), n);
-  if (rows != nullptr) fast_->find_pointers(n, keys, rows, nullptr, nullptr);
+  // On the caller's stream, so its next kernels see the addresses.
+  if (rows != nullptr) fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
 }
 
 template <TableKey K>
 void CachedTable<K>::find_or_insert(size_t n, const K* keys, float* values, bool* founds,
-                                    const uint64_t* scores, StreamHandle) {
+                                    const uint64_t* scores, StreamHandle stream) {
   if (n == 0) return;
   require(keys && values, "CachedTable::find_or_insert", "keys / values", "nullptr",
           "must be non-null when n = " + std::to_string(n));
-  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kInitialize, true);
+  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kInitialize, true, stream);
 }
 
 template <TableKey K>
 void CachedTable<K>::find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,
-                                          const uint64_t* scores, StreamHandle) {
+                                          const uint64_t* scores, StreamHandle stream) {
   if (n == 0) return;
   require(keys && values, "CachedTable::find_or_insert_given", "keys / values", "nullptr",
           "must be non-null when n = " + std::to_string(n));
-  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kGiven, true);
+  find_or_insert_impl(n, keys, values, founds, scores, nullptr, Miss::kGiven, true, stream);
 }
 
 template <TableKey K>
 void CachedTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
-                                             const uint64_t* scores, StreamHandle) {
+                                             const uint64_t* scores, StreamHandle stream) {
   if (n == 0) return;
   require(keys && rows, "CachedTable::find_or_insert_pointers", "keys / rows", "nullptr",
           "must be non-null when n = " + std::to_string(n));
-  find_or_insert_impl(n, keys, nullptr, founds, scores, rows, Miss::kInitialize, false);
+  find_or_insert_impl(n, keys, nullptr, founds, scores, rows, Miss::kInitialize, false, stream);
 }
 
 template <TableKey K>

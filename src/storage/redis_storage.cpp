@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dynemb/core/hash.hpp"
@@ -15,7 +16,36 @@ namespace {
 
 constexpr uint32_t kFormatVersion = 1;
 
-using Command = std::vector<std::string>;
+// One server's commands of a call, already in the wire format (RESP), so rows are copied once.
+struct Pipeline {
+  std::string resp;
+  size_t count = 0;  // commands in resp
+  bool empty() const { return count == 0; }
+  size_t size() const { return count; }
+
+  // Starts a command of `args` arguments (the command's name included).
+  void begin(size_t args) {
+    resp += '*';
+    resp += std::to_string(args);
+    resp += "\r\n";
+    ++count;
+  }
+  // Appends one argument made of two pieces (e.g. score + row, or prefix + key bytes).
+  void arg(const void* a, size_t na, const void* b = nullptr, size_t nb = 0) {
+    resp += '$';
+    resp += std::to_string(na + nb);
+    resp += "\r\n";
+    resp.append(static_cast<const char*>(a), na);
+    if (nb > 0) resp.append(static_cast<const char*>(b), nb);
+    resp += "\r\n";
+  }
+  void arg(std::string_view a) { arg(a.data(), a.size()); }
+  // A whole command of string arguments.
+  void command(std::initializer_list<std::string_view> args) {
+    begin(args.size());
+    for (const std::string_view a : args) arg(a);
+  }
+};
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const {
@@ -64,23 +94,12 @@ struct RedisStorage::Connection {
     redisSetTimeout(ctx, tv);
   }
 
-  void append(const std::vector<Command>& commands) {
+  void append(const Pipeline& commands) {
     if (ctx == nullptr) connect();
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const Command& c : commands) {
-      argv.clear();
-      lens.clear();
-      for (const std::string& a : c) {
-        argv.push_back(a.data());
-        lens.push_back(a.size());
-      }
-      if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()) !=
-          REDIS_OK) {
-        const std::string why = ctx->errstr;
-        close();
-        throw ConnectionLost{"append: " + why};
-      }
+    if (redisAppendFormattedCommand(ctx, commands.resp.data(), commands.resp.size()) != REDIS_OK) {
+      const std::string why = ctx->errstr;
+      close();
+      throw ConnectionLost{"append: " + why};
     }
   }
 
@@ -107,7 +126,7 @@ namespace {
 // naming the server if that fails too, or if a reply is an error.
 std::vector<std::vector<Reply>> exchange(
     std::vector<std::unique_ptr<RedisStorage::Connection>>& servers,
-    const std::vector<std::vector<Command>>& commands, const std::string& what) {
+    const std::vector<Pipeline>& commands, const std::string& what) {
   const size_t s_count = servers.size();
   std::vector<std::vector<Reply>> replies(s_count);
   std::vector<bool> retry(s_count, false);
@@ -178,10 +197,11 @@ RedisStorage::RedisStorage(const RedisStorageOptions& options)
   }
   // Mark every server as ours (SET NX), then check the marker each holds.
   const std::string meta = options_.prefix + ":meta";
-  std::vector<std::vector<Command>> cmds(servers_.size());
+  std::vector<Pipeline> cmds(servers_.size());
+  const std::string marker = marker_value(row_dim_);
   for (auto& c : cmds) {
-    c.push_back({"SET", meta, marker_value(row_dim_), "NX"});
-    c.push_back({"GET", meta});
+    c.command({"SET", meta, marker, "NX"});
+    c.command({"GET", meta});
   }
   const auto replies = exchange(servers_, cmds, "opening (marker " + meta + ")");
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -210,9 +230,9 @@ size_t RedisStorage::server_of(uint64_t key) const {
   return static_cast<size_t>(mul_hi64(hash_key_bits(key ^ 0x5bd1e9955bd1e995ull), servers_.size()));
 }
 
-std::string RedisStorage::row_key(uint64_t key) const {
-  std::string k = options_.prefix + ":r:";
-  for (int b = 0; b < 8; ++b) k.push_back(static_cast<char>(key >> (56 - 8 * b)));
+std::string RedisStorage::key_bytes(uint64_t key) {
+  std::string k(8, '\0');
+  for (int b = 0; b < 8; ++b) k[b] = static_cast<char>(key >> (56 - 8 * b));
   return k;
 }
 
@@ -234,14 +254,19 @@ void RedisStorage::find(size_t n, const uint64_t* keys, float* values, uint64_t*
   const size_t s_count = servers_.size();
   std::vector<std::vector<size_t>> index(s_count);  // batch positions per server, in order
   for (size_t i = 0; i < n; ++i) index[server_of(keys[i])].push_back(i);
-  std::vector<std::vector<Command>> cmds(s_count);
+  std::vector<Pipeline> cmds(s_count);
   const size_t per = options_.keys_per_command;
+  const std::string prefix = options_.prefix + ":r:";
   for (size_t s = 0; s < s_count; ++s) {
+    cmds[s].resp.reserve(index[s].size() * (prefix.size() + 16) + 64);
     for (size_t b = 0; b < index[s].size(); b += per) {
-      Command c{"MGET"};
-      for (size_t j = b; j < std::min(index[s].size(), b + per); ++j)
-        c.push_back(row_key(keys[index[s][j]]));
-      cmds[s].push_back(std::move(c));
+      const size_t end = std::min(index[s].size(), b + per);
+      cmds[s].begin(1 + end - b);
+      cmds[s].arg("MGET");
+      for (size_t j = b; j < end; ++j) {
+        const std::string k = key_bytes(keys[index[s][j]]);
+        cmds[s].arg(prefix.data(), prefix.size(), k.data(), 8);
+      }
     }
   }
   std::vector<std::vector<Reply>> replies;
@@ -293,38 +318,37 @@ void RedisStorage::write(size_t n_put, const uint64_t* put_keys, const float* pu
   const size_t s_count = servers_.size();
   const size_t per = options_.keys_per_command;
   const size_t row_bytes = row_dim_ * sizeof(float);
-  std::vector<std::vector<Command>> cmds(s_count);
+  std::vector<Pipeline> cmds(s_count);
+  const std::string prefix = options_.prefix + ":r:";
   // Erases first, then puts, on each server's one connection: a key in both ends up stored.
-  std::vector<Command> del(s_count), mset(s_count);
-  auto flush_cmd = [&](std::vector<Command>& open, size_t s, size_t args_per_key,
-                       const char* name) {
-    if (open[s].size() >= 1 + per * args_per_key) {
-      cmds[s].push_back(std::move(open[s]));
-      open[s] = Command{name};
-    }
-  };
+  std::vector<std::vector<size_t>> erase_at(s_count), put_at(s_count);
+  for (size_t i = 0; i < n_erase; ++i) erase_at[server_of(erase_keys[i])].push_back(i);
+  for (size_t i = 0; i < n_put; ++i) put_at[server_of(put_keys[i])].push_back(i);
   for (size_t s = 0; s < s_count; ++s) {
-    del[s] = Command{"DEL"};
-    mset[s] = Command{"MSET"};
+    Pipeline& p = cmds[s];
+    p.resp.reserve(erase_at[s].size() * (prefix.size() + 16) +
+                   put_at[s].size() * (prefix.size() + 40 + row_bytes) + 64);
+    for (size_t b = 0; b < erase_at[s].size(); b += per) {
+      const size_t end = std::min(erase_at[s].size(), b + per);
+      p.begin(1 + end - b);
+      p.arg("DEL");
+      for (size_t j = b; j < end; ++j) {
+        const std::string k = key_bytes(erase_keys[erase_at[s][j]]);
+        p.arg(prefix.data(), prefix.size(), k.data(), 8);
+      }
+    }
+    for (size_t b = 0; b < put_at[s].size(); b += per) {
+      const size_t end = std::min(put_at[s].size(), b + per);
+      p.begin(1 + 2 * (end - b));
+      p.arg("MSET");
+      for (size_t j = b; j < end; ++j) {
+        const size_t i = put_at[s][j];
+        const std::string k = key_bytes(put_keys[i]);
+        p.arg(prefix.data(), prefix.size(), k.data(), 8);
+        p.arg(&put_scores[i], 8, put_values + i * row_dim_, row_bytes);
+      }
+    }
   }
-  for (size_t i = 0; i < n_erase; ++i) {
-    const size_t s = server_of(erase_keys[i]);
-    del[s].push_back(row_key(erase_keys[i]));
-    flush_cmd(del, s, 1, "DEL");
-  }
-  for (size_t s = 0; s < s_count; ++s)
-    if (del[s].size() > 1) cmds[s].push_back(std::move(del[s]));
-  std::string value(8 + row_bytes, '\0');
-  for (size_t i = 0; i < n_put; ++i) {
-    const size_t s = server_of(put_keys[i]);
-    std::memcpy(value.data(), &put_scores[i], 8);
-    std::memcpy(value.data() + 8, put_values + i * row_dim_, row_bytes);
-    mset[s].push_back(row_key(put_keys[i]));
-    mset[s].push_back(value);
-    flush_cmd(mset, s, 2, "MSET");
-  }
-  for (size_t s = 0; s < s_count; ++s)
-    if (mset[s].size() > 1) cmds[s].push_back(std::move(mset[s]));
   try {
     exchange(
         servers_, cmds,
@@ -360,9 +384,9 @@ size_t RedisStorage::scan(ScanCursor& cursor, size_t max_rows, uint64_t* keys, f
   if (max_rows == 0) return 0;
   if (pending.empty() && server < servers_.size()) {
     std::lock_guard call(call_mutex_);
-    std::vector<std::vector<Command>> cmds(servers_.size());
-    cmds[server].push_back({"SCAN", redis_cursor, "MATCH", options_.prefix + ":r:*", "COUNT",
-                            std::to_string(max_rows)});
+    std::vector<Pipeline> cmds(servers_.size());
+    const std::string match = options_.prefix + ":r:*", count = std::to_string(max_rows);
+    cmds[server].command({"SCAN", redis_cursor, "MATCH", match, "COUNT", count});
     std::vector<std::vector<Reply>> replies;
     try {
       replies = exchange(servers_, cmds, "SCAN");

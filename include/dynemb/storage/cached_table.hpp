@@ -146,7 +146,8 @@ class CachedTable final : public Table<K> {
                   bool flushing);
   uint64_t clock_now() const;
   void find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
-                           const uint64_t* scores, float** rows, Miss miss, bool copy_out);
+                           const uint64_t* scores, float** rows, Miss miss, bool copy_out,
+                           StreamHandle stream);
   void write_rows_impl(size_t n, const K* keys, const float* values, const uint64_t* scores,
                        bool insert_missing, bool accumulate);
 

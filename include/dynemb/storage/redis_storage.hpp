@@ -47,7 +47,8 @@ class RedisStorage final : public Storage {
   struct Connection;  // one server's connection (redis_storage.cpp)
 
  private:
-  std::string row_key(uint64_t key) const;
+  // The key's 8 bytes, most significant first (a row's Redis key is <prefix>:r: + these).
+  static std::string key_bytes(uint64_t key);
   [[noreturn]] void fail(const std::string& what);
 
   RedisStorageOptions options_;
