@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <string>
 #include <unordered_map>
 
@@ -82,6 +83,18 @@ struct CachedTable<K>::Resolved {
 };
 
 template <TableKey K>
+struct CachedTable<K>::Prefetch {
+  std::vector<uint64_t> keys;  // asked below: not in the fast tier nor pending when it began
+  std::vector<float> rows;
+  std::vector<uint64_t> scores;
+  std::unique_ptr<bool[]> found;
+  uint64_t wait_ns = 0;
+  std::future<void> done;                // the read; holds its StorageError if it failed
+  std::unordered_set<uint64_t> changed;  // keys written or erased below since it began
+  bool cleared = false;                  // clear() since it began
+};
+
+template <TableKey K>
 CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
                             std::shared_ptr<Storage> lower)
     : backend_(backend), dim_(fast.dim), lower_(std::move(lower)) {
@@ -100,7 +113,9 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
 }
 
 template <TableKey K>
-CachedTable<K>::~CachedTable() = default;
+CachedTable<K>::~CachedTable() {
+  if (prefetch_ && prefetch_->done.valid()) prefetch_->done.wait();
+}
 
 template <TableKey K>
 std::vector<K> CachedTable<K>::download_keys(size_t n, const K* keys) const {
@@ -156,6 +171,105 @@ void distinct(const std::vector<K>& keys, const std::vector<uint8_t>& usable,
 }  // namespace
 
 template <TableKey K>
+void CachedTable<K>::note_below(const std::vector<uint64_t>& keys) {
+  if (!prefetch_) return;
+  prefetch_->changed.insert(keys.begin(), keys.end());
+}
+
+template <TableKey K>
+void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
+  if (n == 0) return;
+  require(keys != nullptr, "CachedTable::prefetch_async", "keys", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  install_prefetched(true);
+  const std::vector<K> hk = download_keys(n, keys);
+  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::prefetch_async");
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+  distinct(hk, usable, unique, index);
+  const size_t u = unique.size();
+  std::unique_ptr<bool[]> in_fast(new bool[u]);
+  BackendBuffer<K> kb;
+  BackendBuffer<bool> fb;
+  bool* dfound = on_backend(backend_, in_fast.get(), u, fb, false);
+  fast_->contains(u, on_backend(backend_, unique.data(), u, kb, true), dfound);
+  to_host(backend_, in_fast.get(), dfound, u);
+  auto p = std::make_unique<Prefetch>();
+  for (size_t j = 0; j < u; ++j) {
+    if (!in_fast[j] && !pending_.count(bits(unique[j]))) p->keys.push_back(bits(unique[j]));
+  }
+  if (p->keys.empty()) return;
+  p->rows.resize(p->keys.size() * dim_);
+  p->scores.resize(p->keys.size());
+  p->found.reset(new bool[p->keys.size()]);
+  Prefetch* raw = p.get();
+  std::shared_ptr<Storage> lower = lower_;
+  p->done = std::async(std::launch::async, [raw, lower] {
+    const auto start = std::chrono::steady_clock::now();
+    lower->find(raw->keys.size(), raw->keys.data(), raw->rows.data(), raw->scores.data(),
+                raw->found.get());
+    raw->wait_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count());
+  });
+  prefetch_ = std::move(p);
+}
+
+template <TableKey K>
+void CachedTable<K>::wait_prefetch() {
+  std::lock_guard lock(mutex_);
+  install_prefetched(true);
+}
+
+template <TableKey K>
+void CachedTable<K>::install_prefetched(bool wait) {
+  if (!prefetch_) return;
+  if (!wait && prefetch_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+    return;
+  std::unique_ptr<Prefetch> p = std::move(prefetch_);
+  try {
+    p->done.get();
+  } catch (const StorageError&) {
+    stats_.lower_failures += 1;  // a prefetch is an optimization: the rows are read when needed
+    return;
+  }
+  if (p->cleared) return;
+  // Keys that moved up meanwhile, or whose row below changed, stay as they are.
+  std::vector<K> candidates;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < p->keys.size(); ++i) {
+    if (!p->found[i] || p->changed.count(p->keys[i]) || pending_.count(p->keys[i])) continue;
+    candidates.push_back(static_cast<K>(p->keys[i]));
+    at.push_back(i);
+  }
+  const size_t c = candidates.size();
+  if (c == 0) return;
+  std::unique_ptr<bool[]> in_fast(new bool[c]);
+  BackendBuffer<K> kb;
+  BackendBuffer<bool> fb;
+  bool* dfound = on_backend(backend_, in_fast.get(), c, fb, false);
+  fast_->contains(c, on_backend(backend_, candidates.data(), c, kb, true), dfound);
+  to_host(backend_, in_fast.get(), dfound, c);
+  std::vector<K> up;
+  std::vector<float> rows;
+  std::vector<uint64_t> scores;
+  for (size_t k = 0; k < c; ++k) {
+    if (in_fast[k]) continue;
+    const size_t i = at[k];
+    up.push_back(candidates[k]);
+    rows.insert(rows.end(), p->rows.begin() + i * dim_, p->rows.begin() + (i + 1) * dim_);
+    scores.push_back(p->scores[i]);
+  }
+  stats_.lower_wait_ns += p->wait_ns;
+  stats_.lookups += p->keys.size();
+  stats_.lower_hits += up.size();
+  if (up.empty()) return;
+  commit(up, rows, scores, {}, {}, up, nullptr);
+  stats_.prefetched += up.size();
+}
+
+template <TableKey K>
 void CachedTable<K>::drain_pending() {
   if (pending_.empty()) return;
   std::vector<uint64_t> put_keys, put_scores, erase_keys;
@@ -183,6 +297,8 @@ void CachedTable<K>::write_down(std::vector<uint64_t> put_keys, std::vector<floa
                                 std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
                                 bool flushing) {
   if (put_keys.empty() && erase_keys.empty()) return;
+  note_below(put_keys);
+  note_below(erase_keys);
   if (pending_.empty()) {
     try {
       lower_call(stats_, [&] {
@@ -469,6 +585,7 @@ size_t CachedTable<K>::move_up(size_t n, const K* keys) {
   std::vector<int64_t> index;
   distinct(hk, usable, unique, index);
   drain_pending();
+  install_prefetched(false);
   const Resolved r = resolve(unique, false);
   std::vector<K> up, hits;
   std::vector<float> rows;
@@ -523,6 +640,7 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
   std::vector<int64_t> index;
   distinct(hk, usable, unique, index);
   drain_pending();
+  install_prefetched(false);
   Resolved r = resolve(unique, copy_out);
   const size_t u = unique.size();
   // Apply the batch in order on the host: existence, scores, new rows.
@@ -629,6 +747,7 @@ void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* value
   std::vector<int64_t> index;
   distinct(hk, usable, unique, index);
   drain_pending();
+  install_prefetched(false);
   Resolved r = resolve(unique, accumulate);
   const size_t u = unique.size();
   std::vector<uint8_t> exists(u), touched(u, 0);
@@ -760,6 +879,7 @@ void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
   std::vector<uint64_t> below;
   for (size_t i = 0; i < n; ++i)
     if (usable[i]) below.push_back(bits(hk[i]));
+  note_below(below);
   lower_call(stats_, [&] { lower_->erase(below.size(), below.data()); });
   for (const uint64_t k : below) shadowed_.erase(k);
   fast_->erase(n, keys, stream);
@@ -797,6 +917,7 @@ size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
   }
   for (const K key : fast_match)
     if (shadowed_.erase(bits(key))) erase_below.push_back(bits(key));
+  note_below(erase_below);
   lower_call(stats_, [&] { lower_->erase(erase_below.size(), erase_below.data()); });
   BackendBuffer<K> kb;
   fast_->erase(fast_match.size(),
@@ -807,6 +928,7 @@ size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
 template <TableKey K>
 void CachedTable<K>::clear(StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  if (prefetch_) prefetch_->cleared = true;
   lower_call(stats_, [&] { lower_->clear(); });
   pending_.clear();
   shadowed_.clear();
@@ -952,6 +1074,7 @@ void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
 template <TableKey K>
 void CachedTable<K>::flush() {
   std::lock_guard lock(mutex_);
+  install_prefetched(true);
   drain_pending();
   const size_t fc = fast_->capacity();
   constexpr size_t kChunk = 1 << 14;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -273,6 +274,46 @@ TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {
   const auto [fast, below] = expect_nothing_lost(t, ref);
   EXPECT_EQ(fast + below, s.keys_made());
   EXPECT_GT(t.caching_stats().lower_failures, 0u);
+}
+
+// Rows written or moved while a prefetch_async reads them are not moved up stale.
+TEST(CachedPrefetch, RowsChangedDuringTheReadAreNotMovedUpStale) {
+  const TableOptions fo = stream_fast_options(1024);
+  auto lower = std::make_shared<MapStorage>(kDim);
+  CachedTable<K> t(Backend::kCpu, fo, lower);
+  auto fill = [&](K first, size_t n, float value) {
+    std::vector<K> keys(n);
+    std::vector<float> rows(n * kDim, value);
+    for (size_t i = 0; i < n; ++i) keys[i] = first + static_cast<K>(i);
+    t.insert_or_assign(n, keys.data(), rows.data());
+    t.advance_step();
+  };
+  for (K k = 0; k < 5000; k += 500) fill(k, 500, 1.0f);  // keys 0..4999, most of them below
+  std::vector<K> a(500);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<K>(i);
+  lower->delay_reads(300);
+  t.prefetch_async(a.size(), a.data());  // reads 1.0 rows for 300 ms
+  lower->delay_reads(0);
+  fill(0, 500, 2.0f);                                       // meanwhile: new rows for the same keys
+  for (K k = 5000; k < 8000; k += 500) fill(k, 500, 3.0f);  // which then go down again
+  t.erase(50, a.data());
+  t.wait_prefetch();
+  std::vector<float> got(a.size() * kDim, -1.0f);
+  std::unique_ptr<bool[]> found(new bool[a.size()]);
+  t.find(a.size(), a.data(), got.data(), found.get(), nullptr);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(found[i], i >= 50) << "key " << a[i];
+    if (found[i]) ASSERT_EQ(got[i * kDim], 2.0f) << "key " << a[i] << " came back stale";
+  }
+  std::vector<K> all(8000);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<K>(i);
+  std::unique_ptr<bool[]> in_fast(new bool[all.size()]), below(new bool[all.size()]);
+  t.fast_table().contains(all.size(), all.data(), in_fast.get());
+  std::vector<uint64_t> bits(all.begin(), all.end()), scores(all.size());
+  std::vector<float> rows(all.size() * kDim);
+  lower->find(all.size(), bits.data(), rows.data(), scores.data(), below.get());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_FALSE(in_fast[i] && below[i]) << "key " << i;
+  EXPECT_EQ(t.size(), 8000u - 50u);
 }
 
 // Dump through the checkpoint API: both tiers are written; the checkpoint loads into one big

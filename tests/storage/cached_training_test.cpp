@@ -90,8 +90,10 @@ class CachedTraining : public BackendTest {};
 TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
   const Backend backend = GetParam();
   TestRng rng;
-  for (const OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdaGrad}) {
-    SCOPED_TRACE(static_cast<int>(kind));
+  for (const auto [kind, prefetch] :
+       {std::pair{OptimizerKind::kAdam, false}, std::pair{OptimizerKind::kAdaGrad, false},
+        std::pair{OptimizerKind::kAdam, true}}) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + (prefetch ? " with prefetch" : ""));
     const EmbeddingOptions o = training_options(kind);
     Embedding<K> big(backend, o);
     HostKind host;
@@ -108,9 +110,15 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     const size_t bags = 48;
     std::vector<float> out_a(bags * o.dim), out_b(bags * o.dim), grad(bags * o.dim);
     BackendBuffer<float> dout(backend, bags * o.dim), dgrad(backend, bags * o.dim);
+    HostBatch next = draw_batch(rng, bags);
     for (int step = 0; step < 60; ++step) {
-      const HostBatch hb = draw_batch(rng, bags);
+      const HostBatch hb = next;
+      next = draw_batch(rng, bags);
       const DeviceBatch db(backend, hb);
+      if (prefetch) {  // the next batch's rows are read below while this step runs
+        const DeviceBatch dn(backend, next);
+        cached->prefetch_async(next.keys.size(), dn.keys.data());
+      }
       for (float& g : grad) g = static_cast<float>(rng.uniform(0, 2000)) / 1000.0f - 1.0f;
       dgrad.upload(grad.data(), grad.size());
       big.forward(db.view(hb), dout.data(), o.dim, true);
@@ -128,6 +136,7 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     EXPECT_GT(s.evictions_written, 0u) << "the fast tier never overflowed: the test shows nothing";
     EXPECT_GT(s.lower_hits, 0u);
     EXPECT_EQ(s.batch_evicted, 0u);
+    if (prefetch) EXPECT_GT(s.prefetched, 0u);
     // Evaluation (rows by address: rows found below move up, nothing is created) pools the same.
     const HostBatch hb = draw_batch(rng, bags);
     const DeviceBatch db(backend, hb);

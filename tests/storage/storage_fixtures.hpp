@@ -148,6 +148,7 @@ class MapStorage final : public storage::Storage {
   std::string describe() const override { return "map"; }
   void find(size_t n, const uint64_t* keys, float* values, uint64_t* scores,
             bool* founds) override {
+    if (read_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(read_delay_ms_));
     std::lock_guard lock(mutex_);
     check_up();
     for (size_t i = 0; i < n; ++i) {
@@ -213,6 +214,8 @@ class MapStorage final : public storage::Storage {
 
   // The next `calls` calls throw StorageError.
   void fail_calls(int calls) { failing_ = calls; }
+  // Every find takes this long first (a slow remote tier).
+  void delay_reads(int ms) { read_delay_ms_ = ms; }
   // The next `calls` writes throw StorageError (reads still work: a full disk).
   void fail_writes(int calls) { failing_writes_ = calls; }
 
@@ -235,6 +238,7 @@ class MapStorage final : public storage::Storage {
   storage::StorageStats stats_{};
   std::atomic<int> failing_{0};
   std::atomic<int> failing_writes_{0};
+  std::atomic<int> read_delay_ms_{0};
 };
 
 }  // namespace dynemb::testing

@@ -62,6 +62,13 @@ class CachedTable final : public Table<K> {
   // --- caching ---
   // Brings the keys' rows found below up into the fast tier (no new rows, scores kept).
   void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr);
+  // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
+  // up at the first call that finds the read done (or that must wait: flush, clear, another
+  // prefetch). Rows written or erased below meanwhile are not moved up (they are read again when
+  // needed). For overlapping the next batch's reads with the current step.
+  void prefetch_async(size_t n, const K* keys, StreamHandle stream = nullptr);
+  // Waits for a prefetch_async in flight and moves its rows up.
+  void wait_prefetch();
   // Writes every pending row and every fast-tier row down, then flushes the lower tier.
   void flush();
   // The counts so far, per tier.
@@ -130,11 +137,17 @@ class CachedTable final : public Table<K> {
     bool erased = false;  // the key moved up: its copy below must be erased
   };
   struct Resolved;
+  struct Prefetch;  // a prefetch_async in flight
   enum class Miss : uint8_t { kSkip, kInitialize, kGiven };
 
   std::vector<K> download_keys(size_t n, const K* keys) const;
   // Moves the keys' rows found below into the fast tier with their scores; returns how many.
   size_t move_up(size_t n, const K* keys);
+  // Moves a finished prefetch_async's rows up (waiting for it when `wait`).
+  void install_prefetched(bool wait);
+  // Records that these keys were written or erased below (a prefetch in flight must not move
+  // their rows up).
+  void note_below(const std::vector<uint64_t>& keys);
   void drain_pending();
   Resolved resolve(const std::vector<K>& unique, bool want_fast_rows);
   void commit(const std::vector<K>& keys, const std::vector<float>& rows,
@@ -161,6 +174,7 @@ class CachedTable final : public Table<K> {
   std::unordered_map<uint64_t, Pending> pending_;
   std::unordered_set<uint64_t> shadowed_;  // fast keys with a copy below (after flush)
   CachingStats stats_{};
+  std::unique_ptr<Prefetch> prefetch_;
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
   uint64_t export_next_ = ~0ull;
