@@ -5,8 +5,11 @@
 // and rows per round trip. Prints a table and writes JSON naming the machine, commit, date and
 // every parameter.
 //
-// Usage: dynemb_bench_storage [--rows N] [--dim D] [--batch B] [--dir PATH] [--json PATH]
-//                             [--no-rocksdb] [--no-redis]
+// Each pair is measured --repeat times, ours and the tool's runs alternating (which goes first
+// alternates too); the table shows medians, the JSON every run.
+//
+// Usage: dynemb_bench_storage [--rows N] [--dim D] [--batch B] [--repeat R] [--dir PATH]
+//                             [--json PATH] [--no-rocksdb] [--no-redis]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -16,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +52,7 @@ struct Args {
   std::string json;
   bool rocksdb = true;
   bool redis = true;
+  uint32_t repeat = 3;
 };
 
 Args parse(int argc, char** argv) {
@@ -72,11 +77,13 @@ Args parse(int argc, char** argv) {
       a.rocksdb = false;
     else if (k == "--no-redis")
       a.redis = false;
+    else if (k == "--repeat")
+      a.repeat = static_cast<uint32_t>(std::stoul(value()));
     else
       throw std::runtime_error("unknown argument " + k);
   }
-  if (a.rows == 0 || a.dim == 0 || a.batch == 0)
-    throw std::runtime_error("--rows, --dim, --batch must be > 0");
+  if (a.rows == 0 || a.dim == 0 || a.batch == 0 || a.repeat == 0)
+    throw std::runtime_error("--rows, --dim, --batch, --repeat must be > 0");
   return a;
 }
 
@@ -149,6 +156,11 @@ Measured measure(Storage& s, const Args& a) {
   return m;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -210,16 +222,6 @@ int main(int argc, char** argv) try {
   std::printf("%-10s %-8s %16s %16s %8s\n", "tier", "op", "dynemb rows/s", "tool rows/s", "ratio");
 
   if (a.rocksdb) {
-    fs::remove_all(a.dir);
-    fs::create_directories(a.dir);
-    Measured ours;
-    {
-      dynemb::storage::RocksDbStorageOptions o;
-      o.directory = fs::path(a.dir) / "dynemb";
-      o.row_dim = a.dim;
-      dynemb::storage::RocksDbStorage s(o);
-      ours = measure(s, a);
-    }
     const std::string cmd =
         "db_bench --db=" + (fs::path(a.dir) / "db_bench").string() +
         " --benchmarks=fillrandom,multireadrandom --num=" + std::to_string(a.rows) +
@@ -228,37 +230,51 @@ int main(int argc, char** argv) try {
         " --batch_size=" + std::to_string(a.batch) +
         " --multiread_batched=true --threads=1 --compression_ratio=1.0 --disable_wal=false"
         " --sync=false --use_existing_db=false 2>&1";
-    const std::string out = run(cmd);
-    std::string fill_line, read_line;
-    const double fill = db_bench_ops(out, "fillrandom", fill_line);
-    const double read = db_bench_ops(out, "multireadrandom", read_line);
+    std::vector<double> ow, orr, tw, tr;
+    std::vector<std::string> lines;
+    for (uint32_t r = 0; r < a.repeat; ++r) {
+      for (int turn = 0; turn < 2; ++turn) {
+        fs::remove_all(a.dir);
+        fs::create_directories(a.dir);
+        if ((turn == 0) == (r % 2 == 0)) {
+          dynemb::storage::RocksDbStorageOptions o;
+          o.directory = fs::path(a.dir) / "dynemb";
+          o.row_dim = a.dim;
+          dynemb::storage::RocksDbStorage s(o);
+          const Measured m = measure(s, a);
+          ow.push_back(m.write_rows_per_s);
+          orr.push_back(m.read_rows_per_s);
+        } else {
+          const std::string out = run(cmd);
+          std::string fill_line, read_line;
+          tw.push_back(db_bench_ops(out, "fillrandom", fill_line));
+          tr.push_back(db_bench_ops(out, "multireadrandom", read_line));
+          lines.push_back(fill_line);
+          lines.push_back(read_line);
+        }
+      }
+    }
     fs::remove_all(a.dir);
-    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "rocksdb", "write", ours.write_rows_per_s, fill,
-                ours.write_rows_per_s / fill);
-    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "rocksdb", "read", ours.read_rows_per_s, read,
-                ours.read_rows_per_s / read);
-    results["rocksdb"] = {{"dynemb_write_rows_per_s", ours.write_rows_per_s},
-                          {"dynemb_read_rows_per_s", ours.read_rows_per_s},
+    const double w = median(ow), rd = median(orr), fill = median(tw), read = median(tr);
+    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "rocksdb", "write", w, fill, w / fill);
+    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "rocksdb", "read", rd, read, rd / read);
+    results["rocksdb"] = {{"dynemb_write_rows_per_s", w},
+                          {"dynemb_read_rows_per_s", rd},
                           {"db_bench_fillrandom_ops_per_s", fill},
                           {"db_bench_multireadrandom_ops_per_s", read},
-                          {"write_ratio", ours.write_rows_per_s / fill},
-                          {"read_ratio", ours.read_rows_per_s / read},
+                          {"write_ratio", w / fill},
+                          {"read_ratio", rd / read},
+                          {"runs",
+                           {{"dynemb_write", ow},
+                            {"dynemb_read", orr},
+                            {"db_bench_fillrandom", tw},
+                            {"db_bench_multireadrandom", tr}}},
                           {"db_bench_command", cmd},
-                          {"db_bench_fillrandom_line", fill_line},
-                          {"db_bench_multireadrandom_line", read_line}};
+                          {"db_bench_lines", lines}};
   }
 
   if (a.redis) {
     RedisProcess server;
-    Measured ours;
-    {
-      dynemb::storage::RedisStorageOptions o;
-      o.servers = {"127.0.0.1:" + std::to_string(server.port)};
-      o.row_dim = a.dim;
-      dynemb::storage::RedisStorage s(o);
-      ours = measure(s, a);
-      s.clear();
-    }
     // The tool: one connection, `pairs` keys per MSET / MGET and `pipeline` commands per round
     // trip, so a round trip moves `batch` rows as ours does. Values are printable bytes of the
     // same size (a command line cannot carry NULs).
@@ -273,27 +289,48 @@ int main(int argc, char** argv) try {
     const std::string base = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(server.port) +
                              " -c 1 -P " + std::to_string(pipeline) + " -n " +
                              std::to_string(requests) + " -r " + std::to_string(a.rows) + " --csv ";
-    std::string set_line, get_line;
-    const double set_rps = redis_benchmark_rps(run(base + mset + " 2>&1"), set_line);
-    const double get_rps = redis_benchmark_rps(run(base + mget + " 2>&1"), get_line);
-    const double set_rows = set_rps * pairs, get_rows = get_rps * pairs;
-    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "redis", "write", ours.write_rows_per_s,
-                set_rows, ours.write_rows_per_s / set_rows);
-    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "redis", "read", ours.read_rows_per_s, get_rows,
-                ours.read_rows_per_s / get_rows);
-    results["redis"] = {
-        {"dynemb_write_rows_per_s", ours.write_rows_per_s},
-        {"dynemb_read_rows_per_s", ours.read_rows_per_s},
-        {"redis_benchmark_mset_rows_per_s", set_rows},
-        {"redis_benchmark_mget_rows_per_s", get_rows},
-        {"write_ratio", ours.write_rows_per_s / set_rows},
-        {"read_ratio", ours.read_rows_per_s / get_rows},
-        {"keys_per_command", pairs},
-        {"pipeline", pipeline},
-        {"redis_benchmark_mset_line", set_line},
-        {"redis_benchmark_mget_line", get_line},
-        {"note",
-         "redis-benchmark MGETs random keys of [0, rows) after its MSET run: some are missing"}};
+    std::vector<double> ow, orr, tw, tr;
+    std::vector<std::string> lines;
+    for (uint32_t r = 0; r < a.repeat; ++r) {
+      for (int turn = 0; turn < 2; ++turn) {
+        run("redis-cli -p " + std::to_string(server.port) + " FLUSHALL > /dev/null");
+        if ((turn == 0) == (r % 2 == 0)) {
+          dynemb::storage::RedisStorageOptions o;
+          o.servers = {"127.0.0.1:" + std::to_string(server.port)};
+          o.row_dim = a.dim;
+          dynemb::storage::RedisStorage s(o);
+          const Measured m = measure(s, a);
+          ow.push_back(m.write_rows_per_s);
+          orr.push_back(m.read_rows_per_s);
+        } else {
+          std::string set_line, get_line;
+          tw.push_back(redis_benchmark_rps(run(base + mset + " 2>&1"), set_line) * pairs);
+          tr.push_back(redis_benchmark_rps(run(base + mget + " 2>&1"), get_line) * pairs);
+          lines.push_back(set_line);
+          lines.push_back(get_line);
+        }
+      }
+    }
+    const double w = median(ow), rd = median(orr), set_rows = median(tw), get_rows = median(tr);
+    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "redis", "write", w, set_rows, w / set_rows);
+    std::printf("%-10s %-8s %16.0f %16.0f %8.2f\n", "redis", "read", rd, get_rows, rd / get_rows);
+    results["redis"] = {{"dynemb_write_rows_per_s", w},
+                        {"dynemb_read_rows_per_s", rd},
+                        {"redis_benchmark_mset_rows_per_s", set_rows},
+                        {"redis_benchmark_mget_rows_per_s", get_rows},
+                        {"write_ratio", w / set_rows},
+                        {"read_ratio", rd / get_rows},
+                        {"runs",
+                         {{"dynemb_write", ow},
+                          {"dynemb_read", orr},
+                          {"redis_benchmark_mset", tw},
+                          {"redis_benchmark_mget", tr}}},
+                        {"keys_per_command", pairs},
+                        {"pipeline", pipeline},
+                        {"redis_benchmark_lines", lines},
+                        {"note",
+                         "redis-benchmark MGETs random keys of [0, rows) after its MSET run: "
+                         "some are missing (nil replies are cheaper than rows)"}};
   }
 
   const dynemb::bench::MachineInfo machine = dynemb::bench::query_machine_info();
@@ -312,6 +349,7 @@ int main(int argc, char** argv) try {
                            {"dim", a.dim},
                            {"value_bytes", value_bytes},
                            {"batch", a.batch},
+                           {"repeat", a.repeat},
                            {"directory", a.dir}}},
                          {"results", results}};
   if (!a.json.empty()) {
