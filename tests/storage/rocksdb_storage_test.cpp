@@ -21,6 +21,17 @@ using storage::RocksDbStorage;
 using storage::RocksDbStorageOptions;
 using storage::StorageError;
 
+// Skips, saying why, in a build without RocksDB.
+class RocksDbStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef DYNEMB_WITH_ROCKSDB
+    GTEST_SKIP() << "built without RocksDB (librocksdb-dev)";
+#endif
+  }
+};
+using RocksDbKillChild = RocksDbStore;
+
 RocksDbStorageOptions at(const std::filesystem::path& dir, uint32_t dim) {
   RocksDbStorageOptions o;
   o.directory = dir;
@@ -39,7 +50,7 @@ std::string storage_error_of(F&& f) {
   return "";
 }
 
-TEST(RocksDbStorage, RefusesADirectoryThatIsNotOurs) {
+TEST_F(RocksDbStore, RefusesADirectoryThatIsNotOurs) {
   StorageTempDir dir;
   std::ofstream(dir.path() / "notes.txt") << "someone else's files\n";
   const std::string why = storage_error_of([&] { RocksDbStorage s(at(dir.path(), 4)); });
@@ -47,7 +58,7 @@ TEST(RocksDbStorage, RefusesADirectoryThatIsNotOurs) {
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "notes.txt"));  // left alone
 }
 
-TEST(RocksDbStorage, RefusesADatabaseWithoutOurMarker) {
+TEST_F(RocksDbStore, RefusesADatabaseWithoutOurMarker) {
   if (std::system("command -v ldb > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "ldb (rocksdb-tools) missing";
   StorageTempDir dir;
@@ -60,7 +71,7 @@ TEST(RocksDbStorage, RefusesADatabaseWithoutOurMarker) {
   EXPECT_NE(why.find("marker"), std::string::npos) << why;
 }
 
-TEST(RocksDbStorage, RefusesAnotherRowWidthAndKeepsRowsAcrossReopen) {
+TEST_F(RocksDbStore, RefusesAnotherRowWidthAndKeepsRowsAcrossReopen) {
   StorageTempDir dir;
   const uint64_t keys[3] = {1, 1ull << 40, ~0ull - 100};
   const float rows[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
@@ -84,7 +95,7 @@ TEST(RocksDbStorage, RefusesAnotherRowWidthAndKeepsRowsAcrossReopen) {
   EXPECT_EQ(s.size(), 3u);
 }
 
-TEST(RocksDbStorage, CorruptDirectoryIsAClearError) {
+TEST_F(RocksDbStore, CorruptDirectoryIsAClearError) {
   StorageTempDir dir;
   {
     RocksDbStorage s(at(dir.path(), 2));
@@ -113,11 +124,11 @@ float row_value(uint64_t key, uint32_t c) {
 }
 
 // The child's body (runs only when started by the parent below).
-TEST(RocksDbKillChild, StreamsUntilKilled) {
+TEST_F(RocksDbKillChild, StreamsUntilKilled) {
   const char* dir = std::getenv("DYNEMB_STORAGE_KILL_DIR");
   const char* fd = std::getenv("DYNEMB_STORAGE_KILL_FD");
   if (dir == nullptr || fd == nullptr)
-    GTEST_SKIP() << "runs only as the child of RocksDbStorage.WhatWasFlushedSurvivesSigkill";
+    GTEST_SKIP() << "runs only as the child of RocksDbStore.WhatWasFlushedSurvivesSigkill";
   const int out = std::atoi(fd);
   TableOptions o;
   o.dim = kDim;
@@ -140,7 +151,7 @@ TEST(RocksDbKillChild, StreamsUntilKilled) {
   }
 }
 
-TEST(RocksDbStorage, WhatWasFlushedSurvivesSigkill) {
+TEST_F(RocksDbStore, WhatWasFlushedSurvivesSigkill) {
   StorageTempDir dir;
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);

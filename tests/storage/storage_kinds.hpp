@@ -28,7 +28,13 @@ struct RocksDbKind {
   static constexpr const char* kName = "rocksdb";
   StorageTempDir dir;
   int count = 0;
-  std::string skip_reason() const { return ""; }
+  std::string skip_reason() const {
+#ifdef DYNEMB_WITH_ROCKSDB
+    return "";
+#else
+    return "built without RocksDB (librocksdb-dev)";
+#endif
+  }
   std::shared_ptr<storage::Storage> make(uint32_t dim, uint64_t = 0) {
     storage::RocksDbStorageOptions o;
     o.directory = dir.path() / ("db" + std::to_string(count++));
@@ -43,12 +49,17 @@ struct RedisKind {
   std::unique_ptr<RedisServer> a, b;
   int count = 0;
   RedisKind() {
+#ifdef DYNEMB_WITH_REDIS
     if (redis_server_installed()) {
       a = std::make_unique<RedisServer>();
       b = std::make_unique<RedisServer>();
     }
+#endif
   }
   std::string skip_reason() const {
+#ifndef DYNEMB_WITH_REDIS
+    return "built without hiredis (libhiredis-dev)";
+#endif
     return a ? "" : "redis-server is not installed (apt-get install redis-server)";
   }
   std::shared_ptr<storage::Storage> make(uint32_t dim, uint64_t = 0) {
