@@ -241,14 +241,15 @@ TYPED_TEST(CheckpointRoundTrip, CpuToGpuAndBack) {
     const uint32_t dim = static_cast<uint32_t>(rng.uniform(1, 64));
     auto cpu = make_table<K>(Backend::kCpu, small_table_options(dim, policy));
     fill_random(*cpu, rng, rng.uniform(1, 3000), true);
-    checkpoint::dump(dir / "from_cpu", {named("t", *cpu)});
+    const std::string name = to_string(policy);  // one checkpoint per policy: dumps never overwrite
+    checkpoint::dump(dir / ("from_cpu_" + name), {named("t", *cpu)});
     auto gpu = make_table<K>(Backend::kCuda, small_table_options(dim, policy));
-    checkpoint::load(dir / "from_cpu", {named("t", *gpu)});
+    checkpoint::load(dir / ("from_cpu_" + name), {named("t", *gpu)});
     EXPECT_EQ(snapshot(*gpu), snapshot(*cpu));
     overwrite_random(*gpu, rng, std::vector<K>{snapshot(*gpu).begin()->first});
-    checkpoint::dump(dir / "from_gpu", {named("t", *gpu)});
+    checkpoint::dump(dir / ("from_gpu_" + name), {named("t", *gpu)});
     auto back = make_table<K>(Backend::kCpu, small_table_options(dim, policy));
-    checkpoint::load(dir / "from_gpu", {named("t", *back)});
+    checkpoint::load(dir / ("from_gpu_" + name), {named("t", *back)});
     EXPECT_EQ(snapshot(*back), snapshot(*gpu));
   }
 }
