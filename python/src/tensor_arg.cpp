@@ -3,7 +3,6 @@
 
 #include <Python.h>
 
-#include <sstream>
 #include <utility>
 
 #include "dynemb/core/error.hpp"
@@ -258,10 +257,11 @@ void TensorArg::require(Element element, int ndim, Placement placement, bool str
       break;
     }
     if (!free_dim && strides_[d] != expected) {
-      std::ostringstream s;
-      s << prefix << ": is not contiguous (stride " << strides_[d] << " in dimension " << d
-        << ", must be " << expected << "); call .contiguous() first";
-      throw InvalidArgument(s.str());
+      // Built with std::to_string: an std::ostringstream here crashed inside libstdc++'s
+      // number formatting under PyTorch 2.11 / Python 3.12 on the GPU machine.
+      throw InvalidArgument(prefix + ": is not contiguous (stride " + std::to_string(strides_[d]) +
+                            " in dimension " + std::to_string(d) + ", must be " +
+                            std::to_string(expected) + "); call .contiguous() first");
     }
     expected *= shape_[d];
   }
