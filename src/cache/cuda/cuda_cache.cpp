@@ -21,6 +21,10 @@ cudaStream_t as_stream(StreamHandle s) {
   return static_cast<cudaStream_t>(s);
 }
 
+// A preload wave holds at most num_sets / kPreloadWaveFraction keys (2 sets each): a quarter of
+// the sets are touched per wave, so keys of one wave seldom contend for a set.
+constexpr uint64_t kPreloadWaveFraction = 8;
+
 // cudaMalloc that reports a failure as OutOfMemory naming the buffer and the cache's footprint.
 template <class T>
 T* allocate(uint64_t count, const char* buffer, const CacheFootprint& footprint) {
@@ -166,8 +170,24 @@ size_t CudaCache<K>::preload(size_t n, const K* keys, const float* values, Strea
   check_keys(where, n, keys, stream);
   clear(stream);
   const uint64_t before = stats().evicted;
-  replace(n, keys, values, stream);
-  dynemb::cuda::sync(as_stream(stream), "EmbeddingCache::preload");
+  // One write kernel over the whole table would serialize its keys in the order the set locks
+  // are won, and the keys that wait longest are those whose candidate sets are most contended,
+  // i.e. the sets that fill first: they would be placed last, into full pairs, and evict keys the
+  // batch (CPU) order places. Launching the keys in batch order in waves of at most
+  // kPreloadWaveFraction of the sets' count makes two keys of a wave rarely share a set, so the
+  // placement follows the batch order, as on the CPU (docs/cache.md).
+  const cudaStream_t s = as_stream(stream);
+  if (n != 0) {
+    const uint64_t base = clock_.fetch_add(n, std::memory_order_relaxed);
+    const size_t wave = std::max<size_t>(1, footprint_.sets / kPreloadWaveFraction);
+    for (size_t first = 0; first < n; first += wave) {
+      const size_t count = std::min(wave, n - first);
+      launch_write(view_, WriteKind::kReplace, count, keys + first,
+                   values + first * static_cast<size_t>(options_.dim), base + first, grid_limit_,
+                   s);
+    }
+  }
+  dynemb::cuda::sync(s, "EmbeddingCache::preload");
   return stats().evicted - before;
 }
 

@@ -108,13 +108,24 @@ TEST(CacheCudaStreams, EightStreamsQueryAndReplaceOneCache) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_GT(hits.load(), queried.load() / 2);
+  // The streams overlap, so a key one stream misses is still missing for the queries the other
+  // seven streams run before its replace lands, and all of them insert it: the hit rate lies
+  // between that of eight queries against one cache state followed by eight replaces (38% in a
+  // global-LRU model of this load) and that of strictly alternating streams (55%); 42% was
+  // measured on an H100. A quarter only rules out a cache that keeps nothing; lost inserts are
+  // checked exactly below.
+  EXPECT_GT(hits.load(), queried.load() / 4);
   const Contents<int64_t> contents = shared.dump_all();
   EXPECT_TRUE(shared.duplicate_keys().empty());
   for (const auto& [k, row] : contents) ASSERT_EQ(row, row_of(k, dim)) << "key " << k;
   const CacheStats stats = cache.stats();
   EXPECT_EQ(stats.hits + stats.misses, queried.load());
   EXPECT_EQ(stats.hits, hits.load());
+  // Every insert took a free slot or evicted exactly one counted row, and nothing was erased:
+  // a replace that lost an insert under the overlapping streams would leave fewer keys.
+  EXPECT_GT(stats.inserted, 0u);
+  EXPECT_EQ(contents.size(), stats.inserted - stats.evicted);
+  EXPECT_EQ(cache.size(), contents.size());
 }
 
 }  // namespace
