@@ -46,17 +46,17 @@ struct DedupCall {
 
   // The step's dedup of these keys on `stream`; returns the unique count (synchronizes).
   size_t run(Backend backend, StreamHandle stream) {
-    return detail::dedup_grouped<int64_t>(backend, n, keys.data(), unique_keys.data(),
-                                          inverse.data(), ids_by_row.data(), row_begin.data(),
-                                          bag_by_row.data(), offsets.data(), num_bags,
-                                          "bench dedup", detail::ReadAlong{}, workspace, stream);
+    return ops::detail::dedup_grouped<int64_t>(
+        backend, n, keys.data(), unique_keys.data(), inverse.data(), ids_by_row.data(),
+        row_begin.data(), bag_by_row.data(), offsets.data(), num_bags, "bench dedup",
+        ops::detail::ReadAlong{}, workspace, stream);
   }
 
   size_t n;
   uint64_t num_bags;
   BackendBuffer<int64_t> keys, offsets, unique_keys;
   BackendBuffer<uint32_t> inverse, ids_by_row, row_begin, bag_by_row;
-  detail::StepWorkspace workspace;
+  ops::detail::StepWorkspace workspace;
 };
 
 // Median and minimum seconds of `repeats` runs of `once` (which ends with its streams done)

@@ -79,10 +79,11 @@ uint64_t cache_memory_available(Backend backend, int device) {
     return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
   }
 #if defined(DYNEMB_WITH_CUDA)
-  const cuda::DeviceGuard on_device(device);
+  const core::cuda::DeviceGuard on_device(device);
   size_t free_bytes = 0;
   size_t total_bytes = 0;
-  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cache_memory_available: cudaMemGetInfo");
+  core::cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes),
+                    "cache_memory_available: cudaMemGetInfo");
   return free_bytes;
 #else
   (void)device;

@@ -33,9 +33,9 @@ void* backend_alloc(Backend backend, size_t bytes, int device) {
 #if defined(DYNEMB_WITH_CUDA)
   void* p = nullptr;
   {
-    const cuda::DeviceGuard on_device(device);
-    cuda::check(cudaMalloc(&p, bytes),
-                ("backend_alloc: cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+    const core::cuda::DeviceGuard on_device(device);
+    core::cuda::check(cudaMalloc(&p, bytes),
+                      ("backend_alloc: cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
   }
   return p;
 #else
@@ -62,7 +62,8 @@ void copy_to_backend(Backend backend, void* dst, const void* src_host, size_t by
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  cuda::check(cudaMemcpy(dst, src_host, bytes, cudaMemcpyDefault), "copy_to_backend: cudaMemcpy");
+  core::cuda::check(cudaMemcpy(dst, src_host, bytes, cudaMemcpyDefault),
+                    "copy_to_backend: cudaMemcpy");
 #else
   no_cuda("copy_to_backend");
 #endif
@@ -75,7 +76,8 @@ void copy_from_backend(Backend backend, void* dst_host, const void* src, size_t 
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  cuda::check(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault), "copy_from_backend: cudaMemcpy");
+  core::cuda::check(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDefault),
+                    "copy_from_backend: cudaMemcpy");
 #else
   no_cuda("copy_from_backend");
 #endif
@@ -89,7 +91,7 @@ void copy_within_backend(Backend backend, void* dst, const void* src, size_t byt
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  cuda::check(
+  core::cuda::check(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
       "copy_within_backend: cudaMemcpyAsync");
 #else
@@ -105,8 +107,8 @@ void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream)
     return;
   }
 #if defined(DYNEMB_WITH_CUDA)
-  cuda::check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)),
-              "backend_zero: cudaMemsetAsync");
+  core::cuda::check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream)),
+                    "backend_zero: cudaMemsetAsync");
 #else
   (void)stream;
   no_cuda("backend_zero");
@@ -116,7 +118,7 @@ void backend_zero(Backend backend, void* ptr, size_t bytes, StreamHandle stream)
 void backend_synchronize(Backend backend) {
   if (backend == Backend::kCpu) return;
 #if defined(DYNEMB_WITH_CUDA)
-  cuda::check(cudaDeviceSynchronize(), "backend_synchronize: cudaDeviceSynchronize");
+  core::cuda::check(cudaDeviceSynchronize(), "backend_synchronize: cudaDeviceSynchronize");
 #else
   no_cuda("backend_synchronize");
 #endif

@@ -1,6 +1,6 @@
 #include "dynemb/core/thread_pool.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::core {
 
 ThreadPool::ThreadPool(uint32_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -72,4 +72,4 @@ void ThreadPool::worker_loop() {
   }
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::core

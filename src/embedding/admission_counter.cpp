@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 template <TableKey K>
 AdmissionCounter<K>::AdmissionCounter(uint32_t threshold, uint64_t capacity,
@@ -51,4 +51,4 @@ void AdmissionCounter<K>::count_and_admit(size_t n, const K* keys, const uint32_
 template class AdmissionCounter<int64_t>;
 template class AdmissionCounter<uint64_t>;
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

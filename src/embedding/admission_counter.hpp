@@ -8,7 +8,7 @@
 
 #include "dynemb/embedding/embedding.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 template <TableKey K>
 class AdmissionCounter {
@@ -34,4 +34,4 @@ class AdmissionCounter {
   std::vector<float> values_;
 };
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

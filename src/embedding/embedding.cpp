@@ -16,7 +16,7 @@
 namespace dynemb {
 namespace {
 
-using detail::ensure_buffer;
+using embedding::detail::ensure_buffer;
 
 // Counts kept in backend memory, so a step never waits for them (read by stats()).
 enum Counter : size_t { kRowsCreated, kNonfinite, kAdmissionPending, kEvalMisses, kCounters };
@@ -28,8 +28,8 @@ template <TableKey K>
 struct Embedding<K>::Step {
   Step(Backend backend, int device) : pipeline(backend, device) {}
 
-  detail::TrainingStep<K> pipeline;
-  detail::StepTable<K> table;  // the table and its counters, for the pipeline's lookup
+  embedding::detail::TrainingStep<K> pipeline;
+  embedding::detail::StepTable<K> table;  // the table and its counters, for the pipeline's lookup
   BackendBuffer<uint64_t> counters;
   // Counter admission: the step's candidates on the host, and the admitted keys' new rows.
   std::vector<K> host_keys;
@@ -52,7 +52,7 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options,
                         const TableFactory<K>& make)
     : backend_(backend), options_(options) {
   validate_embedding_options(options);
-  const TableOptions t = detail::embedding_table_options(options);
+  const TableOptions t = embedding::detail::embedding_table_options(options);
   row_dim_ = t.dim;
   table_ = make ? make(backend, t) : make_table<K>(backend, t);
   require(table_ != nullptr && table_->dim() == t.dim, "Embedding", "make_table(...)->dim()",
@@ -67,8 +67,8 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options,
   if (options.admit_threshold > 1) {
     const uint64_t capacity =
         options.admission_capacity != 0 ? options.admission_capacity : t.max_capacity;
-    admission_ = std::make_unique<detail::AdmissionCounter<K>>(options.admit_threshold, capacity,
-                                                               t.bucket_capacity);
+    admission_ = std::make_unique<embedding::detail::AdmissionCounter<K>>(
+        options.admit_threshold, capacity, t.bucket_capacity);
   }
 }
 
@@ -79,7 +79,7 @@ template <TableKey K>
 void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t out_stride,
                            bool training, StreamHandle stream) {
   Step& s = *step_;
-  detail::TrainingStep<K>& p = s.pipeline;
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
   const size_t n = batch.num_ids;
   require(n == 0 || batch.keys != nullptr, "Embedding::forward", "batch.keys", "nullptr",
           "must be non-null when num_ids = " + std::to_string(n));
@@ -96,7 +96,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   // synchronization, then the shapes (the indices are the dedup's own, so they are in range).
   const LookupOutput output{out, out_stride};
   uint64_t counters[kCounters];
-  const size_t u = detail::dedup_grouped<K>(
+  const size_t u = ops::detail::dedup_grouped<K>(
       p.ops, n, batch.keys, p.unique_keys.data(), p.inverse.data(), p.ids_by_row.data(),
       p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(),
       batch.num_bags, "Embedding::forward", {s.counters.data(), kCounters, counters}, *p.workspace,
@@ -126,7 +126,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
 template <TableKey K>
 void Embedding<K>::admit_rows(StreamHandle stream) {
   Step& s = *step_;
-  detail::TrainingStep<K>& p = s.pipeline;
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
   const int device = options_.table.device;
   const size_t u = p.num_unique;
   ensure_buffer(p.found, backend_, u, device);
@@ -185,7 +185,7 @@ void Embedding<K>::admit_rows(StreamHandle stream) {
                      row_dim_, stream);
   stats_.rows_created += a;
   // Keys without a row read the evaluation initializer.
-  detail::count_flags(p.ops, u, found, false, counters + kAdmissionPending, stream);
+  ops::detail::count_flags(p.ops, u, found, false, counters + kAdmissionPending, stream);
   p.ops.fill_initial_rows(u, keys, found, false, options_.eval_initializer, rows, row_dim_,
                           options_.dim, stream);
 }
@@ -193,8 +193,8 @@ void Embedding<K>::admit_rows(StreamHandle stream) {
 template <TableKey K>
 void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandle stream) {
   Step& s = *step_;
-  detail::TrainingStep<K>& p = s.pipeline;
-  const detail::BackwardSettings settings{
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
+  const embedding::detail::BackwardSettings settings{
       "Embedding::backward",          options_.optimizer,         options_.gradient_check,
       s.counters.data() + kNonfinite, stats_.nonfinite_gradients, observer_};
   // By address the rows were updated in place; counter admission's dense rows are written back.
@@ -219,7 +219,7 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
 
 template <TableKey K>
 size_t Embedding<K>::end_step() {
-  const size_t expired = detail::expire_rows(*table_, options_);
+  const size_t expired = embedding::detail::expire_rows(*table_, options_);
   stats_.expired += expired;
   table_->advance_step();
   return expired;
@@ -231,7 +231,8 @@ EmbeddingStats Embedding<K>::stats() const {
   uint64_t counters[kCounters];
   // Whatever stream the last step ran on (it may be gone by now): wait for the whole device.
   backend_synchronize(backend_);
-  detail::read_words(step_->pipeline.ops, step_->counters.data(), kCounters, counters, nullptr);
+  ops::detail::read_words(step_->pipeline.ops, step_->counters.data(), kCounters, counters,
+                          nullptr);
   s.rows_created += counters[kRowsCreated];
   s.nonfinite_gradients += counters[kNonfinite];
   s.admission_pending += counters[kAdmissionPending];

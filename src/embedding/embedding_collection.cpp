@@ -15,12 +15,12 @@
 namespace dynemb {
 namespace {
 
-using detail::ensure_buffer;
+using embedding::detail::ensure_buffer;
 
 constexpr const char* kForward = "EmbeddingCollection::forward";
 
 // Words read back with the dedup: combine_table_keys' status, then the step's nonfinite count.
-enum Word : size_t { kNonfinite = detail::kTableKeyStatusWords, kWords };
+enum Word : size_t { kNonfinite = ops::detail::kTableKeyStatusWords, kWords };
 // Counts each table keeps in backend memory, kPerTable words a table.
 enum TableCounter : size_t { kRowsCreated, kEvalMisses, kPerTable };
 
@@ -66,12 +66,12 @@ template <TableKey K>
 struct EmbeddingCollection<K>::Step {
   Step(Backend backend, int device) : pipeline(backend, device) {}
 
-  detail::TrainingStep<K> pipeline;  // unique_keys: without their table bits
+  embedding::detail::TrainingStep<K> pipeline;  // unique_keys: without their table bits
   BackendBuffer<uint64_t> combined_keys, unique_combined;
   BackendBuffer<uint64_t> bounds;          // num_tables + 1
   BackendBuffer<uint64_t> words;           // Word
   BackendBuffer<uint64_t> table_counters;  // kPerTable a table
-  std::vector<detail::StepTable<K>> tables;
+  std::vector<embedding::detail::StepTable<K>> tables;
   std::vector<uint64_t> host_bounds;
   std::vector<size_t> ids_of;  // each table's ids, this step
 };
@@ -89,7 +89,7 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   row_dim_ = embedding_row_dim(options_.front());
   table_bits_ = n == 1 ? 0 : static_cast<uint32_t>(std::bit_width(n - 1));
   for (const EmbeddingOptions& o : options_) {
-    const TableOptions t = detail::embedding_table_options(o);
+    const TableOptions t = embedding::detail::embedding_table_options(o);
     tables_.push_back(make ? make(backend, t) : make_table<K>(backend, t));
     require(tables_.back() != nullptr && tables_.back()->dim() == t.dim, "EmbeddingCollection",
             "make_table(...)->dim()",
@@ -121,14 +121,15 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
                                                  uint32_t shift, uint64_t* words,
                                                  StreamHandle stream) {
   Step& s = *step_;
-  detail::TrainingStep<K>& p = s.pipeline;
-  backend_zero(backend_, s.words.data(), detail::kTableKeyStatusWords * sizeof(uint64_t), stream);
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
+  backend_zero(backend_, s.words.data(), ops::detail::kTableKeyStatusWords * sizeof(uint64_t),
+               stream);
   uint64_t base = 0, bag_base = 0;
   for (size_t t = 0; t < batches.size(); ++t) {
     const EmbeddingBatch<K>& b = batches[t];
-    detail::combine_table_keys<K>(p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
-                                  b.offsets, b.num_bags, base, bag_base, s.combined_keys.data(),
-                                  p.offsets.data(), s.words.data(), stream);
+    ops::detail::combine_table_keys<K>(
+        p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys, b.offsets, b.num_bags, base,
+        bag_base, s.combined_keys.data(), p.offsets.data(), s.words.data(), stream);
     if (p.weighted && b.num_ids > 0) {
       copy_within_backend(backend_, p.weights.data() + base, b.weights, b.num_ids * sizeof(float),
                           stream);
@@ -139,14 +140,14 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   size_t u = 0;
   try {
-    u = detail::dedup_grouped<uint64_t>(
+    u = ops::detail::dedup_grouped<uint64_t>(
         p.ops, p.num_ids, s.combined_keys.data(), s.unique_combined.data(), p.inverse.data(),
         p.ids_by_row.data(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
         p.offsets.data(), p.num_bags, kForward, {s.words.data(), kWords, words}, *p.workspace,
         stream);
   } catch (const InvalidArgument&) {
     // The combined offsets failed their check: name the table whose own offsets are bad.
-    detail::read_words(p.ops, s.words.data(), kWords, words, stream);
+    ops::detail::read_words(p.ops, s.words.data(), kWords, words, stream);
     throw_if_bad_table(words);
     throw;
   }
@@ -156,7 +157,7 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
 
 template <TableKey K>
 void EmbeddingCollection<K>::throw_if_bad_table(const uint64_t* words) const {
-  const uint64_t flag = words[detail::kBadTableFlag];
+  const uint64_t flag = words[ops::detail::kBadTableFlag];
   if (flag == 0) return;
   const uint64_t t = ~uint64_t{0} - flag;
   throw InvalidArgument(std::string(kForward) + ": batches[" + std::to_string(t) +
@@ -168,7 +169,7 @@ template <TableKey K>
 void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches, float* out,
                                      uint32_t out_stride, bool training, StreamHandle stream) {
   Step& s = *step_;
-  detail::TrainingStep<K>& p = s.pipeline;
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
   const size_t num_tables = tables_.size();
   require(batches.size() == num_tables, kForward, "batches",
           std::to_string(batches.size()) + " batches",
@@ -215,7 +216,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   uint32_t shift = table_bits_ == 0 ? 64 : (seen_keys_ ? key_width_ : id_bits);
   uint64_t words[kWords];
   size_t u = combine_and_dedup(batches, shift, words, stream);
-  const uint32_t width = static_cast<uint32_t>(std::bit_width(words[detail::kKeyBitsSeen]));
+  const uint32_t width = static_cast<uint32_t>(std::bit_width(words[ops::detail::kKeyBitsSeen]));
   if (table_bits_ > 0) {
     require(width <= id_bits, kForward, "batches[*].keys",
             "a key of " + std::to_string(width) + " bits",
@@ -231,9 +232,10 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   p.report_nonfinite(words[kNonfinite], options_.front().gradient_check,
                      "EmbeddingCollection::backward");
   stage_done("dedup");
-  detail::split_table_keys<K>(p.ops, u, s.unique_combined.data(), static_cast<uint32_t>(num_tables),
-                              shift, p.unique_keys.data(), s.bounds.data(), stream);
-  detail::read_words(p.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
+  ops::detail::split_table_keys<K>(p.ops, u, s.unique_combined.data(),
+                                   static_cast<uint32_t>(num_tables), shift, p.unique_keys.data(),
+                                   s.bounds.data(), stream);
+  ops::detail::read_words(p.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
 
   const LookupOutput output{out, out_stride};
   const LookupFeature feature =
@@ -253,7 +255,7 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
                                       StreamHandle stream) {
   Step& s = *step_;
   const EmbeddingOptions& o = options_.front();
-  const detail::BackwardSettings settings{
+  const embedding::detail::BackwardSettings settings{
       "EmbeddingCollection::backward", o.optimizer,        o.gradient_check,
       s.words.data() + kNonfinite,     nonfinite_refused_, observer_};
   s.pipeline.backward(grad, grad_stride, o.dim, row_dim_, settings, stream);
@@ -263,7 +265,7 @@ template <TableKey K>
 size_t EmbeddingCollection<K>::end_step() {
   size_t expired = 0;
   for (size_t t = 0; t < tables_.size(); ++t) {
-    const size_t e = detail::expire_rows(*tables_[t], options_[t]);
+    const size_t e = embedding::detail::expire_rows(*tables_[t], options_[t]);
     stats_[t].expired += e;
     expired += e;
     tables_[t]->advance_step();
@@ -278,9 +280,9 @@ EmbeddingCollectionStats EmbeddingCollection<K>::stats() const {
   std::vector<uint64_t> counters(n * kPerTable);
   uint64_t words[kWords];
   backend_synchronize(backend_);
-  detail::read_words(s.pipeline.ops, s.table_counters.data(), n * kPerTable, counters.data(),
-                     nullptr);
-  detail::read_words(s.pipeline.ops, s.words.data(), kWords, words, nullptr);
+  ops::detail::read_words(s.pipeline.ops, s.table_counters.data(), n * kPerTable, counters.data(),
+                          nullptr);
+  ops::detail::read_words(s.pipeline.ops, s.words.data(), kWords, words, nullptr);
   EmbeddingCollectionStats out;
   out.tables = stats_;
   out.nonfinite_gradients = words[kNonfinite] + nonfinite_refused_;

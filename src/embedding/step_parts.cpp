@@ -7,7 +7,7 @@
 #include "dynemb/core/log.hpp"
 #include "dynemb/ops/step_ops.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 TableOptions embedding_table_options(const EmbeddingOptions& o) {
   TableOptions t = o.table;
@@ -41,7 +41,7 @@ LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint
                            uint32_t row_dim, size_t num_unique, const uint32_t* inverse,
                            size_t num_ids, const int64_t* offsets, size_t num_bags,
                            const float* weights, PoolingMode mode) {
-  LookupFeature f = offsets_feature(num_ids, inverse, num_unique, offsets, num_bags);
+  LookupFeature f = ops::detail::offsets_feature(num_ids, inverse, num_unique, offsets, num_bags);
   if (row_ptrs != nullptr) {
     f.row_ptrs = row_ptrs;
   } else {
@@ -81,4 +81,4 @@ void NonfiniteReport::update(uint64_t total, SafeCheck mode, const char* where) 
   }
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

@@ -11,7 +11,7 @@
 #include "dynemb/embedding/embedding.hpp"
 #include "dynemb/ops/pooling.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 // The Table's options for an embedding: dim set to the row (embedding + optimizer state +
 // padding), the initializer drawing only the embedding part (state starts at 0).
@@ -61,4 +61,4 @@ class NonfiniteReport {
   uint64_t reported_ = 0;
 };
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

@@ -4,14 +4,14 @@
 
 #include "dynemb/core/error.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 template <TableKey K>
 TrainingStep<K>::TrainingStep(Backend backend_, int device_)
     : ops(ops_backend(backend_)),
       backend(backend_),
       device(device_),
-      workspace(std::make_unique<StepWorkspace>(backend_, device_)) {}
+      workspace(std::make_unique<ops::detail::StepWorkspace>(backend_, device_)) {}
 
 template <TableKey K>
 void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool batch_weighted,
@@ -46,7 +46,7 @@ LookupFeature TrainingStep<K>::prepare_rows(size_t u, bool rows_by_address, uint
     ensure_buffer(rows, backend, u * row_dim, device);
   }
   const LookupFeature f = feature(dim, row_dim);
-  validate_lookup_shape(where, {&f, 1}, {&out, 1}, outputs_name);
+  ops::detail::validate_lookup_shape(where, {&f, 1}, {&out, 1}, outputs_name);
   return f;
 }
 
@@ -72,10 +72,10 @@ void TrainingStep<K>::lookup_by_address(std::span<const StepTable<K>> tables,
     }
     // A key without a row (evaluation: not stored; training: refused, reserved, or evicted by a
     // later key of the same call) reads the evaluation initializer and gets no update.
-    resolve_missing_rows(ops, count, addresses, missing.data() + first,
-                         fallback.rows.data() + first * stride, stride, training ? founds : nullptr,
-                         training ? tables[t].rows_created : nullptr,
-                         training ? nullptr : tables[t].eval_misses, stream);
+    ops::detail::resolve_missing_rows(
+        ops, count, addresses, missing.data() + first, fallback.rows.data() + first * stride,
+        stride, training ? founds : nullptr, training ? tables[t].rows_created : nullptr,
+        training ? nullptr : tables[t].eval_misses, stream);
   }
   if (stride != 0) {
     ops.fill_initial_rows(u, unique_keys.data(), missing.data(), true, o.eval_initializer,
@@ -86,7 +86,7 @@ void TrainingStep<K>::lookup_by_address(std::span<const StepTable<K>> tables,
 template <TableKey K>
 void TrainingStep<K>::pool(const LookupFeature& f, const LookupOutput& out, bool training,
                            StreamHandle stream) {
-  pooled_lookup_unchecked(ops, f, out, stream);
+  ops::detail::pooled_lookup_unchecked(ops, f, out, stream);
   pending_backward = training;
 }
 
@@ -101,14 +101,14 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
   const size_t u = num_unique;
   const LookupFeature f = feature(dim, row_dim);
   const LookupOutput grads{const_cast<float*>(grad), grad_stride};
-  validate_lookup_shape(b.where, {&f, 1}, {&grads, 1}, "grad");
+  ops::detail::validate_lookup_shape(b.where, {&f, 1}, {&grads, 1}, "grad");
   pending_backward = false;
   if (by_address && b.gradient_check != SafeCheck::kError) {
     // Each row's gradient reduced and applied in one pass (never stored); rows with NaN / Inf
     // are skipped and counted on the device (reported at the next forward, or here when the
     // counter is host memory); keys without a row (missing) get no update.
-    reduce_and_optimize_row_ptrs(ops, b.optimizer, f, groups(), grads, row_ptrs.data(),
-                                 missing.data(), b.nonfinite, *workspace, stream);
+    ops::detail::reduce_and_optimize_row_ptrs(ops, b.optimizer, f, groups(), grads, row_ptrs.data(),
+                                              missing.data(), b.nonfinite, *workspace, stream);
     if (ops.memory_is_host()) nonfinite_report.update(*b.nonfinite, b.gradient_check, b.where);
     stage_done("reduce+optimizer");
     return false;
@@ -116,7 +116,7 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
   // gradient_check = ERROR (its check needs the gradients before any row changes) and counter
   // admission: the gradients reduced into memory first.
   ensure_buffer(row_grads, backend, u * dim, device);
-  reduce_gradients_grouped(ops, f, groups(), grads, {row_grads.data(), dim}, stream);
+  ops::detail::reduce_gradients_grouped(ops, f, groups(), grads, {row_grads.data(), dim}, stream);
   stage_done("reduce");
 
   // Keys without a row (by address: missing; dense: not admitted) get no update.
@@ -146,8 +146,9 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
                                no_update, stream);
     }
   } else {
-    apply_optimizer_rows_guarded(ops, b.optimizer, u, rows.data(), row_dim, row_grads.data(), dim,
-                                 dim, no_update, b.nonfinite, stream);
+    ops::detail::apply_optimizer_rows_guarded(ops, b.optimizer, u, rows.data(), row_dim,
+                                              row_grads.data(), dim, dim, no_update, b.nonfinite,
+                                              stream);
     if (ops.memory_is_host()) nonfinite_report.update(*b.nonfinite, b.gradient_check, b.where);
   }
   stage_done("optimizer");
@@ -157,4 +158,4 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
 template class TrainingStep<int64_t>;
 template class TrainingStep<uint64_t>;
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

@@ -18,7 +18,7 @@
 #include "dynemb/ops/step_ops.hpp"
 #include "step_parts.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::embedding::detail {
 
 // A table stepped by the pipeline and where its device counters live.
 template <TableKey K>
@@ -76,7 +76,7 @@ class TrainingStep {
     nonfinite_report.update(total, mode, where);
   }
 
-  IdGroups groups() const {
+  ops::detail::IdGroups groups() const {
     return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
   }
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
@@ -101,7 +101,7 @@ class TrainingStep {
   FallbackRows fallback;
   BackendBuffer<bool> found, missing, skip, nonfinite_flags;
   // The ops' scratch, pinned read-back words and key-bit prediction, kept between steps.
-  std::unique_ptr<StepWorkspace> workspace;
+  std::unique_ptr<ops::detail::StepWorkspace> workspace;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;
   PoolingMode mode = PoolingMode::kSum;
   bool weighted = false;
@@ -112,4 +112,4 @@ class TrainingStep {
   NonfiniteReport nonfinite_report;
 };
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::embedding::detail

@@ -3,11 +3,11 @@
 
 #include "dynemb/ops/ops_backend.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // The CPU's ops (cpu/cpu_ops.cpp).
 const OpsBackend& cpu_ops();
 // The GPU's ops (cuda/cuda_ops.cpp); only in a build with the CUDA backend.
 const OpsBackend& cuda_ops();
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

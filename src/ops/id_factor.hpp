@@ -7,7 +7,7 @@
 #include "dynemb/core/det_math.hpp"
 #include "dynemb/ops/pooling.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // The factor id i's row (forward) or its bag's gradient (backward) is multiplied by, in a bag
 // of `len` ids.
@@ -16,4 +16,4 @@ DYNEMB_HD float id_factor(const LookupFeature& x, int64_t i, int64_t len) {
   return x.mode == PoolingMode::kMean ? det::div(w, static_cast<float>(len)) : w;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -3,7 +3,7 @@
 #include "dynemb/core/error.hpp"
 #include "lookup_validation.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
 std::string feature_field(size_t f, const std::string& field) {
@@ -98,4 +98,4 @@ void validate_lookup_data_host(const char* where, std::span<const LookupFeature>
   }
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

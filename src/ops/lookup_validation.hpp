@@ -7,7 +7,7 @@
 
 #include "dynemb/ops/pooling.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // validate_lookup_shape: include/dynemb/ops/step_ops.hpp.
 // Checks offsets and indices in host memory (same errors).
@@ -21,4 +21,4 @@ void validate_lookup_data_host(const char* where, std::span<const LookupFeature>
 [[noreturn]] void throw_bad_index(const char* where, size_t f, size_t i, uint32_t value,
                                   size_t num_rows);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -7,9 +7,9 @@
 namespace dynemb {
 
 const OpsBackend& ops_backend(Backend backend) {
-  if (backend == Backend::kCpu) return detail::cpu_ops();
+  if (backend == Backend::kCpu) return ops::detail::cpu_ops();
 #if defined(DYNEMB_WITH_CUDA)
-  if (backend == Backend::kCuda) return detail::cuda_ops();
+  if (backend == Backend::kCuda) return ops::detail::cuda_ops();
 #endif
   throw NotAvailable("ops: backend = " + to_string(backend) +
                      ", but this build has no such backend (build with nvcc found, "

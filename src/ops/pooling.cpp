@@ -11,7 +11,7 @@ namespace {
 void validate_lookup_shape_and_data(const OpsBackend& ops, std::span<const LookupFeature> features,
                                     std::span<const LookupOutput> outputs, const char* where,
                                     const char* outputs_name, StreamHandle stream) {
-  detail::validate_lookup_shape(where, features, outputs, outputs_name);
+  ops::detail::validate_lookup_shape(where, features, outputs, outputs_name);
   ops.validate_lookup_data(where, features, stream);
 }
 
@@ -58,7 +58,7 @@ void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
                       StreamHandle stream) {
   const OpsBackend& ops = ops_backend(backend);
   validate_lookup_shape_and_data(ops, features, grads, "reduce_gradients", "grads", stream);
-  detail::validate_lookup_shape("reduce_gradients", features, row_grads, "row_grads");
+  ops::detail::validate_lookup_shape("reduce_gradients", features, row_grads, "row_grads");
   ops.reduce_gradients(features, grads, row_grads, stream);
 }
 

@@ -3,7 +3,7 @@
 
 #include "dynemb/core/error.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const int64_t* offsets,
                               size_t num_bags) {
@@ -104,4 +104,4 @@ template size_t dedup_grouped<uint64_t>(const OpsBackend&, size_t, const uint64_
                                         size_t, const char*, ReadAlong, StepWorkspace&,
                                         StreamHandle);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -4,7 +4,7 @@
 
 #include "dynemb/ops/ops_backend.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 StepWorkspace::StepWorkspace(Backend backend, int device)
     : ops_(&ops_backend(backend)),
@@ -53,4 +53,4 @@ const uint32_t* StepWorkspace::iota(size_t n, StreamHandle stream) {
   return iota_.data();
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -1,7 +1,7 @@
 // include/dynemb/ops/table_keys.hpp on the ops backend given.
 #include "dynemb/ops/table_keys.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 template <TableKey K>
 void combine_table_keys(const OpsBackend& ops, uint32_t table, uint32_t shift, size_t n,
@@ -31,4 +31,4 @@ template void split_table_keys<int64_t>(const OpsBackend&, size_t, const uint64_
 template void split_table_keys<uint64_t>(const OpsBackend&, size_t, const uint64_t*, uint32_t,
                                          uint32_t, uint64_t*, uint64_t*, StreamHandle);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -7,7 +7,7 @@
 
 #include "dynemb/core/error.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::table::detail {
 
 // Throws InvalidArgument("<call>: <argument> = nullptr, must not be null when n > 0") when a
 // required pointer `ptr` is null (the caller checks only when its batch is not empty).
@@ -22,4 +22,4 @@ inline uint64_t export_slot_count(uint64_t offset, uint64_t n_slots, uint64_t ca
   return offset >= capacity ? 0 : std::min<uint64_t>(n_slots, capacity - offset);
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::table::detail

@@ -5,7 +5,7 @@
 
 #include "dynemb/table/table.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::table::detail {
 
 // Builds the CPU table (src/table/cpu).
 template <TableKey K>
@@ -18,4 +18,4 @@ std::unique_ptr<Table<K>> make_cuda_table(const TableOptions& options);
 // True when a CUDA device is visible (only linked when the CUDA backend is built).
 bool cuda_device_present();
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::table::detail

@@ -6,9 +6,9 @@ namespace dynemb {
 template <TableKey K>
 std::unique_ptr<Table<K>> make_table(Backend backend, const TableOptions& options) {
   validate_table_options(options);
-  if (backend == Backend::kCpu) return detail::make_cpu_table<K>(options);
+  if (backend == Backend::kCpu) return table::detail::make_cpu_table<K>(options);
 #if defined(DYNEMB_WITH_CUDA)
-  if (backend == Backend::kCuda) return detail::make_cuda_table<K>(options);
+  if (backend == Backend::kCuda) return table::detail::make_cuda_table<K>(options);
 #endif
   throw NotAvailable("make_table: backend = " + to_string(backend) +
                      ", not built into this binary (build with nvcc found, DYNEMB_CUDA=AUTO/ON)");
@@ -16,7 +16,7 @@ std::unique_ptr<Table<K>> make_table(Backend backend, const TableOptions& option
 
 bool cuda_backend_available() {
 #if defined(DYNEMB_WITH_CUDA)
-  return detail::cuda_device_present();
+  return table::detail::cuda_device_present();
 #else
   return false;
 #endif

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace dynemb::cpu {
+namespace dynemb::core {
 namespace {
 
 TEST(CpuThreadPool, RunsEveryTaskOnceIncludingNestedLoops) {
@@ -40,4 +40,4 @@ TEST(CpuThreadPool, RethrowsATaskError) {
 }
 
 }  // namespace
-}  // namespace dynemb::cpu
+}  // namespace dynemb::core

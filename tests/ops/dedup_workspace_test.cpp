@@ -36,7 +36,7 @@ std::vector<K> draw(std::mt19937_64& rng, size_t n, int bits, K base) {
 
 template <class K>
 void check_sequence(Backend backend, std::mt19937_64& rng) {
-  detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
+  ops::detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
   struct Shape {
     size_t n;
     int bits;
@@ -64,7 +64,7 @@ void check_sequence(Backend backend, std::mt19937_64& rng) {
     const std::vector<int64_t> offsets{0, static_cast<int64_t>(n)};
     std::vector<K> unique(n + 1);
     std::vector<uint32_t> inverse(n + 1), ids(n + 1), begin(n + 2), bags(n + 1);
-    const size_t u = detail::dedup_grouped<K>(
+    const size_t u = ops::detail::dedup_grouped<K>(
         Backend::kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
         bags.data(), offsets.data(), 1, "test", {}, cpu_workspace, nullptr);
     auto dkeys = upload(backend, keys);
@@ -72,7 +72,7 @@ void check_sequence(Backend backend, std::mt19937_64& rng) {
     BackendBuffer<K> dunique(backend, n + 1);
     BackendBuffer<uint32_t> dinverse(backend, n + 1), dids(backend, n + 1), dbegin(backend, n + 2),
         dbags(backend, n + 1);
-    const size_t du = detail::dedup_grouped<K>(
+    const size_t du = ops::detail::dedup_grouped<K>(
         backend, n, dkeys.data(), dunique.data(), dinverse.data(), dids.data(), dbegin.data(),
         dbags.data(), doffsets.data(), 1, "test", {}, workspace, nullptr);
     ASSERT_EQ(du, u);

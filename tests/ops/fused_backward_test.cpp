@@ -154,7 +154,7 @@ struct BackendStep {
   BackendBuffer<bool> skip;
   LookupFeature feature;
   LookupOutput g;
-  detail::IdGroups groups;
+  ops::detail::IdGroups groups;
 };
 
 std::unique_ptr<BackendStep> to_backend(Backend backend, const StepInput& in, size_t num_rows,
@@ -211,9 +211,9 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
   const size_t num_rows = 300, bags = 400;
   // float4 over one tile, float4 over two tiles with a partial one, scalar, wider than the
   // on-chip path.
-  for (const uint32_t dim : {128u, 132u, 13u, detail::kFusedMaxDim + 4}) {
+  for (const uint32_t dim : {128u, 132u, 13u, ops::detail::kFusedMaxDim + 4}) {
     for (const OptimizerKind kind : kKinds) {
-      if (dim > detail::kFusedMaxDim && kind != OptimizerKind::kAdam) continue;
+      if (dim > ops::detail::kFusedMaxDim && kind != OptimizerKind::kAdam) continue;
       const PoolingMode mode =
           std::array{PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}[rng() % 3];
       const bool weighted = rng() % 2 == 0, guarded = rng() % 3 != 0;
@@ -240,31 +240,31 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
       BackendBuffer<float> row_grads(backend, num_rows * dim);
       BackendBuffer<uint64_t> counters = upload(backend, std::vector<uint64_t>{0, 0});
       uint64_t cpu_counter = 0;
-      detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
+      ops::detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
       for (int step = 0; step < 6; ++step) {
         SCOPED_TRACE("step " + std::to_string(step));
         const StepInput in = make_step(rng, num_rows, bags, dim, mode, guarded && step % 2 == 1);
         const std::vector<float> before = download(fused.storage, store.storage.size());
         const auto s = to_backend(backend, in, num_rows, dim, mode, weighted, fused.ptrs.data());
         uint64_t* counter = counters.data();
-        detail::reduce_gradients_grouped(backend, s->feature, s->groups, s->g,
-                                         {row_grads.data(), dim}, nullptr);
+        ops::detail::reduce_gradients_grouped(backend, s->feature, s->groups, s->g,
+                                              {row_grads.data(), dim}, nullptr);
         if (guarded) {
-          detail::apply_optimizer_row_ptrs_guarded(backend, o, num_rows, two_pass.ptrs.data(),
-                                                   row_grads.data(), dim, dim, s->skip.data(),
-                                                   counter, nullptr);
+          ops::detail::apply_optimizer_row_ptrs_guarded(backend, o, num_rows, two_pass.ptrs.data(),
+                                                        row_grads.data(), dim, dim, s->skip.data(),
+                                                        counter, nullptr);
         } else {
           apply_optimizer_row_ptrs(backend, o, num_rows, two_pass.ptrs.data(), row_grads.data(),
                                    dim, dim, s->skip.data(), nullptr);
         }
         // Every other step the fused pass is given the bags in grouped order (as the training
         // step's dedup gives them) instead of working them out.
-        detail::IdGroups fused_groups = s->groups;
+        ops::detail::IdGroups fused_groups = s->groups;
         if (step % 2 == 0 && mode != PoolingMode::kNone)
           fused_groups.bag_by_row = s->bag_by_row.data();
-        detail::reduce_and_optimize_row_ptrs(backend, o, s->feature, fused_groups, s->g,
-                                             fused.ptrs.data(), s->skip.data(),
-                                             guarded ? counter + 1 : nullptr, workspace, nullptr);
+        ops::detail::reduce_and_optimize_row_ptrs(
+            backend, o, s->feature, fused_groups, s->g, fused.ptrs.data(), s->skip.data(),
+            guarded ? counter + 1 : nullptr, workspace, nullptr);
         backend_synchronize(backend);
         const std::vector<float> got = download(fused.storage, store.storage.size());
         ASSERT_TRUE(same_bits(got, download(two_pass.storage, store.storage.size())));
@@ -275,7 +275,7 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
         // Without a GPU this compares the CPU with itself; with one, the GPU with the CPU.
         const auto c =
             to_backend(Backend::kCpu, in, num_rows, dim, mode, weighted, cpu_fused.ptrs.data());
-        detail::reduce_and_optimize_row_ptrs(
+        ops::detail::reduce_and_optimize_row_ptrs(
             Backend::kCpu, o, c->feature, c->groups, c->g, cpu_fused.ptrs.data(), c->skip.data(),
             guarded ? &cpu_counter : nullptr, cpu_workspace, nullptr);
         const std::vector<float> cpu = download(cpu_fused.storage, store.storage.size());

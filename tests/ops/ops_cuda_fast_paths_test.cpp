@@ -74,8 +74,8 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       const size_t n = b.keys.size(), bags = b.offsets.size() - 1;
       std::vector<int64_t> unique(n);
       std::vector<uint32_t> inverse(n), ids(n), begin(n + 1), bag_by_row(n);
-      detail::StepWorkspace workspace(Backend::kCpu, 0);
-      const size_t u = detail::dedup_grouped<int64_t>(
+      ops::detail::StepWorkspace workspace(Backend::kCpu, 0);
+      const size_t u = ops::detail::dedup_grouped<int64_t>(
           Backend::kCpu, n, b.keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
           bag_by_row.data(), b.offsets.data(), bags, "test", {}, workspace, nullptr);
       std::vector<float> rows(u * shape.row_stride);
@@ -123,8 +123,8 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       // The training step's path: the GPU's own grouped dedup, then the grouped reduction.
       BackendBuffer<int64_t> gunique(kGpu, n);
       BackendBuffer<uint32_t> ginv(kGpu, n), gids(kGpu, n), gbegin(kGpu, n + 1), gbags(kGpu, n);
-      detail::StepWorkspace gworkspace(kGpu, 0);
-      const size_t gu = detail::dedup_grouped<int64_t>(
+      ops::detail::StepWorkspace gworkspace(kGpu, 0);
+      const size_t gu = ops::detail::dedup_grouped<int64_t>(
           kGpu, n, dkeys.data(), gunique.data(), ginv.data(), gids.data(), gbegin.data(),
           gbags.data(), doff.data(), bags, "test", {}, gworkspace, nullptr);
       ASSERT_EQ(gu, u);
@@ -135,9 +135,9 @@ TEST_F(OpsCudaFastPaths, PoolingAndReductionBitIdenticalOnEveryPath) {
       EXPECT_EQ(to_host(gbegin, u + 1),
                 std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
       // SUM / MEAN: the bags in grouped order from the dedup, as the training step passes them.
-      const detail::IdGroups groups{gids.data(), gbegin.data(),
-                                    mode == PoolingMode::kNone ? nullptr : gbags.data()};
-      detail::reduce_gradients_grouped(kGpu, gf, groups, gg, gr2, nullptr);
+      const ops::detail::IdGroups groups{gids.data(), gbegin.data(),
+                                         mode == PoolingMode::kNone ? nullptr : gbags.data()};
+      ops::detail::reduce_gradients_grouped(kGpu, gf, groups, gg, gr2, nullptr);
       const auto hout = to_host(dout, cout.size());
       const auto hrg = to_host(drg, crg.size());
       const auto hrg2 = to_host(drg2, crg.size());
@@ -226,13 +226,14 @@ TEST_F(OpsCudaFastPaths, Float4OptimizerAndGuardMatchCpu) {
         for (auto& g : grads) g = normal(rng);
         grads[(step * 101 % n) * dim + 3] = step % 2 == 0 ? NAN : -INFINITY;
         auto dgrads = to_gpu(grads);
-        detail::apply_optimizer_rows_guarded(Backend::kCpu, o, n, rows.data(), stride, grads.data(),
-                                             dim, dim, skip.get(), &ccount, nullptr);
-        detail::apply_optimizer_rows_guarded(kGpu, o, n, drows.data(), stride, dgrads.data(), dim,
-                                             dim, dskip.data(), dcount.data(), nullptr);
+        ops::detail::apply_optimizer_rows_guarded(Backend::kCpu, o, n, rows.data(), stride,
+                                                  grads.data(), dim, dim, skip.get(), &ccount,
+                                                  nullptr);
+        ops::detail::apply_optimizer_rows_guarded(kGpu, o, n, drows.data(), stride, dgrads.data(),
+                                                  dim, dim, dskip.data(), dcount.data(), nullptr);
       }
       uint64_t gcount = 0;
-      detail::read_words(kGpu, dcount.data(), 1, &gcount, nullptr);
+      ops::detail::read_words(kGpu, dcount.data(), 1, &gcount, nullptr);
       EXPECT_EQ(gcount, ccount);
       EXPECT_EQ(ccount, 4u);
       const auto gpu_rows = to_host(drows, rows.size());
@@ -287,9 +288,9 @@ TEST_F(OpsCudaFastPaths, RowCopiesAndCountsMatchCpu) {
   BackendBuffer<uint64_t> dcount(kGpu, 1);
   const uint64_t five = 5;
   dcount.upload(&five, 1);
-  detail::count_flags(kGpu, n, dflags.data(), true, dcount.data(), nullptr);
+  ops::detail::count_flags(kGpu, n, dflags.data(), true, dcount.data(), nullptr);
   uint64_t got = 0;
-  detail::read_words(kGpu, dcount.data(), 1, &got, nullptr);
+  ops::detail::read_words(kGpu, dcount.data(), 1, &got, nullptr);
   EXPECT_EQ(got, expected);
 }
 
@@ -302,13 +303,13 @@ TEST_F(OpsCudaFastPaths, GroupedDedupNamesBadOffsetsAndReadsAlong) {
   const std::vector<uint64_t> words = {11, 22};
   along.upload(words.data(), 2);
   uint64_t host[2] = {0, 0};
-  detail::StepWorkspace workspace(kGpu, 0);
+  ops::detail::StepWorkspace workspace(kGpu, 0);
   auto run = [&](const std::vector<int64_t>& offsets) {
     auto doff = to_gpu(offsets);
-    return detail::dedup_grouped<int64_t>(kGpu, keys.size(), dkeys.data(), unique.data(),
-                                          inv.data(), ids.data(), begin.data(), nullptr,
-                                          doff.data(), offsets.size() - 1, "Embedding::forward",
-                                          {along.data(), 2, host}, workspace, nullptr);
+    return ops::detail::dedup_grouped<int64_t>(
+        kGpu, keys.size(), dkeys.data(), unique.data(), inv.data(), ids.data(), begin.data(),
+        nullptr, doff.data(), offsets.size() - 1, "Embedding::forward", {along.data(), 2, host},
+        workspace, nullptr);
   };
   EXPECT_EQ(run({0, 2, 4}), 3u);
   EXPECT_EQ(host[0], 11u);

@@ -243,11 +243,11 @@ TEST_P(RowAddresses, OptimizerByAddressIsBitIdenticalToDense) {
           const bool* skip_dev = reinterpret_cast<const bool*>(sk.data());
           const bool* dense_skip_dev = reinterpret_cast<const bool*>(dsk.data());
           if (guarded) {
-            detail::apply_optimizer_row_ptrs_guarded(backend, o, n, ptrs.data(), g.data(), dim, dim,
-                                                     skip_dev, counts.data(), nullptr);
-            detail::apply_optimizer_rows_guarded(backend, o, n, dense.data(), row_dim, g.data(),
-                                                 dim, dim, dense_skip_dev, counts.data() + 1,
-                                                 nullptr);
+            ops::detail::apply_optimizer_row_ptrs_guarded(backend, o, n, ptrs.data(), g.data(), dim,
+                                                          dim, skip_dev, counts.data(), nullptr);
+            ops::detail::apply_optimizer_rows_guarded(backend, o, n, dense.data(), row_dim,
+                                                      g.data(), dim, dim, dense_skip_dev,
+                                                      counts.data() + 1, nullptr);
           } else {
             apply_optimizer_row_ptrs(backend, o, n, ptrs.data(), g.data(), dim, dim, skip_dev);
             apply_optimizer_rows(backend, o, n, dense.data(), row_dim, g.data(), dim, dim,
@@ -300,9 +300,9 @@ TEST_P(RowAddresses, MissingRowsPointAtTheFallbackAndAreCounted) {
     auto f = upload(backend, founds);
     BackendBuffer<uint8_t> missing(backend, n);
     auto counts = upload(backend, std::vector<uint64_t>{5, 9});
-    detail::resolve_missing_rows(backend, n, p.data(), reinterpret_cast<bool*>(missing.data()),
-                                 fallback.data(), stride, reinterpret_cast<const bool*>(f.data()),
-                                 counts.data(), counts.data() + 1, nullptr);
+    ops::detail::resolve_missing_rows(
+        backend, n, p.data(), reinterpret_cast<bool*>(missing.data()), fallback.data(), stride,
+        reinterpret_cast<const bool*>(f.data()), counts.data(), counts.data() + 1, nullptr);
     backend_synchronize(backend);
     const auto got = download(p, n);
     const auto flags = download(missing, n);

@@ -22,7 +22,7 @@ namespace {
 constexpr Backend kCpu = Backend::kCpu;
 
 // The CPU's dedup needs no scratch; one workspace serves the calls of a test.
-detail::StepWorkspace workspace(kCpu, 0);
+ops::detail::StepWorkspace workspace(kCpu, 0);
 
 TEST(StepOps, DedupGroupedMatchesAMapModel) {
   const uint32_t seed = std::random_device{}();
@@ -37,7 +37,7 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
   std::vector<int64_t> offsets{0, 100, 100, static_cast<int64_t>(n)};
   std::vector<int64_t> unique(n);
   std::vector<uint32_t> inverse(n), ids(n), begin(n + 1), bags(n);
-  const size_t u = detail::dedup_grouped<int64_t>(
+  const size_t u = ops::detail::dedup_grouped<int64_t>(
       kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), bags.data(),
       offsets.data(), 3, "test", {}, workspace, nullptr);
   ASSERT_EQ(u, model.size());
@@ -54,14 +54,14 @@ TEST(StepOps, DedupGroupedMatchesAMapModel) {
   }
   EXPECT_EQ(begin[u], n);
   offsets = {0, 200, 100, static_cast<int64_t>(n)};
-  EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
-                                              ids.data(), begin.data(), bags.data(), offsets.data(),
-                                              3, "test", {}, workspace, nullptr),
+  EXPECT_THROW(ops::detail::dedup_grouped<int64_t>(
+                   kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
+                   bags.data(), offsets.data(), 3, "test", {}, workspace, nullptr),
                InvalidArgument);
   offsets = {0, 100, 200, static_cast<int64_t>(n) + 1};
-  EXPECT_THROW(detail::dedup_grouped<int64_t>(kCpu, n, keys.data(), unique.data(), inverse.data(),
-                                              ids.data(), begin.data(), bags.data(), offsets.data(),
-                                              3, "test", {}, workspace, nullptr),
+  EXPECT_THROW(ops::detail::dedup_grouped<int64_t>(
+                   kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(),
+                   bags.data(), offsets.data(), 3, "test", {}, workspace, nullptr),
                InvalidArgument);
 }
 
@@ -86,7 +86,7 @@ TEST(StepOps, GroupedReductionIsBitIdenticalToReduceGradients) {
     const size_t n = keys.size();
     std::vector<int64_t> unique(n);
     std::vector<uint32_t> inverse(n), ids(n), begin(n + 1);
-    const size_t u = detail::dedup_grouped<int64_t>(
+    const size_t u = ops::detail::dedup_grouped<int64_t>(
         kCpu, n, keys.data(), unique.data(), inverse.data(), ids.data(), begin.data(), nullptr,
         offsets.data(), bags, "test", {}, workspace, nullptr);
     ASSERT_GT(
@@ -111,7 +111,7 @@ TEST(StepOps, GroupedReductionIsBitIdenticalToReduceGradients) {
     f.rows = rows.data();
     const LookupOutput g{grad.data(), dim}, ra{a.data(), dim}, rb{b.data(), dim};
     reduce_gradients(kCpu, {&f, 1}, {&g, 1}, {&ra, 1});
-    detail::reduce_gradients_grouped(kCpu, f, {ids.data(), begin.data()}, g, rb, nullptr);
+    ops::detail::reduce_gradients_grouped(kCpu, f, {ids.data(), begin.data()}, g, rb, nullptr);
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << to_string(mode);
     // Against a float64 sum.
     std::vector<double> ref(u * dim, 0.0);
@@ -153,12 +153,12 @@ TEST(StepOps, GuardedOptimizerSkipsAndCountsNonFiniteRows) {
     apply_optimizer(o, expected.data() + i * stride, grads.data() + i * dim, dim);
   }
   uint64_t nonfinite = 4;
-  detail::apply_optimizer_rows_guarded(kCpu, o, n, rows.data(), stride, grads.data(), dim, dim,
-                                       skip.get(), &nonfinite, nullptr);
+  ops::detail::apply_optimizer_rows_guarded(kCpu, o, n, rows.data(), stride, grads.data(), dim, dim,
+                                            skip.get(), &nonfinite, nullptr);
   EXPECT_EQ(nonfinite, 6u);
   EXPECT_EQ(0, std::memcmp(rows.data(), expected.data(), rows.size() * sizeof(float)));
   uint64_t count = 1;
-  detail::count_flags(kCpu, n, skip.get(), true, &count, nullptr);
+  ops::detail::count_flags(kCpu, n, skip.get(), true, &count, nullptr);
   EXPECT_EQ(count, 1u + 30u);
 }
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace dynemb::cpu {
+namespace dynemb::core {
 
 class ThreadPool {
  public:
@@ -50,4 +50,4 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::core

@@ -16,10 +16,10 @@
 
 namespace dynemb {
 
-namespace detail {
+namespace embedding::detail {
 template <TableKey K>
 class AdmissionCounter;
-}  // namespace detail
+}  // namespace embedding::detail
 
 // Everything that shapes a trainable table.
 struct EmbeddingOptions {
@@ -158,7 +158,7 @@ class Embedding {
   EmbeddingOptions options_;
   uint32_t row_dim_;
   std::unique_ptr<Table<K>> table_;
-  std::unique_ptr<detail::AdmissionCounter<K>> admission_;
+  std::unique_ptr<embedding::detail::AdmissionCounter<K>> admission_;
   std::unique_ptr<Step> step_;
   EmbeddingStats stats_{};  // the counts kept on the host (the others: Step::counters)
   StageObserver observer_;

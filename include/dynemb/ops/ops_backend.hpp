@@ -18,9 +18,9 @@
 
 namespace dynemb {
 
-namespace detail {
+namespace ops::detail {
 class StepWorkspace;
-}  // namespace detail
+}  // namespace ops::detail
 
 class OpsBackend {
  public:
@@ -82,24 +82,24 @@ class OpsBackend {
   virtual size_t dedup_grouped(size_t n, const int64_t* keys, int64_t* unique_keys,
                                uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                                uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
-                               const char* where, detail::ReadAlong along,
-                               detail::StepWorkspace& workspace, StreamHandle stream) const = 0;
+                               const char* where, ops::detail::ReadAlong along,
+                               ops::detail::StepWorkspace& workspace,
+                               StreamHandle stream) const = 0;
   virtual size_t dedup_grouped(size_t n, const uint64_t* keys, uint64_t* unique_keys,
                                uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                                uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
-                               const char* where, detail::ReadAlong along,
-                               detail::StepWorkspace& workspace, StreamHandle stream) const = 0;
+                               const char* where, ops::detail::ReadAlong along,
+                               ops::detail::StepWorkspace& workspace,
+                               StreamHandle stream) const = 0;
   // num_rows > 0.
-  virtual void reduce_gradients_grouped(const LookupFeature& feature, detail::IdGroups groups,
+  virtual void reduce_gradients_grouped(const LookupFeature& feature, ops::detail::IdGroups groups,
                                         const LookupOutput& grads, const LookupOutput& row_grads,
                                         StreamHandle stream) const = 0;
   // num_rows > 0.
-  virtual void reduce_and_optimize_row_ptrs(const OptimizerOptions& optimizer,
-                                            const LookupFeature& feature, detail::IdGroups groups,
-                                            const LookupOutput& grads, float* const* rows,
-                                            const bool* skip, uint64_t* nonfinite,
-                                            detail::StepWorkspace& workspace,
-                                            StreamHandle stream) const = 0;
+  virtual void reduce_and_optimize_row_ptrs(
+      const OptimizerOptions& optimizer, const LookupFeature& feature, ops::detail::IdGroups groups,
+      const LookupOutput& grads, float* const* rows, const bool* skip, uint64_t* nonfinite,
+      ops::detail::StepWorkspace& workspace, StreamHandle stream) const = 0;
   // n > 0 from here to read_words.
   virtual void count_flags(size_t n, const bool* flags, bool value, uint64_t* counter,
                            StreamHandle stream) const = 0;

@@ -18,7 +18,7 @@
 #include "dynemb/ops/step_workspace.hpp"
 #include "dynemb/table/table.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // Checks shapes, strides, modes and pointers (reads no buffer); throws InvalidArgument naming
 // `where`, the feature, the argument, its value and its limit.
@@ -184,4 +184,4 @@ inline void read_words(Backend backend, const uint64_t* words, size_t count, uin
   return read_words(ops_backend(backend), words, count, host, stream);
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

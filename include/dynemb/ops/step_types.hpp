@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // A batch's ids grouped by the row they read: row r's ids, ascending, are
 // ids_by_row[row_begin[r] .. row_begin[r + 1]). Backend memory.
@@ -24,4 +24,4 @@ struct ReadAlong {
   uint64_t* host = nullptr;
 };
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

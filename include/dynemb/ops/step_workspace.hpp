@@ -16,7 +16,7 @@ namespace dynemb {
 class OpsBackend;
 }  // namespace dynemb
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 class StepWorkspace {
  public:
@@ -99,4 +99,4 @@ class ScratchCarver {
   size_t offset_ = 0;
 };
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

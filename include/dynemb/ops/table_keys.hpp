@@ -12,7 +12,7 @@
 #include "dynemb/core/stream.hpp"
 #include "dynemb/ops/ops_backend.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // The words combine_table_keys reports to the host (backend memory, zeroed before the first
 // table): the OR of every key's bits, and UINT64_MAX minus the lowest index of a table whose
@@ -47,4 +47,4 @@ DYNEMB_HD uint64_t id_mask(uint32_t shift) {
   return shift >= 64 ? ~uint64_t{0} : (uint64_t{1} << shift) - 1;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -44,7 +44,7 @@ T* allocate(uint64_t count, const char* buffer, const CacheFootprint& footprint)
 template <CacheKey K>
 CudaCache<K>::CudaCache(const CacheOptions<K>& options, const CacheFootprint& footprint)
     : options_(options), footprint_(footprint) {
-  const dynemb::cuda::DeviceGuard on_device(options.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options.device);
   view_.num_sets = footprint.sets;
   view_.ways = options.ways;
   view_.dim = options.dim;
@@ -55,15 +55,16 @@ CudaCache<K>::CudaCache(const CacheOptions<K>& options, const CacheFootprint& fo
     view_.values = allocate<float>(footprint.slots * options.dim, "rows", footprint);
     view_.versions = allocate<uint32_t>(footprint.sets, "set versions", footprint);
     view_.counters = allocate<DeviceCounters>(1, "counters", footprint);
-    dynemb::cuda::check(cudaMemset(view_.versions, 0, footprint.sets * sizeof(uint32_t)),
-                        "make_cache: cudaMemset");
-    dynemb::cuda::check(cudaMemset(view_.counters, 0, sizeof(DeviceCounters)),
-                        "make_cache: cudaMemset");
-    dynemb::cuda::check(cudaMemset(view_.stamps, 0, footprint.slots * sizeof(unsigned long long)),
-                        "make_cache: cudaMemset");
-    grid_limit_ = dynemb::cuda::multiprocessors(options.device) * 8;
+    dynemb::core::cuda::check(cudaMemset(view_.versions, 0, footprint.sets * sizeof(uint32_t)),
+                              "make_cache: cudaMemset");
+    dynemb::core::cuda::check(cudaMemset(view_.counters, 0, sizeof(DeviceCounters)),
+                              "make_cache: cudaMemset");
+    dynemb::core::cuda::check(
+        cudaMemset(view_.stamps, 0, footprint.slots * sizeof(unsigned long long)),
+        "make_cache: cudaMemset");
+    grid_limit_ = dynemb::core::cuda::multiprocessors(options.device) * 8;
     launch_clear(view_, nullptr);
-    dynemb::cuda::check(cudaDeviceSynchronize(), "make_cache: clearing the cache");
+    dynemb::core::cuda::check(cudaDeviceSynchronize(), "make_cache: clearing the cache");
   } catch (...) {
     free_buffers();
     throw;
@@ -77,7 +78,7 @@ CudaCache<K>::~CudaCache() {
 
 template <CacheKey K>
 void CudaCache<K>::free_buffers() noexcept {
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   cudaDeviceSynchronize();
   cudaFree(view_.keys);
   cudaFree(view_.stamps);
@@ -104,16 +105,16 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
   require_buffer(where, "missing_keys", missing_keys, n);
   require_buffer(where, "missing_positions", missing_positions, n);
   require_buffer(where, "miss_count", miss_count, 1);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   check_keys(where, n, keys, stream);
   const cudaStream_t s = as_stream(stream);
   if (n == 0) {
-    dynemb::cuda::check(cudaMemsetAsync(miss_count, 0, sizeof(uint64_t), s),
-                        "EmbeddingCache::query: cudaMemsetAsync");
+    dynemb::core::cuda::check(cudaMemsetAsync(miss_count, 0, sizeof(uint64_t), s),
+                              "EmbeddingCache::query: cudaMemsetAsync");
     return;
   }
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed);
-  const dynemb::cuda::DeviceArray<uint8_t> missed(n, s);
+  const dynemb::core::cuda::DeviceArray<uint8_t> missed(n, s);
   launch_query(view_, n, keys, values, missed.data(), stamp, grid_limit_, s);
   launch_compact_misses(view_, n, keys, missed.data(), missing_keys, missing_positions, miss_count,
                         s);
@@ -124,7 +125,7 @@ void CudaCache<K>::replace(size_t n, const K* keys, const float* values, StreamH
   const char* where = "EmbeddingCache::replace";
   require_buffer(where, "keys", keys, n);
   require_buffer(where, "values", values, n);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   check_keys(where, n, keys, stream);
   if (n == 0) return;
   const uint64_t base = clock_.fetch_add(n, std::memory_order_relaxed);
@@ -136,7 +137,7 @@ void CudaCache<K>::update(size_t n, const K* keys, const float* values, StreamHa
   const char* where = "EmbeddingCache::update";
   require_buffer(where, "keys", keys, n);
   require_buffer(where, "values", values, n);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   check_keys(where, n, keys, stream);
   launch_write(view_, WriteKind::kUpdate, n, keys, values, 0, grid_limit_, as_stream(stream));
 }
@@ -145,7 +146,7 @@ template <CacheKey K>
 void CudaCache<K>::erase(size_t n, const K* keys, StreamHandle stream) {
   const char* where = "EmbeddingCache::erase";
   require_buffer(where, "keys", keys, n);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   check_keys(where, n, keys, stream);
   launch_write(view_, WriteKind::kErase, n, keys, nullptr, 0, grid_limit_, as_stream(stream));
 }
@@ -156,7 +157,7 @@ size_t CudaCache<K>::dump(uint64_t first_set, uint64_t num_sets, K* keys, float*
   const char* where = "EmbeddingCache::dump";
   check_set_range(where, first_set, num_sets, footprint_.sets);
   require_buffer(where, "keys", keys, num_sets);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   return dump_sets(view_, first_set, num_sets, keys, values, as_stream(stream));
 }
 
@@ -166,7 +167,7 @@ size_t CudaCache<K>::preload(size_t n, const K* keys, const float* values, Strea
   check_preload_fits(where, n, footprint_);
   require_buffer(where, "keys", keys, n);
   require_buffer(where, "values", values, n);
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   check_keys(where, n, keys, stream);
   clear(stream);
   const uint64_t before = stats().evicted;
@@ -187,29 +188,30 @@ size_t CudaCache<K>::preload(size_t n, const K* keys, const float* values, Strea
                    s);
     }
   }
-  dynemb::cuda::sync(s, "EmbeddingCache::preload");
+  dynemb::core::cuda::sync(s, "EmbeddingCache::preload");
   return stats().evicted - before;
 }
 
 template <CacheKey K>
 void CudaCache<K>::clear(StreamHandle stream) {
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   launch_clear(view_, as_stream(stream));
 }
 
 template <CacheKey K>
 size_t CudaCache<K>::size(StreamHandle stream) const {
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   return count_stored(view_, as_stream(stream));
 }
 
 template <CacheKey K>
 CacheStats CudaCache<K>::stats() const {
-  const dynemb::cuda::DeviceGuard on_device(options_.device);
-  dynemb::cuda::check(cudaDeviceSynchronize(), "EmbeddingCache::stats: cudaDeviceSynchronize");
+  const dynemb::core::cuda::DeviceGuard on_device(options_.device);
+  dynemb::core::cuda::check(cudaDeviceSynchronize(),
+                            "EmbeddingCache::stats: cudaDeviceSynchronize");
   DeviceCounters c{};
-  dynemb::cuda::check(cudaMemcpy(&c, view_.counters, sizeof(c), cudaMemcpyDeviceToHost),
-                      "EmbeddingCache::stats: cudaMemcpy");
+  dynemb::core::cuda::check(cudaMemcpy(&c, view_.counters, sizeof(c), cudaMemcpyDeviceToHost),
+                            "EmbeddingCache::stats: cudaMemcpy");
   CacheStats s;
   s.hits = c.hits;
   s.misses = c.misses;
@@ -233,12 +235,12 @@ void scatter_rows_cuda(size_t n, const uint64_t* positions, const float* rows, u
 }
 
 void copy_async_cuda(void* dst, const void* src, size_t bytes, void* stream) {
-  dynemb::cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)),
-                      "CachedLookup: cudaMemcpyAsync");
+  dynemb::core::cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)),
+                            "CachedLookup: cudaMemcpyAsync");
 }
 
 void sync_stream_cuda(void* stream) {
-  dynemb::cuda::sync(as_stream(stream), "CachedLookup");
+  dynemb::core::cuda::sync(as_stream(stream), "CachedLookup");
 }
 
 template class CudaCache<int32_t>;

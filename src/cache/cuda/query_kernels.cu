@@ -114,7 +114,7 @@ void launch_query_shape(const CacheView<K>& c, size_t n, const K* keys, float* v
   const size_t blocks = std::min<size_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock, grid_limit);
   query_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
       c, n, keys, values, missed, stamp);
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
 }
 
 // Picks the row staging for the dim: float4 registers when rows and output are 16-byte aligned.
@@ -218,24 +218,26 @@ void launch_compact_misses(const CacheView<K>& view, size_t n, const K* keys, co
   if (n <= kSmallBatch) {
     compact_small_kernel<K><<<1, 1024, 0, stream>>>(n, keys, missed, missing_keys,
                                                     missing_positions, miss_count, view.counters);
-    dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: compact_small_kernel launch");
+    dynemb::core::cuda::check(cudaGetLastError(),
+                              "EmbeddingCache::query: compact_small_kernel launch");
     return;
   }
   thrust::counting_iterator<uint64_t> positions(0);
   size_t temp_bytes = 0;
-  dynemb::cuda::check(
+  dynemb::core::cuda::check(
       cub::DeviceSelect::Flagged(nullptr, temp_bytes, positions, missed, missing_positions,
                                  miss_count, static_cast<int64_t>(n), stream),
       "EmbeddingCache::query: cub::DeviceSelect::Flagged (size)");
-  const dynemb::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
-  dynemb::cuda::check(
+  const dynemb::core::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  dynemb::core::cuda::check(
       cub::DeviceSelect::Flagged(temp.data(), temp_bytes, positions, missed, missing_positions,
                                  miss_count, static_cast<int64_t>(n), stream),
       "EmbeddingCache::query: cub::DeviceSelect::Flagged");
   const size_t blocks = std::min<size_t>((n + kBlockThreads - 1) / kBlockThreads, 4096);
   gather_missing_kernel<K><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
       n, keys, missing_positions, miss_count, missing_keys, view.counters);
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::query: gather_missing_kernel launch");
+  dynemb::core::cuda::check(cudaGetLastError(),
+                            "EmbeddingCache::query: gather_missing_kernel launch");
 }
 
 void launch_scatter_rows(size_t n, const uint64_t* positions, const float* rows, uint32_t dim,
@@ -244,7 +246,7 @@ void launch_scatter_rows(size_t n, const uint64_t* positions, const float* rows,
   const size_t blocks = std::min<size_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock, 8192);
   scatter_rows_kernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(n, positions,
                                                                                    rows, dim, out);
-  dynemb::cuda::check(cudaGetLastError(), "scatter_rows_kernel launch");
+  dynemb::core::cuda::check(cudaGetLastError(), "scatter_rows_kernel launch");
 }
 
 template void launch_query<int32_t>(const CacheView<int32_t>&, size_t, const int32_t*, float*,

@@ -264,39 +264,39 @@ void launch_write(const CacheView<K>& view, WriteKind kind, size_t n, const K* k
           <<<blocks, kBlockThreads, 0, stream>>>(view, kind, n, keys, values, base_stamp, vec4);
       break;
   }
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache: write_kernel launch");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache: write_kernel launch");
 }
 
 template <class K>
 void launch_clear(const CacheView<K>& view, cudaStream_t stream) {
   clear_kernel<K><<<blocks_for_warps(view.num_sets, 65535), kBlockThreads, 0, stream>>>(view);
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::clear: clear_kernel launch");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::clear: clear_kernel launch");
 }
 
 template <class K>
 uint64_t find_sentinel(size_t n, const K* keys, K empty_key, cudaStream_t stream) {
   if (n == 0) return std::numeric_limits<uint64_t>::max();
-  const dynemb::cuda::DeviceArray<unsigned long long> first(1, stream);
-  dynemb::cuda::check(cudaMemsetAsync(first.data(), 0xFF, sizeof(unsigned long long), stream),
-                      "EmbeddingCache: cudaMemsetAsync");
+  const dynemb::core::cuda::DeviceArray<unsigned long long> first(1, stream);
+  dynemb::core::cuda::check(cudaMemsetAsync(first.data(), 0xFF, sizeof(unsigned long long), stream),
+                            "EmbeddingCache: cudaMemsetAsync");
   const unsigned blocks =
       static_cast<unsigned>(std::min<size_t>((n + kBlockThreads - 1) / kBlockThreads, 4096));
   find_sentinel_kernel<K><<<blocks, kBlockThreads, 0, stream>>>(n, keys, empty_key, first.data());
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache: find_sentinel_kernel launch");
-  return dynemb::cuda::read_value(first.data(), stream, "EmbeddingCache: sentinel check");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache: find_sentinel_kernel launch");
+  return dynemb::core::cuda::read_value(first.data(), stream, "EmbeddingCache: sentinel check");
 }
 
 template <class K>
 uint64_t count_stored(const CacheView<K>& view, cudaStream_t stream) {
-  const dynemb::cuda::DeviceArray<unsigned long long> count(1, stream);
-  dynemb::cuda::check(cudaMemsetAsync(count.data(), 0, sizeof(unsigned long long), stream),
-                      "EmbeddingCache::size: cudaMemsetAsync");
+  const dynemb::core::cuda::DeviceArray<unsigned long long> count(1, stream);
+  dynemb::core::cuda::check(cudaMemsetAsync(count.data(), 0, sizeof(unsigned long long), stream),
+                            "EmbeddingCache::size: cudaMemsetAsync");
   const uint64_t slots = view.num_sets * view.ways;
   const unsigned blocks =
       static_cast<unsigned>(std::min<uint64_t>((slots + kBlockThreads - 1) / kBlockThreads, 4096));
   count_stored_kernel<K><<<blocks, kBlockThreads, 0, stream>>>(view, count.data());
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::size: count_stored_kernel launch");
-  return dynemb::cuda::read_value(count.data(), stream, "EmbeddingCache::size");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::size: count_stored_kernel launch");
+  return dynemb::core::cuda::read_value(count.data(), stream, "EmbeddingCache::size");
 }
 
 template <class K>
@@ -304,22 +304,24 @@ uint64_t dump_sets(const CacheView<K>& view, uint64_t first_set, uint64_t num_se
                    float* values, cudaStream_t stream) {
   const uint64_t n = num_sets * view.ways;
   if (n == 0) return 0;
-  const dynemb::cuda::DeviceArray<uint64_t> slots(n, stream);
-  const dynemb::cuda::DeviceArray<unsigned long long> count(1, stream);
+  const dynemb::core::cuda::DeviceArray<uint64_t> slots(n, stream);
+  const dynemb::core::cuda::DeviceArray<unsigned long long> count(1, stream);
   thrust::counting_iterator<uint64_t> in(first_set * view.ways);
   const StoredSlot<K> stored{view.keys, view.empty_key};
   size_t temp_bytes = 0;
-  dynemb::cuda::check(cub::DeviceSelect::If(nullptr, temp_bytes, in, slots.data(), count.data(),
-                                            static_cast<int64_t>(n), stored, stream),
-                      "EmbeddingCache::dump: cub::DeviceSelect::If (size)");
-  const dynemb::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
-  dynemb::cuda::check(cub::DeviceSelect::If(temp.data(), temp_bytes, in, slots.data(), count.data(),
-                                            static_cast<int64_t>(n), stored, stream),
-                      "EmbeddingCache::dump: cub::DeviceSelect::If");
+  dynemb::core::cuda::check(
+      cub::DeviceSelect::If(nullptr, temp_bytes, in, slots.data(), count.data(),
+                            static_cast<int64_t>(n), stored, stream),
+      "EmbeddingCache::dump: cub::DeviceSelect::If (size)");
+  const dynemb::core::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  dynemb::core::cuda::check(
+      cub::DeviceSelect::If(temp.data(), temp_bytes, in, slots.data(), count.data(),
+                            static_cast<int64_t>(n), stored, stream),
+      "EmbeddingCache::dump: cub::DeviceSelect::If");
   gather_slots_kernel<K><<<blocks_for_warps(n, 8192), kBlockThreads, 0, stream>>>(
       view, slots.data(), count.data(), keys, values);
-  dynemb::cuda::check(cudaGetLastError(), "EmbeddingCache::dump: gather_slots_kernel launch");
-  return dynemb::cuda::read_value(count.data(), stream, "EmbeddingCache::dump");
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::dump: gather_slots_kernel launch");
+  return dynemb::core::cuda::read_value(count.data(), stream, "EmbeddingCache::dump");
 }
 
 template void launch_write<int32_t>(const CacheView<int32_t>&, WriteKind, size_t, const int32_t*,

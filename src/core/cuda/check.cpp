@@ -4,7 +4,7 @@
 
 #include "dynemb/core/error.hpp"
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
@@ -20,4 +20,4 @@ void sync(cudaStream_t stream, const char* what) {
   check(cudaStreamSynchronize(stream), what);
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

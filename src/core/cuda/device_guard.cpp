@@ -4,7 +4,7 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 namespace {
 
@@ -34,4 +34,4 @@ DeviceGuard::~DeviceGuard() {
   if (switched_) cudaSetDevice(previous_);
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

@@ -4,7 +4,7 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 uint32_t multiprocessors(int device) {
   int sms = 0;
@@ -13,4 +13,4 @@ uint32_t multiprocessors(int device) {
   return static_cast<uint32_t>(sms);
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

@@ -5,7 +5,7 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 cudaMemPool_t scratch_pool() {
   static std::mutex mutex;
@@ -29,4 +29,4 @@ cudaMemPool_t scratch_pool() {
   return pools[device];
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

@@ -10,7 +10,7 @@
 #include "dynemb/ops/step_ops.hpp"
 #include "lookup_validation.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 template <TableKey K>
 size_t dedup_cpu(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts);
@@ -66,4 +66,4 @@ template <TableKey K>
 void split_table_keys_cpu(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                           uint32_t shift, K* keys, uint64_t* bounds);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

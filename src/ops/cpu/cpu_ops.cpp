@@ -5,7 +5,7 @@
 #include "backend_instances.hpp"
 #include "cpu/cpu_kernels.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
 class CpuOps final : public OpsBackend {
@@ -181,4 +181,4 @@ const OpsBackend& cpu_ops() {
   return ops;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

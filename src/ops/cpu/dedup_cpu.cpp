@@ -5,7 +5,7 @@
 #include "cpu/cpu_kernels.hpp"
 #include "dynemb/core/hash.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 // Hash-based: one pass assigns first-seen ids, the (few) unique keys are sorted, and a second
 // pass reads each key's rank. O(n + u log u) instead of sorting the whole batch.
@@ -57,4 +57,4 @@ size_t dedup_cpu(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uin
 template size_t dedup_cpu<int64_t>(size_t, const int64_t*, int64_t*, uint32_t*, uint32_t*);
 template size_t dedup_cpu<uint64_t>(size_t, const uint64_t*, uint64_t*, uint32_t*, uint32_t*);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

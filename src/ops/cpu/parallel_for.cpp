@@ -1,10 +1,10 @@
 #include "cpu/parallel_for.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
-cpu::ThreadPool& ops_thread_pool() {
-  static cpu::ThreadPool pool(0);
+core::ThreadPool& ops_thread_pool() {
+  static core::ThreadPool pool(0);
   return pool;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

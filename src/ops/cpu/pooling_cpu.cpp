@@ -7,7 +7,7 @@
 #include "cpu/parallel_for.hpp"
 #include "id_factor.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 namespace {
 
@@ -164,4 +164,4 @@ void reduce_gradients_cpu(std::span<const LookupFeature> features,
   }
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -6,7 +6,7 @@
 #include "cpu/parallel_for.hpp"
 #include "dynemb/ops/row_ops.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 void gather_rows_cpu(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                      float* dst, uint32_t dst_stride, uint32_t width) {
@@ -142,4 +142,4 @@ template void fill_initial_rows_cpu<uint64_t>(size_t, const uint64_t*, const boo
                                               const InitializerOptions&, float*, uint32_t,
                                               uint32_t);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

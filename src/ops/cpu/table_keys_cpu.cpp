@@ -4,7 +4,7 @@
 #include "cpu/cpu_kernels.hpp"
 #include "dynemb/ops/table_keys.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 template <TableKey K>
 void combine_table_keys_cpu(uint32_t table, uint32_t shift, size_t n, const K* keys,
@@ -52,4 +52,4 @@ template void split_table_keys_cpu<int64_t>(size_t, const uint64_t*, uint32_t, u
 template void split_table_keys_cpu<uint64_t>(size_t, const uint64_t*, uint32_t, uint32_t, uint64_t*,
                                              uint64_t*);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -11,7 +11,7 @@
 #include "dynemb/ops/step_ops.hpp"
 #include "lookup_validation.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 template <TableKey K>
 size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts,
@@ -81,4 +81,4 @@ void pinned_host_free_cuda(void* p) noexcept;
 // Waits for `stream`'s work.
 void sync_stream_cuda(StreamHandle stream);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

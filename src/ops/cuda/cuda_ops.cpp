@@ -3,7 +3,7 @@
 #include "backend_instances.hpp"
 #include "cuda/cuda_kernels.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
 class CudaOps final : public OpsBackend {
@@ -167,4 +167,4 @@ const OpsBackend& cuda_ops() {
   return ops;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -18,12 +18,12 @@
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/ops/step_workspace.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
-using ops_cuda::as_stream;
-using ops_cuda::blocks_for_threads;
-using ops_cuda::kBlock;
+using ops::cuda::as_stream;
+using ops::cuda::blocks_for_threads;
+using ops::cuda::kBlock;
 
 // What one synchronization reads back. The words from kFirstBadOffset on start at all ones, the
 // others at zero.
@@ -112,7 +112,7 @@ __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, siz
   if (bag_of != nullptr) {
     // One warp per bag at a time.
     for (size_t b = first / 32; b < num_bags; b += stride / 32) {
-      ops_cuda::write_bag_of(offsets, b, n, bag_of);
+      ops::cuda::write_bag_of(offsets, b, n, bag_of);
     }
   }
   if (key_count == 0) return;
@@ -174,8 +174,8 @@ void check_offsets_status(const char* where, const uint64_t* status, const int64
   if (status[kFirstBadOffset] != ULLONG_MAX) {
     const size_t b = status[kFirstBadOffset];
     int64_t pair[2];
-    cuda::check(cudaMemcpy(pair, offsets + b - 1, sizeof pair, cudaMemcpyDeviceToHost),
-                "dedup: read bad offset");
+    core::cuda::check(cudaMemcpy(pair, offsets + b - 1, sizeof pair, cudaMemcpyDeviceToHost),
+                      "dedup: read bad offset");
     throw_decreasing_offset(where, 0, b, pair[1], pair[0]);
   }
   const auto last = static_cast<int64_t>(status[kLastOffset]);
@@ -205,12 +205,12 @@ class SortPass {
       scan_bytes = cached->scan_bytes;
     } else {
       S* no_keys = nullptr;
-      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, no_keys, inverse,
-                                                  ids_by_row, items, 0, end_bit, stream_),
-                  "dedup: SortPairs (size)");
-      cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
-                                                inverse, items, stream_),
-                  "dedup: InclusiveSum (size)");
+      core::cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, no_keys, inverse,
+                                                        ids_by_row, items, 0, end_bit, stream_),
+                        "dedup: SortPairs (size)");
+      core::cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
+                                                      inverse, items, stream_),
+                        "dedup: InclusiveSum (size)");
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
@@ -229,7 +229,7 @@ class SortPass {
     if (workspace_ != nullptr) {
       block = workspace_->scratch(measure.bytes(), stream_);
     } else {
-      owned_ = cuda::DeviceArray<uint8_t>(measure.bytes(), stream_);
+      owned_ = core::cuda::DeviceArray<uint8_t>(measure.bytes(), stream_);
       block = owned_.data();
     }
     ScratchCarver place(block);
@@ -238,30 +238,30 @@ class SortPass {
     if (workspace_ != nullptr) {
       positions_in = workspace_->iota(n, stream_);
     } else {
-      ops_cuda::fill_iota(positions, n, stream_);
+      ops::cuda::fill_iota(positions, n, stream_);
       positions_in = positions;
     }
-    cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
-                                                ids_by_row, items, 0, end_bit, stream_),
-                "dedup: SortPairs");
-    cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank, items,
-                                              stream_),
-                "dedup: InclusiveSum");
+    core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
+                                                      ids_by_row, items, 0, end_bit, stream_),
+                      "dedup: SortPairs");
+    core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank,
+                                                    items, stream_),
+                      "dedup: InclusiveSum");
     scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
         sorted, ids_by_row, rank, n, bag_of, unique_keys, inverse, row_begin, bag_by_row, status);
-    cuda::check_launch("dedup: scatter_kernel");
+    core::cuda::check_launch("dedup: scatter_kernel");
   }
 
  private:
   StepWorkspace* workspace_;
   cudaStream_t stream_;
-  cuda::DeviceArray<uint8_t> owned_;
+  core::cuda::DeviceArray<uint8_t> owned_;
 };
 
 // Copies `count` words to the host on `stream` (asynchronous into pinned memory).
 void read_back(uint64_t* host, const void* device, size_t count, cudaStream_t stream,
                const char* what) {
-  cuda::check(
+  core::cuda::check(
       cudaMemcpyAsync(host, device, count * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream),
       what);
 }
@@ -280,10 +280,10 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
           "must be <= " + std::to_string(StepWorkspace::kHostWords - kStatusWords));
   require(bag_by_row == nullptr || workspace != nullptr, where, "bag_by_row", "not null",
           "needs a StepWorkspace (the ids' bags are written to its scratch first)");
-  ops_cuda::keep_pool_memory(stream);
+  ops::cuda::keep_pool_memory(stream);
   // The status words and the host words they are read into: the workspace's, else temporaries
   // (pageable host memory).
-  cuda::DeviceArray<unsigned long long> own_status;
+  core::cuda::DeviceArray<unsigned long long> own_status;
   unsigned long long* status = nullptr;
   uint64_t own_host[StepWorkspace::kHostWords];
   uint64_t* host = own_host;
@@ -291,14 +291,15 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     status = reinterpret_cast<unsigned long long*>(workspace->device_words());
     host = workspace->host_words();
   } else {
-    own_status = cuda::DeviceArray<unsigned long long>(kStatusWords, stream);
+    own_status = core::cuda::DeviceArray<unsigned long long>(kStatusWords, stream);
     status = own_status.data();
   }
-  cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
-              "dedup: cudaMemsetAsync");
-  cuda::check(cudaMemsetAsync(status + kZeroWords, 0xFF,
-                              (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
-              "dedup: cudaMemsetAsync");
+  core::cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
+                    "dedup: cudaMemsetAsync");
+  core::cuda::check(
+      cudaMemsetAsync(status + kZeroWords, 0xFF,
+                      (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
+      "dedup: cudaMemsetAsync");
   // The key bits are measured when a workspace will predict the next batch's from them, or when
   // this batch is long enough to sort narrowly.
   const int predicted = workspace != nullptr ? workspace->sort_end_bit : 0;
@@ -311,12 +312,12 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   // their low 32 bits written by the status pass, for a sort that moves half the key bytes.
   const bool may_narrow =
       sizeof(K) == 8 && measure_bits && (predicted > 0 ? predicted <= 32 : n >= kNarrowSortMin);
-  cuda::DeviceArray<uint32_t> own_narrow;
+  core::cuda::DeviceArray<uint32_t> own_narrow;
   uint32_t* narrow = nullptr;
   if (may_narrow && workspace != nullptr) {
     narrow = workspace->narrow_keys(n, stream);
   } else if (may_narrow) {
-    own_narrow = cuda::DeviceArray<uint32_t>(n, stream);
+    own_narrow = core::cuda::DeviceArray<uint32_t>(n, stream);
     narrow = own_narrow.data();
   }
   if (num_bags > 0 || measure_bits) {
@@ -324,10 +325,11 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
         static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));
     batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, n, bag_of, keys,
                                                        measure_bits ? n : 0, narrow, status);
-    cuda::check_launch("dedup: batch_status_kernel");
+    core::cuda::check_launch("dedup: batch_status_kernel");
   }
   if (n == 0) {
-    cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream), "dedup: cudaMemsetAsync");
+    core::cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream),
+                      "dedup: cudaMemsetAsync");
   }
   // The sort's end bit: the workspace's prediction (checked below), else for a long batch its own
   // bits (one more read back), else all bits.
@@ -336,7 +338,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
     end_bit = predicted;
   } else if (n >= kNarrowSortMin) {
     read_back(host, status, kStatusWords, stream, "dedup: read key bits");
-    cuda::sync(stream, "dedup: key bits");
+    core::cuda::sync(stream, "dedup: key bits");
     end_bit = end_bit_for<K>(host[kKeysOr], host[kKeysAnd]);
   }
   // Sorts on bits [0, bits): the narrow keys when they hold those bits, else the keys.
@@ -355,7 +357,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   read_back(host, status, kStatusWords, stream, "dedup: read status");
   if (along.count > 0)
     read_back(host + kStatusWords, along.counters, along.count, stream, "dedup: read along");
-  cuda::sync(stream, "dedup");
+  core::cuda::sync(stream, "dedup");
   if (along.count > 0) std::copy_n(host + kStatusWords, along.count, along.host);
   check_offsets_status(where, host, offsets, num_bags, n);
   size_t unique = static_cast<size_t>(host[kUnique]);
@@ -367,7 +369,7 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
       // grew).
       sort(needed);
       read_back(host, status, 1, stream, "dedup: read unique count");
-      cuda::sync(stream, "dedup");
+      core::cuda::sync(stream, "dedup");
       unique = static_cast<size_t>(host[kUnique]);
     }
   }
@@ -378,14 +380,14 @@ template <TableKey K>
 size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts,
                   StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
-  ops_cuda::keep_pool_memory(stream);
-  cuda::DeviceArray<uint32_t> ids_by_row(n, stream), row_begin(n + 1, stream);
+  ops::cuda::keep_pool_memory(stream);
+  core::cuda::DeviceArray<uint32_t> ids_by_row(n, stream), row_begin(n + 1, stream);
   const size_t u =
       dedup_grouped_cuda(n, keys, unique_keys, inverse, ids_by_row.data(), row_begin.data(),
                          nullptr, nullptr, 0, "dedup", {}, nullptr, stream_handle);
   if (counts != nullptr && u > 0) {
     counts_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(row_begin.data(), u, counts);
-    cuda::check_launch("dedup: counts_kernel");
+    core::cuda::check_launch("dedup: counts_kernel");
   }
   return u;
 }
@@ -402,4 +404,4 @@ template size_t dedup_grouped_cuda<uint64_t>(size_t, const uint64_t*, uint64_t*,
                                              size_t, const char*, ReadAlong, StepWorkspace*,
                                              StreamHandle);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -13,21 +13,21 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/prefetch.cuh"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
-using ops_cuda::add_hot_row;
-using ops_cuda::as_stream;
-using ops_cuda::blocks_for_warps;
-using ops_cuda::gradient_nonfinite;
-using ops_cuda::hot_row_count;
-using ops_cuda::HotChunks;
-using ops_cuda::is_hot_row;
-using ops_cuda::kBlock;
-using ops_cuda::kWarpsPerBlock;
-using ops_cuda::lane_index;
-using ops_cuda::sum_ids;
-using ops_cuda::update_row;
+using ops::cuda::add_hot_row;
+using ops::cuda::as_stream;
+using ops::cuda::blocks_for_warps;
+using ops::cuda::gradient_nonfinite;
+using ops::cuda::hot_row_count;
+using ops::cuda::HotChunks;
+using ops::cuda::is_hot_row;
+using ops::cuda::kBlock;
+using ops::cuda::kWarpsPerBlock;
+using ops::cuda::lane_index;
+using ops::cuda::sum_ids;
+using ops::cuda::update_row;
 
 // Blocks that take the hot rows (grid-stride), ahead of the cold rows' blocks.
 constexpr size_t kHotBlocks = 512;
@@ -86,7 +86,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   float* p = updated_address(rows, skip, row);
   if (p != nullptr) {
     const size_t row_bytes = (x.dim + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
-    cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
+    core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
@@ -124,7 +124,7 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
   fused_row_kernel<kKind, kVec>
       <<<hot_blocks + blocks_for_warps(x.num_rows), kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
-  cuda::check_launch("reduce_and_optimize: fused_row_kernel");
+  core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 
 }  // namespace
@@ -145,14 +145,14 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
                                   nonfinite, stream_handle);
     return;
   }
-  ops_cuda::keep_pool_memory(stream);
-  const ops_cuda::HotChunkPlan plan(x, groups, stream);
+  ops::cuda::keep_pool_memory(stream);
+  const ops::cuda::HotChunkPlan plan(x, groups, stream);
   const HotChunks h = plan.issue(g, workspace.scratch(plan.bytes(), stream), stream);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
-  const bool vec = ops_cuda::vec4_ok(g.out, g.out_stride, x.dim);
+  const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);
   auto* bad = reinterpret_cast<unsigned long long*>(nonfinite);
-  ops_cuda::with_optimizer_kind(o.kind, [&](auto kind) {
+  ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
     constexpr OptimizerKind kKind = decltype(kind)::value;
     if (vec) {
       launch_fused<kKind, 4>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
@@ -162,4 +162,4 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   });
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -7,7 +7,7 @@
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 namespace {
 
 using detail::IdGroups;
@@ -89,10 +89,10 @@ HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaS
   max_hot_rows_ = x.num_ids / (kGradientChunk + 1) + 1;
   max_chunks_ = x.num_ids / kGradientChunk + max_hot_rows_;
   partial_stride_ = (x.dim + 3) / 4 * 4;
-  cuda::check(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
-                                            static_cast<uint32_t*>(nullptr),
-                                            static_cast<int>(x.num_rows), stream),
-              "reduce_gradients: ExclusiveSum (size)");
+  core::cuda::check(cub::DeviceScan::ExclusiveSum(
+                        nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
+                        static_cast<uint32_t*>(nullptr), static_cast<int>(x.num_rows), stream),
+                    "reduce_gradients: ExclusiveSum (size)");
   detail::ScratchCarver measure;
   carve(measure);
   bytes_ = measure.bytes();
@@ -104,26 +104,26 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   detail::ScratchCarver place(scratch);
   const Arrays a = carve(place);
   const size_t n = x.num_ids, u = x.num_rows;
-  cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
-              "reduce_gradients: cudaMemsetAsync");
+  core::cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
+                    "reduce_gradients: cudaMemsetAsync");
   // The bags in the reduction's order: the dedup's, else worked out here.
   const uint32_t* bag_by_row = groups.bag_by_row != nullptr ? groups.bag_by_row : a.bag_by_row;
   if (needs_bags_) {
     fill_bag_of(x.offsets, x.num_bags, n, a.bag_of, stream);
     bag_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(groups.ids_by_row, a.bag_of, n,
                                                                     a.bag_by_row);
-    cuda::check_launch("reduce_gradients: bag_by_row_kernel");
+    core::cuda::check_launch("reduce_gradients: bag_by_row_kernel");
   }
   hot_rows_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(groups.row_begin, u, a.chunk_count,
                                                                 a.hot_rows, a.hot_count);
-  cuda::check_launch("reduce_gradients: hot_rows_kernel");
+  core::cuda::check_launch("reduce_gradients: hot_rows_kernel");
   size_t scan_bytes = scan_bytes_;
-  cuda::check(cub::DeviceScan::ExclusiveSum(a.scan_temp, scan_bytes, a.chunk_count, a.chunk_first,
-                                            static_cast<int>(u), stream),
-              "reduce_gradients: ExclusiveSum");
+  core::cuda::check(cub::DeviceScan::ExclusiveSum(a.scan_temp, scan_bytes, a.chunk_count,
+                                                  a.chunk_first, static_cast<int>(u), stream),
+                    "reduce_gradients: ExclusiveSum");
   chunk_row_kernel<<<blocks_for_warps(max_hot_rows_), kBlock, 0, stream>>>(
       a.hot_rows, a.hot_count, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
-  cuda::check_launch("reduce_gradients: chunk_row_kernel");
+  core::cuda::check_launch("reduce_gradients: chunk_row_kernel");
   if (n > 0) {
     const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
@@ -136,7 +136,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
                                                          a.chunk_count, a.chunk_row, max_chunks_,
                                                          partial_stride_, a.partial);
     }
-    cuda::check_launch("reduce_gradients: hot_chunk_kernel");
+    core::cuda::check_launch("reduce_gradients: hot_chunk_kernel");
   }
   HotChunks h;
   h.bag_by_row = bag_by_row;
@@ -150,4 +150,4 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   return h;
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

@@ -13,7 +13,7 @@
 #include "dynemb/ops/step_ops.hpp"
 #include "dynemb/ops/step_workspace.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 
 // Whether a row read by `ids` ids is hot (its ids are cut into chunks) rather than cold (one warp
 // sums them).
@@ -92,4 +92,4 @@ __device__ __forceinline__ size_t hot_row_count(const HotChunks& h) {
   return min(static_cast<size_t>(*h.hot_count), h.max_hot_rows);
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

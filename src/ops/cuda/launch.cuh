@@ -8,7 +8,7 @@
 
 #include "dynemb/core/stream.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 
 inline constexpr int kBlock = 256;
 inline constexpr int kWarpsPerBlock = kBlock / 32;
@@ -57,4 +57,4 @@ __device__ __forceinline__ void write_bag_of(const int64_t* offsets, size_t b, s
   for (int64_t i = begin + lane_index(); i < end; i += 32) bag_of[i] = static_cast<uint32_t>(b);
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

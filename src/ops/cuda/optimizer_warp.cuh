@@ -11,7 +11,7 @@
 #include "cuda/launch.cuh"
 #include "dynemb/ops/optimizer.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 
 struct WarpLanes {
   uint32_t lane;
@@ -116,4 +116,4 @@ void with_optimizer_kind(OptimizerKind kind, const F& f) {
   }
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

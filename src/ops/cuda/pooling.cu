@@ -16,27 +16,27 @@
 #include "dynemb/core/cuda/device_array.hpp"
 #include "id_factor.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
-using ops_cuda::add_hot_row;
-using ops_cuda::add_terms;
-using ops_cuda::AddressedRows;
-using ops_cuda::as_stream;
-using ops_cuda::blocks_for_threads;
-using ops_cuda::blocks_for_warps;
-using ops_cuda::DenseRows;
-using ops_cuda::hot_row_count;
-using ops_cuda::HotChunks;
-using ops_cuda::is_hot_row;
-using ops_cuda::kBlock;
-using ops_cuda::kTileRegs;
-using ops_cuda::kTileWidth;
-using ops_cuda::lane_index;
-using ops_cuda::load_tile;
-using ops_cuda::sum_ids;
-using ops_cuda::TileLanes;
-using ops_cuda::warp_index;
+using ops::cuda::add_hot_row;
+using ops::cuda::add_terms;
+using ops::cuda::AddressedRows;
+using ops::cuda::as_stream;
+using ops::cuda::blocks_for_threads;
+using ops::cuda::blocks_for_warps;
+using ops::cuda::DenseRows;
+using ops::cuda::hot_row_count;
+using ops::cuda::HotChunks;
+using ops::cuda::is_hot_row;
+using ops::cuda::kBlock;
+using ops::cuda::kTileRegs;
+using ops::cuda::kTileWidth;
+using ops::cuda::lane_index;
+using ops::cuda::load_tile;
+using ops::cuda::sum_ids;
+using ops::cuda::TileLanes;
+using ops::cuda::warp_index;
 
 // first[0]: first b >= 1 with offsets[b] < offsets[b-1]; first[1]: first i with a bad index.
 __global__ void check_offsets_kernel(const int64_t* offsets, size_t num_bags,
@@ -143,33 +143,35 @@ void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature>
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
     if (x.num_bags == 0) continue;
-    cuda::DeviceArray<unsigned long long> first(2, stream);
-    cuda::check(cudaMemsetAsync(first.data(), 0xFF, 2 * sizeof(unsigned long long), stream),
-                "validate_lookup: cudaMemsetAsync");
+    core::cuda::DeviceArray<unsigned long long> first(2, stream);
+    core::cuda::check(cudaMemsetAsync(first.data(), 0xFF, 2 * sizeof(unsigned long long), stream),
+                      "validate_lookup: cudaMemsetAsync");
     check_offsets_kernel<<<blocks_for_threads(x.num_bags), kBlock, 0, stream>>>(
         x.offsets, x.num_bags, first.data());
-    cuda::check_launch("validate_lookup: check_offsets_kernel");
+    core::cuda::check_launch("validate_lookup: check_offsets_kernel");
     if (x.num_ids > 0) {
       check_indices_kernel<<<blocks_for_threads(x.num_ids), kBlock, 0, stream>>>(
           x.indices, x.num_ids, x.num_rows, first.data());
-      cuda::check_launch("validate_lookup: check_indices_kernel");
+      core::cuda::check_launch("validate_lookup: check_indices_kernel");
     }
     unsigned long long bad[2];
     int64_t ends[2];
-    cuda::check(cudaMemcpyAsync(bad, first.data(), sizeof bad, cudaMemcpyDeviceToHost, stream),
-                "validate_lookup: read checks");
-    cuda::check(
+    core::cuda::check(
+        cudaMemcpyAsync(bad, first.data(), sizeof bad, cudaMemcpyDeviceToHost, stream),
+        "validate_lookup: read checks");
+    core::cuda::check(
         cudaMemcpyAsync(&ends[0], x.offsets, sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
         "validate_lookup: read offsets[0]");
-    cuda::check(cudaMemcpyAsync(&ends[1], x.offsets + x.num_bags, sizeof(int64_t),
-                                cudaMemcpyDeviceToHost, stream),
-                "validate_lookup: read last offset");
-    cuda::sync(stream, "validate_lookup");
+    core::cuda::check(cudaMemcpyAsync(&ends[1], x.offsets + x.num_bags, sizeof(int64_t),
+                                      cudaMemcpyDeviceToHost, stream),
+                      "validate_lookup: read last offset");
+    core::cuda::sync(stream, "validate_lookup");
     if (ends[0] != 0) throw_bad_first_offset(where, f, ends[0]);
     if (bad[0] != ULLONG_MAX) {
       int64_t pair[2];
-      cuda::check(cudaMemcpy(pair, x.offsets + bad[0] - 1, sizeof pair, cudaMemcpyDeviceToHost),
-                  "validate_lookup: read bad offset");
+      core::cuda::check(
+          cudaMemcpy(pair, x.offsets + bad[0] - 1, sizeof pair, cudaMemcpyDeviceToHost),
+          "validate_lookup: read bad offset");
       throw_decreasing_offset(where, f, bad[0], pair[1], pair[0]);
     }
     if (static_cast<size_t>(ends[1]) != x.num_ids) {
@@ -177,8 +179,9 @@ void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature>
     }
     if (bad[1] != ULLONG_MAX) {
       uint32_t value;
-      cuda::check(cudaMemcpy(&value, x.indices + bad[1], sizeof value, cudaMemcpyDeviceToHost),
-                  "validate_lookup: read bad index");
+      core::cuda::check(
+          cudaMemcpy(&value, x.indices + bad[1], sizeof value, cudaMemcpyDeviceToHost),
+          "validate_lookup: read bad index");
       throw_bad_index(where, f, bad[1], value, x.num_rows);
     }
   }
@@ -203,7 +206,7 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
   } else {
     pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   }
-  cuda::check_launch("pooled_lookup: pool_kernel");
+  core::cuda::check_launch("pooled_lookup: pool_kernel");
 }
 
 }  // namespace
@@ -215,12 +218,12 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
     if (x.num_bags == 0) continue;
-    const bool out_vec = ops_cuda::vec4_ok(o.out, o.out_stride, x.dim);
+    const bool out_vec = ops::cuda::vec4_ok(o.out, o.out_stride, x.dim);
     if (x.row_ptrs != nullptr) {
       // Rows by address: float4 lanes where dim allows; a misaligned row is read per element.
       launch_pool(x, AddressedRows{x.row_ptrs}, o, out_vec && x.dim % 4 == 0, stream);
     } else {
-      const bool vec = out_vec && ops_cuda::vec4_ok(x.rows, x.row_stride, x.dim);
+      const bool vec = out_vec && ops::cuda::vec4_ok(x.rows, x.row_stride, x.dim);
       launch_pool(x, DenseRows{x.rows, x.row_stride}, o, vec, stream);
     }
   }
@@ -230,24 +233,24 @@ void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, cons
                                    const LookupOutput& r, StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
   if (x.num_rows == 0) return;
-  ops_cuda::keep_pool_memory(stream);
-  const ops_cuda::HotChunkPlan plan(x, groups, stream);
-  cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
+  ops::cuda::keep_pool_memory(stream);
+  const ops::cuda::HotChunkPlan plan(x, groups, stream);
+  core::cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
   const HotChunks h = plan.issue(g, scratch.data(), stream);
-  const bool vec = ops_cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
-                   ops_cuda::vec4_ok(r.out, r.out_stride, x.dim);
+  const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
+                   ops::cuda::vec4_ok(r.out, r.out_stride, x.dim);
   const unsigned blocks = blocks_for_warps(x.num_rows);
   if (vec) {
     cold_row_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
   } else {
     cold_row_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
   }
-  cuda::check_launch("reduce_gradients: cold_row_kernel");
+  core::cuda::check_launch("reduce_gradients: cold_row_kernel");
   if (x.num_ids > 0) {
     constexpr int kHotBlock = 128;
     const unsigned hot_blocks = static_cast<unsigned>(std::min<size_t>(h.max_hot_rows, 2048));
     hot_row_kernel<<<hot_blocks, kHotBlock, 0, stream>>>(x.dim, h, r);
-    cuda::check_launch("reduce_gradients: hot_row_kernel");
+    core::cuda::check_launch("reduce_gradients: hot_row_kernel");
   }
 }
 
@@ -260,28 +263,28 @@ void reduce_gradients_cuda(std::span<const LookupFeature> features,
     if (x.num_rows == 0) continue;
     const size_t n = x.num_ids;
     // The ids grouped by row: a stable radix sort of (row, id), only the bits rows need.
-    cuda::DeviceArray<uint32_t> ids(n, stream), sorted_ids(n, stream), sorted_rows(n, stream),
+    core::cuda::DeviceArray<uint32_t> ids(n, stream), sorted_ids(n, stream), sorted_rows(n, stream),
         row_begin(x.num_rows + 1, stream);
     if (n > 0) {
       size_t sort_bytes = 0;
       const int bits = bits_for(x.num_rows);
-      cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, x.indices,
-                                                  sorted_rows.data(), ids.data(), sorted_ids.data(),
-                                                  static_cast<int>(n), 0, bits, stream),
-                  "reduce_gradients: SortPairs (size)");
-      cuda::DeviceArray<uint8_t> temp(sort_bytes, stream);
-      ops_cuda::fill_iota(ids.data(), n, stream);
-      cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), sort_bytes, x.indices,
-                                                  sorted_rows.data(), ids.data(), sorted_ids.data(),
-                                                  static_cast<int>(n), 0, bits, stream),
-                  "reduce_gradients: SortPairs");
+      core::cuda::check(cub::DeviceRadixSort::SortPairs(
+                            nullptr, sort_bytes, x.indices, sorted_rows.data(), ids.data(),
+                            sorted_ids.data(), static_cast<int>(n), 0, bits, stream),
+                        "reduce_gradients: SortPairs (size)");
+      core::cuda::DeviceArray<uint8_t> temp(sort_bytes, stream);
+      ops::cuda::fill_iota(ids.data(), n, stream);
+      core::cuda::check(cub::DeviceRadixSort::SortPairs(
+                            temp.data(), sort_bytes, x.indices, sorted_rows.data(), ids.data(),
+                            sorted_ids.data(), static_cast<int>(n), 0, bits, stream),
+                        "reduce_gradients: SortPairs");
     }
     row_begin_kernel<<<blocks_for_threads(n + 1), kBlock, 0, stream>>>(
         sorted_rows.data(), n, x.num_rows, row_begin.data());
-    cuda::check_launch("reduce_gradients: row_begin_kernel");
+    core::cuda::check_launch("reduce_gradients: row_begin_kernel");
     reduce_gradients_grouped_cuda(x, {sorted_ids.data(), row_begin.data()}, grads[f], row_grads[f],
                                   stream_handle);
   }
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

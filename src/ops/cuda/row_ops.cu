@@ -12,17 +12,17 @@
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/initializer.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
-using ops_cuda::as_stream;
-using ops_cuda::blocks_for_threads;
-using ops_cuda::blocks_for_warps;
-using ops_cuda::gradient_nonfinite;
-using ops_cuda::kBlock;
-using ops_cuda::lane_index;
-using ops_cuda::update_row;
-using ops_cuda::warp_index;
+using ops::cuda::as_stream;
+using ops::cuda::blocks_for_threads;
+using ops::cuda::blocks_for_warps;
+using ops::cuda::gradient_nonfinite;
+using ops::cuda::kBlock;
+using ops::cuda::lane_index;
+using ops::cuda::update_row;
+using ops::cuda::warp_index;
 
 // One warp per row; float4 lanes when kVec = 4 (strides, pointers and width allow it).
 template <bool kScatter, uint32_t kVec>
@@ -131,7 +131,7 @@ void launch_optimizer(const OptimizerOptions& o, size_t n, const Rows& rows, boo
     optimizer_kernel<kKind, 1><<<blocks_for_warps(n), kBlock, 0, stream>>>(
         o, n, rows, grads, grad_stride, dim, skip, nonfinite);
   }
-  cuda::check_launch("apply_optimizer_rows");
+  core::cuda::check_launch("apply_optimizer_rows");
 }
 
 // Launches the optimizer kernel of o.kind; `vec`: float4 lanes allowed for the rows.
@@ -139,7 +139,7 @@ template <class Rows>
 void launch_optimizer_any(const OptimizerOptions& o, size_t n, const Rows& rows, bool rows_vec,
                           const float* grads, uint32_t grad_stride, uint32_t dim, const bool* skip,
                           unsigned long long* nonfinite, cudaStream_t stream) {
-  const bool vec = rows_vec && ops_cuda::vec4_ok(grads, grad_stride, dim);
+  const bool vec = rows_vec && ops::cuda::vec4_ok(grads, grad_stride, dim);
   switch (o.kind) {
     case OptimizerKind::kSgd:
       return launch_optimizer<OptimizerKind::kSgd>(o, n, rows, vec, grads, grad_stride, dim, skip,
@@ -167,7 +167,7 @@ void launch_optimizer_dense(const OptimizerOptions& o, size_t n, float* rows, ui
                             const float* grads, uint32_t grad_stride, uint32_t dim,
                             const bool* skip, unsigned long long* nonfinite, cudaStream_t stream) {
   launch_optimizer_any(o, n, DenseRowsOut{rows, row_stride},
-                       ops_cuda::vec4_ok(rows, row_stride, dim), grads, grad_stride, dim, skip,
+                       ops::cuda::vec4_ok(rows, row_stride, dim), grads, grad_stride, dim, skip,
                        nonfinite, stream);
 }
 
@@ -209,27 +209,27 @@ __global__ void count_flags_kernel(size_t n, const bool* flags, bool value,
 void gather_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                       float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream) {
   if (n == 0) return;
-  if (ops_cuda::vec4_ok(src, src_stride, width) && ops_cuda::vec4_ok(dst, dst_stride, width)) {
+  if (ops::cuda::vec4_ok(src, src_stride, width) && ops::cuda::vec4_ok(dst, dst_stride, width)) {
     move_rows_kernel<false, 4><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
         n, index, src, src_stride, dst, dst_stride, width);
   } else {
     move_rows_kernel<false, 1><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
         n, index, src, src_stride, dst, dst_stride, width);
   }
-  cuda::check_launch("gather_rows");
+  core::cuda::check_launch("gather_rows");
 }
 
 void scatter_rows_cuda(size_t n, const uint32_t* index, const float* src, uint32_t src_stride,
                        float* dst, uint32_t dst_stride, uint32_t width, StreamHandle stream) {
   if (n == 0) return;
-  if (ops_cuda::vec4_ok(src, src_stride, width) && ops_cuda::vec4_ok(dst, dst_stride, width)) {
+  if (ops::cuda::vec4_ok(src, src_stride, width) && ops::cuda::vec4_ok(dst, dst_stride, width)) {
     move_rows_kernel<true, 4><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
         n, index, src, src_stride, dst, dst_stride, width);
   } else {
     move_rows_kernel<true, 1><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
         n, index, src, src_stride, dst, dst_stride, width);
   }
-  cuda::check_launch("scatter_rows");
+  core::cuda::check_launch("scatter_rows");
 }
 
 template <TableKey K>
@@ -239,7 +239,7 @@ void fill_initial_rows_cuda(size_t n, const K* keys, const bool* flags, bool whe
   if (n == 0) return;
   fill_initial_kernel<K><<<blocks_for_warps(n), kBlock, 0, as_stream(stream)>>>(
       n, keys, flags, when, init, rows, stride, width);
-  cuda::check_launch("fill_initial_rows");
+  core::cuda::check_launch("fill_initial_rows");
 }
 
 template void fill_initial_rows_cuda<int64_t>(size_t, const int64_t*, const bool*, bool,
@@ -253,42 +253,42 @@ size_t select_indices_cuda(size_t n, const bool* flags, bool value, uint32_t* ou
                            StreamHandle stream_handle) {
   if (n == 0) return 0;
   const cudaStream_t stream = as_stream(stream_handle);
-  cuda::DeviceArray<uint32_t> count(1, stream);
+  core::cuda::DeviceArray<uint32_t> count(1, stream);
   const thrust::counting_iterator<uint32_t> positions(0);
   size_t bytes = 0;
-  cuda::check(cub::DeviceSelect::If(nullptr, bytes, positions, out, count.data(),
-                                    static_cast<int>(n), FlagEquals{flags, value}, stream),
-              "select_indices: DeviceSelect::If (size)");
-  cuda::DeviceArray<uint8_t> temp(bytes, stream);
-  cuda::check(cub::DeviceSelect::If(temp.data(), bytes, positions, out, count.data(),
-                                    static_cast<int>(n), FlagEquals{flags, value}, stream),
-              "select_indices: DeviceSelect::If");
-  return cuda::read_value(count.data(), stream, "select_indices: count");
+  core::cuda::check(cub::DeviceSelect::If(nullptr, bytes, positions, out, count.data(),
+                                          static_cast<int>(n), FlagEquals{flags, value}, stream),
+                    "select_indices: DeviceSelect::If (size)");
+  core::cuda::DeviceArray<uint8_t> temp(bytes, stream);
+  core::cuda::check(cub::DeviceSelect::If(temp.data(), bytes, positions, out, count.data(),
+                                          static_cast<int>(n), FlagEquals{flags, value}, stream),
+                    "select_indices: DeviceSelect::If");
+  return core::cuda::read_value(count.data(), stream, "select_indices: count");
 }
 
 void fill_flags_cuda(size_t n, bool value, bool* flags, StreamHandle stream) {
   if (n == 0) return;
   fill_flags_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(n, value, flags);
-  cuda::check_launch("fill_flags");
+  core::cuda::check_launch("fill_flags");
 }
 
 void or_flags_cuda(size_t n, const bool* flags, bool when, bool* out, StreamHandle stream) {
   if (n == 0) return;
   or_flags_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(n, flags, when, out);
-  cuda::check_launch("or_flags");
+  core::cuda::check_launch("or_flags");
 }
 
 size_t flag_nonfinite_rows_cuda(size_t n, const float* grads, uint32_t stride, uint32_t dim,
                                 bool* flags, StreamHandle stream_handle) {
   if (n == 0) return 0;
   const cudaStream_t stream = as_stream(stream_handle);
-  cuda::DeviceArray<unsigned long long> count(1, stream);
-  cuda::check(cudaMemsetAsync(count.data(), 0, sizeof(unsigned long long), stream),
-              "flag_nonfinite_rows: cudaMemsetAsync");
+  core::cuda::DeviceArray<unsigned long long> count(1, stream);
+  core::cuda::check(cudaMemsetAsync(count.data(), 0, sizeof(unsigned long long), stream),
+                    "flag_nonfinite_rows: cudaMemsetAsync");
   nonfinite_kernel<<<blocks_for_warps(n), kBlock, 0, stream>>>(n, grads, stride, dim, flags,
                                                                count.data());
-  cuda::check_launch("flag_nonfinite_rows");
-  return cuda::read_value(count.data(), stream, "flag_nonfinite_rows: count");
+  core::cuda::check_launch("flag_nonfinite_rows");
+  return core::cuda::read_value(count.data(), stream, "flag_nonfinite_rows: count");
 }
 
 void apply_optimizer_rows_cuda(const OptimizerOptions& o, size_t n, float* rows,
@@ -324,7 +324,7 @@ void resolve_missing_rows_cuda(size_t n, float** rows, bool* missing, float* fal
       n, rows, missing, fallback, fallback_stride, founds,
       reinterpret_cast<unsigned long long*>(created),
       reinterpret_cast<unsigned long long*>(missing_count));
-  cuda::check_launch("resolve_missing_rows");
+  core::cuda::check_launch("resolve_missing_rows");
 }
 
 void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter,
@@ -332,15 +332,16 @@ void count_flags_cuda(size_t n, const bool* flags, bool value, uint64_t* counter
   if (n == 0) return;
   count_flags_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(stream)>>>(
       n, flags, value, reinterpret_cast<unsigned long long*>(counter));
-  cuda::check_launch("count_flags");
+  core::cuda::check_launch("count_flags");
 }
 
 void read_words_cuda(const uint64_t* words, size_t count, uint64_t* host, StreamHandle stream) {
   if (count == 0) return;
   const cudaStream_t s = as_stream(stream);
-  cuda::check(cudaMemcpyAsync(host, words, count * sizeof(uint64_t), cudaMemcpyDeviceToHost, s),
-              "read_words: cudaMemcpyAsync");
-  cuda::sync(s, "read_words");
+  core::cuda::check(
+      cudaMemcpyAsync(host, words, count * sizeof(uint64_t), cudaMemcpyDeviceToHost, s),
+      "read_words: cudaMemcpyAsync");
+  core::cuda::sync(s, "read_words");
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

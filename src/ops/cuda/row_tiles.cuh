@@ -11,7 +11,7 @@
 #include "dynemb/ops/pooling.hpp"
 #include "id_factor.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 
 // Rows in the dense layout: row r at base + r * stride; a lane passes a row on as its index.
 struct DenseRows {
@@ -131,4 +131,4 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
   }
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

@@ -7,7 +7,7 @@
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 namespace {
 
 __global__ void iota_kernel(uint32_t* out, size_t n) {
@@ -27,7 +27,7 @@ __global__ void bag_of_kernel(const int64_t* offsets, size_t num_bags, size_t nu
 void fill_iota(uint32_t* out, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   iota_kernel<<<blocks_for_threads(n), kBlock, 0, stream>>>(out, n);
-  cuda::check_launch("fill_iota");
+  core::cuda::check_launch("fill_iota");
 }
 
 void fill_bag_of(const int64_t* offsets, size_t num_bags, size_t num_ids, uint32_t* bag_of,
@@ -35,34 +35,34 @@ void fill_bag_of(const int64_t* offsets, size_t num_bags, size_t num_ids, uint32
   if (num_bags == 0 || num_ids == 0) return;
   bag_of_kernel<<<blocks_for_warps(num_bags), kBlock, 0, stream>>>(offsets, num_bags, num_ids,
                                                                    bag_of);
-  cuda::check_launch("fill_bag_of");
+  core::cuda::check_launch("fill_bag_of");
 }
 
 void keep_pool_memory(cudaStream_t) {
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
-  cuda::check(cudaGetDevice(&device), "keep_pool_memory: cudaGetDevice");
+  core::cuda::check(cudaGetDevice(&device), "keep_pool_memory: cudaGetDevice");
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (done_devices.load(std::memory_order_relaxed) & bit) != 0) return;
   cudaMemPool_t pool;
-  cuda::check(cudaDeviceGetDefaultMemPool(&pool, device), "keep_pool_memory: default pool");
+  core::cuda::check(cudaDeviceGetDefaultMemPool(&pool, device), "keep_pool_memory: default pool");
   uint64_t unlimited = UINT64_MAX;
-  cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &unlimited),
-              "keep_pool_memory: release threshold");
+  core::cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &unlimited),
+                    "keep_pool_memory: release threshold");
   done_devices.fetch_or(bit, std::memory_order_relaxed);
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 
 void fill_iota_cuda(uint32_t* out, size_t n, StreamHandle stream) {
-  ops_cuda::fill_iota(out, n, ops_cuda::as_stream(stream));
+  ops::cuda::fill_iota(out, n, ops::cuda::as_stream(stream));
 }
 
 void* pinned_host_alloc_cuda(size_t bytes) {
   void* p = nullptr;
-  cuda::check(cudaMallocHost(&p, bytes), "StepWorkspace: cudaMallocHost");
+  core::cuda::check(cudaMallocHost(&p, bytes), "StepWorkspace: cudaMallocHost");
   return p;
 }
 
@@ -71,7 +71,7 @@ void pinned_host_free_cuda(void* p) noexcept {
 }
 
 void sync_stream_cuda(StreamHandle stream) {
-  cuda::sync(ops_cuda::as_stream(stream), "StepWorkspace");
+  core::cuda::sync(ops::cuda::as_stream(stream), "StepWorkspace");
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -7,12 +7,12 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/ops/table_keys.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::ops::detail {
 namespace {
 
-using ops_cuda::as_stream;
-using ops_cuda::blocks_for_threads;
-using ops_cuda::kBlock;
+using ops::cuda::as_stream;
+using ops::cuda::blocks_for_threads;
+using ops::cuda::kBlock;
 
 // Thread i < n writes combined key i; thread b <= num_bags writes combined offset b and checks
 // the ends. Each warp ORs its keys' bits before one atomic.
@@ -35,7 +35,7 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
     if (bad) atomicMax(status + kBadTableFlag, ~0ull - table);
   }
   for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
-  if (ops_cuda::lane_index() == 0 && seen != 0) atomicOr(status + kKeyBitsSeen, seen);
+  if (ops::cuda::lane_index() == 0 && seen != 0) atomicOr(status + kKeyBitsSeen, seen);
 }
 
 template <TableKey K>
@@ -62,7 +62,7 @@ void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* 
   combine_kernel<K><<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(
       table, table_tag(table, shift), n, keys, offsets, num_bags, base, bag_base, combined_keys,
       combined_offsets, reinterpret_cast<unsigned long long*>(status));
-  cuda::check_launch("combine_table_keys");
+  core::cuda::check_launch("combine_table_keys");
 }
 
 template <TableKey K>
@@ -71,7 +71,7 @@ void split_table_keys_cuda(size_t u, const uint64_t* unique_keys, uint32_t num_t
   const size_t threads = u > size_t{num_tables} + 1 ? u : size_t{num_tables} + 1;
   split_kernel<K><<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(
       u, unique_keys, num_tables, shift, keys, bounds);
-  cuda::check_launch("split_table_keys");
+  core::cuda::check_launch("split_table_keys");
 }
 
 template void combine_table_keys_cuda<int64_t>(uint32_t, uint32_t, size_t, const int64_t*,
@@ -85,4 +85,4 @@ template void split_table_keys_cuda<int64_t>(size_t, const uint64_t*, uint32_t, 
 template void split_table_keys_cuda<uint64_t>(size_t, const uint64_t*, uint32_t, uint32_t,
                                               uint64_t*, uint64_t*, StreamHandle);
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::ops::detail

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace dynemb::ops_cuda {
+namespace dynemb::ops::cuda {
 
 inline constexpr uint32_t kTileRegs = 4;
 inline constexpr uint32_t kTileWidth = 32 * kTileRegs;
@@ -65,4 +65,4 @@ __device__ __forceinline__ void add_scaled(float (&acc)[kTileRegs], float f,
   for (uint32_t q = 0; q < kTileRegs; ++q) acc[q] = __fadd_rn(acc[q], __fmul_rn(f, v[q]));
 }
 
-}  // namespace dynemb::ops_cuda
+}  // namespace dynemb::ops::cuda

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 BucketStorage::BucketStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim)
     : num_buckets_(num_buckets),
@@ -30,4 +30,4 @@ void BucketStorage::clear() {
   std::memset(ctrl_.data(), kCtrlEmpty, ctrl_.size());
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -24,7 +24,7 @@
 #include "cpu/large_array.hpp"
 #include "dynemb/core/hash.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 inline constexpr uint8_t kCtrlEmpty = 0x00;
 inline constexpr uint8_t kCtrlDeleted = 0x7F;
@@ -248,4 +248,4 @@ class BucketStorage {
   LargeArray<float> values_;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -12,7 +12,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 uint64_t threshold_of(double max_load_factor, uint64_t capacity) {
@@ -253,4 +253,4 @@ TableStats CpuTable<K>::stats() const {
 template class CpuTable<int64_t>;
 template class CpuTable<uint64_t>;
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

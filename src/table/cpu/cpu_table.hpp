@@ -18,7 +18,7 @@
 #include "dynemb/core/thread_pool.hpp"
 #include "dynemb/table/table.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // What a key's operation asks of the batch driver: nothing more, or grow the table and retry
 // (because one more key would pass the load factor, or because the key's bucket is full).
@@ -137,7 +137,7 @@ class CpuTable final : public Table<K> {
 
   TableOptions options_;
   size_t row_bytes_;
-  ThreadPool pool_;
+  core::ThreadPool pool_;
   ScoreClock clock_;
   LockStripes locks_;                       // the bucket locks
   mutable std::shared_mutex mutex_;         // shared: every call; exclusive: growth, clear
@@ -237,4 +237,4 @@ void CpuTable<K>::for_bucket_ranges(uint64_t num_buckets, Fn&& fn) {
   pool_.run(tasks, [&](size_t t) { fn(num_buckets * t / tasks, num_buckets * (t + 1) / tasks); });
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -5,7 +5,7 @@
 
 #include "cpu/cpu_table.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 template <TableKey K>
 void CpuTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
@@ -120,4 +120,4 @@ template void CpuTable<uint64_t>::find_pointers(size_t, const uint64_t*, float**
 template void CpuTable<uint64_t>::find_row_pointers(const char*, size_t, const uint64_t*, float**,
                                                     bool*, uint64_t*);
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -7,7 +7,7 @@
 #include "cpu/row_initializer.hpp"
 #include "dynemb/core/initializer.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 template <TableKey K>
 template <class Hooks>
@@ -330,4 +330,4 @@ template void CpuTable<uint64_t>::assign_scores(size_t, const uint64_t*, const u
                                                 StreamHandle);
 template void CpuTable<uint64_t>::erase(size_t, const uint64_t*, StreamHandle);
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -9,7 +9,7 @@
 
 #include "dynemb/core/error.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 std::atomic<size_t> mapped{0};
@@ -76,4 +76,4 @@ void count_unmapped(size_t bytes) {
   mapped.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

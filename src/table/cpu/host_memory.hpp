@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // Bytes the process's CPU tables hold mapped now (LargeArray's mappings).
 size_t mapped_table_bytes();
@@ -24,4 +24,4 @@ void set_host_memory_limit_for_testing(size_t bytes);
 void count_mapped(size_t bytes);
 void count_unmapped(size_t bytes);
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -6,7 +6,7 @@
 
 #include "cpu/host_memory.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 void* map_zeroed(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -24,4 +24,4 @@ void unmap(void* ptr, size_t bytes) noexcept {
   count_unmapped(bytes);
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

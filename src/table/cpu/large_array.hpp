@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // Maps `bytes` of zeroed, 64-byte-aligned memory (huge pages advised), counted in
 // mapped_table_bytes(); throws std::bad_alloc.
@@ -45,4 +45,4 @@ class LargeArray {
   T* data_ = nullptr;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

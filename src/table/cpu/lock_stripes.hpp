@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 class LockStripes {
  public:
@@ -26,4 +26,4 @@ class LockStripes {
   std::unique_ptr<uint32_t[]> words_;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

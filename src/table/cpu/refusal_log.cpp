@@ -3,7 +3,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/log.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 void RefusalLog::report(SafeCheck mode, const char* call) const {
   std::lock_guard lock(mutex_);
@@ -19,4 +19,4 @@ void RefusalLog::report(SafeCheck mode, const char* call) const {
   warn(message);
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

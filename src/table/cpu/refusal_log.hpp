@@ -11,7 +11,7 @@
 
 #include "dynemb/core/options.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 class RefusalLog {
  public:
@@ -49,4 +49,4 @@ class RefusalLog {
   uint64_t first_lowest_ = 0;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -4,7 +4,7 @@
 
 #include "dynemb/core/score.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 // The first free slot on the probe path of `hash` in bucket b of `to`, or -1 if it is full.
@@ -52,4 +52,4 @@ uint64_t rehash_buckets(const BucketStorage& from, const BucketStorage& to, uint
   return dropped;
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

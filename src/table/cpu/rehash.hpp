@@ -5,7 +5,7 @@
 
 #include "cpu/bucket_storage.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // Copies the keys of source buckets [first, last) of `from` (with scores and rows) into `to`,
 // which has more buckets and starts empty. When `to` has exactly twice the buckets, source
@@ -17,4 +17,4 @@ namespace dynemb::cpu {
 uint64_t rehash_buckets(const BucketStorage& from, const BucketStorage& to, uint64_t first,
                         uint64_t last);
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

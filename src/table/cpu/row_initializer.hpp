@@ -8,7 +8,7 @@
 
 #include "dynemb/core/initializer.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // Fills row[0, dim) exactly as fill_initial_row(init, key_bits, row, dim) does.
 inline void write_initial_row(const InitializerOptions& init, uint64_t key_bits, float* row,
@@ -42,4 +42,4 @@ inline void write_initial_row(const InitializerOptions& init, uint64_t key_bits,
   std::fill(row + drawn, row + dim, 0.0f);
 }
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

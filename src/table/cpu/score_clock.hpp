@@ -9,7 +9,7 @@
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/score.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // What a write needs to compute scores: the policy, the caller's per-key scores (or null) and
 // the call's clock value, read once per call.
@@ -53,4 +53,4 @@ class ScoreClock {
   std::atomic<uint64_t> value_{0};
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

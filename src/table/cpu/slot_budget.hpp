@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 class SlotBudget {
  public:
@@ -48,4 +48,4 @@ class SlotBudget {
   uint64_t left_ = 0;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

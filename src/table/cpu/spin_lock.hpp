@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 
 // Tells the core it is spinning (lets a sibling hyper-thread run).
 inline void cpu_relax() {
@@ -50,4 +50,4 @@ class SpinGuard {
   uint32_t& word_;
 };
 
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -10,7 +10,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/hash.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 __global__ void bucket_of_keys_kernel(const uint64_t* keys, const uint32_t* subset, uint64_t n,
@@ -33,29 +33,30 @@ __global__ void gather_keys_kernel(const uint64_t* keys, const uint32_t* positio
 
 BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset,
                             uint64_t n, cudaStream_t stream) {
-  cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
-  BucketOrder out{cuda::DeviceArray<uint32_t>(n, stream), cuda::DeviceArray<uint32_t>(n, stream),
-                  cuda::DeviceArray<uint64_t>(n, stream)};
+  core::cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
+  BucketOrder out{core::cuda::DeviceArray<uint32_t>(n, stream),
+                  core::cuda::DeviceArray<uint32_t>(n, stream),
+                  core::cuda::DeviceArray<uint64_t>(n, stream)};
   bucket_of_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
       keys, subset, n, t.num_buckets, buckets_in.data(), positions_in.data());
-  cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
+  core::cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
   const int end_bit = t.num_buckets <= 1 ? 1 : std::bit_width(t.num_buckets - 1);
   const int items = static_cast<int>(n);
   size_t temp_bytes = 0;
-  cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, buckets_in.data(),
-                                              out.buckets.data(), positions_in.data(),
-                                              out.positions.data(), items, 0, end_bit, stream),
-              "cub::DeviceRadixSort::SortPairs (size)");
-  cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
-  cuda::check(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, buckets_in.data(),
-                                              out.buckets.data(), positions_in.data(),
-                                              out.positions.data(), items, 0, end_bit, stream),
-              "cub::DeviceRadixSort::SortPairs");
+  core::cuda::check(cub::DeviceRadixSort::SortPairs(
+                        nullptr, temp_bytes, buckets_in.data(), out.buckets.data(),
+                        positions_in.data(), out.positions.data(), items, 0, end_bit, stream),
+                    "cub::DeviceRadixSort::SortPairs (size)");
+  core::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  core::cuda::check(cub::DeviceRadixSort::SortPairs(
+                        temp.data(), temp_bytes, buckets_in.data(), out.buckets.data(),
+                        positions_in.data(), out.positions.data(), items, 0, end_bit, stream),
+                    "cub::DeviceRadixSort::SortPairs");
   // The write kernel reads each entry's key next to its bucket, not through its position.
   gather_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
       keys, out.positions.data(), n, out.keys.data());
-  cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
+  core::cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
   return out;
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

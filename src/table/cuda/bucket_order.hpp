@@ -9,14 +9,14 @@
 #include "cuda/device_layout.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // Batch positions sorted by their key's bucket; inside a bucket in the order they were given
 // (the sort is stable), so a bucket's keys are written in batch order.
 struct BucketOrder {
-  cuda::DeviceArray<uint32_t> buckets;    // bucket of each entry, ascending
-  cuda::DeviceArray<uint32_t> positions;  // batch position of each entry
-  cuda::DeviceArray<uint64_t> keys;       // key of each entry
+  core::cuda::DeviceArray<uint32_t> buckets;    // bucket of each entry, ascending
+  core::cuda::DeviceArray<uint32_t> positions;  // batch position of each entry
+  core::cuda::DeviceArray<uint64_t> keys;       // key of each entry
 };
 
 // Groups keys[subset[k]] (keys[k] when subset is null), k < n, by bucket of `table`. Requires
@@ -24,4 +24,4 @@ struct BucketOrder {
 BucketOrder group_by_bucket(const TableView& table, const uint64_t* keys, const uint32_t* subset,
                             uint64_t n, cudaStream_t stream);
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -1,24 +1,24 @@
 #include "cuda/call_scratch.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 namespace {
 
 CallState read_state(const CallState* state, cudaStream_t stream) {
   CallState host{};
-  cuda::check(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream),
-              "cudaMemcpyAsync (call state)");
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  core::cuda::check(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream),
+                    "cudaMemcpyAsync (call state)");
+  core::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return host;
 }
 
 }  // namespace
 
 WriteState::WriteState() {
-  cuda::check(cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(CallState)),
-              "cudaMalloc (write state)");
+  core::cuda::check(cudaMalloc(reinterpret_cast<void**>(&state_), sizeof(CallState)),
+                    "cudaMalloc (write state)");
   launch_init_state(state_, 0, nullptr);
-  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (write state)");
+  core::cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (write state)");
 }
 
 WriteState::~WriteState() {
@@ -41,4 +41,4 @@ CallState CallScratch::read() const {
   return read_state(state_.data(), stream_);
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -9,10 +9,10 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // The table's stream-ordered temporaries are core's.
-using cuda::DeviceArray;
+using core::cuda::DeviceArray;
 
 // The state of a table's writes, allocated and initialized once: each write takes it and, when
 // the write ends, re-initializes it on the write's stream, after every use. So a write's kernel
@@ -62,4 +62,4 @@ class CallScratch {
   DeviceArray<CallState> state_;
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

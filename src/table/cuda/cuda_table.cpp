@@ -16,7 +16,7 @@
 #include "dynemb/core/cuda/device_info.hpp"
 #include "dynemb/core/log.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 std::string hex(uint64_t v) {
@@ -36,10 +36,10 @@ uint64_t host_now_ns() {
 template <TableKey K>
 CudaTable<K>::CudaTable(const TableOptions& options)
     : options_(options), order_(options.thread_safe) {
-  cuda::DeviceGuard device(options_.device);
-  cuda::check(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
-              "cudaMalloc (stats)");
-  cuda::check(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
+  core::cuda::DeviceGuard device(options_.device);
+  core::cuda::check(cudaMalloc(reinterpret_cast<void**>(&stats_), sizeof(DeviceStats)),
+                    "cudaMalloc (stats)");
+  core::cuda::check(cudaMemset(stats_, 0, sizeof(DeviceStats)), "cudaMemset (stats)");
   timer_scores_only_ = timer_policy();
   storage_ =
       TableStorage(options_.init_capacity / options_.bucket_capacity, options_.bucket_capacity,
@@ -50,8 +50,8 @@ CudaTable<K>::CudaTable(const TableOptions& options)
     reports_ = std::make_unique<DeferredReports>(
         [this](const std::string& call, const CallState& st) { warn_for(call.c_str(), st); });
   }
-  multiprocessors_ = cuda::multiprocessors(options_.device);
-  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
+  multiprocessors_ = core::cuda::multiprocessors(options_.device);
+  core::cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (construction)");
 }
 
 template <TableKey K>
@@ -66,7 +66,7 @@ CudaTable<K>::~CudaTable() {
 template <TableKey K>
 size_t CudaTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Write guard(order_, s);
   CallScratch scratch(s);
   launch_erase_if(storage_.view(), static_cast<uint8_t>(predicate.compare), predicate.threshold,
@@ -77,7 +77,7 @@ size_t CudaTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
 template <TableKey K>
 void CudaTable<K>::clear(StreamHandle stream) {
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Write guard(order_, s);
   launch_clear(storage_.view(), s);
   timer_scores_only_ = timer_policy();
@@ -86,7 +86,7 @@ void CudaTable<K>::clear(StreamHandle stream) {
 template <TableKey K>
 size_t CudaTable<K>::size(StreamHandle stream) const {
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
   CallScratch scratch(s);
   launch_count_size(storage_.view(), scratch.get(), s);
@@ -104,7 +104,7 @@ void CudaTable<K>::reserve(size_t new_capacity, StreamHandle stream) {
           std::to_string(new_capacity),
           "must be <= max_capacity (" + std::to_string(options_.max_capacity) + ")");
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Write guard(order_, s);
   while (storage_.capacity() < new_capacity) grow_once(s);
 }
@@ -117,7 +117,7 @@ size_t CudaTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float*
   require_pointer(keys, "export_batch", "keys");
   require_pointer(values, "export_batch", "values");
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
   const uint64_t slots = detail::export_slot_count(offset, n_slots, storage_.capacity());
   if (slots == 0) return 0;
@@ -130,7 +130,7 @@ size_t CudaTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, float*
 template <TableKey K>
 void CudaTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
   const cudaStream_t s = nullptr;
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
   const uint64_t cap = storage_.capacity();
   const uint32_t dim = options_.dim;
@@ -147,14 +147,15 @@ void CudaTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
                   d_values.data(), d_scores.data(), scratch.get(), s);
     const uint64_t count = scratch.read().count;
     if (count == 0) continue;
-    cuda::check(cudaMemcpy(h_keys.data(), d_keys.data(), count * sizeof(K), cudaMemcpyDefault),
-                "cudaMemcpy (for_each keys)");
-    cuda::check(
+    core::cuda::check(
+        cudaMemcpy(h_keys.data(), d_keys.data(), count * sizeof(K), cudaMemcpyDefault),
+        "cudaMemcpy (for_each keys)");
+    core::cuda::check(
         cudaMemcpy(h_scores.data(), d_scores.data(), count * sizeof(uint64_t), cudaMemcpyDefault),
         "cudaMemcpy (for_each scores)");
-    cuda::check(cudaMemcpy(h_values.data(), d_values.data(), count * dim * sizeof(float),
-                           cudaMemcpyDefault),
-                "cudaMemcpy (for_each values)");
+    core::cuda::check(cudaMemcpy(h_values.data(), d_values.data(), count * dim * sizeof(float),
+                                 cudaMemcpyDefault),
+                      "cudaMemcpy (for_each values)");
     for (uint64_t i = 0; i < count; ++i) {
       visit(h_keys[i], std::span<const float>(h_values.data() + i * dim, dim), h_scores[i]);
     }
@@ -213,11 +214,11 @@ uint64_t CudaTable<K>::clock_for_write() {
 
 template <TableKey K>
 TableStats CudaTable<K>::stats() const {
-  cuda::DeviceGuard device(options_.device);
-  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
+  core::cuda::DeviceGuard device(options_.device);
+  core::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (stats)");
   if (reports_ != nullptr) reports_->flush();
   DeviceStats d{};
-  cuda::check(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
+  core::cuda::check(cudaMemcpy(&d, stats_, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy (stats)");
   TableStats out;
   out.evictions = d.evictions;
   out.refused = d.refused;
@@ -256,7 +257,7 @@ void CudaTable<K>::grow_once(cudaStream_t s) {
   TableStorage bigger(old.num_buckets * 2, old.bucket_capacity, old.dim,
                       options_.max_hbm_for_values, old.score_bounds != nullptr, stats_, s);
   launch_rehash(old, bigger.view(), s);
-  cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (rehash)");
+  core::cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (rehash)");
   storage_ = std::move(bigger);
   capacity_.store(storage_.capacity());
   rehashes_.fetch_add(1);
@@ -267,10 +268,10 @@ void CudaTable<K>::report(const char* call, const CallState& st, const uint64_t*
                           cudaStream_t s, bool refusals_returned) const {
   if (st.reserved_position != kNoPosition) {
     uint64_t key = 0;
-    cuda::check(
+    core::cuda::check(
         cudaMemcpyAsync(&key, keys + st.reserved_position, sizeof key, cudaMemcpyDeviceToHost, s),
         "cudaMemcpyAsync (reserved key)");
-    cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    core::cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     throw InvalidArgument(std::string(call) + ": keys[" + std::to_string(st.reserved_position) +
                           "] = " + hex(key) + ", a reserved key (>= " + hex(kFirstReservedKey) +
                           "); nothing was changed");
@@ -303,4 +304,4 @@ void CudaTable<K>::warn_for(const char* call, const CallState& st) const {
 template class CudaTable<int64_t>;
 template class CudaTable<uint64_t>;
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

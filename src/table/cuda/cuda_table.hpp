@@ -20,7 +20,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/table/table.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // A batch of keys as the kernels see them: 64-bit patterns.
 template <class K>
@@ -170,4 +170,4 @@ class CudaTable final : public Table<K> {
   std::unique_ptr<DeferredReports> reports_;
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -4,7 +4,7 @@
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 template <TableKey K>
 void CudaTable<K>::find(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
@@ -26,7 +26,7 @@ size_t CudaTable<K>::find_with_misses(size_t n, const K* keys, float* values, K*
   require_pointer(missed_keys, call, "missed_keys");
   require_pointer(missed_indices, call, "missed_indices");
   const cudaStream_t s = to_stream(stream);
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
   CallScratch scratch(s);
   DeviceArray<bool> founds(n, s);
@@ -59,7 +59,7 @@ void CudaTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* fo
 template <TableKey K>
 void CudaTable<K>::lookup(const char* call, size_t n, const K* keys, float* values, bool* founds,
                           uint64_t* scores, cudaStream_t s, float** row_ptrs) {
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
   if (options_.safe_check == SafeCheck::kIgnore) {
     launch_find(storage_.view(), read_args(n, keys, values, founds, scores, nullptr, row_ptrs), s);
@@ -95,4 +95,4 @@ template void CudaTable<uint64_t>::find_pointers(size_t, const uint64_t*, float*
 template void CudaTable<uint64_t>::lookup(const char*, size_t, const uint64_t*, float*, bool*,
                                           uint64_t*, cudaStream_t, float**);
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -6,7 +6,7 @@
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 template <TableKey K>
 void CudaTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
@@ -115,7 +115,7 @@ template <TableKey K>
 CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
                               cudaStream_t s) {
   require_pointer(keys, call, "keys");
-  cuda::DeviceGuard device(options_.device);
+  core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Write guard(order_, s);
   const WriteState::Use scratch(*write_state_, s);
   a.keys = bits_of(keys);
@@ -271,4 +271,4 @@ template void CudaTable<uint64_t>::accum_or_assign(size_t, const uint64_t*, cons
                                                    const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::erase(size_t, const uint64_t*, StreamHandle);
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

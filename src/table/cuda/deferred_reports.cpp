@@ -3,21 +3,21 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 DeferredReports::DeferredReports(Emit emit) : emit_(std::move(emit)) {
-  cuda::check(cudaGetDevice(&device_), "cudaGetDevice (deferred reports)");
-  cuda::check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kSlots * sizeof(CallState)),
-              "cudaMallocHost (deferred reports)");
+  core::cuda::check(cudaGetDevice(&device_), "cudaGetDevice (deferred reports)");
+  core::cuda::check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kSlots * sizeof(CallState)),
+                    "cudaMallocHost (deferred reports)");
   for (size_t i = 0; i < kSlots; ++i) {
     slots_[i].host = pinned_ + i;
-    cuda::check(cudaEventCreateWithFlags(&slots_[i].landed, cudaEventDisableTiming),
-                "cudaEventCreate (deferred reports)");
+    core::cuda::check(cudaEventCreateWithFlags(&slots_[i].landed, cudaEventDisableTiming),
+                      "cudaEventCreate (deferred reports)");
   }
 }
 
 DeferredReports::~DeferredReports() {
-  cuda::DeviceGuard device(device_);
+  core::cuda::DeviceGuard device(device_);
   try {
     poll();
   } catch (...) {
@@ -34,14 +34,15 @@ void DeferredReports::enqueue(const char* call, const CallState* state, cudaStre
     std::lock_guard<std::mutex> lock(mutex_);
     take_landed(landed);
     if (count_ == kSlots) {
-      cuda::check(cudaEventSynchronize(slots_[first_].landed), "cudaEventSynchronize (report)");
+      core::cuda::check(cudaEventSynchronize(slots_[first_].landed),
+                        "cudaEventSynchronize (report)");
       pop_oldest(landed);
     }
     Slot& slot = slots_[(first_ + count_) % kSlots];
-    cuda::check(
+    core::cuda::check(
         cudaMemcpyAsync(slot.host, state, sizeof(CallState), cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync (deferred report)");
-    cuda::check(cudaEventRecord(slot.landed, stream), "cudaEventRecord (deferred report)");
+    core::cuda::check(cudaEventRecord(slot.landed, stream), "cudaEventRecord (deferred report)");
     slot.call = call;
     ++count_;
   }
@@ -62,7 +63,8 @@ void DeferredReports::flush() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     while (count_ > 0) {
-      cuda::check(cudaEventSynchronize(slots_[first_].landed), "cudaEventSynchronize (report)");
+      core::cuda::check(cudaEventSynchronize(slots_[first_].landed),
+                        "cudaEventSynchronize (report)");
       pop_oldest(landed);
     }
   }
@@ -73,7 +75,7 @@ void DeferredReports::take_landed(Landed& out) {
   while (count_ > 0) {
     const cudaError_t e = cudaEventQuery(slots_[first_].landed);
     if (e == cudaErrorNotReady) return;
-    cuda::check(e, "cudaEventQuery (deferred report)");
+    core::cuda::check(e, "cudaEventQuery (deferred report)");
     pop_oldest(out);
   }
 }
@@ -89,4 +91,4 @@ void DeferredReports::emit(const Landed& landed) const {
   for (const auto& [call, state] : landed) emit_(call, state);
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

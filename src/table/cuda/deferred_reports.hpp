@@ -15,7 +15,7 @@
 
 #include "cuda/device_layout.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 class DeferredReports {
  public:
@@ -60,4 +60,4 @@ class DeferredReports {
   int device_ = 0;
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -10,7 +10,7 @@
 #include "dynemb/core/options.hpp"
 #include "dynemb/table/table.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // The digest an empty slot carries. No stored key carries it (slot_digest_of_hash), so a slot
 // with this digest is empty without a look at its key.
@@ -159,4 +159,4 @@ struct ReadArgs {
   const unsigned long long* only_if_nonzero = nullptr;  // find does nothing while *this is 0
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

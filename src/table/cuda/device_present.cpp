@@ -3,7 +3,7 @@
 
 #include "backends.hpp"
 
-namespace dynemb::detail {
+namespace dynemb::table::detail {
 
 bool cuda_device_present() {
   int count = 0;
@@ -14,4 +14,4 @@ bool cuda_device_present() {
   return count > 0;
 }
 
-}  // namespace dynemb::detail
+}  // namespace dynemb::table::detail

@@ -8,7 +8,7 @@
 
 #include "cuda/device_layout.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // Sets a fresh call state (no reserved position, nothing deferred or emitted, `budget` inserts
 // left).
@@ -58,4 +58,4 @@ void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
                           uint64_t* missed_keys, uint64_t* missed_indices, CallState* state,
                           cudaStream_t stream);
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

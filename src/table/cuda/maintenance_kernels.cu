@@ -8,7 +8,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 // One tile per old bucket b: its keys go to buckets 2b and 2b + 1 of `to`, packed from slot 0.
@@ -127,13 +127,13 @@ void select_indices(uint64_t first, uint64_t n, Pred pred, uint64_t* out, unsign
                     cudaStream_t stream) {
   thrust::counting_iterator<uint64_t> in(first);
   size_t temp_bytes = 0;
-  cuda::check(cub::DeviceSelect::If(nullptr, temp_bytes, in, out, count, static_cast<int64_t>(n),
-                                    pred, stream),
-              "cub::DeviceSelect::If (size)");
-  const cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
-  cuda::check(cub::DeviceSelect::If(temp.data(), temp_bytes, in, out, count,
-                                    static_cast<int64_t>(n), pred, stream),
-              "cub::DeviceSelect::If");
+  core::cuda::check(cub::DeviceSelect::If(nullptr, temp_bytes, in, out, count,
+                                          static_cast<int64_t>(n), pred, stream),
+                    "cub::DeviceSelect::If (size)");
+  const core::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
+  core::cuda::check(cub::DeviceSelect::If(temp.data(), temp_bytes, in, out, count,
+                                          static_cast<int64_t>(n), pred, stream),
+                    "cub::DeviceSelect::If");
 }
 
 }  // namespace
@@ -141,25 +141,26 @@ void select_indices(uint64_t first, uint64_t n, Pred pred, uint64_t* out, unsign
 void launch_rehash(const TableView& from, const TableView& to, cudaStream_t stream) {
   const unsigned blocks = blocks_for_tiles(from.num_buckets, 65535ull * 64);
   rehash_kernel<<<blocks, kBlockThreads, 0, stream>>>(from, to);
-  cuda::check(cudaGetLastError(), "rehash_kernel launch");
+  core::cuda::check(cudaGetLastError(), "rehash_kernel launch");
 }
 
 void launch_erase_if(const TableView& t, uint8_t compare, uint64_t threshold, CallState* state,
                      cudaStream_t stream) {
   erase_if_kernel<<<blocks_for_threads(t.num_buckets * t.bucket_capacity, 65535ull * 16), 256, 0,
                     stream>>>(t, compare, threshold, state);
-  cuda::check(cudaGetLastError(), "erase_if_kernel launch");
+  core::cuda::check(cudaGetLastError(), "erase_if_kernel launch");
 }
 
 void launch_clear(const TableView& t, cudaStream_t stream) {
   const uint64_t slots = t.num_buckets * t.bucket_capacity;
-  cuda::check(cudaMemsetAsync(t.keys, 0xFF, slots * sizeof(uint64_t), stream), "clear keys");
-  cuda::check(cudaMemsetAsync(t.digests, kEmptyDigest, slots, stream), "clear digests");
-  cuda::check(cudaMemsetAsync(t.bucket_sizes, 0, t.num_buckets * sizeof(int32_t), stream),
-              "clear bucket sizes");
-  cuda::check(cudaMemsetAsync(t.locks, 0, t.num_buckets * sizeof(uint32_t), stream), "clear locks");
+  core::cuda::check(cudaMemsetAsync(t.keys, 0xFF, slots * sizeof(uint64_t), stream), "clear keys");
+  core::cuda::check(cudaMemsetAsync(t.digests, kEmptyDigest, slots, stream), "clear digests");
+  core::cuda::check(cudaMemsetAsync(t.bucket_sizes, 0, t.num_buckets * sizeof(int32_t), stream),
+                    "clear bucket sizes");
+  core::cuda::check(cudaMemsetAsync(t.locks, 0, t.num_buckets * sizeof(uint32_t), stream),
+                    "clear locks");
   if (t.score_bounds != nullptr) {
-    cuda::check(
+    core::cuda::check(
         cudaMemsetAsync(t.score_bounds, 0, t.num_buckets * kScoreGroups * sizeof(uint64_t), stream),
         "clear score bounds");
   }
@@ -169,14 +170,14 @@ void launch_export(const TableView& t, uint64_t offset, uint64_t n_slots, bool h
                    uint64_t min_score, uint64_t* keys, float* values, uint64_t* scores,
                    CallState* state, cudaStream_t stream) {
   if (n_slots == 0) return;
-  const cuda::DeviceArray<uint64_t> slot_list(n_slots, stream);
+  const core::cuda::DeviceArray<uint64_t> slot_list(n_slots, stream);
   uint64_t* slots = slot_list.data();
   select_indices(offset, n_slots, StoredSlot{t.keys, t.scores, has_min, min_score}, slots,
                  &state->count, stream);
   const unsigned blocks = blocks_for_tiles(n_slots, 65535ull * 16);
   gather_slots_kernel<<<blocks, kBlockThreads, 0, stream>>>(t, slots, &state->count, keys, values,
                                                             scores);
-  cuda::check(cudaGetLastError(), "gather_slots_kernel launch");
+  core::cuda::check(cudaGetLastError(), "gather_slots_kernel launch");
 }
 
 void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
@@ -186,7 +187,7 @@ void launch_select_misses(const bool* founds, const uint64_t* keys, uint64_t n,
   select_indices(0, n, NotFound{founds}, missed_indices, &state->count, stream);
   gather_keys_kernel<<<blocks_for_threads(n, 65535ull * 16), 256, 0, stream>>>(
       keys, missed_indices, &state->count, missed_keys);
-  cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
+  core::cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -14,7 +14,7 @@
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 namespace cg = cooperative_groups;
 
@@ -85,7 +85,7 @@ __device__ __forceinline__ void prefetch_row_l2(const TableView& t, uint64_t slo
     return;
   }
 #endif
-  cuda::prefetch_range_l2(row, t.dim * sizeof(float), 0, 1);
+  core::cuda::prefetch_range_l2(row, t.dim * sizeof(float), 0, 1);
 }
 
 // The slot of [first, first + 16) whose digest in `d` matches and whose key is key_bits (key
@@ -249,7 +249,7 @@ __device__ __forceinline__ void prefetch_bucket_l2(const TileOf<kT>& tile, const
                                                    uint64_t bucket) {
   const uint8_t* digests = t.digests + bucket * t.bucket_capacity;
   for (uint32_t off = tile.thread_rank() * 128; off < t.bucket_capacity; off += kT * 128)
-    cuda::prefetch_l2(digests + off);
+    core::cuda::prefetch_l2(digests + off);
 }
 
 // Takes the writer lock of a bucket for the whole tile (acquire: what the last holder wrote
@@ -442,4 +442,4 @@ __device__ __forceinline__ void init_row(const TileOf<kT>& tile, const Initializ
   }
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

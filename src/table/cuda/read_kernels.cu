@@ -5,7 +5,7 @@
 #include "cuda/probe.cuh"
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 __global__ void init_state_kernel(CallState* s, long long budget) {
@@ -90,19 +90,19 @@ __global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s
 
 void launch_init_state(CallState* state, long long budget, cudaStream_t stream) {
   init_state_kernel<<<1, 1, 0, stream>>>(state, budget);
-  cuda::check(cudaGetLastError(), "init_state_kernel launch");
+  core::cuda::check(cudaGetLastError(), "init_state_kernel launch");
 }
 
 void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream) {
   reset_retry_kernel<<<1, 1, 0, stream>>>(state, budget);
-  cuda::check(cudaGetLastError(), "reset_retry_kernel launch");
+  core::cuda::check(cudaGetLastError(), "reset_retry_kernel launch");
 }
 
 void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state,
                            cudaStream_t stream) {
   if (n == 0) return;
   reserved_check_kernel<<<blocks_for_threads(n, 8192), 256, 0, stream>>>(keys, n, state);
-  cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
+  core::cuda::check(cudaGetLastError(), "reserved_check_kernel launch");
 }
 
 // Lookups that copy no rows (contains, find_pointers) run 4-thread tiles bounded to 8 blocks a
@@ -122,13 +122,13 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
   } else {
     find_kernel<false, kTileSize><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
-  cuda::check(cudaGetLastError(), "find_kernel launch");
+  core::cuda::check(cudaGetLastError(), "find_kernel launch");
 }
 
 void launch_count_size(const TableView& t, CallState* state, cudaStream_t stream) {
   count_size_kernel<<<blocks_for_threads(t.num_buckets, 8192), 256, 0, stream>>>(
       t.bucket_sizes, t.num_buckets, state);
-  cuda::check(cudaGetLastError(), "count_size_kernel launch");
+  core::cuda::check(cudaGetLastError(), "count_size_kernel launch");
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

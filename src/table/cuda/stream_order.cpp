@@ -2,12 +2,12 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 StreamOrder::StreamOrder(bool enabled) : enabled_(enabled) {
   if (enabled_) {
-    cuda::check(cudaEventCreateWithFlags(&last_write_, cudaEventDisableTiming),
-                "cudaEventCreate (write order)");
+    core::cuda::check(cudaEventCreateWithFlags(&last_write_, cudaEventDisableTiming),
+                      "cudaEventCreate (write order)");
   }
 }
 
@@ -20,8 +20,8 @@ cudaEvent_t StreamOrder::event_for(cudaStream_t stream) {
   auto it = last_read_.find(stream);
   if (it != last_read_.end()) return it->second;
   cudaEvent_t event = nullptr;
-  cuda::check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-              "cudaEventCreate (read order)");
+  core::cuda::check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                    "cudaEventCreate (read order)");
   last_read_.emplace(stream, event);
   return event;
 }
@@ -31,12 +31,12 @@ StreamOrder::Write::Write(StreamOrder& order, cudaStream_t stream)
   if (!order_.enabled_) return;
   lock_ = std::unique_lock<std::shared_mutex>(order_.lock_);
   if (order_.have_write_) {
-    cuda::check(cudaStreamWaitEvent(stream_, order_.last_write_, 0), "cudaStreamWaitEvent");
+    core::cuda::check(cudaStreamWaitEvent(stream_, order_.last_write_, 0), "cudaStreamWaitEvent");
   }
   std::lock_guard<std::mutex> events(order_.events_mutex_);
   for (auto& [other, event] : order_.last_read_) {
     if (other != stream_) {
-      cuda::check(cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent");
+      core::cuda::check(cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent");
     }
   }
 }
@@ -50,7 +50,7 @@ StreamOrder::Read::Read(StreamOrder& order, cudaStream_t stream) : order_(order)
   if (!order_.enabled_) return;
   lock_ = std::shared_lock<std::shared_mutex>(order_.lock_);
   if (order_.have_write_) {
-    cuda::check(cudaStreamWaitEvent(stream_, order_.last_write_, 0), "cudaStreamWaitEvent");
+    core::cuda::check(cudaStreamWaitEvent(stream_, order_.last_write_, 0), "cudaStreamWaitEvent");
   }
 }
 
@@ -65,4 +65,4 @@ StreamOrder::Read::~Read() {
   }
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 class StreamOrder {
  public:
@@ -59,4 +59,4 @@ class StreamOrder {
   std::map<cudaStream_t, cudaEvent_t> last_read_;  // per stream: its latest reader's work
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

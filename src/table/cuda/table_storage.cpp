@@ -5,7 +5,7 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint32_t dim,
                            uint64_t max_hbm_bytes, bool score_bounds, DeviceStats* stats,
@@ -18,51 +18,52 @@ TableStorage::TableStorage(uint64_t num_buckets, uint32_t bucket_capacity, uint3
   const uint64_t row_bytes = static_cast<uint64_t>(dim) * sizeof(float);
   view_.hbm_rows = std::min<uint64_t>(slots, max_hbm_bytes / row_bytes);
   try {
-    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.keys), slots * sizeof(uint64_t)),
-                "cudaMalloc (keys)");
-    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.digests), slots),
-                "cudaMalloc (digests)");
-    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.scores), slots * sizeof(uint64_t)),
-                "cudaMalloc (scores)");
-    cuda::check(
+    core::cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.keys), slots * sizeof(uint64_t)),
+                      "cudaMalloc (keys)");
+    core::cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.digests), slots),
+                      "cudaMalloc (digests)");
+    core::cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.scores), slots * sizeof(uint64_t)),
+                      "cudaMalloc (scores)");
+    core::cuda::check(
         cudaMalloc(reinterpret_cast<void**>(&view_.bucket_sizes), num_buckets * sizeof(int32_t)),
         "cudaMalloc (bucket sizes)");
-    cuda::check(cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
-                "cudaMalloc (bucket locks)");
+    core::cuda::check(
+        cudaMalloc(reinterpret_cast<void**>(&view_.locks), num_buckets * sizeof(uint32_t)),
+        "cudaMalloc (bucket locks)");
     const uint64_t bounds = num_buckets * kScoreGroups;
     if (score_bounds && bucket_capacity == kBoundedBucketSlots) {
-      cuda::check(
+      core::cuda::check(
           cudaMalloc(reinterpret_cast<void**>(&view_.score_bounds), bounds * sizeof(uint64_t)),
           "cudaMalloc (score bounds)");
     }
     if (view_.hbm_rows > 0) {
-      cuda::check(
+      core::cuda::check(
           cudaMalloc(reinterpret_cast<void**>(&view_.hbm_values), view_.hbm_rows * row_bytes),
           "cudaMalloc (values in HBM)");
     }
     if (slots > view_.hbm_rows) {
       void* host = nullptr;
-      cuda::check(cudaHostAlloc(&host, (slots - view_.hbm_rows) * row_bytes,
-                                cudaHostAllocMapped | cudaHostAllocPortable),
-                  "cudaHostAlloc (values in pinned host memory)");
+      core::cuda::check(cudaHostAlloc(&host, (slots - view_.hbm_rows) * row_bytes,
+                                      cudaHostAllocMapped | cudaHostAllocPortable),
+                        "cudaHostAlloc (values in pinned host memory)");
       view_.host_values = static_cast<float*>(host);
       void* mapped = nullptr;
-      cuda::check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
+      core::cuda::check(cudaHostGetDevicePointer(&mapped, host, 0), "cudaHostGetDevicePointer");
       view_.host_values = static_cast<float*>(mapped);
     }
-    cuda::check(cudaMemsetAsync(view_.keys, 0xFF, slots * sizeof(uint64_t), stream),
-                "cudaMemset (keys)");
-    cuda::check(cudaMemsetAsync(view_.digests, kEmptyDigest, slots, stream),
-                "cudaMemset (digests)");
-    cuda::check(cudaMemsetAsync(view_.scores, 0, slots * sizeof(uint64_t), stream),
-                "cudaMemset (scores)");
-    cuda::check(cudaMemsetAsync(view_.bucket_sizes, 0, num_buckets * sizeof(int32_t), stream),
-                "cudaMemset (bucket sizes)");
-    cuda::check(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
-                "cudaMemset (locks)");
+    core::cuda::check(cudaMemsetAsync(view_.keys, 0xFF, slots * sizeof(uint64_t), stream),
+                      "cudaMemset (keys)");
+    core::cuda::check(cudaMemsetAsync(view_.digests, kEmptyDigest, slots, stream),
+                      "cudaMemset (digests)");
+    core::cuda::check(cudaMemsetAsync(view_.scores, 0, slots * sizeof(uint64_t), stream),
+                      "cudaMemset (scores)");
+    core::cuda::check(cudaMemsetAsync(view_.bucket_sizes, 0, num_buckets * sizeof(int32_t), stream),
+                      "cudaMemset (bucket sizes)");
+    core::cuda::check(cudaMemsetAsync(view_.locks, 0, num_buckets * sizeof(uint32_t), stream),
+                      "cudaMemset (locks)");
     if (view_.score_bounds != nullptr) {
-      cuda::check(cudaMemsetAsync(view_.score_bounds, 0, bounds * sizeof(uint64_t), stream),
-                  "cudaMemset (score bounds)");
+      core::cuda::check(cudaMemsetAsync(view_.score_bounds, 0, bounds * sizeof(uint64_t), stream),
+                        "cudaMemset (score bounds)");
     }
   } catch (...) {
     release();
@@ -100,4 +101,4 @@ void TableStorage::release() noexcept {
   view_ = TableView{};
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

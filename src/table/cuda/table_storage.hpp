@@ -7,7 +7,7 @@
 
 #include "cuda/device_layout.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 class TableStorage {
  public:
@@ -32,4 +32,4 @@ class TableStorage {
   TableView view_{};
 };
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

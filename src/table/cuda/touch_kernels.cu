@@ -8,7 +8,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 // Touches a found key's score as the write kernels would, atomically (copies of one key in the
@@ -89,7 +89,7 @@ void launch_find_and_touch(const TableView& t, const TouchArgs& a, cudaStream_t 
   } else {
     find_and_touch_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
-  cuda::check(cudaGetLastError(), "find_and_touch_kernel launch");
+  core::cuda::check(cudaGetLastError(), "find_and_touch_kernel launch");
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

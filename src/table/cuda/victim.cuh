@@ -9,7 +9,7 @@
 #include "cuda/device_layout.hpp"
 #include "cuda/probe.cuh"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 
 // A bucket's eviction victim.
 struct Victim {
@@ -220,4 +220,4 @@ __device__ __forceinline__ void store_score_bounds(const TileOf<kT>& tile, const
   }
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

@@ -9,7 +9,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/score.hpp"
 
-namespace dynemb::cuda_table {
+namespace dynemb::table::cuda {
 namespace {
 
 // Per-block tallies, flushed to the table's stats and the call state once per block.
@@ -417,7 +417,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   if (a.run_buckets != nullptr) {
     grouped_write_kernel<kOp, kVec, kHeld>
         <<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
-    cuda::check(cudaGetLastError(), "grouped_write_kernel launch");
+    core::cuda::check(cudaGetLastError(), "grouped_write_kernel launch");
     return;
   }
   // One tile per key: the block scheduler hands finished blocks' places to new ones, where a
@@ -426,7 +426,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   locked_write_kernel<kOp, kVec, kHeld, kT>
       <<<locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors),
          kLockedBlockThreads, 0, stream>>>(t, a);
-  cuda::check(cudaGetLastError(), "locked_write_kernel launch");
+  core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
 // Whether an op stores the caller's row for every key it is given, where assign stores it only
@@ -493,4 +493,4 @@ void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t m
   }
 }
 
-}  // namespace dynemb::cuda_table
+}  // namespace dynemb::table::cuda

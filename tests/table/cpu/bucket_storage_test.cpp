@@ -9,7 +9,7 @@
 
 #include "dynemb/core/hash.hpp"
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 // Keys of one bucket of `s` (bucket 0), drawn at random.
@@ -75,4 +75,4 @@ TEST(CpuBucketStorage, LowestScoreBreaksTiesBySmallestKey) {
 }
 
 }  // namespace
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -20,10 +20,10 @@
 namespace dynemb::testing {
 namespace {
 
-using cpu::BucketStorage;
-using cpu::host_memory_limit;
-using cpu::mapped_table_bytes;
-using cpu::set_host_memory_limit_for_testing;
+using table::cpu::BucketStorage;
+using table::cpu::host_memory_limit;
+using table::cpu::mapped_table_bytes;
+using table::cpu::set_host_memory_limit_for_testing;
 
 // Sets the account's limit for one test and restores the machine's after it.
 class LimitGuard {

@@ -6,7 +6,7 @@
 #include <random>
 #include <unordered_map>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 TEST(CpuRehash, DoublingSplitsEachBucketInTwoAndKeepsEverything) {
@@ -45,4 +45,4 @@ TEST(CpuRehash, DoublingSplitsEachBucketInTwoAndKeepsEverything) {
 }
 
 }  // namespace
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-namespace dynemb::cpu {
+namespace dynemb::table::cpu {
 namespace {
 
 TEST(CpuRowInitializer, BitIdenticalToFillInitialRow) {
@@ -39,4 +39,4 @@ TEST(CpuRowInitializer, BitIdenticalToFillInitialRow) {
 }
 
 }  // namespace
-}  // namespace dynemb::cpu
+}  // namespace dynemb::table::cpu

@@ -282,7 +282,7 @@ TEST(CudaTable, KeysWithTheEmptyDigestDoNotHideOrLoseSlots) {
     std::vector<uint64_t> look_alikes;
     while (look_alikes.size() < 20) {
       const uint64_t k = rng.next();
-      if (k < kFirstReservedKey && digest8_of_hash(hash_key_bits(k)) == cuda_table::kEmptyDigest &&
+      if (k < kFirstReservedKey && digest8_of_hash(hash_key_bits(k)) == table::cuda::kEmptyDigest &&
           seen.insert(k).second)
         look_alikes.push_back(k);
     }

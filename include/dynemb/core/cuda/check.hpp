@@ -3,7 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 // Throws CudaError("<what>: <error name>: <error string>") unless status is cudaSuccess.
 void check(cudaError_t status, const char* what);
@@ -14,4 +14,4 @@ void check_launch(const char* kernel);
 // Synchronizes `stream`, throwing CudaError naming `what` on failure.
 void sync(cudaStream_t stream, const char* what);
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

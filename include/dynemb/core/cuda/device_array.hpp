@@ -10,7 +10,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/scratch_pool.hpp"
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 // `count` elements of T on the current device, allocated and freed in the order of `stream`.
 template <class T>
@@ -54,4 +54,4 @@ T read_value(const T* device_ptr, cudaStream_t stream, const char* what) {
   return host;
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

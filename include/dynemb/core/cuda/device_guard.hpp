@@ -1,7 +1,7 @@
 // Makes one CUDA device current for a scope.
 #pragma once
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 // Makes `device` current for the guard's lifetime, then restores the previous device (nothing to
 // do, and no API call, when the process sees one device).
@@ -17,4 +17,4 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

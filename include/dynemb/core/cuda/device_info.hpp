@@ -3,9 +3,9 @@
 
 #include <cstdint>
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 // The streaming multiprocessors of `device` (one API call: query it once, keep the answer).
 uint32_t multiprocessors(int device);
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda

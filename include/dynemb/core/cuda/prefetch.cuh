@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace dynemb::cuda {
+namespace dynemb::core::cuda {
 
 inline constexpr uintptr_t kLineBytes = 128;
 
@@ -24,4 +24,4 @@ __device__ __forceinline__ void prefetch_range_l2(const void* p, size_t bytes, u
     prefetch_l2(reinterpret_cast<const void*>(line));
 }
 
-}  // namespace dynemb::cuda
+}  // namespace dynemb::core::cuda
