@@ -208,11 +208,11 @@ Json run_checkpoint_replay(const CheckpointReplayConfig& config, std::ostream& l
                       {"seed", seed},
                       {"replace_below_hit_rate", config.replace_below_hit_rate},
                       {"timing", "steady_clock around each lookup call, stream synchronized"}};
-  const std::string path = config.json_path.empty()
-                               ? bench::default_result_path(
-                                     DYNEMB_SOURCE_DIR, "cache-replay-" + to_string(config.backend),
-                                     machine.hostname)
-                               : config.json_path;
+  const std::string path =
+      config.json_path.empty()
+          ? bench::default_result_path(
+                DYNEMB_SOURCE_DIR, "cache-replay-" + to_string(config.backend), machine.hostname)
+          : config.json_path;
   bench::write_json_file(path, result);
   result["path"] = path;
   return result;
