@@ -153,19 +153,32 @@ std::vector<uint8_t> usable_keys(const std::vector<K>& keys, SafeCheck mode, con
   return usable;
 }
 
-// Distinct usable keys in first-seen order, and each batch entry's index among them (or -1).
+// A batch on the host: its keys, which of them may be stored, the distinct usable keys in
+// first-seen order, and each entry's index among them (or -1).
 template <TableKey K>
-void distinct(const std::vector<K>& keys, const std::vector<uint8_t>& usable,
-              std::vector<K>& unique, std::vector<int64_t>& index) {
+struct HostBatch {
+  std::vector<K> keys;
+  std::vector<uint8_t> usable;
+  std::vector<K> unique;
+  std::vector<int64_t> index;
+};
+
+// Checks a downloaded batch's keys (usable_keys) and finds its distinct usable keys.
+template <TableKey K>
+HostBatch<K> host_batch(std::vector<K> keys, SafeCheck mode, const char* where) {
+  HostBatch<K> b;
+  b.usable = usable_keys(keys, mode, where);
   std::unordered_map<K, int64_t> seen;
   seen.reserve(keys.size() * 2);
-  index.assign(keys.size(), -1);
+  b.index.assign(keys.size(), -1);
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!usable[i]) continue;
-    auto [it, fresh] = seen.try_emplace(keys[i], static_cast<int64_t>(unique.size()));
-    if (fresh) unique.push_back(keys[i]);
-    index[i] = it->second;
+    if (!b.usable[i]) continue;
+    auto [it, fresh] = seen.try_emplace(keys[i], static_cast<int64_t>(b.unique.size()));
+    if (fresh) b.unique.push_back(keys[i]);
+    b.index[i] = it->second;
   }
+  b.keys = std::move(keys);
+  return b;
 }
 
 }  // namespace
@@ -183,11 +196,8 @@ void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
   install_prefetched(true);
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::prefetch_async");
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::prefetch_async");
   const size_t u = unique.size();
   std::unique_ptr<bool[]> in_fast(new bool[u]);
   BackendBuffer<K> kb;
@@ -501,11 +511,8 @@ void CachedTable<K>::find(size_t n, const K* keys, float* values, bool* founds, 
   require(keys && values && founds, "CachedTable::find", "keys / values / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::find");
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::find");
   const Resolved r = resolve(unique, true);
   std::vector<float> hv(n * dim_);
   std::vector<uint64_t> hs(n);
@@ -556,11 +563,8 @@ void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandl
   require(keys && founds, "CachedTable::contains", "keys / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::contains");
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::contains");
   const Resolved r = resolve(unique, false);
   std::unique_ptr<bool[]> hf(new bool[n]);
   for (size_t i = 0; i < n; ++i)
@@ -579,11 +583,8 @@ void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle) {
 
 template <TableKey K>
 size_t CachedTable<K>::move_up(size_t n, const K* keys) {
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::prefetch");
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::prefetch");
   drain_pending();
   install_prefetched(false);
   const Resolved r = resolve(unique, false);
@@ -624,8 +625,8 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
                                          bool copy_out, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   const TableOptions& o = options_;
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, o.safe_check, "CachedTable::find_or_insert");
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), o.safe_check, "CachedTable::find_or_insert");
   std::vector<uint64_t> given;
   if (scores != nullptr) {
     given.resize(n);
@@ -636,9 +637,6 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
     hv.resize(n * dim_);
     if (miss == Miss::kGiven) to_host(backend_, hv.data(), values, n * dim_);
   }
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
   drain_pending();
   install_prefetched(false);
   Resolved r = resolve(unique, copy_out);
@@ -734,8 +732,8 @@ void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* value
                                      const uint64_t* scores, bool insert_missing, bool accumulate) {
   std::lock_guard lock(mutex_);
   const TableOptions& o = options_;
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, o.safe_check, "CachedTable::write");
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), o.safe_check, "CachedTable::write");
   std::vector<float> hv(n * dim_);
   to_host(backend_, hv.data(), values, n * dim_);
   std::vector<uint64_t> given;
@@ -743,9 +741,6 @@ void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* value
     given.resize(n);
     to_host(backend_, given.data(), scores, n);
   }
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
   drain_pending();
   install_prefetched(false);
   Resolved r = resolve(unique, accumulate);
@@ -832,13 +827,10 @@ void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scor
   require(keys && scores, "CachedTable::assign_scores", "keys / scores", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  const std::vector<K> hk = download_keys(n, keys);
-  const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::assign_scores");
+  auto [hk, usable, unique, index] =
+      host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::assign_scores");
   std::vector<uint64_t> given(n);
   to_host(backend_, given.data(), scores, n);
-  std::vector<K> unique;
-  std::vector<int64_t> index;
-  distinct(hk, usable, unique, index);
   drain_pending();
   Resolved r = resolve(unique, false);
   std::vector<uint64_t> last(unique.size());
