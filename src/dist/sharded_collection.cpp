@@ -12,6 +12,7 @@
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "sharded_pooled.hpp"
+#include "stage_clock.hpp"
 
 namespace dynemb::dist {
 namespace {
@@ -41,8 +42,6 @@ struct Mirrored {
     if (!host.empty()) device.upload(host.data(), host.size());
   }
 };
-
-using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -167,14 +166,7 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
   const uint32_t T = static_cast<uint32_t>(options_.size());
   const uint32_t W = comm_.world_size();
   const uint32_t D = dim();
-  const bool sync = synchronize_stages_ && backend != Backend::kCpu;
-  auto now = [&] {
-    if (sync) backend_synchronize(backend);
-    return Clock::now();
-  };
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
   s.pending_backward = false;
 
   // --- local: check, dedup per table, bucket the unique keys by owner ------------------------
@@ -426,14 +418,7 @@ void ShardedEmbeddingCollection<K>::backward(const float* grad, uint32_t grad_st
   const Backend backend = comm_.backend();
   const uint32_t W = comm_.world_size();
   const uint32_t D = dim();
-  const bool sync = synchronize_stages_ && backend != Backend::kCpu;
-  auto now = [&] {
-    if (sync) backend_synchronize(backend);
-    return Clock::now();
-  };
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
   // Every rank checks the same thing of its own state; a rank without a pending forward must
   // not enter the exchanges alone.
   std::string problem;

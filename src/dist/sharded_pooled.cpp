@@ -7,15 +7,10 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "sharded_pooled.hpp"
+#include "stage_clock.hpp"
 
 namespace dynemb::dist {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // `count` elements of backend memory as a host vector (a copy; synchronizes the device).
 template <class T>
@@ -62,11 +57,7 @@ void ShardedEmbeddingCollection<K>::forward_pooled(std::span<const EmbeddingBatc
   const uint32_t W = comm_.world_size();
   const uint32_t D = dim();
   const size_t stride = 2 * static_cast<size_t>(T) + 1;  // per rank: T id counts, T bag counts
-  const bool sync = synchronize_stages_ && backend != Backend::kCpu;
-  auto now = [&] {
-    if (sync) backend_synchronize(backend);
-    return Clock::now();
-  };
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
   s.pending_backward = false;
   s.owner_ran = false;
 
@@ -321,11 +312,7 @@ void ShardedEmbeddingCollection<K>::backward_pooled(const float* grad, uint32_t 
   const int device = options_.front().table.device;
   const uint32_t W = comm_.world_size();
   const uint32_t D = dim();
-  const bool sync = synchronize_stages_ && backend != Backend::kCpu;
-  auto now = [&] {
-    if (sync) backend_synchronize(backend);
-    return Clock::now();
-  };
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
   std::string problem;
   if (!s.pending_backward) {
     problem = std::string(where) + ": state = no pending training forward, backward must " +
