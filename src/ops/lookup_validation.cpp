@@ -40,8 +40,11 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
     }
     require(x.offsets != nullptr, where, feature_field(f, "offsets").c_str(), "nullptr",
             "must be non-null when num_bags = " + std::to_string(x.num_bags));
-    require(outputs[f].out != nullptr, where, (out_name + "out").c_str(), "nullptr",
-            "must be non-null when num_bags = " + std::to_string(x.num_bags));
+    // The output has a row per bag, or per id when nothing is pooled (none: bags may be empty).
+    const size_t out_rows = x.mode == PoolingMode::kNone ? x.num_ids : x.num_bags;
+    require(out_rows == 0 || outputs[f].out != nullptr, where, (out_name + "out").c_str(),
+            "nullptr",
+            "must be non-null when the output has " + std::to_string(out_rows) + " rows");
     if (x.num_ids == 0) continue;
     require(x.indices != nullptr, where, feature_field(f, "indices").c_str(), "nullptr",
             "must be non-null when num_ids = " + std::to_string(x.num_ids));
