@@ -91,8 +91,10 @@ class LocalCommunicator final : public Communicator {
 template <class T>
 class Staged {
  public:
-  Staged(Backend backend, size_t count) : backend_(backend), host_(count) {
-    if (backend_ != Backend::kCpu) device_ = BackendBuffer<T>(backend_, std::max<size_t>(count, 1));
+  Staged(const Communicator& comm, size_t count) : backend_(comm.backend()), host_(count) {
+    if (backend_ != Backend::kCpu) {
+      device_ = BackendBuffer<T>(backend_, std::max<size_t>(count, 1), comm.device());
+    }
   }
   T* comm_ptr() { return backend_ == Backend::kCpu ? host_.data() : device_.data(); }
   std::vector<T>& host() { return host_; }
@@ -129,10 +131,10 @@ std::unique_ptr<Communicator> make_local_communicator(Backend backend) {
 
 template <class T>
 std::vector<T> all_gather_values(Communicator& comm, std::span<const T> values) {
-  Staged<T> send(comm.backend(), values.size());
+  Staged<T> send(comm, values.size());
   std::copy(values.begin(), values.end(), send.host().begin());
   send.upload();
-  Staged<T> recv(comm.backend(), values.size() * comm.world_size());
+  Staged<T> recv(comm, values.size() * comm.world_size());
   if (!values.empty()) {
     comm.all_gather(send.comm_ptr(), recv.comm_ptr(), values.size(), data_type_of<T>());
   }
@@ -142,7 +144,7 @@ std::vector<T> all_gather_values(Communicator& comm, std::span<const T> values) 
 
 template <class T>
 std::vector<T> all_reduce_values(Communicator& comm, std::span<const T> values) {
-  Staged<T> buffer(comm.backend(), values.size());
+  Staged<T> buffer(comm, values.size());
   std::copy(values.begin(), values.end(), buffer.host().begin());
   buffer.upload();
   if (!values.empty()) {
@@ -168,10 +170,10 @@ std::vector<uint64_t> all_to_all_counts(Communicator& comm, std::span<const uint
   require(counts.size() == world * per_rank, "all_to_all_counts", "counts",
           std::to_string(counts.size()) + " entries",
           "world_size * per_rank = " + std::to_string(world * per_rank));
-  Staged<uint64_t> send(comm.backend(), counts.size());
+  Staged<uint64_t> send(comm, counts.size());
   std::copy(counts.begin(), counts.end(), send.host().begin());
   send.upload();
-  Staged<uint64_t> recv(comm.backend(), counts.size());
+  Staged<uint64_t> recv(comm, counts.size());
   std::vector<size_t> sizes(world, per_rank), displs(world);
   for (size_t r = 0; r < world; ++r) displs[r] = r * per_rank;
   if (per_rank > 0) {
@@ -199,14 +201,14 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
 std::string broadcast_string(Communicator& comm, const std::string& value, uint32_t root) {
   uint64_t length = value.size();
   {
-    Staged<uint64_t> n(comm.backend(), 1);
+    Staged<uint64_t> n(comm, 1);
     n.host()[0] = length;
     n.upload();
     comm.broadcast(n.comm_ptr(), 1, DataType::kUint64, root);
     n.download();
     length = n.host()[0];
   }
-  Staged<uint8_t> bytes(comm.backend(), length);
+  Staged<uint8_t> bytes(comm, length);
   if (comm.rank() == root) std::memcpy(bytes.host().data(), value.data(), length);
   bytes.upload();
   if (length > 0) comm.broadcast(bytes.comm_ptr(), length, DataType::kUint8, root);

@@ -113,6 +113,11 @@ ShardedEmbeddingCollection<K>::ShardedEmbeddingCollection(Communicator& comm,
     for (const EmbeddingOptions& o : options_) {
       require(o.table.device == options_.front().table.device, w, "table.device",
               std::to_string(o.table.device), "the same device for every table");
+      if (comm_.backend() == Backend::kCuda) {
+        require(o.table.device == comm_.device(), w, "table.device",
+                std::to_string(o.table.device),
+                "the communicator's device " + std::to_string(comm_.device()));
+      }
     }
     description = describe_sharding(options_, router_, key_type_name<K>(), exchange_);
   } catch (const std::exception& e) {

@@ -18,4 +18,7 @@ std::unique_ptr<Table<K>> make_cuda_table(const TableOptions& options);
 // True when a CUDA device is visible (only linked when the CUDA backend is built).
 bool cuda_device_present();
 
+// How many CUDA devices are visible (only linked when the CUDA backend is built).
+int cuda_devices_visible();
+
 }  // namespace dynemb::table::detail

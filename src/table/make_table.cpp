@@ -22,6 +22,14 @@ bool cuda_backend_available() {
 #endif
 }
 
+int cuda_device_count() {
+#if defined(DYNEMB_WITH_CUDA)
+  return table::detail::cuda_devices_visible();
+#else
+  return 0;
+#endif
+}
+
 template std::unique_ptr<Table<int64_t>> make_table<int64_t>(Backend, const TableOptions&);
 template std::unique_ptr<Table<uint64_t>> make_table<uint64_t>(Backend, const TableOptions&);
 

@@ -75,6 +75,9 @@ class Communicator {
   virtual Backend backend() const = 0;
   // "mpi", "nccl", "local".
   virtual std::string name() const = 0;
+  // The CUDA device its buffers live on when backend() is CUDA (0 unless the communicator
+  // says otherwise); a sharded collection's tables must be on it.
+  virtual int device() const { return 0; }
 
   // Sends send_counts[r] elements from send + send_displs[r] to rank r and receives
   // recv_counts[r] elements from rank r into recv + recv_displs[r]. recv_counts[r] must equal

@@ -187,4 +187,7 @@ std::unique_ptr<Table<K>> make_table(Backend backend, const TableOptions& option
 // True when this binary has the CUDA backend and a CUDA device is visible.
 bool cuda_backend_available();
 
+// The CUDA devices this process sees (0 without the CUDA backend or a device).
+int cuda_device_count();
+
 }  // namespace dynemb

@@ -77,6 +77,7 @@ class NcclCommunicator final : public Communicator {
   uint32_t world_size() const override { return world_; }
   Backend backend() const override { return Backend::kCuda; }
   std::string name() const override { return "nccl"; }
+  int device() const override { return device_; }
 
   void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_displs,
                     void* recv, const size_t* recv_counts, const size_t* recv_displs, DataType type,

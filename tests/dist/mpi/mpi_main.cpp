@@ -6,10 +6,15 @@
 
 #include "core/test_random.hpp"
 #include "dist/mpi/mpi_main.hpp"
+#include "dynemb/dist/bootstrap.hpp"
 #include "dynemb/dist/mpi_communicator.hpp"
+#include "dynemb/dist/nccl_communicator.hpp"
+#include "dynemb/table/table.hpp"
 
 namespace dynemb::dist::testing {
 std::unique_ptr<Communicator> g_world;  // set by main()
+std::unique_ptr<Communicator> g_nccl;   // made by the first nccl_world()
+bool g_nccl_tried = false;
 namespace detail_main {
 
 // On ranks other than 0: each failure, prefixed by the rank.
@@ -31,6 +36,20 @@ using detail_main::FailurePrinter;
 
 Communicator& world() {
   return *g_world;
+}
+
+Communicator* nccl_world() {
+  if (!g_nccl_tried) {
+    g_nccl_tried = true;
+    const uint32_t world_size = world().world_size();
+    const int devices = cuda_device_count();
+    if (nccl_available() && devices >= static_cast<int>(world_size)) {
+      auto exchanger = make_mpi_id_exchanger();
+      const int device = static_cast<int>(world().rank()) % devices;
+      g_nccl = make_nccl_communicator(world().rank(), world_size, *exchanger, device);
+    }
+  }
+  return g_nccl.get();
 }
 
 uint64_t shared_seed() {
@@ -62,6 +81,7 @@ int main(int argc, char** argv) {
     std::cout << "dist MPI tests: " << dt::g_world->world_size() << " ranks, " << failed_ranks
               << " failed\n";
   }
+  dt::g_nccl.reset();
   dt::g_world.reset();
   return failed_ranks == 0 ? 0 : 1;
 }

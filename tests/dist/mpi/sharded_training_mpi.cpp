@@ -12,8 +12,8 @@
 namespace dynemb::dist::testing {
 namespace {
 
-TEST(DistMpiCollectives, AgreeWithAHostModel) {
-  Communicator& comm = world();
+// Every collective of `comm` against a host model (buffers staged in the communicator's memory).
+void check_collectives(Communicator& comm) {
   const uint32_t rank = comm.rank(), W = comm.world_size();
   std::mt19937_64 rng(shared_seed());
   // counts[s][d]: what rank s sends rank d (some zero); element i of it is s * 1e6 + d * 1e3 + i.
@@ -35,8 +35,18 @@ TEST(DistMpiCollectives, AgreeWithAHostModel) {
   for (uint32_t d = 0; d < W; ++d) {
     for (size_t i = 0; i < sc[d]; ++i) send[sd[d] + i] = rank * 1000000 + d * 1000 + i;
   }
-  comm.all_to_all_v(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
-                    DataType::kInt64);
+  if (comm.backend() == Backend::kCpu) {
+    comm.all_to_all_v(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                      DataType::kInt64);
+  } else {
+    BackendBuffer<int64_t> dsend(comm.backend(), ns + 1, comm.device());
+    BackendBuffer<int64_t> drecv(comm.backend(), nr + 1, comm.device());
+    dsend.upload(send.data(), ns);
+    comm.all_to_all_v(dsend.data(), sc.data(), sd.data(), drecv.data(), rc.data(), rd.data(),
+                      DataType::kInt64);
+    backend_synchronize(comm.backend());
+    drecv.download(recv.data(), nr);
+  }
   for (uint32_t s = 0; s < W; ++s) {
     for (size_t i = 0; i < rc[s]; ++i) {
       EXPECT_EQ(recv[rd[s] + i], static_cast<int64_t>(s * 1000000 + rank * 1000 + i));
@@ -55,6 +65,10 @@ TEST(DistMpiCollectives, AgreeWithAHostModel) {
   EXPECT_EQ(all_ranks_ok(comm, true), true);
   EXPECT_EQ(all_ranks_ok(comm, rank != W - 1), false);
   comm.barrier();
+}
+
+TEST(DistMpiCollectives, AgreeWithAHostModel) {
+  check_collectives(world());
 }
 
 struct Named {
@@ -84,9 +98,8 @@ TrainCase with(PoolingMode mode, bool weighted, KeyRouter router, OptimizerKind 
   return c;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, DistMpiTraining,
-    ::testing::Values(
+// The cases both suites run (MPI on the CPU, NCCL on GPUs).
+const std::vector<Named> kTrainingCases{
         Named{"sum_hash_adam",
               with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam)},
         Named{"weighted_mean_modulo_adagrad",
@@ -107,13 +120,26 @@ INSTANTIATE_TEST_SUITE_P(
                    ShardedExchange::kPooledOnOwner)},
         Named{"pooled_on_owner_weighted_mean_modulo_rank1_empty",
               with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad, 1,
-                   ShardedExchange::kPooledOnOwner)}),
-    [](const ::testing::TestParamInfo<Named>& info) { return std::string(info.param.name); });
+                   ShardedExchange::kPooledOnOwner)}};
 
-TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
-  if (world().world_size() < 2) GTEST_SKIP() << "needs two ranks or more";
-  Communicator& comm = world();
+std::string case_name(const ::testing::TestParamInfo<Named>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DistMpiTraining, ::testing::ValuesIn(kTrainingCases), case_name);
+
+// Tables of `tables` x `dim` on `comm`'s device.
+std::vector<EmbeddingOptions> tables_on(const Communicator& comm, uint32_t tables, uint32_t dim) {
+  auto options = test_tables(tables, dim);
+  for (EmbeddingOptions& o : options) o.table.device = comm.device();
+  return options;
+}
+
+// Creations that differ between ranks throw InvalidArgument on every rank, naming what differs;
+// the communicator stays usable.
+void check_mismatches_fail_everywhere(Communicator& comm) {
   const uint32_t rank = comm.rank();
+  auto test_tables = [&](uint32_t tables, uint32_t dim) { return tables_on(comm, tables, dim); };
   // The last rank has another dim: every rank throws, naming it.
   auto tables = test_tables(2, 8);
   if (rank == comm.world_size() - 1) tables[1].dim = 16;
@@ -149,6 +175,11 @@ TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
   EXPECT_THROW(ShardedEmbeddingCollection<int64_t>(comm, invalid), InvalidArgument);
   // And the communicator is still in step: a collection made alike works.
   train_and_compare(comm, TrainCase{}, shared_seed());
+}
+
+TEST(DistMpiConfig, MismatchedTablesFailOnEveryRank) {
+  if (world().world_size() < 2) GTEST_SKIP() << "needs two ranks or more";
+  check_mismatches_fail_everywhere(world());
 }
 
 TEST(DistMpiConfig, BadBatchOnOneRankFailsEverywhereAndChangesNothing) {
@@ -199,20 +230,70 @@ TEST(DistMpiBootstrap, MpiExchangerSharesRankZerosBytes) {
   }
 }
 
-// NCCL bootstrapped over MPI, then the sharded collection on the GPU against one CPU process.
-// One GPU per rank: run as `mpirun -np 1` on a one-GPU machine (skips elsewhere).
-TEST(DistMpiNccl, MpiBootstrappedShardedTrainingOnTheGpu) {
-  Communicator& comm = world();
-  const bool runnable = nccl_available() && cuda_backend_available() && comm.world_size() == 1;
-  if (!runnable) GTEST_SKIP() << "needs NCCL, a CUDA device and mpirun -np 1";
-  auto exchanger = make_mpi_id_exchanger();
-  auto nccl = make_nccl_communicator(comm.rank(), comm.world_size(), *exchanger, 0);
+// NCCL bootstrapped over MPI, one GPU per rank (scripts/gpu_check_multi.sh runs 1 and 2 ranks on
+// a 2-GPU machine): the MPI suite's collectives, training cases and mismatches over NCCL, each
+// sharded step checked against one GPU training on the whole stream (and, once, the CPU).
+bool nccl_runnable() {
+  return nccl_world() != nullptr;
+}
+
+// The NCCL world (call after nccl_runnable()).
+Communicator& nccl() {
+  return *nccl_world();
+}
+
+constexpr const char* kNcclSkip = "needs NCCL and one CUDA device per rank";
+
+TEST(DistNcclCollectives, AgreeWithAHostModel) {
+  if (!nccl_runnable()) GTEST_SKIP() << kNcclSkip;
+  check_collectives(nccl());
+}
+
+class DistNcclTraining : public ::testing::TestWithParam<Named> {};
+
+TEST_P(DistNcclTraining, SameRowsAsOneGpu) {
+  if (!nccl_runnable()) GTEST_SKIP() << kNcclSkip;
+  TrainCase c = GetParam().c;
+  c.reference_backend = Backend::kCuda;
+  train_and_compare(nccl(), c, shared_seed());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DistNcclTraining, ::testing::ValuesIn(kTrainingCases), case_name);
+
+TEST(DistNcclTraining, SameRowsAsOneCpuProcess) {
+  if (!nccl_runnable()) GTEST_SKIP() << kNcclSkip;
   TrainCase c;
   c.weighted = true;
-  train_and_compare(*nccl, c, shared_seed());
   c.exchange = ShardedExchange::kPooledOnOwner;
   c.mode = PoolingMode::kMean;
-  train_and_compare(*nccl, c, shared_seed());
+  train_and_compare(nccl(), c, shared_seed());
+}
+
+TEST(DistNcclConfig, MismatchedTablesFailOnEveryRank) {
+  if (!nccl_runnable() || world().world_size() < 2) GTEST_SKIP() << kNcclSkip << ", two or more";
+  check_mismatches_fail_everywhere(nccl());
+}
+
+TEST(DistNcclConfig, TablesOnAnotherDeviceThanTheCommunicatorsFailEverywhere) {
+  if (!nccl_runnable()) GTEST_SKIP() << kNcclSkip;
+  Communicator& comm = nccl();
+  auto tables = tables_on(comm, 2, 8);
+  // The last rank puts its tables on another device: every rank refuses, naming it.
+  if (comm.rank() == comm.world_size() - 1) {
+    for (EmbeddingOptions& o : tables) o.table.device = comm.device() + 1;
+  }
+  try {
+    ShardedEmbeddingCollection<int64_t> sharded(comm, tables);
+    ADD_FAILURE() << "created with tables off the communicator's device";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    if (comm.rank() == comm.world_size() - 1) {
+      EXPECT_NE(what.find("the communicator's device " + std::to_string(comm.device())),
+                std::string::npos)
+          << what;
+    }
+  }
+  train_and_compare(comm, TrainCase{}, shared_seed());
 }
 
 }  // namespace
