@@ -114,8 +114,7 @@ ShardedEmbeddingCollection<K>::ShardedEmbeddingCollection(Communicator& comm,
       require(o.table.device == options_.front().table.device, w, "table.device",
               std::to_string(o.table.device), "the same device for every table");
       if (comm_.backend() == Backend::kCuda) {
-        require(o.table.device == comm_.device(), w, "table.device",
-                std::to_string(o.table.device),
+        require(o.table.device == comm_.device(), w, "table.device", std::to_string(o.table.device),
                 "the communicator's device " + std::to_string(comm_.device()));
       }
     }

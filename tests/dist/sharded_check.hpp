@@ -126,8 +126,8 @@ inline void train_and_compare(Communicator& comm, const TrainCase& c, uint64_t s
     const bool ref_on_host = ref_backend == Backend::kCpu;
     BackendBatches ref_batches(ref_backend, all, c.mode, device);
     BackendBuffer<float> ref_device_out(ref_backend, ref_on_host ? 0 : ref_out.size() + 1, device);
-    reference->forward(ref_batches.batches, ref_on_host ? ref_out.data() : ref_device_out.data(),
-                       D, training);
+    reference->forward(ref_batches.batches, ref_on_host ? ref_out.data() : ref_device_out.data(), D,
+                       training);
     if (!ref_on_host) {
       backend_synchronize(ref_backend);
       ref_device_out.download(ref_out.data(), ref_out.size());
@@ -135,8 +135,7 @@ inline void train_and_compare(Communicator& comm, const TrainCase& c, uint64_t s
     const std::vector<size_t> map = global_rows_of(g, rank);
     std::vector<float> out(map.size() * D, -2.0f);
     BackendBatches mine_batches(backend, g.batches[rank], c.mode, device);
-    BackendBuffer<float> device_out(backend, backend == Backend::kCpu ? 0 : out.size() + 1,
-                                    device);
+    BackendBuffer<float> device_out(backend, backend == Backend::kCpu ? 0 : out.size() + 1, device);
     float* out_ptr = backend == Backend::kCpu ? out.data() : device_out.data();
     sharded->forward(mine_batches.batches, out_ptr, D, training);
     if (backend != Backend::kCpu) {

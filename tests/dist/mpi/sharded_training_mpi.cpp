@@ -100,27 +100,24 @@ TrainCase with(PoolingMode mode, bool weighted, KeyRouter router, OptimizerKind 
 
 // The cases both suites run (MPI on the CPU, NCCL on GPUs).
 const std::vector<Named> kTrainingCases{
-        Named{"sum_hash_adam",
-              with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam)},
-        Named{"weighted_mean_modulo_adagrad",
-              with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad)},
-        Named{"none_custom_sgd", with(PoolingMode::kNone, false,
-                                      KeyRouter::custom("by-table",
-                                                        [](uint32_t t, uint64_t k, uint32_t w) {
-                                                          return static_cast<uint32_t>((k / 7 + t) %
-                                                                                       w);
-                                                        }),
-                                      OptimizerKind::kSgd)},
-        Named{"rank1_empty",
-              with(PoolingMode::kSum, true, KeyRouter::hash(), OptimizerKind::kAdam, 1)},
-        Named{"rank0_empty",
-              with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kRowWiseAdaGrad, 0)},
-        Named{"pooled_on_owner_sum_adam",
-              with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam, ~0u,
-                   ShardedExchange::kPooledOnOwner)},
-        Named{"pooled_on_owner_weighted_mean_modulo_rank1_empty",
-              with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad, 1,
-                   ShardedExchange::kPooledOnOwner)}};
+    Named{"sum_hash_adam", with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam)},
+    Named{"weighted_mean_modulo_adagrad",
+          with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad)},
+    Named{"none_custom_sgd", with(PoolingMode::kNone, false,
+                                  KeyRouter::custom("by-table",
+                                                    [](uint32_t t, uint64_t k, uint32_t w) {
+                                                      return static_cast<uint32_t>((k / 7 + t) % w);
+                                                    }),
+                                  OptimizerKind::kSgd)},
+    Named{"rank1_empty", with(PoolingMode::kSum, true, KeyRouter::hash(), OptimizerKind::kAdam, 1)},
+    Named{"rank0_empty",
+          with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kRowWiseAdaGrad, 0)},
+    Named{"pooled_on_owner_sum_adam",
+          with(PoolingMode::kSum, false, KeyRouter::hash(), OptimizerKind::kAdam, ~0u,
+               ShardedExchange::kPooledOnOwner)},
+    Named{"pooled_on_owner_weighted_mean_modulo_rank1_empty",
+          with(PoolingMode::kMean, true, KeyRouter::modulo(), OptimizerKind::kAdaGrad, 1,
+               ShardedExchange::kPooledOnOwner)}};
 
 std::string case_name(const ::testing::TestParamInfo<Named>& info) {
   return info.param.name;
