@@ -11,6 +11,7 @@
 #include "dynemb/ops/dedup.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
+#include "route_keys.hpp"
 #include "sharded_pooled.hpp"
 #include "stage_clock.hpp"
 
@@ -235,6 +236,84 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
       first += b.mode == PoolingMode::kNone ? b.num_ids : b.num_bags;
     }
     validate_lookup(backend, s.features, s.outputs, where);
+    if (route_on_device()) {
+      route_on_the_device(counts, stream);
+    } else {
+      route_on_the_host(counts);
+    }
+    s.sent = u_total;
+    traffic_.ids += ids;
+    traffic_.unique_keys += u_total;
+    traffic_.keys_to_others += u_total - s.send_counts[comm_.rank()];
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  for (uint32_t r = 0; r < W; ++r) counts[static_cast<size_t>(r) * (T + 1) + T] = problem.empty();
+  auto t1 = now();
+  times_.dedup += seconds(t0, t1);
+  forward_exchange(counts, problem, training, stream, t1);
+}
+
+template <TableKey K>
+bool ShardedEmbeddingCollection<K>::route_on_device() const {
+#if defined(DYNEMB_WITH_CUDA)
+  return comm_.backend() == Backend::kCuda && router_.kind() != KeyRouter::Kind::kCustom;
+#else
+  return false;
+#endif
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::set_send_order(std::vector<uint64_t>& counts) {
+  Step& s = *step_;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  s.send_counts.assign(W, 0);
+  s.send_displs.assign(W, 0);
+  size_t p = 0;
+  for (uint32_t r = 0; r < W; ++r) {
+    s.send_displs[r] = p;
+    for (uint32_t t = 0; t < T; ++t) p += counts[static_cast<size_t>(r) * (T + 1) + t];
+    s.send_counts[r] = p - s.send_displs[r];
+  }
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::route_on_the_device(
+    [[maybe_unused]] std::vector<uint64_t>& counts, [[maybe_unused]] StreamHandle stream) {
+#if defined(DYNEMB_WITH_CUDA)
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  const size_t u_total = s.base[T];
+  ensure(s.send_index.device, backend, u_total, device);
+  ensure(s.send_keys.device, backend, u_total, device);
+  std::vector<uint64_t> by_bucket;  // [owner * T + table]
+  detail::route_unique_keys<K>(
+      s.unique_keys.data(), s.base, W,
+      router_.kind() == KeyRouter::Kind::kHash ? detail::DeviceRule::kHash
+                                               : detail::DeviceRule::kModulo,
+      s.send_index.device.data(), s.send_keys.device.data(), by_bucket, stream);
+  for (uint32_t r = 0; r < W; ++r) {
+    for (uint32_t t = 0; t < T; ++t) {
+      counts[static_cast<size_t>(r) * (T + 1) + t] = by_bucket[static_cast<size_t>(r) * T + t];
+    }
+  }
+  set_send_order(counts);
+#endif
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::route_on_the_host(std::vector<uint64_t>& counts) {
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  const size_t u_total = s.base[T];
+  {
     // Owners, on the host.
     std::vector<K> host_unique(u_total);
     if (u_total > 0) {
@@ -253,17 +332,14 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
       }
     }
     // Send order: owner-major, then table, then the table's unique order.
-    s.send_counts.assign(W, 0);
-    s.send_displs.assign(W, 0);
+    set_send_order(counts);
     std::vector<size_t> cursor(static_cast<size_t>(W) * T);
-    size_t p = 0;
     for (uint32_t r = 0; r < W; ++r) {
-      s.send_displs[r] = p;
+      size_t p = s.send_displs[r];
       for (uint32_t t = 0; t < T; ++t) {
         cursor[static_cast<size_t>(r) * T + t] = p;
         p += counts[static_cast<size_t>(r) * (T + 1) + t];
       }
-      s.send_counts[r] = p - s.send_displs[r];
     }
     s.send_index.host.resize(u_total);
     s.send_keys.host.resize(u_total);
@@ -276,16 +352,21 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
     }
     s.send_index.upload(backend, device);
     s.send_keys.upload(backend, device);
-    s.sent = u_total;
-    traffic_.ids += ids;
-    traffic_.unique_keys += u_total;
-    traffic_.keys_to_others += u_total - s.send_counts[comm_.rank()];
-  } catch (const std::exception& e) {
-    problem = e.what();
   }
-  for (uint32_t r = 0; r < W; ++r) counts[static_cast<size_t>(r) * (T + 1) + T] = problem.empty();
-  auto t1 = now();
-  times_.dedup += seconds(t0, t1);
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::forward_exchange(std::vector<uint64_t>& counts,
+                                                     const std::string& problem, bool training,
+                                                     StreamHandle stream, Clock::time_point t1) {
+  constexpr const char* where = "ShardedEmbeddingCollection::forward";
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  const uint32_t D = dim();
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
 
   // --- exchange counts (with every rank's status), then keys --------------------------------
   s.matrix = all_to_all_counts(comm_, counts, T + 1);
@@ -320,36 +401,17 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
   // --- owner: regroup table-major, look up (training: find or insert) -----------------------
   std::string owner_problem;
   try {
-    s.owner_keys.host.resize(received);
-    s.owner_index.host.resize(received);
-    std::vector<K> recv_host(received);
-    if (received > 0) {
-      if (backend == Backend::kCpu) {
-        std::copy(s.recv_keys.data(), s.recv_keys.data() + received, recv_host.begin());
-      } else {
-        backend_synchronize(backend);
-        s.recv_keys.download(recv_host.data(), received);
-      }
-    }
     std::vector<size_t> table_first(T + 1, 0);
     for (uint32_t t = 0; t < T; ++t) {
       size_t n = 0;
       for (uint32_t r = 0; r < W; ++r) n += s.matrix[static_cast<size_t>(r) * (T + 1) + t];
       table_first[t + 1] = table_first[t] + n;
     }
-    std::vector<size_t> at(table_first.begin(), table_first.end() - 1);
-    size_t q = 0;
-    for (uint32_t r = 0; r < W; ++r) {
-      for (uint32_t t = 0; t < T; ++t) {
-        const uint64_t n = s.matrix[static_cast<size_t>(r) * (T + 1) + t];
-        for (uint64_t i = 0; i < n; ++i, ++q) {
-          s.owner_keys.host[at[t]] = recv_host[q];
-          s.owner_index.host[at[t]++] = static_cast<uint32_t>(q);
-        }
-      }
+    if (route_on_device()) {
+      regroup_on_the_device(table_first, stream);
+    } else {
+      regroup_on_the_host(table_first);
     }
-    s.owner_keys.upload(backend, device);
-    s.owner_index.upload(backend, device);
     ensure(s.owner_rows, backend, received * D, device);
     s.owner_ran = false;
     if (received > 0) {
@@ -375,8 +437,89 @@ void ShardedEmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> b
   } catch (const std::exception& e) {
     owner_problem = e.what();
   }
-  auto t3 = now();
+  const auto t3 = now();
   times_.lookup += seconds(t2, t3);
+  forward_rows_back(owner_problem, training, stream, t3);
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::regroup_on_the_device(
+    [[maybe_unused]] const std::vector<size_t>& table_first, [[maybe_unused]] StreamHandle stream) {
+#if defined(DYNEMB_WITH_CUDA)
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  const size_t received = s.received;
+  std::vector<uint64_t> src_start(static_cast<size_t>(W) * T + 1, 0), dst_start(size_t{W} * T);
+  std::vector<uint64_t> at(table_first.begin(), table_first.end() - 1);
+  uint64_t q = 0;
+  for (uint32_t r = 0; r < W; ++r) {
+    for (uint32_t t = 0; t < T; ++t) {
+      const size_t seg = static_cast<size_t>(r) * T + t;
+      const uint64_t n = s.matrix[static_cast<size_t>(r) * (T + 1) + t];
+      src_start[seg] = q;
+      dst_start[seg] = at[t];
+      at[t] += n;
+      q += n;
+    }
+  }
+  src_start.back() = q;
+  ensure(s.owner_keys.device, backend, received, device);
+  ensure(s.owner_index.device, backend, received, device);
+  detail::regroup_received_keys<K>(s.recv_keys.data(), received, src_start, dst_start,
+                                   s.owner_keys.device.data(), s.owner_index.device.data(), stream);
+#endif
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::regroup_on_the_host(const std::vector<size_t>& table_first) {
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t T = static_cast<uint32_t>(options_.size());
+  const uint32_t W = comm_.world_size();
+  const size_t received = s.received;
+  {
+    s.owner_keys.host.resize(received);
+    s.owner_index.host.resize(received);
+    std::vector<K> recv_host(received);
+    if (received > 0) {
+      if (backend == Backend::kCpu) {
+        std::copy(s.recv_keys.data(), s.recv_keys.data() + received, recv_host.begin());
+      } else {
+        backend_synchronize(backend);
+        s.recv_keys.download(recv_host.data(), received);
+      }
+    }
+    std::vector<size_t> at(table_first.begin(), table_first.end() - 1);
+    size_t q = 0;
+    for (uint32_t r = 0; r < W; ++r) {
+      for (uint32_t t = 0; t < T; ++t) {
+        const uint64_t n = s.matrix[static_cast<size_t>(r) * (T + 1) + t];
+        for (uint64_t i = 0; i < n; ++i, ++q) {
+          s.owner_keys.host[at[t]] = recv_host[q];
+          s.owner_index.host[at[t]++] = static_cast<uint32_t>(q);
+        }
+      }
+    }
+    s.owner_keys.upload(backend, device);
+    s.owner_index.upload(backend, device);
+  }
+}
+
+template <TableKey K>
+void ShardedEmbeddingCollection<K>::forward_rows_back(const std::string& owner_problem,
+                                                      bool training, StreamHandle stream,
+                                                      Clock::time_point t3) {
+  Step& s = *step_;
+  const Backend backend = comm_.backend();
+  const int device = options_.front().table.device;
+  const uint32_t W = comm_.world_size();
+  const uint32_t D = dim();
+  const size_t received = s.received;
+  auto now = [&] { return stage_now(backend, synchronize_stages_); };
   agree_or_throw(owner_problem.empty(), owner_problem, "the owners' lookup");
 
   // --- rows back: into received order, exchanged, placed at the local rows, pooled ----------

@@ -26,8 +26,11 @@ class KeyRouter {
   // "hash", "modulo" or "custom:<name>".
   const std::string& name() const { return name_; }
 
- private:
   enum class Kind : uint8_t { kHash, kModulo, kCustom };
+  // Which rule: hash and modulo can also be evaluated on a GPU, a custom rule only here.
+  Kind kind() const { return kind_; }
+
+ private:
   KeyRouter(Kind kind, std::string name, Rule rule)
       : kind_(kind), name_(std::move(name)), rule_(std::move(rule)) {}
   Kind kind_;

@@ -5,6 +5,7 @@
 // those rows to the owners, where the fused optimizer applies them (docs/dist.md).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -107,6 +108,17 @@ class ShardedEmbeddingCollection {
  private:
   struct Step;
   struct PooledStep;
+  // The rows exchange's forward after the local dedup, in stages (docs/dist.md).
+  bool route_on_device() const;  // CUDA and a hash or modulo router: keys stay on the GPU
+  void route_on_the_device(std::vector<uint64_t>& counts, StreamHandle stream);
+  void route_on_the_host(std::vector<uint64_t>& counts);
+  void set_send_order(std::vector<uint64_t>& counts);
+  void forward_exchange(std::vector<uint64_t>& counts, const std::string& problem, bool training,
+                        StreamHandle stream, std::chrono::steady_clock::time_point t1);
+  void regroup_on_the_device(const std::vector<size_t>& table_first, StreamHandle stream);
+  void regroup_on_the_host(const std::vector<size_t>& table_first);
+  void forward_rows_back(const std::string& owner_problem, bool training, StreamHandle stream,
+                         std::chrono::steady_clock::time_point t3);
   void forward_pooled(std::span<const EmbeddingBatch<K>> batches, float* out, uint32_t out_stride,
                       bool training, StreamHandle stream);
   void backward_pooled(const float* grad, uint32_t grad_stride, StreamHandle stream);
