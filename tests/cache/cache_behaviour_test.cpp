@@ -200,6 +200,49 @@ TEST_P(CacheBehaviourTest, PreloadOfRowsInTableBucketOrderFits) {
   EXPECT_EQ(cache.cache().size(), n);
 }
 
+// Queries of every size class (the CUDA cache compacts misses inside its query kernel up to
+// 131,072 keys, in tiles of 8 to 1,024 keys, and in a separate pass beyond): each answer against
+// the set of stored keys, misses in batch order, hits and misses counted.
+TEST_P(CacheBehaviourTest, QueriesOfEverySizeAnswerInBatchOrder) {
+  TestRng rng;
+  CacheOptions<int64_t> options;
+  options.dim = 4;
+  options.capacity_rows = 40000;
+  CacheHarness<int64_t> cache(GetParam(), options);
+  const std::vector<int64_t> pool = distinct_keys(rng, 80000);
+  const std::vector<int64_t> stored(pool.begin(), pool.begin() + 30000);
+  ASSERT_EQ(cache.preload(stored, rows_of(stored, options.dim)), 0u);
+  const std::set<int64_t> present(stored.begin(), stored.end());
+  uint64_t queried = 0, missed = 0;
+  for (const size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{2051}, size_t{65541},
+                         size_t{131072}, size_t{131073}, size_t{200000}}) {
+    SCOPED_TRACE("batch of " + std::to_string(n));
+    std::vector<int64_t> keys(n);
+    for (int64_t& k : keys) k = pool[rng.uniform(0, pool.size() - 1)];  // repeats included
+    const QueryOutput<int64_t> got = cache.query(keys);
+    std::vector<int64_t> want_missing;
+    std::vector<uint64_t> want_positions;
+    std::vector<float> want_values(n * options.dim, -7.0f);
+    for (size_t i = 0; i < n; ++i) {
+      if (present.count(keys[i]) == 0) {
+        want_missing.push_back(keys[i]);
+        want_positions.push_back(i);
+      } else {
+        const std::vector<float> row = row_of(keys[i], options.dim);
+        std::copy(row.begin(), row.end(), want_values.begin() + i * options.dim);
+      }
+    }
+    ASSERT_EQ(got.missing_keys, want_missing);
+    ASSERT_EQ(got.missing_positions, want_positions);
+    ASSERT_EQ(got.values, want_values);
+    queried += n;
+    missed += want_missing.size();
+  }
+  const CacheStats stats = cache.cache().stats();
+  EXPECT_EQ(stats.misses, missed);
+  EXPECT_EQ(stats.hits, queried - missed);
+}
+
 TEST_P(CacheBehaviourTest, CapacityInBytesStaysWithinTheBudget) {
   CacheOptions<int64_t> options;
   options.dim = 32;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 
 #include "backends.hpp"
@@ -13,6 +14,7 @@
 #include "dynemb/core/cuda/device_guard.hpp"
 #include "dynemb/core/cuda/device_info.hpp"
 #include "dynemb/core/error.hpp"
+#include "dynemb/core/hash.hpp"
 
 namespace dynemb::cache::detail {
 namespace {
@@ -44,6 +46,8 @@ T* allocate(uint64_t count, const char* buffer, const CacheFootprint& footprint)
 template <CacheKey K>
 CudaCache<K>::CudaCache(const CacheOptions<K>& options, const CacheFootprint& footprint)
     : options_(options), footprint_(footprint) {
+  std::random_device entropy;
+  tag_salt_ = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
   const dynemb::core::cuda::DeviceGuard on_device(options.device);
   view_.num_sets = footprint.sets;
   view_.ways = options.ways;
@@ -113,9 +117,28 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
                               "EmbeddingCache::query: cudaMemsetAsync");
     return;
   }
-  const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed);
+  QueryCall<K> call;
+  call.n = n;
+  call.keys = keys;
+  call.values = values;
+  call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
+  if (n <= kFusedMaxKeys) {
+    // One launch: the kernel compacts its misses itself through per-block counts in `status`,
+    // which it recognizes by this call's tag (stamps are unique, the mix is a bijection).
+    call.tile = fused_query_tile(n, grid_limit_);
+    const dynemb::core::cuda::DeviceArray<TileStatus> status(fused_query_blocks(n, call.tile), s);
+    call.missing_keys = missing_keys;
+    call.missing_positions = missing_positions;
+    call.miss_count = miss_count;
+    call.status = status.data();
+    call.tag = hash_key_bits(call.stamp ^ tag_salt_);
+    launch_query(view_, call, s);
+    return;
+  }
   const dynemb::core::cuda::DeviceArray<uint8_t> missed(n, s);
-  launch_query(view_, n, keys, values, missed.data(), stamp, grid_limit_, s);
+  call.missed = missed.data();
+  call.grid_limit = grid_limit_;
+  launch_query(view_, call, s);
   launch_compact_misses(view_, n, keys, missed.data(), missing_keys, missing_positions, miss_count,
                         s);
 }

@@ -44,6 +44,7 @@ class CudaCache final : public EmbeddingCache<K> {
   CacheView<K> view_;
   uint32_t grid_limit_ = 0;         // blocks per launch: enough to fill every SM
   std::atomic<uint64_t> clock_{1};  // access stamps are drawn from here; 0 marks a free slot
+  uint64_t tag_salt_ = 0;           // random: fused queries' tags differ from other caches' ones
 };
 
 }  // namespace dynemb::cache::detail

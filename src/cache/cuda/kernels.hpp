@@ -10,13 +10,56 @@
 
 namespace dynemb::cache::detail {
 
-// Queries n keys: rows of hits to values, missed[i] = 1 for a miss, stamps hits with `stamp`.
-template <class K>
-void launch_query(const CacheView<K>& view, size_t n, const K* keys, float* values, uint8_t* missed,
-                  uint64_t stamp, uint32_t grid_limit, cudaStream_t stream);
+// A tile's miss count as the fused query publishes it (query_kernels.cu).
+struct TileStatus {
+  unsigned long long tag;
+  unsigned long long count;
+};
 
-// Writes the flagged keys and their positions compactly in batch order, *miss_count, and adds
-// the call's hits and misses to the counters.
+// Batches up to this many keys are queried by the fused kernel (one launch, misses compacted in
+// it); larger ones by the query kernel and a separate compaction.
+inline constexpr size_t kFusedMaxKeys = 131072;
+// Keys per block of the fused kernel at most, and per warp at least.
+inline constexpr uint32_t kMaxFusedTile = 1024;
+inline constexpr uint32_t kMinFusedTile = 8;
+
+// The fused kernel's keys per block for n keys: one key per warp while n fills grid_limit
+// blocks that way, more per block beyond.
+inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit) {
+  const uint64_t spread = (n + grid_limit - 1) / grid_limit;
+  return static_cast<uint32_t>(
+      spread < kMinFusedTile ? kMinFusedTile : (spread > kMaxFusedTile ? kMaxFusedTile : spread));
+}
+// Its blocks (one TileStatus each).
+inline uint64_t fused_query_blocks(size_t n, uint32_t tile) {
+  return (n + tile - 1) / tile;
+}
+
+// One query's arguments. Fused (status != nullptr): misses go to missing_keys /
+// missing_positions in batch order, their count to *miss_count, hits and misses to the counters.
+// Unfused: missed[i] = 1 for a miss (launch_compact_misses does the rest).
+template <class K>
+struct QueryCall {
+  size_t n = 0;
+  const K* keys = nullptr;
+  float* values = nullptr;
+  unsigned long long stamp = 0;  // the hits' new access stamp
+  uint8_t* missed = nullptr;     // unfused
+  uint32_t grid_limit = 0;       // unfused: blocks at most
+  K* missing_keys = nullptr;     // fused
+  uint64_t* missing_positions = nullptr;
+  uint64_t* miss_count = nullptr;
+  TileStatus* status = nullptr;  // fused_query_blocks(n, tile) of them, uninitialized
+  unsigned long long tag = 0;    // unique to the call; never equal to status's prior contents
+  uint32_t tile = 0;
+};
+
+// Queries call.n keys: rows of hits to values, stamps hits with call.stamp.
+template <class K>
+void launch_query(const CacheView<K>& view, const QueryCall<K>& call, cudaStream_t stream);
+
+// After an unfused query: writes the flagged keys and their positions compactly in batch order,
+// *miss_count, and adds the call's hits and misses to the counters.
 template <class K>
 void launch_compact_misses(const CacheView<K>& view, size_t n, const K* keys, const uint8_t* missed,
                            K* missing_keys, uint64_t* missing_positions, uint64_t* miss_count,

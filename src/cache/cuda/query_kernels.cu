@@ -1,7 +1,9 @@
-// The query kernel (one warp per key, no lock: a per-set version check around each read) and the
-// compaction of its misses into batch order.
+// The query kernels (one warp per key, no lock: a per-set version check around each read) and the
+// compaction of their misses into batch order: fused into the query for batches up to
+// kFusedMaxKeys (one launch), a separate compaction for larger ones.
 #include <thrust/iterator/counting_iterator.h>
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
 
@@ -15,8 +17,9 @@ namespace {
 
 constexpr int kBlockThreads = 256;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarp;
-// Batches up to this size compact their misses in one block (one launch instead of three).
-constexpr size_t kSmallBatch = 16384;
+// The fused query's block scans kFusedItems miss flags per thread (kMaxFusedTile keys a tile).
+constexpr uint32_t kFusedItems = kMaxFusedTile / kBlockThreads;
+static_assert(kFusedItems * kBlockThreads == kMaxFusedTile);
 
 // Reads key's row from `set` into out when the set holds it, and stamps the slot; false when the
 // set does not hold the key. Lock-free: the row is read between two reads of the set's version
@@ -108,63 +111,150 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
 }
 
+// Queries the keys of one tile per block (tiles of `tile` consecutive keys, one warp per key),
+// then writes the tile's misses in batch order: the block counts its misses, publishes the count
+// in status[block] (count, then the call's tag with release), adds up the counts the blocks
+// before it published (waiting for each one's tag) and writes its misses after theirs. The last
+// block writes *miss_count and the counters. status needs no initialization: a slot counts only
+// once it holds this call's tag (a 64-bit value drawn per call). Blocks wait only on blocks of
+// lower index, which are dispatched first, so the wait ends even when not all blocks fit at once.
 template <class K, int R, int C, bool V4>
-void launch_query_shape(const CacheView<K>& c, size_t n, const K* keys, float* values,
-                        uint8_t* missed, uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
-  const size_t blocks = std::min<size_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock, grid_limit);
-  query_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-      c, n, keys, values, missed, stamp);
-  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
-}
-
-// Picks the row staging for the dim: float4 registers when rows and output are 16-byte aligned.
-template <class K, int R>
-void launch_query_ways(const CacheView<K>& c, size_t n, const K* keys, float* values,
-                       uint8_t* missed, uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
-  const bool vec4 = c.dim % 4 == 0 && reinterpret_cast<uintptr_t>(values) % 16 == 0;
-  if (vec4 && c.dim <= 128) {
-    launch_query_shape<K, R, 1, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else if (vec4 && c.dim <= 256) {
-    launch_query_shape<K, R, 2, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else if (vec4 && c.dim <= 1024) {
-    launch_query_shape<K, R, 8, true>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else if (c.dim <= 32) {
-    launch_query_shape<K, R, 1, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else if (c.dim <= 128) {
-    launch_query_shape<K, R, 4, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else if (c.dim <= 1024) {
-    launch_query_shape<K, R, 32, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  } else {
-    launch_query_shape<K, R, 0, false>(c, n, keys, values, missed, stamp, grid_limit, stream);
-  }
-}
-
-// One block: a running block-wide scan over the flags writes the misses in batch order.
-template <class K>
-__global__ void __launch_bounds__(1024)
-    compact_small_kernel(size_t n, const K* keys, const uint8_t* missed, K* missing_keys,
-                         uint64_t* missing_positions, uint64_t* miss_count,
-                         DeviceCounters* counters) {
-  using Scan = cub::BlockScan<uint32_t, 1024>;
-  __shared__ typename Scan::TempStorage scratch;
-  uint64_t total = 0;
-  for (size_t first = 0; first < n; first += 1024) {
-    const size_t i = first + threadIdx.x;
-    const uint32_t flag = i < n ? missed[i] : 0u;
-    uint32_t offset = 0;
-    uint32_t chunk = 0;
-    Scan(scratch).ExclusiveSum(flag, offset, chunk);
-    if (flag != 0) {
-      missing_keys[total + offset] = keys[i];
-      missing_positions[total + offset] = i;
+__global__ void __launch_bounds__(kBlockThreads)
+    query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
+                       float* values, K* __restrict__ missing_keys,
+                       uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
+                       TileStatus* status, unsigned long long tag, unsigned long long stamp) {
+  using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
+  using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } scratch;
+  __shared__ uint8_t missed[kMaxFusedTile];
+  __shared__ unsigned long long misses_before;
+  const size_t first = static_cast<size_t>(blockIdx.x) * tile;
+  const uint32_t count = static_cast<uint32_t>(n - first < tile ? n - first : tile);
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  unsigned long long sentinels = 0;
+  for (uint32_t j = threadIdx.x / kWarp; j < count; j += kWarpsPerBlock) {
+    const K key = keys[first + j];
+    bool hit = false;
+    if (key == c.empty_key) {
+      ++sentinels;
+    } else {
+      const CandidateSets sets = candidate_sets(cache_key_bits(key), c.num_sets);
+      float* out = values + (first + j) * c.dim;
+      hit = read_from_set<K, R, C, V4>(c, sets.first, key, lane, out, stamp) ||
+            read_from_set<K, R, C, V4>(c, sets.second, key, lane, out, stamp);
     }
-    total += chunk;
-    __syncthreads();  // the scan's shared memory is reused
+    if (lane == 0) missed[j] = hit ? 0 : 1;
   }
+  if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
+  __syncthreads();
+
+  uint32_t flags[kFusedItems];
+  uint32_t mine = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < kFusedItems; ++k) {
+    const uint32_t j = threadIdx.x * kFusedItems + k;
+    flags[k] = j < count ? missed[j] : 0u;
+    mine += flags[k];
+  }
+  uint32_t offset = 0;
+  uint32_t block_misses = 0;
+  Scan(scratch.scan).ExclusiveSum(mine, offset, block_misses);
   if (threadIdx.x == 0) {
+    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[blockIdx.x].count)
+        .store(block_misses, ::cuda::memory_order_relaxed);
+    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[blockIdx.x].tag)
+        .store(tag, ::cuda::memory_order_release);
+  }
+  __syncthreads();  // the scan's shared memory is reused by the reduction
+
+  unsigned long long before = 0;
+  for (uint32_t t = threadIdx.x; t < blockIdx.x; t += kBlockThreads) {
+    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device> published(status[t].tag);
+    while (published.load(::cuda::memory_order_acquire) != tag) __nanosleep(32);
+    before += ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[t].count)
+                  .load(::cuda::memory_order_relaxed);
+  }
+  before = Reduce(scratch.reduce).Sum(before);
+  if (threadIdx.x == 0) misses_before = before;
+  __syncthreads();
+
+  uint64_t at = misses_before + offset;
+#pragma unroll
+  for (uint32_t k = 0; k < kFusedItems; ++k) {
+    if (flags[k] == 0) continue;
+    const size_t i = first + threadIdx.x * kFusedItems + k;
+    missing_keys[at] = keys[i];
+    missing_positions[at] = i;
+    ++at;
+  }
+  if (threadIdx.x == 0 && blockIdx.x == gridDim.x - 1) {
+    const unsigned long long total = misses_before + block_misses;
     *miss_count = total;
-    add_count(&counters->misses, total);
-    add_count(&counters->hits, n - total);
+    add_count(&c.counters->misses, total);
+    add_count(&c.counters->hits, n - total);
+  }
+}
+
+// Launches the unfused query kernel of one shape.
+template <class K, int R, int C, bool V4>
+struct LaunchUnfused {
+  static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
+    const size_t blocks =
+        std::min<size_t>((q.n + kWarpsPerBlock - 1) / kWarpsPerBlock, q.grid_limit);
+    query_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+        c, q.n, q.keys, q.values, q.missed, q.stamp);
+    dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
+  }
+};
+
+// Launches the fused query kernel of one shape (call.tile keys per block).
+template <class K, int R, int C, bool V4>
+struct LaunchFused {
+  static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
+    const uint64_t blocks = fused_query_blocks(q.n, q.tile);
+    query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+        c, q.n, q.tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
+        q.status, q.tag, q.stamp);
+    dynemb::core::cuda::check(cudaGetLastError(),
+                              "EmbeddingCache::query: query_fused_kernel launch");
+  }
+};
+
+// Picks the row staging for the dim (float4 registers when rows and output are 16-byte aligned)
+// and runs Launch<K, R, C, V4>.
+template <template <class, int, int, bool> class Launch, class K, int R>
+void dispatch_dim(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
+  const bool vec4 = c.dim % 4 == 0 && reinterpret_cast<uintptr_t>(q.values) % 16 == 0;
+  if (vec4 && c.dim <= 128) {
+    Launch<K, R, 1, true>::run(c, q, stream);
+  } else if (vec4 && c.dim <= 256) {
+    Launch<K, R, 2, true>::run(c, q, stream);
+  } else if (vec4 && c.dim <= 1024) {
+    Launch<K, R, 8, true>::run(c, q, stream);
+  } else if (c.dim <= 32) {
+    Launch<K, R, 1, false>::run(c, q, stream);
+  } else if (c.dim <= 128) {
+    Launch<K, R, 4, false>::run(c, q, stream);
+  } else if (c.dim <= 1024) {
+    Launch<K, R, 32, false>::run(c, q, stream);
+  } else {
+    Launch<K, R, 0, false>::run(c, q, stream);
+  }
+}
+
+template <template <class, int, int, bool> class Launch, class K>
+void dispatch_ways(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
+  switch (c.ways) {
+    case 32:
+      return dispatch_dim<Launch, K, 1>(c, q, stream);
+    case 64:
+      return dispatch_dim<Launch, K, 2>(c, q, stream);
+    default:
+      return dispatch_dim<Launch, K, 4>(c, q, stream);
   }
 }
 
@@ -198,16 +288,12 @@ __global__ void scatter_rows_kernel(size_t n, const uint64_t* positions, const f
 }  // namespace
 
 template <class K>
-void launch_query(const CacheView<K>& view, size_t n, const K* keys, float* values, uint8_t* missed,
-                  uint64_t stamp, uint32_t grid_limit, cudaStream_t stream) {
-  if (n == 0) return;
-  switch (view.ways) {
-    case 32:
-      return launch_query_ways<K, 1>(view, n, keys, values, missed, stamp, grid_limit, stream);
-    case 64:
-      return launch_query_ways<K, 2>(view, n, keys, values, missed, stamp, grid_limit, stream);
-    default:
-      return launch_query_ways<K, 4>(view, n, keys, values, missed, stamp, grid_limit, stream);
+void launch_query(const CacheView<K>& view, const QueryCall<K>& call, cudaStream_t stream) {
+  if (call.n == 0) return;
+  if (call.status != nullptr) {
+    dispatch_ways<LaunchFused, K>(view, call, stream);
+  } else {
+    dispatch_ways<LaunchUnfused, K>(view, call, stream);
   }
 }
 
@@ -215,13 +301,6 @@ template <class K>
 void launch_compact_misses(const CacheView<K>& view, size_t n, const K* keys, const uint8_t* missed,
                            K* missing_keys, uint64_t* missing_positions, uint64_t* miss_count,
                            cudaStream_t stream) {
-  if (n <= kSmallBatch) {
-    compact_small_kernel<K><<<1, 1024, 0, stream>>>(n, keys, missed, missing_keys,
-                                                    missing_positions, miss_count, view.counters);
-    dynemb::core::cuda::check(cudaGetLastError(),
-                              "EmbeddingCache::query: compact_small_kernel launch");
-    return;
-  }
   thrust::counting_iterator<uint64_t> positions(0);
   size_t temp_bytes = 0;
   dynemb::core::cuda::check(
@@ -249,18 +328,18 @@ void launch_scatter_rows(size_t n, const uint64_t* positions, const float* rows,
   dynemb::core::cuda::check(cudaGetLastError(), "scatter_rows_kernel launch");
 }
 
-template void launch_query<int32_t>(const CacheView<int32_t>&, size_t, const int32_t*, float*,
-                                    uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_query<int32_t>(const CacheView<int32_t>&, const QueryCall<int32_t>&,
+                                    cudaStream_t);
 template void launch_compact_misses<int32_t>(const CacheView<int32_t>&, size_t, const int32_t*,
                                              const uint8_t*, int32_t*, uint64_t*, uint64_t*,
                                              cudaStream_t);
-template void launch_query<int64_t>(const CacheView<int64_t>&, size_t, const int64_t*, float*,
-                                    uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_query<int64_t>(const CacheView<int64_t>&, const QueryCall<int64_t>&,
+                                    cudaStream_t);
 template void launch_compact_misses<int64_t>(const CacheView<int64_t>&, size_t, const int64_t*,
                                              const uint8_t*, int64_t*, uint64_t*, uint64_t*,
                                              cudaStream_t);
-template void launch_query<uint64_t>(const CacheView<uint64_t>&, size_t, const uint64_t*, float*,
-                                     uint8_t*, uint64_t, uint32_t, cudaStream_t);
+template void launch_query<uint64_t>(const CacheView<uint64_t>&, const QueryCall<uint64_t>&,
+                                     cudaStream_t);
 template void launch_compact_misses<uint64_t>(const CacheView<uint64_t>&, size_t, const uint64_t*,
                                               const uint8_t*, uint64_t*, uint64_t*, uint64_t*,
                                               cudaStream_t);
