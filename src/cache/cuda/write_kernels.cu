@@ -195,6 +195,35 @@ __global__ void find_sentinel_kernel(size_t n, const K* keys, K empty_key,
   }
 }
 
+// Sets *flag (host memory) when a key equals empty_key.
+template <class K>
+__global__ void flag_sentinel_kernel(size_t n, const K* keys, K empty_key, unsigned int* flag) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if (keys[i] == empty_key) *static_cast<volatile unsigned int*>(flag) = 1u;
+  }
+}
+
+// A word of pinned host memory the device writes to, one per host thread (a thread's sentinel
+// check waits for its kernel before the next one, so the word is never shared by two checks).
+unsigned int* thread_sentinel_flag() {
+  struct Pinned {
+    unsigned int* word = nullptr;
+    ~Pinned() {
+      if (word != nullptr) cudaFreeHost(word);
+    }
+  };
+  thread_local Pinned pinned;
+  if (pinned.word == nullptr) {
+    void* p = nullptr;
+    dynemb::core::cuda::check(
+        cudaHostAlloc(&p, sizeof(unsigned int), cudaHostAllocMapped | cudaHostAllocPortable),
+        "EmbeddingCache: cudaHostAlloc (sentinel check flag)");
+    pinned.word = static_cast<unsigned int*>(p);
+  }
+  return pinned.word;
+}
+
 template <class K>
 __global__ void count_stored_kernel(CacheView<K> c, unsigned long long* count) {
   const uint64_t slots = c.num_sets * c.ways;
@@ -276,11 +305,19 @@ void launch_clear(const CacheView<K>& view, cudaStream_t stream) {
 template <class K>
 uint64_t find_sentinel(size_t n, const K* keys, K empty_key, cudaStream_t stream) {
   if (n == 0) return std::numeric_limits<uint64_t>::max();
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<size_t>((n + kBlockThreads - 1) / kBlockThreads, 4096));
+  // The common case, no sentinel: one kernel that writes to host memory only if it finds one,
+  // then the stream's sync. Only then is the first position searched for (for the message).
+  unsigned int* flag = thread_sentinel_flag();
+  *static_cast<volatile unsigned int*>(flag) = 0u;
+  flag_sentinel_kernel<K><<<blocks, kBlockThreads, 0, stream>>>(n, keys, empty_key, flag);
+  dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache: flag_sentinel_kernel launch");
+  dynemb::core::cuda::sync(stream, "EmbeddingCache: sentinel check");
+  if (*static_cast<volatile unsigned int*>(flag) == 0u) return std::numeric_limits<uint64_t>::max();
   const dynemb::core::cuda::DeviceArray<unsigned long long> first(1, stream);
   dynemb::core::cuda::check(cudaMemsetAsync(first.data(), 0xFF, sizeof(unsigned long long), stream),
                             "EmbeddingCache: cudaMemsetAsync");
-  const unsigned blocks =
-      static_cast<unsigned>(std::min<size_t>((n + kBlockThreads - 1) / kBlockThreads, 4096));
   find_sentinel_kernel<K><<<blocks, kBlockThreads, 0, stream>>>(n, keys, empty_key, first.data());
   dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache: find_sentinel_kernel launch");
   return dynemb::core::cuda::read_value(first.data(), stream, "EmbeddingCache: sentinel check");
