@@ -87,6 +87,152 @@ __device__ bool read_from_set(const CacheView<K>& c, uint64_t set, K key, int la
   }
 }
 
+// Keys a warp of the fused kernel reads at once: 2 while the staged rows take at most 8 floats a
+// lane and a set at most 2 keys a lane (more keys in flight cost more registers than they win in
+// occupancy); 1 for rows copied unstaged (C == 0).
+template <int R, int C, bool V4>
+constexpr int group_keys() {
+  constexpr int floats = C * (V4 ? 4 : 1);
+  return (C == 0 || floats > 8 || R > 2) ? 1 : 2;
+}
+
+// The value of v[i] for i = `index`, without indexing a register array by a runtime value.
+template <int N, class T>
+__device__ __forceinline__ T pick(const T (&v)[N], int index) {
+  T out = v[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) {
+    if (index == i) out = v[i];
+  }
+  return out;
+}
+
+// Reads the rows of G keys at once (key[g] for g < live; the same in every lane) into out[g]:
+// the versions of all 2G candidate sets, then their keys, then the rows found, then the versions
+// again, each step with every key's loads in flight together. hit[g] says whether key g was
+// found. A key whose sets were being written (an odd version, or one that changed while its row
+// was read) is read again alone with read_from_set, which waits for the writer.
+template <class K, int R, int C, bool V4, int G>
+__device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
+                           float* const (&out)[G], bool (&hit)[G], int lane,
+                           unsigned long long stamp) {
+  uint64_t set[2 * G];
+  bool looked[2 * G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const bool on = g < live && key[g] != c.empty_key;
+    const CandidateSets cs =
+        on ? candidate_sets(cache_key_bits(key[g]), c.num_sets) : CandidateSets{0, 0};
+    set[2 * g] = cs.first;
+    set[2 * g + 1] = cs.second;
+    looked[2 * g] = looked[2 * g + 1] = on;
+    hit[g] = false;
+  }
+  // 1. The versions: lane i reads set i's.
+  uint32_t mine = 0;
+  if (lane < 2 * G && pick(looked, lane)) {
+    mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
+  }
+  __syncwarp();
+  uint32_t before[2 * G];
+#pragma unroll
+  for (int i = 0; i < 2 * G; ++i) before[i] = __shfl_sync(kFullMask, mine, i);
+  // 2. The keys of every set whose version is even.
+  K slot_key[2 * G][R];
+#pragma unroll
+  for (int i = 0; i < 2 * G; ++i) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      slot_key[i][r] = looked[i] && (before[i] & 1u) == 0
+                           ? load_cg(c.keys + set[i] * c.ways + r * kWarp + lane)
+                           : c.empty_key;
+    }
+  }
+  int way[2 * G];
+#pragma unroll
+  for (int i = 0; i < 2 * G; ++i) {
+    way[i] = -1;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const unsigned match = __ballot_sync(kFullMask, looked[i] && slot_key[i][r] == key[i / 2]);
+      if (way[i] < 0 && match != 0) way[i] = r * kWarp + __ffs(match) - 1;
+    }
+  }
+  // 3. The rows of the keys found, staged in registers.
+  bool again[G];
+  int chosen[G];
+  uint64_t chosen_slot[G];
+  uint32_t chosen_before[G];
+  [[maybe_unused]] float4 staged4[G][C > 0 ? C : 1];
+  [[maybe_unused]] float staged[G][C > 0 ? C : 1];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const bool busy = looked[2 * g] && ((before[2 * g] | before[2 * g + 1]) & 1u) != 0;
+    chosen[g] = busy ? -1 : (way[2 * g] >= 0 ? 2 * g : (way[2 * g + 1] >= 0 ? 2 * g + 1 : -1));
+    again[g] = busy;
+    chosen_slot[g] = 0;
+    chosen_before[g] = 0;
+    if (chosen[g] < 0) continue;
+    chosen_slot[g] = pick(set, chosen[g]) * c.ways + static_cast<uint64_t>(pick(way, chosen[g]));
+    chosen_before[g] = pick(before, chosen[g]);
+    const float* row = c.values + chosen_slot[g] * c.dim;
+    if constexpr (V4) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim / 4) staged4[g][k] = __ldcg(reinterpret_cast<const float4*>(row) + e);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim) staged[g][k] = __ldcg(row + e);
+      }
+    }
+  }
+  // 4. The versions again (lane g reads key g's set): an unchanged one makes the row good.
+  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  __syncwarp();
+  mine = 0;
+  if (lane < G && pick(chosen, lane) >= 0) {
+    const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
+    mine = version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
+  }
+  uint32_t after[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) after[g] = __shfl_sync(kFullMask, mine, g);
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (chosen[g] < 0) continue;
+    if (after[g] != chosen_before[g]) {
+      again[g] = true;
+      continue;
+    }
+    if constexpr (V4) {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim / 4) reinterpret_cast<float4*>(out[g])[e] = staged4[g][k];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+        if (e < c.dim) out[g][e] = staged[g][k];
+      }
+    }
+    if (lane == 0) touch_stamp(c.stamps + chosen_slot[g], stamp);
+    hit[g] = true;
+  }
+  // 5. Keys met during a write, one by one.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (!again[g]) continue;
+    hit[g] = read_from_set<K, R, C, V4>(c, set[2 * g], key[g], lane, out[g], stamp) ||
+             read_from_set<K, R, C, V4>(c, set[2 * g + 1], key[g], lane, out[g], stamp);
+  }
+}
+
 template <class K, int R, int C, bool V4>
 __global__ void __launch_bounds__(kBlockThreads)
     query_kernel(CacheView<K> c, size_t n, const K* __restrict__ keys, float* values,
@@ -136,18 +282,37 @@ __global__ void __launch_bounds__(kBlockThreads)
   const uint32_t count = static_cast<uint32_t>(n - first < tile ? n - first : tile);
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   unsigned long long sentinels = 0;
-  for (uint32_t j = threadIdx.x / kWarp; j < count; j += kWarpsPerBlock) {
-    const K key = keys[first + j];
-    bool hit = false;
-    if (key == c.empty_key) {
-      ++sentinels;
-    } else {
-      const CandidateSets sets = candidate_sets(cache_key_bits(key), c.num_sets);
-      float* out = values + (first + j) * c.dim;
-      hit = read_from_set<K, R, C, V4>(c, sets.first, key, lane, out, stamp) ||
-            read_from_set<K, R, C, V4>(c, sets.second, key, lane, out, stamp);
+  // Warp w reads keys w, w + 8, w + 16, ... of the tile, G of them at once.
+  constexpr int G = group_keys<R, C, V4>();
+  for (uint32_t j = threadIdx.x / kWarp; j < count; j += kWarpsPerBlock * G) {
+    const int live = static_cast<int>(
+        min(static_cast<uint32_t>(G), (count - j + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    K key[G];
+    float* out[G];
+    bool hit[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const uint32_t at = j + static_cast<uint32_t>(g) * kWarpsPerBlock;
+      key[g] = g < live ? keys[first + at] : c.empty_key;
+      out[g] = values + (first + (g < live ? at : j)) * c.dim;
+      if (g < live && key[g] == c.empty_key) ++sentinels;
     }
-    if (lane == 0) missed[j] = hit ? 0 : 1;
+    if constexpr (C == 0) {
+      const CandidateSets sets = key[0] == c.empty_key
+                                     ? CandidateSets{0, 0}
+                                     : candidate_sets(cache_key_bits(key[0]), c.num_sets);
+      hit[0] = key[0] != c.empty_key &&
+               (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
+                read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
+    } else {
+      read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (g < live) missed[j + static_cast<uint32_t>(g) * kWarpsPerBlock] = hit[g] ? 0 : 1;
+      }
+    }
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
   __syncthreads();
