@@ -11,14 +11,15 @@ log build
 ninja -C build-gpu dynemb_tests dynemb > "$o/build.log" 2>&1 || tail -20 "$o/build.log"
 peer=.peers/bin/hugectr_cache_peer
 if [ ! -x "$peer" ] && [ -d .peers/hugectr-2f2016f/gpu_cache ]; then
-  log "building the HugeCTR peer"
-  timeout 60 bash bench/cache/hugectr_peer/build.sh .peers/hugectr-2f2016f "$peer" 90 \
-    > "$o/peer-build.log" 2>&1 || tail -5 "$o/peer-build.log"
+  log "building the HugeCTR peer (beside the tests)"
+  timeout 50 bash bench/cache/hugectr_peer/build.sh .peers/hugectr-2f2016f "$peer" 90 \
+    > "$o/peer-build.log" 2>&1 &
 fi
 log tests
 timeout 40 build-gpu/tests/dynemb_tests \
   --gtest_filter='Backends/Cache*.*/cuda:CacheCudaStreams.*:Backends/CachedTraining.*/cuda' \
   > "$o/tests.txt" 2>&1; echo "rc=$?" >> "$o/tests.txt"
+wait
 log "bench cache (2K, 64K keys per call)"
 peer_arg=(); [ -x "$peer" ] && peer_arg=(--peer "$peer")
 DYNEMB_BENCH_MACHINE=h100 timeout 70 build-gpu/tools/dynemb/dynemb bench cache --backend cuda \
