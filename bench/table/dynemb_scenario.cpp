@@ -197,6 +197,11 @@ class DynembBench {
     options.safe_check = SafeCheck::kIgnore;
     options.num_threads = effective_threads(config);
     options.thread_safe = config.backend == Backend::kCpu;
+    if (config.backend == Backend::kCpu) {
+      // New rows are zeros, as the CPU peers (libcuckoo, absl) insert them: the same work.
+      options.initializer.kind = InitializerKind::kConstant;
+      options.initializer.value = 0.0f;
+    }
     options.grouped_write_min_batch = config.grouped_write_min_batch;
     if (config.hbm_budget_gb) {
       options.max_hbm_for_values = static_cast<uint64_t>(*config.hbm_budget_gb * 1073741824.0);
