@@ -145,7 +145,17 @@ LookupResult CachedLookup<K>::lookup(size_t n, const K* keys, float* values, Str
                        stream);
     detail::copy_async(backend, s.found_rows.data(), s.host_found_rows.data(),
                        found * dim * sizeof(float), stream);
-    cache_.replace(found, s.found_keys.data(), s.found_rows.data(), stream);
+    // On the GPU in waves of at most an eighth of the sets' count, as preload does: keys of one
+    // wave seldom share a set, so they do not wait on each other's set locks and are placed as
+    // the batch order (the CPU's) places them (docs/cache.md).
+    const size_t wave = backend == Backend::kCpu
+                            ? found
+                            : static_cast<size_t>(std::max<uint64_t>(1, cache_.num_sets() / 8));
+    for (size_t first = 0; first < found; first += wave) {
+      const size_t count = std::min(wave, found - first);
+      cache_.replace(count, s.found_keys.data() + first,
+                     s.found_rows.data() + first * static_cast<size_t>(dim), stream);
+    }
     result.replaced = true;
   }
   s.pending = backend != Backend::kCpu;
