@@ -92,6 +92,9 @@ struct RedisStorage::Connection {
       throw ConnectionLost{"connect: " + why};
     }
     redisSetTimeout(ctx, tv);
+    // Keep the reply buffer between replies: a batch's replies are far larger than hiredis's
+    // default threshold (16 KiB), above which it frees and regrows the buffer every time.
+    ctx->reader->maxbuf = 0;
   }
 
   void append(const Pipeline& commands) {
