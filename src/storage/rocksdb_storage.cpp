@@ -163,18 +163,21 @@ void RocksDbStorage::write(size_t n_put, const uint64_t* put_keys, const float* 
           "must be non-null when n_erase = " + std::to_string(n_erase));
   StorageCallTimer timer(stats_, mutex_);
   const size_t row_bytes = row_dim_ * sizeof(float);
-  rocksdb::WriteBatch batch;
+  // Sized once (a record is a tag, two lengths, the key and the value), and each value goes in
+  // as two parts (score, row) without being assembled first.
+  rocksdb::WriteBatch batch(64 + n_erase * 16 + n_put * (24 + row_bytes));
   char key[9];
   for (size_t i = 0; i < n_erase; ++i) {
     encode_key(erase_keys[i], key);
     batch.Delete(rocksdb::Slice(key, 9));
   }
-  std::string value(8 + row_bytes, '\0');
   for (size_t i = 0; i < n_put; ++i) {
     encode_key(put_keys[i], key);
-    std::memcpy(value.data(), &put_scores[i], 8);
-    std::memcpy(value.data() + 8, put_values + i * row_dim_, row_bytes);
-    batch.Put(rocksdb::Slice(key, 9), value);
+    const rocksdb::Slice key_part(key, 9);
+    const rocksdb::Slice value_parts[2] = {
+        rocksdb::Slice(reinterpret_cast<const char*>(&put_scores[i]), 8),
+        rocksdb::Slice(reinterpret_cast<const char*>(put_values + i * row_dim_), row_bytes)};
+    batch.Put(rocksdb::SliceParts(&key_part, 1), rocksdb::SliceParts(value_parts, 2));
   }
   rocksdb::WriteOptions w;
   w.sync = sync_writes_;
