@@ -58,6 +58,20 @@ if [ -x build/tests/dist/dynemb_dist_mpi_tests ]; then
   done
 fi
 
+# The wholememory part's multi-process tests: under mpirun at 2 and 3 ranks, and once with ranks
+# the binary forks itself (the socket communicator the GPU check uses where no mpirun is).
+if [ -x build/tests/wholememory/dynemb_wholememory_mpi_tests ]; then
+  if command -v mpirun > /dev/null; then
+    for ranks in 2 3; do
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_mpi_yield_when_idle=1 \
+        timeout 300 mpirun --oversubscribe --allow-run-as-root -np "$ranks" \
+        build/tests/wholememory/dynemb_wholememory_mpi_tests
+    done
+  fi
+  timeout 300 build/tests/wholememory/dynemb_wholememory_mpi_tests --ranks=2
+fi
+
 # `cmake --install` into a fresh prefix, and examples/consumer built against it with
 # find_package(dynemb CONFIG), run: it checks a table against a std::map.
 install_dir="$(mktemp -d)"
