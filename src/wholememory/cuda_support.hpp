@@ -31,6 +31,19 @@ std::unique_ptr<WholeMemory> create_device_memory(dist::Communicator& comm,
 
 namespace dynemb::wholememory {
 
+// Makes `device` current for the scope, then restores the previous one (nothing for device < 0
+// or without CUDA).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // Waits for `stream` on `device` (no-op without CUDA).
 void sync_stream(StreamHandle stream, int device);
 

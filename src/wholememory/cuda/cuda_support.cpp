@@ -47,6 +47,19 @@ void unregister_host_memory(void* ptr) noexcept {
   cudaHostUnregister(ptr);
 }
 
+DeviceScope::DeviceScope(int device) {
+  if (device < 0) return;
+  int current = 0;
+  core::cuda::check(cudaGetDevice(&current), "wholememory: cudaGetDevice");
+  if (current == device) return;
+  core::cuda::check(cudaSetDevice(device), "wholememory: cudaSetDevice");
+  previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 void sync_stream(StreamHandle stream, int device) {
   const core::cuda::DeviceGuard on(device < 0 ? 0 : device);
   core::cuda::sync(static_cast<cudaStream_t>(stream), "wholememory: cudaStreamSynchronize");

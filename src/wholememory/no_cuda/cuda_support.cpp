@@ -31,4 +31,8 @@ namespace dynemb::wholememory {
 
 void sync_stream(StreamHandle, int) {}
 
+DeviceScope::DeviceScope(int) {}
+
+DeviceScope::~DeviceScope() = default;
+
 }  // namespace dynemb::wholememory

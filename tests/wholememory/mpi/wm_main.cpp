@@ -13,7 +13,7 @@
 
 #include "core/test_random.hpp"
 #include "dynemb/dist/mpi_communicator.hpp"
-#include "wholememory/mpi/socket_communicator.hpp"
+#include "dynemb/wholememory/socket_communicator.hpp"
 #include "wholememory/mpi/wm_main.hpp"
 
 namespace dynemb::wholememory::testing {
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
                 << (failed ? "FAILED" : "passed") << "\n";
       return failed ? 1 : 0;
     }
-    wt::g_world = wt::make_socket_communicator(job, static_cast<uint32_t>(rank), ranks);
+    wt::g_world =
+        dynemb::wholememory::make_socket_communicator(job, static_cast<uint32_t>(rank), ranks);
   }
   const uint32_t rank = wt::g_world->rank();
   if (rank != 0) {

@@ -1,5 +1,5 @@
 // Collectives as pairwise byte streams over a mesh of Unix sockets.
-#include "wholememory/mpi/socket_communicator.hpp"
+#include "dynemb/wholememory/socket_communicator.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+
 #include <thread>
 #include <vector>
+#include "dynemb/core/error.hpp"
 
-namespace dynemb::wholememory::testing {
+namespace dynemb::wholememory {
 namespace {
 
 sockaddr_un address_of(const std::string& job, uint32_t rank, socklen_t& length) {
@@ -25,7 +27,7 @@ sockaddr_un address_of(const std::string& job, uint32_t rank, socklen_t& length)
 }
 
 [[noreturn]] void fail(const std::string& what) {
-  throw std::runtime_error("socket communicator: " + what + ": " + std::strerror(errno));
+  throw Error("socket communicator: " + what + ": " + std::strerror(errno));
 }
 
 void send_all(int fd, const char* data, size_t bytes) {
@@ -43,7 +45,7 @@ void send_all(int fd, const char* data, size_t bytes) {
 void recv_all(int fd, char* data, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::recv(fd, data, bytes, 0);
-    if (n == 0) throw std::runtime_error("socket communicator: a peer closed its socket");
+    if (n == 0) throw Error("socket communicator: a peer closed its socket");
     if (n < 0) {
       if (errno == EINTR) continue;
       fail("recv");
@@ -82,8 +84,7 @@ class SocketCommunicator final : public dist::Communicator {
       if (fd < 0) fail("accept");
       uint32_t peer = 0;
       recv_all(fd, reinterpret_cast<char*>(&peer), sizeof(peer));
-      if (peer >= world || peers_[peer] != -1)
-        throw std::runtime_error("socket communicator: bad peer");
+      if (peer >= world || peers_[peer] != -1) throw Error("socket communicator: bad peer");
       peers_[peer] = fd;
     }
     ::close(listener);
@@ -207,4 +208,4 @@ std::unique_ptr<dist::Communicator> make_socket_communicator(const std::string& 
   return std::make_unique<SocketCommunicator>(job, rank, world);
 }
 
-}  // namespace dynemb::wholememory::testing
+}  // namespace dynemb::wholememory
