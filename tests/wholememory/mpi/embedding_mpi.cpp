@@ -38,20 +38,20 @@ class WholeEmbeddingMpi : public ::testing::TestWithParam<Case> {
 
 // Host vectors in and out of `backend` memory.
 template <class T>
-BackendBuffer<T> to_backend(Backend backend, const std::vector<T>& v) {
-  BackendBuffer<T> b(backend, std::max<size_t>(1, v.size()));
+BackendBuffer<T> to_backend(Backend backend, const std::vector<T>& v, int device) {
+  BackendBuffer<T> b(backend, std::max<size_t>(1, v.size()), device);
   if (!v.empty()) b.upload(v.data(), v.size());
   return b;
 }
 
 // The rows of `ids` as `reference` holds them (evaluation forward: one id per bag).
-std::vector<float> reference_rows_of(Embedding<int64_t>& reference, Backend backend,
+std::vector<float> reference_rows_of(Embedding<int64_t>& reference, Backend backend, int device,
                                      const std::vector<int64_t>& ids, uint32_t dim) {
   std::vector<int64_t> offsets(ids.size() + 1);
   std::iota(offsets.begin(), offsets.end(), 0);
-  auto d_ids = to_backend(backend, ids);
-  auto d_offsets = to_backend(backend, offsets);
-  BackendBuffer<float> out(backend, std::max<size_t>(1, ids.size() * dim));
+  auto d_ids = to_backend(backend, ids, device);
+  auto d_offsets = to_backend(backend, offsets, device);
+  BackendBuffer<float> out(backend, std::max<size_t>(1, ids.size() * dim), device);
   EmbeddingBatch<int64_t> batch{d_ids.data(), ids.size(), d_offsets.data(), ids.size()};
   reference.forward(batch, out.data(), dim, false);
   std::vector<float> host(ids.size() * dim);
@@ -78,6 +78,8 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   o.type = c.type;
   o.location = c.location;
   WholeEmbedding whole(comm, o);
+  // The reference and every buffer on the rank's device (host location: device 0, unused).
+  const int device = std::max(0, whole.tensor().memory().device());
   EXPECT_EQ(whole.row_floats(), o.dim + optimizer_state_dim(c.optimizer, o.dim));
 
   EmbeddingOptions eo;
@@ -87,6 +89,7 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   eo.table.max_capacity = 16384;
   eo.table.initializer = o.initializer;
   eo.optimizer = o.optimizer;
+  eo.table.device = device;
   Embedding<int64_t> reference(backend, eo);
 
   std::set<int64_t> touched;
@@ -109,8 +112,8 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     }
     // This rank's part of the step.
     const auto& mine = ids[comm.rank()];
-    auto d_ids = to_backend(backend, mine);
-    auto d_grads = to_backend(backend, grads[comm.rank()]);
+    auto d_ids = to_backend(backend, mine, device);
+    auto d_grads = to_backend(backend, grads[comm.rank()], device);
     whole.apply_gradients(d_ids.data(), mine.size(), d_grads.data(), backend);
     // The reference: one process, every rank's batch in rank order as one batch.
     std::vector<int64_t> all_ids;
@@ -121,10 +124,10 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     }
     std::vector<int64_t> offsets(all_ids.size() + 1);
     std::iota(offsets.begin(), offsets.end(), 0);
-    auto r_ids = to_backend(backend, all_ids);
-    auto r_offsets = to_backend(backend, offsets);
-    auto r_grads = to_backend(backend, all_grads);
-    BackendBuffer<float> out(backend, std::max<size_t>(1, all_ids.size() * o.dim));
+    auto r_ids = to_backend(backend, all_ids, device);
+    auto r_offsets = to_backend(backend, offsets, device);
+    auto r_grads = to_backend(backend, all_grads, device);
+    BackendBuffer<float> out(backend, std::max<size_t>(1, all_ids.size() * o.dim), device);
     EmbeddingBatch<int64_t> batch{r_ids.data(), all_ids.size(), r_offsets.data(), all_ids.size()};
     reference.forward(batch, out.data(), o.dim, true);
     reference.backward(r_grads.data(), o.dim);
@@ -134,11 +137,11 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
 
   // Every touched row within float32 of the reference.
   const std::vector<int64_t> rows(touched.begin(), touched.end());
-  const std::vector<float> expect = reference_rows_of(reference, backend, rows, o.dim);
+  const std::vector<float> expect = reference_rows_of(reference, backend, device, rows, o.dim);
   std::vector<float> got(rows.size() * o.dim);
   {
-    auto d_rows = to_backend(backend, rows);
-    BackendBuffer<float> d_got(backend, std::max<size_t>(1, got.size()));
+    auto d_rows = to_backend(backend, rows, device);
+    BackendBuffer<float> d_got(backend, std::max<size_t>(1, got.size()), device);
     whole.lookup(d_rows.data(), rows.size(), d_got.data(), backend);
     if (!got.empty()) d_got.download(got.data(), got.size());
   }
@@ -157,8 +160,8 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     io.width = o.dim;
     fill_initial_rows<int64_t>(Backend::kCpu, 1, &untouched, nullptr, true, io, init.data(), o.dim,
                                o.dim);
-    auto d_row = to_backend(backend, std::vector<int64_t>{untouched});
-    BackendBuffer<float> d_got(backend, o.dim);
+    auto d_row = to_backend(backend, std::vector<int64_t>{untouched}, device);
+    BackendBuffer<float> d_got(backend, o.dim, device);
     whole.lookup(d_row.data(), 1, d_got.data(), backend);
     std::vector<float> row(o.dim);
     d_got.download(row.data(), o.dim);
@@ -168,13 +171,13 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   // A bad id on one rank: every rank throws, no row changes.
   std::vector<int64_t> bad = {0};
   if (comm.rank() == 0) bad[0] = static_cast<int64_t>(o.rows);
-  auto d_bad = to_backend(backend, bad);
-  auto d_bad_grad = to_backend(backend, std::vector<float>(o.dim, 1.0f));
+  auto d_bad = to_backend(backend, bad, device);
+  auto d_bad_grad = to_backend(backend, std::vector<float>(o.dim, 1.0f), device);
   EXPECT_THROW(whole.apply_gradients(d_bad.data(), 1, d_bad_grad.data(), backend), InvalidArgument);
   std::vector<float> after(rows.size() * o.dim);
   {
-    auto d_rows = to_backend(backend, rows);
-    BackendBuffer<float> d_got(backend, std::max<size_t>(1, after.size()));
+    auto d_rows = to_backend(backend, rows, device);
+    BackendBuffer<float> d_got(backend, std::max<size_t>(1, after.size()), device);
     whole.lookup(d_rows.data(), rows.size(), d_got.data(), backend);
     if (!after.empty()) d_got.download(after.data(), after.size());
   }
