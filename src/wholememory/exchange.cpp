@@ -1,6 +1,7 @@
 // Routing indices to their owners and moving rows through the communicator.
 #include "exchange.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cuda_support.hpp"
@@ -88,8 +89,8 @@ BackendBuffer<char> exchange_rows(dist::Communicator& comm, Backend send_memory,
     rd[r] = received;
     received += rc[r];
   }
-  // The device of a CUDA communicator's buffers: the caller's (a NCCL rank is bound to it).
-  const int comm_device = device >= 0 ? device : 0;
+  // A CUDA communicator's buffers live on its device.
+  const int comm_device = comm_memory == Backend::kCuda ? comm.device() : std::max(device, 0);
   BackendBuffer<char> staged_send;
   const void* send_ptr = send;
   if (send_memory != comm_memory) {
