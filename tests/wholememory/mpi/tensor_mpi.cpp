@@ -129,6 +129,27 @@ TEST_P(WholeTensorMpi, PartsGatherScatterAgainstReference) {
   comm.barrier();
 }
 
+// 4 MiB per rank (256-byte rows): every rank holds a part even under 2 MiB VMM granules, so
+// gathers cross every part.
+TEST_P(WholeTensorMpi, EveryRankHoldsAPart) {
+  const Kind kind = GetParam();
+  dist::Communicator& comm = world();
+  const uint64_t seed = shared_seed();
+  std::mt19937_64 rng(seed + comm.rank());
+  const uint64_t cols = 64;
+  const uint64_t rows = comm.world_size() * ((4ull << 20) / (cols * sizeof(float)));
+  WholeTensor t(comm, options(rows, cols));
+  for (uint32_t r = 0; r < comm.world_size(); ++r) {
+    EXPECT_GT(t.memory().partition().rows_of(r), 0u)
+        << "rank " << r << ": " << t.memory().describe();
+  }
+  fill_reference(t, seed, kind.executor, rng);
+  std::vector<int64_t> ask(20000);
+  for (auto& i : ask) i = static_cast<int64_t>(rng() % rows);
+  EXPECT_EQ(gather_host(t, ask, kind.executor), reference_rows(seed, ask, 0, cols));
+  comm.barrier();
+}
+
 TEST_P(WholeTensorMpi, IndexOutOfRangeThrowsAndCopiesNothing) {
   const Kind kind = GetParam();
   dist::Communicator& comm = world();
