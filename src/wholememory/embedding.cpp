@@ -3,12 +3,15 @@
 #include "dynemb/wholememory/embedding.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "cuda_support.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "exchange.hpp"
+#include "row_cache.hpp"
 #include "row_copy.hpp"
 
 namespace dynemb::wholememory {
@@ -61,6 +64,8 @@ void validate_whole_embedding_options(const WholeEmbeddingOptions& o) {
           "must be sgd, adam, adagrad, rowwise_adagrad or rmsprop");
   validate_optimizer(o.optimizer, kWhere);
   validate_initializer(o.initializer, kWhere);
+  require(o.cache_ratio >= 0.0 && o.cache_ratio <= 1.0, kWhere, "cache_ratio",
+          std::to_string(o.cache_ratio), "must be in [0, 1]");
 }
 
 WholeEmbedding::WholeEmbedding(dist::Communicator& comm, const WholeEmbeddingOptions& options)
@@ -83,12 +88,67 @@ WholeEmbedding::WholeEmbedding(dist::Communicator& comm, const WholeEmbeddingOpt
                                static_cast<float*>(m.local_data()), row_floats_, row_floats_);
     backend_synchronize(memory);
   }
+  // Every rank takes part in the same collectives (the cache's invalidation among them).
+  dist::require_same_on_all_ranks(comm,
+                                  "dim " + std::to_string(options_.dim) + " optimizer " +
+                                      to_string(options_.optimizer.kind) + " cache " +
+                                      std::to_string(options_.cache_ratio) + " " +
+                                      to_string(options_.cache_executor),
+                                  "wholememory embedding options");
+  if (options_.cache_ratio > 0.0) {
+    if (options_.cache_executor == Backend::kCuda && !m.cuda_accessible()) {
+      throw NotAvailable(std::string(kWhere) +
+                         ": cache_executor = cuda, but this memory is not addressable by CUDA (" +
+                         m.describe() + ")");
+    }
+    const uint64_t slots =
+        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(options_.cache_ratio *
+                                                              static_cast<double>(options_.rows))));
+    const DeviceScope on(m.device());
+    cache_ = std::make_unique<RowCache>(options_.cache_executor, slots,
+                                        options_.dim * sizeof(float), std::max(0, m.device()));
+    cache_stats_.slots = slots;
+  }
   comm.barrier();
+}
+
+WholeEmbedding::~WholeEmbedding() = default;
+
+void WholeEmbedding::invalidate_cache() {
+  if (cache_) cache_->clear();
 }
 
 void WholeEmbedding::lookup(const int64_t* indices, size_t n, float* out, Executor executor,
                             StreamHandle stream) const {
-  gather(tensor_, indices, n, out, executor, stream, Columns{0, options_.dim});
+  const Columns columns{0, options_.dim};
+  if (!cache_ || executor != cache_->memory()) {
+    gather(tensor_, indices, n, out, executor, stream, columns);
+    return;
+  }
+  const int device = std::max(0, tensor_.memory().device());
+  const DeviceScope on(tensor_.memory().device());
+  const uint64_t row_bytes = options_.dim * sizeof(float);
+  const std::vector<int64_t> rows = host_copy(indices, n, executor, device, stream);
+  std::vector<int64_t> hit_positions, hit_slots, miss_positions;
+  cache_->classify(rows, hit_positions, hit_slots, miss_positions);
+  // Misses first: gather validates every index (collectively for distributed memory) before
+  // anything is written to out or the cache.
+  std::vector<int64_t> missed(miss_positions.size());
+  for (size_t i = 0; i < missed.size(); ++i) missed[i] = rows[miss_positions[i]];
+  BackendBuffer<int64_t> d_missed(executor, missed.size(), device);
+  move_bytes(executor, d_missed.data(), Backend::kCpu, missed.data(),
+             missed.size() * sizeof(int64_t), device, nullptr);
+  BackendBuffer<char> fetched(executor, missed.size() * row_bytes, device);
+  gather(tensor_, d_missed.data(), missed.size(), fetched.data(), executor, stream, columns);
+  if (executor == Backend::kCuda) sync_stream(stream, device);
+  char* dst = reinterpret_cast<char*>(out);
+  cache_->read(hit_slots, hit_positions, dst, row_bytes);
+  copy_dense_rows(executor, device, fetched.data(), nullptr, dst, miss_positions.data(),
+                  missed.size(), row_bytes);
+  cache_->insert(missed, fetched.data());
+  if (executor == Backend::kCuda) backend_synchronize(executor);
+  cache_stats_.hits += hit_positions.size();
+  cache_stats_.misses += missed.size();
 }
 
 uint64_t WholeEmbedding::apply_gradients(const int64_t* indices, size_t n, const float* grads,
@@ -161,8 +221,18 @@ uint64_t WholeEmbedding::apply_gradients(const int64_t* indices, size_t n, const
               false, device);
     backend_synchronize(memory);
   }
-  // Every owner is done before anyone reads the rows again.
-  comm.barrier();
+  // Every rank drops its cached copies of the rows any rank changed (the all-gather also waits
+  // for every owner); otherwise every owner is done before anyone reads the rows again.
+  if (cache_) {
+    const std::string mine(reinterpret_cast<const char*>(host_indices.data()), n * sizeof(int64_t));
+    for (const std::string& theirs : dist::all_gather_strings(comm, mine)) {
+      std::vector<int64_t> changed(theirs.size() / sizeof(int64_t));
+      std::memcpy(changed.data(), theirs.data(), changed.size() * sizeof(int64_t));
+      cache_stats_.invalidated += cache_->invalidate(changed.data(), changed.size());
+    }
+  } else {
+    comm.barrier();
+  }
   return u;
 }
 

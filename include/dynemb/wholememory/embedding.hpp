@@ -23,15 +23,33 @@ struct WholeEmbeddingOptions {
   MemoryType type = MemoryType::kContinuous;
   MemoryLocation location = MemoryLocation::kHost;
   int device = -1;  // as MemoryOptions::device
+  // A private cache on every rank of cache_ratio * rows rows (0: none; at most 1) in the memory
+  // of cache_executor, used by lookups with that executor: a device cache of a host-located
+  // embedding, or a local cache of a distributed one. Kept coherent with apply_gradients;
+  // invalidate_cache() after writing the tensor any other way.
+  double cache_ratio = 0.0;
+  Executor cache_executor = Backend::kCuda;
 };
+
+// A rank's cache counts since construction.
+struct WholeEmbeddingCacheStats {
+  uint64_t slots = 0;
+  uint64_t hits = 0;         // looked-up rows served by the cache
+  uint64_t misses = 0;       // looked-up rows gathered from the tensor (then cached)
+  uint64_t invalidated = 0;  // cached rows dropped because a gradient step changed them
+};
+
+class RowCache;
 
 // Throws InvalidArgument naming the bad field, its value and its limit.
 void validate_whole_embedding_options(const WholeEmbeddingOptions& options);
 
 class WholeEmbedding {
  public:
-  // Collective: creates the tensor {rows, dim + optimizer state} and fills each rank's part.
+  // Collective: creates the tensor {rows, dim + optimizer state} and fills each rank's part
+  // (the options must agree on every rank: InvalidArgument naming the ranks otherwise).
   WholeEmbedding(dist::Communicator& comm, const WholeEmbeddingOptions& options);
+  ~WholeEmbedding();
 
   const WholeEmbeddingOptions& options() const { return options_; }
   WholeTensor& tensor() { return tensor_; }
@@ -41,6 +59,8 @@ class WholeEmbedding {
 
   // out row i (dim floats, dense) = the embedding of id indices[i]. As gather: local for
   // continuous and chunked, collective for distributed; indices and out in `executor`'s memory.
+  // With a cache and executor == cache_executor, cached rows are read from the cache and the
+  // others gathered and cached (the indices are read on the host).
   void lookup(const int64_t* indices, size_t n, float* out, Executor executor,
               StreamHandle stream = nullptr) const;
 
@@ -52,10 +72,17 @@ class WholeEmbedding {
   uint64_t apply_gradients(const int64_t* indices, size_t n, const float* grads, Executor executor,
                            StreamHandle stream = nullptr);
 
+  // Drops every cached row of this rank (after writing the tensor other than by
+  // apply_gradients, or loading it from files).
+  void invalidate_cache();
+  WholeEmbeddingCacheStats cache_stats() const { return cache_stats_; }
+
  private:
   WholeEmbeddingOptions options_;
   uint32_t row_floats_;
   WholeTensor tensor_;
+  std::unique_ptr<RowCache> cache_;
+  mutable WholeEmbeddingCacheStats cache_stats_;
 };
 
 }  // namespace dynemb::wholememory

@@ -77,7 +77,11 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   o.initializer.seed = seed;
   o.type = c.type;
   o.location = c.location;
+  const double ratios[] = {0.0, 0.1, 0.5, 1.0};
+  o.cache_ratio = ratios[std::uniform_int_distribution<size_t>(0, 3)(shared)];
+  o.cache_executor = backend;
   WholeEmbedding whole(comm, o);
+  SCOPED_TRACE("dim " + std::to_string(o.dim) + ", cache ratio " + std::to_string(o.cache_ratio));
   // The reference and every buffer on the rank's device (host location: device 0, unused).
   const int device = std::max(0, whole.tensor().memory().device());
   EXPECT_EQ(whole.row_floats(), o.dim + optimizer_state_dim(c.optimizer, o.dim));
@@ -114,6 +118,11 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     const auto& mine = ids[comm.rank()];
     auto d_ids = to_backend(backend, mine, device);
     auto d_grads = to_backend(backend, grads[comm.rank()], device);
+    {
+      // A lookup first: it fills the cache, which the step must then keep coherent.
+      BackendBuffer<float> seen(backend, std::max<size_t>(1, mine.size() * o.dim), device);
+      whole.lookup(d_ids.data(), mine.size(), seen.data(), backend);
+    }
     whole.apply_gradients(d_ids.data(), mine.size(), d_grads.data(), backend);
     // The reference: one process, every rank's batch in rank order as one batch.
     std::vector<int64_t> all_ids;
@@ -148,6 +157,22 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_NEAR(got[i], expect[i], 2e-5 + 2e-5 * std::fabs(expect[i]))
         << "row " << rows[i / o.dim] << " element " << i % o.dim << ", dim " << o.dim;
+  }
+  // Read again: the same rows, and with a whole-table cache every one a hit.
+  {
+    const WholeEmbeddingCacheStats before = whole.cache_stats();
+    auto d_rows = to_backend(backend, rows, device);
+    BackendBuffer<float> d_again(backend, std::max<size_t>(1, got.size()), device);
+    whole.lookup(d_rows.data(), rows.size(), d_again.data(), backend);
+    std::vector<float> again(got.size());
+    if (!again.empty()) d_again.download(again.data(), again.size());
+    EXPECT_EQ(again, got);
+    const WholeEmbeddingCacheStats after = whole.cache_stats();
+    if (o.cache_ratio == 1.0) {
+      EXPECT_EQ(after.hits - before.hits, rows.size());
+      EXPECT_GT(after.invalidated, 0u);
+    }
+    if (o.cache_ratio == 0.0) EXPECT_EQ(after.hits + after.misses, 0u);
   }
   // An untouched row is still the initializer's row of its id.
   int64_t untouched = -1;
