@@ -6,6 +6,7 @@
 #include "embedding_handle.hpp"
 #include "errors.hpp"
 #include "tensor_arg.hpp"
+#include "wholememory_binding.hpp"
 
 namespace py = pybind11;
 using namespace dynemb::python;
@@ -17,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
   register_errors(m);
   register_embedding(m);
   register_checkpoint(m);
+  register_wholememory(m);
   m.def("cuda_available", &dynemb::cuda_backend_available,
         "True when this module has the CUDA backend and a CUDA device is visible.");
   m.def(
