@@ -142,7 +142,7 @@ void WholeEmbedding::lookup(const int64_t* indices, size_t n, float* out, Execut
   gather(tensor_, d_missed.data(), missed.size(), fetched.data(), executor, stream, columns);
   if (executor == Backend::kCuda) sync_stream(stream, device);
   char* dst = reinterpret_cast<char*>(out);
-  cache_->read(hit_slots, hit_positions, dst, row_bytes);
+  cache_->read(hit_slots, hit_positions, dst);
   copy_dense_rows(executor, device, fetched.data(), nullptr, dst, miss_positions.data(),
                   missed.size(), row_bytes);
   cache_->insert(missed, fetched.data());

@@ -78,8 +78,7 @@ void RowCache::classify(const std::vector<int64_t>& rows, std::vector<int64_t>& 
 }
 
 void RowCache::read(const std::vector<int64_t>& slots, const std::vector<int64_t>& positions,
-                    char* out, uint64_t out_row_bytes) const {
-  (void)out_row_bytes;
+                    char* out) const {
   copy_dense_rows(memory_, device_, storage_.data(), slots.data(), out, positions.data(),
                   slots.size(), row_bytes_);
 }

@@ -24,8 +24,8 @@ class RowCache {
 
   // Copies the cached rows of `slots` (host) to `out` positions `positions` (host), rows dense in
   // the cache's memory.
-  void read(const std::vector<int64_t>& slots, const std::vector<int64_t>& positions, char* out,
-            uint64_t out_row_bytes) const;
+  void read(const std::vector<int64_t>& slots, const std::vector<int64_t>& positions,
+            char* out) const;
 
   // Caches rows `rows[i]` (host), whose data is dense row i of `data` (the cache's memory); a
   // slot written twice keeps the last row.

@@ -24,7 +24,8 @@ uint64_t round_up(uint64_t value, uint64_t multiple) {
 }
 
 // Runs `step` on this rank and throws on every rank if it failed on any (naming this rank's
-// failure, or saying another rank failed). `exception` picks the type thrown.
+// failure, or saying another rank failed): NotAvailable when any rank's failure was one,
+// CudaError otherwise.
 template <class Step>
 void on_every_rank(dist::Communicator& comm, const std::string& what, Step&& step) {
   std::string failure;
@@ -308,12 +309,17 @@ class LocalDeviceMemory final : public WholeMemory {
     const core::cuda::DeviceGuard on(device_);
     parts_.assign(comm.world_size(), nullptr);
     const uint32_t rank = comm.rank();
-    on_every_rank(comm, "wholememory: distributed device memory: cudaMalloc", [&] {
-      const uint64_t bytes = partition_.bytes_of(rank);
-      if (bytes == 0) return;
-      core::cuda::check(cudaMalloc(&parts_[rank], bytes),
-                        ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
-    });
+    try {
+      on_every_rank(comm, "wholememory: distributed device memory: cudaMalloc", [&] {
+        const uint64_t bytes = partition_.bytes_of(rank);
+        if (bytes == 0) return;
+        core::cuda::check(cudaMalloc(&parts_[rank], bytes),
+                          ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+      });
+    } catch (...) {
+      if (parts_[rank] != nullptr) cudaFree(parts_[rank]);
+      throw;
+    }
     cuda_accessible_ = true;
   }
 

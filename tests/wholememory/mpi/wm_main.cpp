@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -41,7 +42,7 @@ uint32_t take_ranks_flag(int& argc, char** argv) {
   uint32_t ranks = 2;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
-      ranks = static_cast<uint32_t>(std::strtoul(argv[i] + 8, nullptr, 10));
+      ranks = std::max<uint32_t>(1, static_cast<uint32_t>(std::strtoul(argv[i] + 8, nullptr, 10)));
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
       break;
