@@ -174,6 +174,11 @@ class VmmMemory final : public WholeMemory {
       throw;
     }
     if (fd >= 0) ::close(fd);
+    // The descriptors are closed once imported (or on failure).
+    struct CloseFds {
+      const std::vector<int>& fds;
+      ~CloseFds() { close_fds(fds); }
+    } closer{fds};
     on_every_rank(comm, what + ": mapping", [&] {
       reserved_ = round_up(partition_.total_bytes(), granularity);
       CUdeviceptr base = 0;
@@ -203,7 +208,6 @@ class VmmMemory final : public WholeMemory {
         parts_[r] = reinterpret_cast<void*>(at);
       }
     });
-    close_fds(fds);
   }
 
   void release() noexcept {
