@@ -275,7 +275,9 @@ int main(int argc, char** argv) {
       }
       return failed == 0 ? 0 : 1;
     }
-    auto comm = a.ranks == 1 ? dist::make_local_communicator(Backend::kCpu)
+    // One rank: a device-memory local communicator, so distributed memory's rows stay in HBM
+    // (its indices are still routed on the host). Several: the socket communicator (host).
+    auto comm = a.ranks == 1 ? dist::make_local_communicator(Backend::kCuda)
                              : make_socket_communicator(job, rank, a.ranks);
     return run_rank(a, *comm);
   } catch (const std::exception& e) {

@@ -60,7 +60,7 @@ class TensorHandle {
     if (tensor_->shape().size() == 2) shape.push_back(static_cast<int64_t>(tensor_->cols()));
     py::object out = new_capsule(Element::kFloat32, shape, p, &data);
     wm::gather(*tensor_, ids.as<int64_t>(), static_cast<size_t>(ids.size(0)), data, p.backend);
-    if (p.backend == Backend::kCuda) backend_synchronize(Backend::kCuda);
+    tensor_->memory().synchronize();
     return out;
   }
 
@@ -78,7 +78,7 @@ class TensorHandle {
                             " per index (" + std::to_string(ids.size(0)) + ")");
     }
     wm::scatter(*tensor_, v.data(), ids.as<int64_t>(), static_cast<size_t>(ids.size(0)), p.backend);
-    if (p.backend == Backend::kCuda) backend_synchronize(Backend::kCuda);
+    tensor_->memory().synchronize();
   }
 
   wm::WholeTensor& tensor() { return *tensor_; }
@@ -106,7 +106,7 @@ class EmbeddingHandle {
                     {ids.size(0), static_cast<int64_t>(embedding_->options().dim)}, p, &data);
     embedding_->lookup(ids.as<int64_t>(), static_cast<size_t>(ids.size(0)),
                        static_cast<float*>(data), p.backend);
-    if (p.backend == Backend::kCuda) backend_synchronize(Backend::kCuda);
+    embedding_->tensor().memory().synchronize();
     return out;
   }
 

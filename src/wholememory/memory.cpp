@@ -61,6 +61,10 @@ std::string WholeMemory::describe() const {
          (device_ >= 0 ? ", device " + std::to_string(device_) : "");
 }
 
+void WholeMemory::synchronize() const {
+  if (device_ >= 0) sync_stream(nullptr, device_);
+}
+
 std::unique_ptr<WholeMemory> create_whole_memory(dist::Communicator& comm,
                                                  const MemoryOptions& options) {
   // Validate locally first (same answer on every rank when the options agree).

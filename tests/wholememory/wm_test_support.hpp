@@ -54,6 +54,7 @@ inline std::vector<float> gather_host(const WholeTensor& t, const std::vector<in
   d_indices.upload(indices.data(), indices.size());
   BackendBuffer<float> d_out(Backend::kCuda, out.size(), device);
   gather(t, d_indices.data(), indices.size(), d_out.data(), executor, nullptr, columns);
+  t.memory().synchronize();  // the copy below may run on another device's stream
   d_out.download(out.data(), out.size());
   return out;
 }
@@ -72,7 +73,7 @@ inline void scatter_host(WholeTensor& t, const std::vector<float>& rows,
   BackendBuffer<float> d_rows(Backend::kCuda, rows.size(), device);
   d_rows.upload(rows.data(), rows.size());
   scatter(t, d_rows.data(), d_indices.data(), indices.size(), executor, nullptr, columns);
-  backend_synchronize(Backend::kCuda);
+  t.memory().synchronize();
 }
 
 // True where the location or executor needs a CUDA device and there is none (skip then).

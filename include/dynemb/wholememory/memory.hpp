@@ -78,6 +78,9 @@ class WholeMemory {
   void* data() const;
   // "continuous host memory: rows=..., ...".
   std::string describe() const;
+  // Waits for the work queued on device()'s default stream (gathers and scatters ordered there);
+  // a no-op without a device. Needed before reading results from another device's context.
+  void synchronize() const;
 
  protected:
   WholeMemory(dist::Communicator& comm, const MemoryOptions& options, const Partition& partition)

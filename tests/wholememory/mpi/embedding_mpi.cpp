@@ -82,8 +82,10 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   o.cache_executor = backend;
   WholeEmbedding whole(comm, o);
   SCOPED_TRACE("dim " + std::to_string(o.dim) + ", cache ratio " + std::to_string(o.cache_ratio));
-  // The reference and every buffer on the rank's device (host location: device 0, unused).
+  // The WholeEmbedding's buffers on its device; the reference on device 0, the device current
+  // in this process (the Embedding runs on the current device).
   const int device = std::max(0, whole.tensor().memory().device());
+  constexpr int kReferenceDevice = 0;
   EXPECT_EQ(whole.row_floats(), o.dim + optimizer_state_dim(c.optimizer, o.dim));
 
   EmbeddingOptions eo;
@@ -93,7 +95,7 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
   eo.table.max_capacity = 16384;
   eo.table.initializer = o.initializer;
   eo.optimizer = o.optimizer;
-  eo.table.device = device;
+  eo.table.device = kReferenceDevice;
   Embedding<int64_t> reference(backend, eo);
 
   std::set<int64_t> touched;
@@ -133,10 +135,11 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     }
     std::vector<int64_t> offsets(all_ids.size() + 1);
     std::iota(offsets.begin(), offsets.end(), 0);
-    auto r_ids = to_backend(backend, all_ids, device);
-    auto r_offsets = to_backend(backend, offsets, device);
-    auto r_grads = to_backend(backend, all_grads, device);
-    BackendBuffer<float> out(backend, std::max<size_t>(1, all_ids.size() * o.dim), device);
+    auto r_ids = to_backend(backend, all_ids, kReferenceDevice);
+    auto r_offsets = to_backend(backend, offsets, kReferenceDevice);
+    auto r_grads = to_backend(backend, all_grads, kReferenceDevice);
+    BackendBuffer<float> out(backend, std::max<size_t>(1, all_ids.size() * o.dim),
+                             kReferenceDevice);
     EmbeddingBatch<int64_t> batch{r_ids.data(), all_ids.size(), r_offsets.data(), all_ids.size()};
     reference.forward(batch, out.data(), o.dim, true);
     reference.backward(r_grads.data(), o.dim);
@@ -146,12 +149,14 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
 
   // Every touched row within float32 of the reference.
   const std::vector<int64_t> rows(touched.begin(), touched.end());
-  const std::vector<float> expect = reference_rows_of(reference, backend, device, rows, o.dim);
+  const std::vector<float> expect =
+      reference_rows_of(reference, backend, kReferenceDevice, rows, o.dim);
   std::vector<float> got(rows.size() * o.dim);
   {
     auto d_rows = to_backend(backend, rows, device);
     BackendBuffer<float> d_got(backend, std::max<size_t>(1, got.size()), device);
     whole.lookup(d_rows.data(), rows.size(), d_got.data(), backend);
+    whole.tensor().memory().synchronize();
     if (!got.empty()) d_got.download(got.data(), got.size());
   }
   for (size_t i = 0; i < got.size(); ++i) {
@@ -164,6 +169,7 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     auto d_rows = to_backend(backend, rows, device);
     BackendBuffer<float> d_again(backend, std::max<size_t>(1, got.size()), device);
     whole.lookup(d_rows.data(), rows.size(), d_again.data(), backend);
+    whole.tensor().memory().synchronize();
     std::vector<float> again(got.size());
     if (!again.empty()) d_again.download(again.data(), again.size());
     EXPECT_EQ(again, got);
@@ -188,6 +194,7 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     auto d_row = to_backend(backend, std::vector<int64_t>{untouched}, device);
     BackendBuffer<float> d_got(backend, o.dim, device);
     whole.lookup(d_row.data(), 1, d_got.data(), backend);
+    whole.tensor().memory().synchronize();
     std::vector<float> row(o.dim);
     d_got.download(row.data(), o.dim);
     EXPECT_EQ(row, init) << "untouched row " << untouched;
@@ -204,6 +211,7 @@ TEST_P(WholeEmbeddingMpi, TrainsLikeOneProcessEmbedding) {
     auto d_rows = to_backend(backend, rows, device);
     BackendBuffer<float> d_got(backend, std::max<size_t>(1, after.size()), device);
     whole.lookup(d_rows.data(), rows.size(), d_got.data(), backend);
+    whole.tensor().memory().synchronize();
     if (!after.empty()) d_got.download(after.data(), after.size());
   }
   EXPECT_EQ(after, got);

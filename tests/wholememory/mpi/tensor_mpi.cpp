@@ -204,7 +204,7 @@ TEST_P(WholeTensorMpi, OneDimensionalInt64) {
     dv.upload(v.data(), v.size());
     di.upload(idx.data(), idx.size());
     scatter(t, dv.data(), di.data(), idx.size(), kind.executor);
-    backend_synchronize(Backend::kCuda);
+    t.memory().synchronize();
   };
   run_scatter(values, mine);
   comm.barrier();
@@ -219,6 +219,7 @@ TEST_P(WholeTensorMpi, OneDimensionalInt64) {
     BackendBuffer<int64_t> dout(Backend::kCuda, rows, t.memory().device());
     di.upload(all.data(), rows);
     gather(t, di.data(), rows, dout.data(), kind.executor);
+    t.memory().synchronize();
     dout.download(got.data(), rows);
   }
   for (uint64_t i = 0; i < rows; ++i) {
