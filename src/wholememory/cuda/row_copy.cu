@@ -1,4 +1,5 @@
-// Row copies on the GPU: a warp per row, in the widest word every address and size allows.
+// Row copies on the GPU: a group of lanes per row (a warp for long rows, 4 to 16 lanes for short
+// ones), in the widest word every address and size allows.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -21,20 +22,22 @@ struct PartTable {
   char* parts[kMaxCudaParts];
 };
 
-template <class Word, bool kGather>
+// A group of kLanes threads per row (a power of two up to a warp: rows of few words share a
+// warp, so every lane moves a word), each lane its words lane, lane + kLanes, ...
+template <class Word, bool kGather, uint32_t kLanes>
 __global__ void copy_rows_kernel(PartTable table, uint64_t rows_per_part, uint64_t entry_bytes,
                                  uint64_t offset_bytes, uint64_t words, const int64_t* index,
                                  size_t n, char* buffer, uint64_t buffer_stride) {
-  const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / kWarp);
-  const uint32_t lane = threadIdx.x % kWarp;
-  for (size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; i < n;
-       i += warps) {
+  const size_t groups = static_cast<size_t>(gridDim.x) * (blockDim.x / kLanes);
+  const uint32_t lane = threadIdx.x % kLanes;
+  for (size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes; i < n;
+       i += groups) {
     const uint64_t row = static_cast<uint64_t>(index[i]);
     const uint64_t part = row / rows_per_part;
     Word* space = reinterpret_cast<Word*>(
         table.parts[part] + (row - part * rows_per_part) * entry_bytes + offset_bytes);
     Word* dense = reinterpret_cast<Word*>(buffer + i * buffer_stride);
-    for (uint64_t w = lane; w < words; w += kWarp) {
+    for (uint64_t w = lane; w < words; w += kLanes) {
       if constexpr (kGather) {
         dense[w] = space[w];
       } else {
@@ -54,16 +57,38 @@ __global__ void count_bad_kernel(const int64_t* index, size_t n, uint64_t rows,
   if (mine != 0) atomicAdd(bad, mine);
 }
 
+uint32_t blocks_for(size_t items_per_block_unit, size_t n, int device);
+
+template <class Word, bool kGather, uint32_t kLanes>
+void launch_lanes(const PartTable& table, const RowSpace& s, uint64_t words, const int64_t* index,
+                  size_t n, char* buffer, uint64_t stride, int device, cudaStream_t stream) {
+  const uint32_t blocks = blocks_for(kBlock / kLanes, n, device);
+  copy_rows_kernel<Word, kGather, kLanes><<<blocks, kBlock, 0, stream>>>(
+      table, s.rows_per_part, s.entry_bytes, s.offset_bytes, words, index, n, buffer, stride);
+}
+
+template <class Word, bool kGather>
+void launch_rows(const PartTable& table, const RowSpace& s, const int64_t* index, size_t n,
+                 char* buffer, uint64_t stride, int device, cudaStream_t stream) {
+  const uint64_t words = s.copy_bytes / sizeof(Word);
+  if (words <= 4) {
+    launch_lanes<Word, kGather, 4>(table, s, words, index, n, buffer, stride, device, stream);
+  } else if (words <= 8) {
+    launch_lanes<Word, kGather, 8>(table, s, words, index, n, buffer, stride, device, stream);
+  } else if (words <= 16) {
+    launch_lanes<Word, kGather, 16>(table, s, words, index, n, buffer, stride, device, stream);
+  } else {
+    launch_lanes<Word, kGather, kWarp>(table, s, words, index, n, buffer, stride, device, stream);
+  }
+}
+
 template <class Word>
 void launch(const PartTable& table, const RowSpace& s, const int64_t* index, size_t n, char* buffer,
-            uint64_t stride, bool gather, uint32_t blocks, cudaStream_t stream) {
-  const uint64_t words = s.copy_bytes / sizeof(Word);
+            uint64_t stride, bool gather, int device, cudaStream_t stream) {
   if (gather) {
-    copy_rows_kernel<Word, true><<<blocks, kBlock, 0, stream>>>(
-        table, s.rows_per_part, s.entry_bytes, s.offset_bytes, words, index, n, buffer, stride);
+    launch_rows<Word, true>(table, s, index, n, buffer, stride, device, stream);
   } else {
-    copy_rows_kernel<Word, false><<<blocks, kBlock, 0, stream>>>(
-        table, s.rows_per_part, s.entry_bytes, s.offset_bytes, words, index, n, buffer, stride);
+    launch_rows<Word, false>(table, s, index, n, buffer, stride, device, stream);
   }
 }
 
@@ -93,16 +118,15 @@ void copy_rows_cuda(const RowSpace& s, const int64_t* index, size_t n, char* buf
     table.parts[p] = s.parts[p];
     if (s.parts[p] != nullptr) align = std::gcd(align, reinterpret_cast<uint64_t>(s.parts[p]));
   }
-  const uint32_t blocks = blocks_for(kBlock / kWarp, n, device);
   auto* st = static_cast<cudaStream_t>(stream);
   if (align % 16 == 0) {
-    launch<uint4>(table, s, index, n, buffer, buffer_stride, gather, blocks, st);
+    launch<uint4>(table, s, index, n, buffer, buffer_stride, gather, device, st);
   } else if (align % 8 == 0) {
-    launch<uint2>(table, s, index, n, buffer, buffer_stride, gather, blocks, st);
+    launch<uint2>(table, s, index, n, buffer, buffer_stride, gather, device, st);
   } else if (align % 4 == 0) {
-    launch<uint32_t>(table, s, index, n, buffer, buffer_stride, gather, blocks, st);
+    launch<uint32_t>(table, s, index, n, buffer, buffer_stride, gather, device, st);
   } else {
-    launch<uint8_t>(table, s, index, n, buffer, buffer_stride, gather, blocks, st);
+    launch<uint8_t>(table, s, index, n, buffer, buffer_stride, gather, device, st);
   }
   core::cuda::check_launch("wholememory copy_rows_kernel");
 }
