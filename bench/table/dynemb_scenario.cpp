@@ -157,6 +157,10 @@ class DynembBench {
         table_->find_or_insert_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr,
                                         stream_);
         return n;
+      case TableOp::kFindOrReservePointers:
+        table_->find_or_reserve_pointers(n, keys_.data(), row_ptrs_.data(), founds_.data(), nullptr,
+                                         stream_);
+        return n;
       case TableOp::kAssign:
         table_->assign(n, keys_.data(), values_.data(), nullptr, stream_);
         return n;

@@ -30,6 +30,8 @@ PcieBytes pcie_bytes(TableOp op, uint64_t batch, uint32_t dim, double host_share
       return {present, fresh, present + fresh};
     case TableOp::kFindOrInsertPointers:
       return {0.0, fresh, fresh};  // new rows initialized in place; stored rows are not touched
+    case TableOp::kFindOrReservePointers:
+      return {0.0, 0.0};  // no row touched
     case TableOp::kAccumOrAssign:
       return {present, present + fresh, present + fresh};  // present rows read and written back
     case TableOp::kInsertAndEvict:

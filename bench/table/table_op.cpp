@@ -30,6 +30,8 @@ std::string_view op_name(TableOp op) {
       return "find_or_insert_pointers";
     case TableOp::kFindOrInsertGiven:
       return "find_or_insert_given";
+    case TableOp::kFindOrReservePointers:
+      return "find_or_reserve_pointers";
   }
   return "unknown";
 }

@@ -19,13 +19,15 @@ enum class TableOp {
   kContains,
   kErase,
   kAccumOrAssign,
-  kFindPointers,          // find_pointers: row addresses instead of copies
-  kFindOrInsertPointers,  // find_or_insert_pointers: a training lookup's call
-  kFindOrInsertGiven,     // find_or_insert_given: missing keys take the caller's rows (HKV's)
+  kFindPointers,           // find_pointers: row addresses instead of copies
+  kFindOrInsertPointers,   // find_or_insert_pointers: a training lookup's call
+  kFindOrInsertGiven,      // find_or_insert_given: missing keys take the caller's rows (HKV's)
+  kFindOrReservePointers,  // find_or_reserve_pointers: new rows not initialized (HKV's
+                           // find_or_insert*)
 };
 
 // Every operation, in the column order of the printed table (HKV's order first).
-inline constexpr std::array<TableOp, 12> kAllTableOps = {
+inline constexpr std::array<TableOp, 13> kAllTableOps = {
     TableOp::kInsertOrAssign,
     TableOp::kFind,
     TableOp::kFindOrInsert,
@@ -38,6 +40,7 @@ inline constexpr std::array<TableOp, 12> kAllTableOps = {
     TableOp::kAccumOrAssign,
     TableOp::kFindOrInsertPointers,
     TableOp::kFindOrInsertGiven,
+    TableOp::kFindOrReservePointers,
 };
 
 // The operation's name as the command line and the JSON spell it ("insert_or_assign", ...).

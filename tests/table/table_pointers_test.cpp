@@ -2,6 +2,7 @@
 // table's memory instead of copies, on every backend and key type.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "dynemb/core/error.hpp"
@@ -39,6 +40,16 @@ PointerResult find_or_insert_pointers(TableHarness<K>& h, const std::vector<K>& 
   auto f = h.flags(n, true);
   auto s = h.upload(scores);
   h->find_or_insert_pointers(n, k.data(), p.data(), f.data(), s.data());
+  return PointerResult{h.download(p, n), h.download_flags(f, n)};
+}
+
+template <TableKey K>
+PointerResult find_or_reserve_pointers(TableHarness<K>& h, const std::vector<K>& keys) {
+  const size_t n = keys.size();
+  auto k = h.upload(keys);
+  auto p = h.filled(n, reinterpret_cast<float*>(uintptr_t{1}));
+  auto f = h.flags(n, true);
+  h->find_or_reserve_pointers(n, k.data(), p.data(), f.data());
   return PointerResult{h.download(p, n), h.download_flags(f, n)};
 }
 
@@ -115,6 +126,108 @@ TYPED_TEST(TablePointersTest, FindOrInsertPointersInsertsInitialRowsAndRowsUpdat
   EXPECT_EQ(after.values, updated);
 }
 
+TYPED_TEST(TablePointersTest, FindOrReservePointersReservesSlotsTheCallerFills) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  auto h = this->make(roomy_options(ScorePolicy::kCustomized, 12));
+  const auto keys = random_keys<K>(rng, 500);
+  std::vector<K> stored;
+  for (size_t i = 0; i < keys.size(); i += 3) stored.push_back(keys[i]);
+  h.insert_or_assign(stored, value_rows(stored, h.dim()));
+
+  const PointerResult r = find_or_reserve_pointers(h, keys);
+  std::set<const float*> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool was_stored = i % 3 == 0;
+    EXPECT_EQ(r.founds[i], was_stored) << i;
+    ASSERT_NE(r.rows[i], nullptr) << i;
+    EXPECT_TRUE(seen.insert(r.rows[i]).second) << "address of key " << keys[i] << " repeated";
+    // A stored key's row is untouched; a new key's row is whatever the slot held.
+    if (was_stored)
+      EXPECT_EQ(read_row(h.backend(), r.rows[i], h.dim()), value_row(keys[i], h.dim()));
+  }
+  EXPECT_EQ(h->size(), keys.size());
+  // The caller writes the new keys' rows; the table then holds them.
+  const std::vector<float> fresh = value_rows(keys, h.dim(), 3.25f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!r.founds[i]) {
+      copy_to_backend(h.backend(), r.rows[i], fresh.data() + i * h.dim(), h.dim() * sizeof(float));
+    }
+  }
+  const FindResult after = h.find(keys);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Row expected =
+        r.founds[i] ? value_row(keys[i], h.dim()) : value_row(keys[i], h.dim(), 3.25f);
+    EXPECT_EQ(row_at(after.values, i, h.dim()), expected) << i;
+  }
+}
+
+// Copies of stored and new keys in one batch over full buckets, so finds, inserts and
+// evictions of one call meet in the same buckets (on CUDA: the lock-free look-up of stored keys
+// runs beside the locked inserts): every copy of a key gets the same address or none, an
+// address always holds its key's row (the stored one, or the initializer's for a new key), a
+// key appearing once in the batch and not stored before is never reported found, and the
+// table stays full.
+TYPED_TEST(TablePointersTest, CopiesAndEvictionsInOneCallKeepAddressesTrue) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  for (const ScorePolicy policy :
+       {ScorePolicy::kStep, ScorePolicy::kTimestamp, ScorePolicy::kLfu}) {
+    TableOptions o = tiny_options(policy, SafeCheck::kIgnore, 8);
+    o.initializer = InitializerOptions{InitializerKind::kUniform};
+    o.initializer.seed = rng.next();
+    auto h = this->make(o);
+    const auto stored = random_keys<K>(rng, 64);
+    h.insert_or_assign(stored, value_rows(stored, h.dim()));
+    ASSERT_EQ(h->size(), 64u) << to_string(policy);
+    const auto fresh = random_keys<K>(rng, 48, std::set<K>(stored.begin(), stored.end()));
+    std::vector<K> batch;
+    std::map<K, int> copies;
+    for (size_t c = 0; c < 200; ++c) {
+      const bool old_key = rng.uniform(0, 1) == 0;
+      const K key = old_key ? stored[rng.uniform(0, stored.size() - 1)]
+                            : fresh[rng.uniform(0, fresh.size() - 1)];
+      batch.push_back(key);
+      ++copies[key];
+    }
+    const std::set<K> before(stored.begin(), stored.end());
+    const PointerResult r = find_or_insert_pointers(h, batch);
+    const Snapshot<K> contents = h.snapshot();
+    EXPECT_EQ(contents.size(), 64u) << to_string(policy);
+    // Whether some copy of the key inserted it (found false): then its row is the
+    // initializer's, else the row stored before the call.
+    std::map<K, bool> inserted;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (r.rows[i] != nullptr && !r.founds[i]) inserted[batch[i]] = true;
+    }
+    std::map<K, const float*> address_of;
+    std::map<const float*, K> key_at;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const K key = batch[i];
+      const auto it = contents.find(key);
+      if (r.rows[i] == nullptr) {
+        EXPECT_EQ(it, contents.end()) << "key " << key << " is stored but got no address";
+        continue;
+      }
+      ASSERT_NE(it, contents.end()) << "key " << key << " got an address but is not stored";
+      const auto a = address_of.emplace(key, r.rows[i]).first;
+      EXPECT_EQ(a->second, r.rows[i]) << "copies of key " << key << " got different addresses";
+      const auto k = key_at.emplace(r.rows[i], key).first;
+      EXPECT_EQ(k->second, key) << "two keys share an address";
+      if (inserted[key]) {
+        EXPECT_EQ(read_row(h.backend(), r.rows[i], h.dim()),
+                  initial_row(o.initializer, key, h.dim()))
+            << "key " << key;
+      } else {
+        EXPECT_EQ(before.count(key), 1u) << "key " << key << " found but never stored";
+        EXPECT_EQ(read_row(h.backend(), r.rows[i], h.dim()), value_row(key, h.dim()))
+            << "key " << key;
+      }
+      if (before.count(key) == 0 && copies[key] == 1) EXPECT_FALSE(r.founds[i]) << key;
+    }
+  }
+}
+
 TYPED_TEST(TablePointersTest, AddressesSurviveAGrowthInsideTheCall) {
   using K = typename TestFixture::Key;
   TestRng rng;
@@ -182,6 +295,8 @@ TYPED_TEST(TablePointersTest, NullRowsArgumentIsRejected) {
   auto k = h.upload(keys);
   EXPECT_THROW(h->find_pointers(keys.size(), k.data(), nullptr, nullptr), InvalidArgument);
   EXPECT_THROW(h->find_or_insert_pointers(keys.size(), k.data(), nullptr, nullptr),
+               InvalidArgument);
+  EXPECT_THROW(h->find_or_reserve_pointers(keys.size(), k.data(), nullptr, nullptr),
                InvalidArgument);
   EXPECT_EQ(h->size(), 0u);
 }

@@ -100,6 +100,15 @@ class Table {
                                        const uint64_t* scores = nullptr,
                                        StreamHandle stream = nullptr) = 0;
 
+  // find_or_insert_pointers for a caller that writes the new keys' rows itself: a new key's slot
+  // is reserved and its address returned, but its row holds unspecified values (a backend may
+  // skip the initializer; this default does not). founds[i] tells which rows must be written.
+  virtual void find_or_reserve_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                        const uint64_t* scores = nullptr,
+                                        StreamHandle stream = nullptr) {
+    find_or_insert_pointers(n, keys, rows, founds, scores, stream);
+  }
+
   // Stores values[i] under keys[i], inserting or overwriting.
   virtual void insert_or_assign(size_t n, const K* keys, const float* values,
                                 const uint64_t* scores = nullptr,

@@ -56,6 +56,8 @@ class CudaTable final : public Table<K> {
 
   void find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
                                const uint64_t* scores, StreamHandle stream) override;
+  void find_or_reserve_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                const uint64_t* scores, StreamHandle stream) override;
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
                       StreamHandle stream) override;
   void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,

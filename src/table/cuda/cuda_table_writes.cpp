@@ -1,6 +1,9 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
+#include <cstdlib>
+#include <string>
+
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
 #include "cuda/kernels.hpp"
@@ -17,7 +20,20 @@ void CudaTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows
   a.row_ptrs = rows;
   a.founds = founds;
   a.scores_in = scores;
-  write("find_or_insert_pointers", WriteOp::kFindOrInsert, n, keys, a, to_stream(stream));
+  write("find_or_insert_pointers", WriteOp::kFindOrInsertPointers, n, keys, a, to_stream(stream));
+}
+
+template <TableKey K>
+void CudaTable<K>::find_or_reserve_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                            const uint64_t* scores, StreamHandle stream) {
+  if (n == 0) return;
+  require_pointer(rows, "find_or_reserve_pointers", "rows");
+  WriteArgs a;
+  a.row_ptrs = rows;
+  a.founds = founds;
+  a.scores_in = scores;
+  a.init_new_rows = false;
+  write("find_or_reserve_pointers", WriteOp::kFindOrInsertPointers, n, keys, a, to_stream(stream));
 }
 
 template <TableKey K>
@@ -129,13 +145,17 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   a.init = options_.initializer;
   if (error_mode()) launch_reserved_check(a.keys, n, a.state, s);
 
-  // find_or_insert_pointers: a lock-free pass finds the stored keys (address written, score
-  // touched); only the keys it did not find go through the locked kernel. Measured: 2.2x
-  // faster where nearly every key is stored (a training step's lookup), slower on the table
-  // benchmark's 40% new keys, so the copying find_or_insert keeps one locked pass
-  // (docs/cuda_table.md).
+  // find_or_insert_pointers: each key is looked for without the lock first, in the same kernel
+  // (docs/cuda_table.md, "find_or_insert_pointers").
+  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_PASS = two_pass | locked | fused.
+  static const std::string pass = [] {
+    const char* v = std::getenv("DYNEMB_EXP_PTR_PASS");
+    return std::string(v != nullptr ? v : "fused");
+  }();
+  const bool pointers = op == WriteOp::kFindOrInsertPointers;
+  a.lock_free_first = pointers && pass == "fused";
   DeviceArray<uint32_t> missed;
-  if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr && n <= 0xFFFFFFFFull) {
+  if (pointers && pass == "two_pass" && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
     TouchArgs t;
     t.keys = a.keys;
@@ -201,7 +221,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   } else if (warns) {
     reports_->enqueue(call, a.state, s);
   }
-  if (op == WriteOp::kFindOrInsert && a.row_ptrs != nullptr) refresh_row_ptrs(n, keys, a, grew, s);
+  if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s);
   return st;
 }
 
@@ -226,7 +246,9 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
     launch_write(op, view, a, multiprocessors_, s);
     return;
   }
-  // The order's arrays are freed in stream order, after the kernel.
+  // The order's arrays are freed in stream order, after the kernel. The tile owning a bucket
+  // needs no lock-free look first.
+  a.lock_free_first = false;
   const BucketOrder order = group_by_bucket(view, a.keys, a.subset, a.n, s);
   a.subset = order.positions.data();
   a.run_buckets = order.buckets.data();
@@ -236,6 +258,8 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
 
 template void CudaTable<int64_t>::find_or_insert_pointers(size_t, const int64_t*, float**, bool*,
                                                           const uint64_t*, StreamHandle);
+template void CudaTable<int64_t>::find_or_reserve_pointers(size_t, const int64_t*, float**, bool*,
+                                                           const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::find_or_insert(size_t, const int64_t*, float*, bool*,
                                                  const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::find_or_insert_given(size_t, const int64_t*, float*, bool*,
@@ -254,6 +278,8 @@ template void CudaTable<int64_t>::accum_or_assign(size_t, const int64_t*, const 
 template void CudaTable<int64_t>::erase(size_t, const int64_t*, StreamHandle);
 template void CudaTable<uint64_t>::find_or_insert_pointers(size_t, const uint64_t*, float**, bool*,
                                                            const uint64_t*, StreamHandle);
+template void CudaTable<uint64_t>::find_or_reserve_pointers(size_t, const uint64_t*, float**, bool*,
+                                                            const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::find_or_insert(size_t, const uint64_t*, float*, bool*,
                                                   const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::find_or_insert_given(size_t, const uint64_t*, float*, bool*,

@@ -84,7 +84,8 @@ struct CallState {
 // The write operations that share the locked upsert kernel.
 enum class WriteOp : uint8_t {
   kFindOrInsert,
-  kFindOrInsertGiven,  // find_or_insert_given: missing keys take the caller's row
+  kFindOrInsertPointers,  // find_or_insert(_reserve)_pointers: row addresses instead of copies
+  kFindOrInsertGiven,     // find_or_insert_given: missing keys take the caller's row
   kInsertOrAssign,
   kInsertAndEvict,
   kAssign,
@@ -95,9 +96,9 @@ enum class WriteOp : uint8_t {
 
 // Whether an op may insert keys (and so grow the table, evict or refuse).
 constexpr bool op_inserts(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
-         op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
-         op == WriteOp::kAccumOrAssign;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers ||
+         op == WriteOp::kFindOrInsertGiven || op == WriteOp::kInsertOrAssign ||
+         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
 }
 
 // Arguments of one write kernel launch. Keys are handled as their uint64 bit patterns.
@@ -127,6 +128,12 @@ struct WriteArgs {
   float* evicted_values = nullptr;
   uint64_t* evicted_scores = nullptr;
   InitializerOptions init{};
+  // find_or_insert_pointers: each key is first looked for without the lock (found: address
+  // written, score touched atomically, no lock taken); only keys not found take the lock.
+  bool lock_free_first = false;
+  // find_or_insert_pointers: new keys' rows get the initializer's row (false: the slot is only
+  // reserved, its row left as it was: find_or_reserve_pointers).
+  bool init_new_rows = true;
 };
 
 // Arguments of find_or_insert's lock-free first pass: keys already stored are found, their rows

@@ -13,6 +13,7 @@
 #include "dynemb/core/hash.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
+#include "dynemb/core/score.hpp"
 
 namespace dynemb::table::cuda {
 
@@ -286,6 +287,31 @@ __device__ __forceinline__ void unlock_bucket(const TileOf<kT>& tile, uint32_t* 
   tile.sync();
   if (tile.thread_rank() == 0) {
     asm volatile("st.release.gpu.global.u32 [%0], 0;" ::"l"(lock) : "memory");
+  }
+}
+
+// Touches the score of a key found without its bucket's lock, as a locked write would, but
+// atomically (copies of one key in a batch, and writers of the same kernel, touch it together).
+// A timestamp only moves up (atomicMax): a timer value read before a writer's score-bound
+// refresh can then never land below the bound (victim.cuh).
+__device__ __forceinline__ void touch_score(uint64_t* score, ScorePolicy policy, bool has_given,
+                                            uint64_t given, uint64_t now) {
+  auto* word = reinterpret_cast<unsigned long long*>(score);
+  if (policy == ScorePolicy::kLfu) {
+    unsigned long long old = *word;
+    for (;;) {
+      const unsigned long long want = next_score(policy, true, old, has_given, given, now);
+      const unsigned long long seen = atomicCAS(word, old, want);
+      if (seen == old) return;
+      old = seen;
+    }
+  }
+  const auto value =
+      static_cast<unsigned long long>(next_score(policy, true, 0, has_given, given, now));
+  if (policy == ScorePolicy::kTimestamp) {
+    atomicMax(word, value);
+  } else {
+    atomicExch(word, value);
   }
 }
 

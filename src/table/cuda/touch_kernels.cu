@@ -6,28 +6,9 @@
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
 #include "dynemb/core/cuda/check.hpp"
-#include "dynemb/core/score.hpp"
 
 namespace dynemb::table::cuda {
 namespace {
-
-// Touches a found key's score as the write kernels would, atomically (copies of one key in the
-// batch touch it concurrently).
-__device__ void touch_score(uint64_t* score, ScorePolicy policy, bool has_given, uint64_t given,
-                            uint64_t now) {
-  auto* word = reinterpret_cast<unsigned long long*>(score);
-  if (policy == ScorePolicy::kLfu) {
-    unsigned long long old = *word;
-    for (;;) {
-      const unsigned long long want = next_score(policy, true, old, has_given, given, now);
-      const unsigned long long seen = atomicCAS(word, old, want);
-      if (seen == old) return;
-      old = seen;
-    }
-  }
-  atomicExch(word,
-             static_cast<unsigned long long>(next_score(policy, true, 0, has_given, given, now)));
-}
 
 template <bool kVec>
 __global__ void __launch_bounds__(kBlockThreads) find_and_touch_kernel(TableView t, TouchArgs a) {

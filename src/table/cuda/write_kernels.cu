@@ -3,6 +3,8 @@
 // grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
+#include <cstdlib>
+
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
 #include "cuda/victim.cuh"
@@ -22,7 +24,8 @@ struct BlockCounts {
 
 // The finds that insert: a stored key's row is copied out (or its address written).
 constexpr bool copies_found_rows(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers ||
+         op == WriteOp::kFindOrInsertGiven;
 }
 
 // Writes (key, row, score) to position `reserved` of the insert_and_evict outputs (taken from
@@ -166,6 +169,27 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   RowPrefetch<kHeld> pre{};
   if constexpr (stores_input(kOp)) pre = prefetch_row<kVec, kHeld>(tile, input, dim);
 
+  // find_or_insert_pointers: a key already stored is found without the lock (its address
+  // written, its score touched atomically); only keys not found go on to take the lock, which
+  // probes again (a copy of the key may have inserted it meanwhile). What this probe can miss
+  // or find stale (a row another key of the call evicts) is what the locked probe and the
+  // call's address refresh already handle (docs/cuda_table.md).
+  if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+    if (a.lock_free_first) {
+      const int hit = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
+      if (hit >= 0) {
+        if (leader) {
+          const uint64_t slot = base + static_cast<uint64_t>(hit);
+          a.row_ptrs[i] = row_of(t, slot);
+          if (a.founds != nullptr) a.founds[i] = true;
+          const uint64_t now = a.policy == ScorePolicy::kTimestamp ? global_time_ns() : a.clock;
+          touch_score(t.scores + slot, a.policy, has_given, given, now);
+        }
+        return;
+      }
+    }
+  }
+
   // assign and assign_scores never change which keys are stored, so they probe without the
   // lock and a missing key takes no lock at all; a found key's row is written under its bucket's
   // lock (copies of one key take turns); assign_scores' one 8-byte store needs none.
@@ -204,7 +228,10 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     } else if constexpr (kOp == WriteOp::kAssignScores) {
       if (leader) t.scores[slot] = given;
     } else {
-      if constexpr (copies_found_rows(kOp)) {
+      if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+        if (leader) a.row_ptrs[i] = row;
+        if (leader && a.founds != nullptr) a.founds[i] = true;
+      } else if constexpr (copies_found_rows(kOp)) {
         if (a.row_ptrs != nullptr) {
           if (leader) a.row_ptrs[i] = row;
         } else {
@@ -272,7 +299,10 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         atomicAdd(&counts->refused, 1ull);
         if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
       }
-      if constexpr (kOp == WriteOp::kFindOrInsert) {
+      if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+        if (leader) a.row_ptrs[i] = nullptr;
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kFindOrInsert) {
         if (a.row_ptrs != nullptr) {
           if (leader) a.row_ptrs[i] = nullptr;
         } else {
@@ -293,7 +323,11 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
           emit<kVec>(tile, a, reserved, victim.key, row, victim.score, dim, true);
         }
       }
-      if constexpr (kOp == WriteOp::kFindOrInsert) {
+      if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+        if (a.init_new_rows) init_row<kVec>(tile, a.init, key, row, nullptr, dim);
+        if (leader) a.row_ptrs[i] = row;
+        if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kFindOrInsert) {
         init_row<kVec>(tile, a.init, key, row,
                        a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
@@ -345,13 +379,15 @@ inline constexpr uint32_t kLockedBlockThreads = 64;
 // warps' 48 it spills and is 2-16% slower; docs/cuda_table.md). The other writes do best at
 // their own choice.
 constexpr int min_blocks(WriteOp op) {
-  return op == WriteOp::kFindOrInsert ? 36 * 32 / kLockedBlockThreads : 0;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers
+             ? 36 * 32 / kLockedBlockThreads
+             : 0;
 }
 
 // Key by key under bucket locks, one kT-thread tile per key (striding over the rest of a batch
 // larger than the grid).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
-__global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, int kMinBlocks>
+__global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
     locked_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
   __shared__ BlockCounts counts;
@@ -423,9 +459,21 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // One tile per key: the block scheduler hands finished blocks' places to new ones, where a
   // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
   // persistent, 323 µs one tile per key).
-  locked_write_kernel<kOp, kVec, kHeld, kT>
-      <<<locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors),
-         kLockedBlockThreads, 0, stream>>>(t, a);
+  const unsigned blocks =
+      locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
+  if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+    // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_OWN_REGS=1 lets ptxas choose the
+    // pointer kernel's registers.
+    static const bool own_regs = std::getenv("DYNEMB_EXP_PTR_OWN_REGS") != nullptr;
+    if (own_regs) {
+      locked_write_kernel<kOp, kVec, kHeld, kT, 0>
+          <<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
+      core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
+      return;
+    }
+  }
+  locked_write_kernel<kOp, kVec, kHeld, kT, min_blocks(kOp)>
+      <<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
@@ -460,7 +508,17 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                cudaStream_t stream) {
-  const uint32_t widest = copies_found_rows(kOp) || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
+  uint32_t widest = copies_found_rows(kOp) || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
+  // find_or_insert_pointers copies no found row: its tile works on new rows only.
+  if (kOp == WriteOp::kFindOrInsertPointers) {
+    // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_TILE4_WIDEST = widest row on
+    // 4-thread tiles.
+    static const uint32_t pointer_widest = [] {
+      const char* v = std::getenv("DYNEMB_EXP_PTR_TILE4_WIDEST");
+      return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 64u;
+    }();
+    widest = pointer_widest;
+  }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
@@ -476,6 +534,8 @@ void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t m
   switch (op) {
     case WriteOp::kFindOrInsert:
       return launch_op<WriteOp::kFindOrInsert>(t, a, vec, multiprocessors, stream);
+    case WriteOp::kFindOrInsertPointers:
+      return launch_op<WriteOp::kFindOrInsertPointers>(t, a, vec, multiprocessors, stream);
     case WriteOp::kFindOrInsertGiven:
       return launch_op<WriteOp::kFindOrInsertGiven>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertOrAssign:
