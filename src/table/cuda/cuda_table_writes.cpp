@@ -153,9 +153,15 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     return std::string(v != nullptr ? v : "fused");
   }();
   const bool pointers = op == WriteOp::kFindOrInsertPointers;
-  a.lock_free_first = pointers && pass == "fused";
+  // LFU tables take two passes instead (the lock-free one over every key first, then the locked
+  // one over the keys it did not find): a count must add every copy of a key, and in one
+  // kernel a lock-free touch could land before another copy's insert stores the key's first
+  // count.
+  const bool lfu = options_.score_policy == ScorePolicy::kLfu;
+  const std::string mode = pointers && lfu && pass == "fused" ? "two_pass" : pass;
+  a.lock_free_first = pointers && mode == "fused";
   DeviceArray<uint32_t> missed;
-  if (pointers && pass == "two_pass" && n <= 0xFFFFFFFFull) {
+  if (pointers && mode == "two_pass" && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
     TouchArgs t;
     t.keys = a.keys;
