@@ -49,6 +49,7 @@ log "variants (find_or_insert_pointers only)"
 tb ownregs DYNEMB_EXP_PTR_OWN_REGS=1 -- --ops find_or_insert_pointers,find_or_reserve_pointers --dims 8,64 --load-factors 0.5,1.0
 tb tile8 DYNEMB_EXP_PTR_TILE4_WIDEST=32 -- --ops find_or_insert_pointers --dims 64 --load-factors 1.0
 tb locked DYNEMB_EXP_PTR_PASS=locked -- --ops find_or_insert_pointers --dims 8,64 --load-factors 0.5,1.0
+tb findrefresh DYNEMB_EXP_PTR_REFRESH=find -- --ops find_or_insert_pointers --dims 8,64 --load-factors 1.0
 tb twopass DYNEMB_EXP_PTR_PASS=two_pass -- --ops find_or_insert_pointers --dims 64 --load-factors 1.0
 log done
 } 2>&1 | tee "$OUT/step-speed/summary.txt"

@@ -235,6 +235,17 @@ template <TableKey K>
 void CudaTable<K>::refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a, bool grew,
                                     cudaStream_t s) {
   if (!grew && storage_.capacity() < options_.max_capacity) return;
+  // Without a growth nearly every address is still right: each is checked against its slot's
+  // key (one load a key) and only the others looked up again.
+  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_REFRESH=find looks every key up.
+  static const bool find_all = [] {
+    const char* v = std::getenv("DYNEMB_EXP_PTR_REFRESH");
+    return v != nullptr && std::string(v) == "find";
+  }();
+  if (!grew && !find_all) {
+    launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s);
+    return;
+  }
   ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);
   r.skip_reserved = false;  // counted by the write already
   if (!grew) r.only_if_nonzero = &a.state->evictions;

@@ -32,6 +32,12 @@ void launch_find_and_touch(const TableView& table, const TouchArgs& args, cudaSt
 // find (values set) or contains (values null): lock-free lookups.
 void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stream);
 
+// After a pointer write at a fixed capacity (while *only_if_nonzero, the call's evictions, is
+// not 0): every address rows[i] whose slot no longer holds keys[i] is looked up again (nullptr:
+// not stored); reserved keys are left as they are.
+void launch_verify_row_ptrs(const TableView& table, const uint64_t* keys, uint64_t n, float** rows,
+                            const unsigned long long* only_if_nonzero, cudaStream_t stream);
+
 // Adds the number of stored keys to state->count and subtracts it from state->budget.
 void launch_count_size(const TableView& table, CallState* state, cudaStream_t stream);
 

@@ -68,6 +68,46 @@ __global__ void __launch_bounds__(kBlockThreads, kT == 4 ? 8 : 0)
   }
 }
 
+// The slot whose row is at `row` (an address row_of gave).
+__device__ __forceinline__ uint64_t slot_of_row(const TableView& t, const float* row) {
+  const auto at = reinterpret_cast<uintptr_t>(row);
+  const auto hbm = reinterpret_cast<uintptr_t>(t.hbm_values);
+  const uint64_t row_bytes = uint64_t{t.dim} * sizeof(float);
+  if (t.hbm_values != nullptr && at >= hbm && at < hbm + t.hbm_rows * row_bytes)
+    return (at - hbm) / row_bytes;
+  return t.hbm_rows + (at - reinterpret_cast<uintptr_t>(t.host_values)) / row_bytes;
+}
+
+// One thread a key: an address whose slot still holds the key stays; any other (the key moved
+// or left, or had no address) is looked up again by a scan of the key's bucket, rare enough for
+// one thread.
+__global__ void verify_row_ptrs_kernel(TableView t, const uint64_t* keys, uint64_t n, float** rows,
+                                       const unsigned long long* only_if_nonzero) {
+  if (only_if_nonzero != nullptr && *only_if_nonzero == 0) return;  // the whole grid
+  const uint64_t capacity = t.num_buckets * t.bucket_capacity;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t key = keys[i];
+    if (key >= kFirstReservedKey) continue;  // no address, as the write left it
+    const float* row = rows[i];
+    if (row != nullptr) {
+      const uint64_t slot = slot_of_row(t, row);
+      if (slot < capacity && t.keys[slot] == key) continue;
+    }
+    const uint64_t hash = hash_key_bits(key);
+    const uint64_t base = bucket_of_hash(hash, t.num_buckets) * t.bucket_capacity;
+    const uint8_t digest = slot_digest_of_hash(hash);
+    float* found = nullptr;
+    for (uint32_t s = 0; s < t.bucket_capacity; ++s) {
+      if (t.digests[base + s] == digest && t.keys[base + s] == key) {
+        found = row_of(t, base + s);
+        break;
+      }
+    }
+    rows[i] = found;
+  }
+}
+
 __global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s) {
   __shared__ unsigned long long total;
   if (threadIdx.x == 0) total = 0;
@@ -123,6 +163,14 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
     find_kernel<false, kTileSize><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
   core::cuda::check(cudaGetLastError(), "find_kernel launch");
+}
+
+void launch_verify_row_ptrs(const TableView& t, const uint64_t* keys, uint64_t n, float** rows,
+                            const unsigned long long* only_if_nonzero, cudaStream_t stream) {
+  if (n == 0) return;
+  verify_row_ptrs_kernel<<<blocks_for_threads(n, 65535ull * 16), 256, 0, stream>>>(t, keys, n, rows,
+                                                                                   only_if_nonzero);
+  core::cuda::check(cudaGetLastError(), "verify_row_ptrs_kernel launch");
 }
 
 void launch_count_size(const TableView& t, CallState* state, cudaStream_t stream) {
