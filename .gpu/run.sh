@@ -30,6 +30,9 @@ timeout 90 build-gpu/tests/dynemb_tests \
   --gtest_filter='TablePointersTest/*:TableDuplicatesTest/cuda*:TableEvictionTest/cuda*:TableScoresTest/cuda*:TableGrowthTest/cuda*:TableErrorsTest/cuda*:TableConcurrencyTest/cuda*:CudaTable*:CudaScoreBounds*:CudaParity*:*EmbeddingRowAddresses*:*EmbeddingCollection*:EmbeddingCudaParity*' \
   > "$o/tests.txt" 2>&1; echo "rc=$?" >> "$o/tests.txt"
 grep -E '^\[  (PASSED|FAILED)|FAILED|rc=|seed' "$o/tests.txt" | head -20
+DYNEMB_EXP_PTR_INIT=pass timeout 30 build-gpu/tests/dynemb_tests --gtest_filter='TablePointersTest/cuda*' \
+  > "$o/tests-initpass.txt" 2>&1; echo "rc=$?" >> "$o/tests-initpass.txt"
+echo "init pass:"; grep -E '^\[  (PASSED|FAILED)|FAILED|rc=' "$o/tests-initpass.txt" | head -8
 log "HKV ae24eec pure HBM (find_or_insert* column)"
 for cfg in "8 128 4" "32 128 16" "64 64 16"; do
   timeout 100 $hkv hbm $cfg a > "$o/hkv-${cfg%% *}.txt" 2>&1; echo "rc=$?" >> "$o/hkv-${cfg%% *}.txt"
@@ -47,6 +50,7 @@ for shape in 13m 1m; do
 done
 log "variants (find_or_insert_pointers only)"
 tb ownregs DYNEMB_EXP_PTR_OWN_REGS=1 -- --ops find_or_insert_pointers,find_or_reserve_pointers --dims 8,64 --load-factors 0.5,1.0
+tb initpass DYNEMB_EXP_PTR_INIT=pass -- --ops find_or_insert_pointers --dims 8,64 --load-factors 0.5,1.0
 tb tile8 DYNEMB_EXP_PTR_TILE4_WIDEST=32 -- --ops find_or_insert_pointers --dims 64 --load-factors 1.0
 tb locked DYNEMB_EXP_PTR_PASS=locked -- --ops find_or_insert_pointers --dims 8,64 --load-factors 0.5,1.0
 tb findrefresh DYNEMB_EXP_PTR_REFRESH=find -- --ops find_or_insert_pointers --dims 8,64 --load-factors 1.0

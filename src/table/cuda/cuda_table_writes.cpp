@@ -160,6 +160,21 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   const bool lfu = options_.score_policy == ScorePolicy::kLfu;
   const std::string mode = pointers && lfu && pass == "fused" ? "two_pass" : pass;
   a.lock_free_first = pointers && mode == "fused";
+  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_INIT=pass writes the new rows in a
+  // pass of their own after the call's slots are all taken (and its addresses checked).
+  static const bool init_pass = [] {
+    const char* v = std::getenv("DYNEMB_EXP_PTR_INIT");
+    return v != nullptr && std::string(v) == "pass";
+  }();
+  const bool rows_after = pointers && a.init_new_rows && init_pass;
+  DeviceArray<bool> own_founds;
+  if (rows_after) {
+    a.init_new_rows = false;
+    if (a.founds == nullptr) {
+      own_founds = DeviceArray<bool>(n, s);
+      a.founds = own_founds.data();
+    }
+  }
   DeviceArray<uint32_t> missed;
   if (pointers && mode == "two_pass" && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
@@ -228,6 +243,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     reports_->enqueue(call, a.state, s);
   }
   if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s);
+  if (rows_after) launch_init_new_rows(storage_.view(), a.keys, n, a.row_ptrs, a.founds, a.init, s);
   return st;
 }
 
