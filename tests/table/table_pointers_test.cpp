@@ -177,7 +177,11 @@ TYPED_TEST(TablePointersTest, CopiesAndEvictionsInOneCallKeepAddressesTrue) {
     o.initializer = InitializerOptions{InitializerKind::kUniform};
     o.initializer.seed = rng.next();
     auto h = this->make(o);
-    const auto stored = random_keys<K>(rng, 64);
+    std::vector<K> stored;  // every bucket full
+    for (uint64_t b = 0; b < h.num_buckets(); ++b) {
+      const auto in_bucket = keys_in_bucket<K>(rng, b, h.num_buckets(), 16);
+      stored.insert(stored.end(), in_bucket.begin(), in_bucket.end());
+    }
     h.insert_or_assign(stored, value_rows(stored, h.dim()));
     ASSERT_EQ(h->size(), 64u) << to_string(policy);
     const auto fresh = random_keys<K>(rng, 48, std::set<K>(stored.begin(), stored.end()));
