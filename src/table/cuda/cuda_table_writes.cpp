@@ -1,9 +1,6 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
-#include <cstdlib>
-#include <string>
-
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
 #include "cuda/kernels.hpp"
@@ -146,37 +143,15 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   if (error_mode()) launch_reserved_check(a.keys, n, a.state, s);
 
   // find_or_insert_pointers: each key is looked for without the lock first, in the same kernel
-  // (docs/cuda_table.md, "find_or_insert_pointers").
-  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_PASS = two_pass | locked | fused.
-  static const std::string pass = [] {
-    const char* v = std::getenv("DYNEMB_EXP_PTR_PASS");
-    return std::string(v != nullptr ? v : "fused");
-  }();
+  // (docs/cuda_table.md). LFU tables take two passes instead (the lock-free one over every key,
+  // then the locked one over the keys it did not find): a count must add every copy of a key,
+  // and within one kernel a copy's lock-free touch could land before another copy's insert
+  // stores the key's first count.
   const bool pointers = op == WriteOp::kFindOrInsertPointers;
-  // LFU tables take two passes instead (the lock-free one over every key first, then the locked
-  // one over the keys it did not find): a count must add every copy of a key, and in one
-  // kernel a lock-free touch could land before another copy's insert stores the key's first
-  // count.
-  const bool lfu = options_.score_policy == ScorePolicy::kLfu;
-  const std::string mode = pointers && lfu && pass == "fused" ? "two_pass" : pass;
-  a.lock_free_first = pointers && mode == "fused";
-  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_INIT=pass writes the new rows in a
-  // pass of their own after the call's slots are all taken (and its addresses checked).
-  static const bool init_pass = [] {
-    const char* v = std::getenv("DYNEMB_EXP_PTR_INIT");
-    return v != nullptr && std::string(v) == "pass";
-  }();
-  const bool rows_after = pointers && a.init_new_rows && init_pass;
-  DeviceArray<bool> own_founds;
-  if (rows_after) {
-    a.init_new_rows = false;
-    if (a.founds == nullptr) {
-      own_founds = DeviceArray<bool>(n, s);
-      a.founds = own_founds.data();
-    }
-  }
+  const bool two_passes = pointers && options_.score_policy == ScorePolicy::kLfu;
+  a.lock_free_first = pointers && !two_passes;
   DeviceArray<uint32_t> missed;
-  if (pointers && mode == "two_pass" && n <= 0xFFFFFFFFull) {
+  if (two_passes && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
     TouchArgs t;
     t.keys = a.keys;
@@ -243,7 +218,6 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     reports_->enqueue(call, a.state, s);
   }
   if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s);
-  if (rows_after) launch_init_new_rows(storage_.view(), a.keys, n, a.row_ptrs, a.founds, a.init, s);
   return st;
 }
 
@@ -253,18 +227,12 @@ void CudaTable<K>::refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a,
   if (!grew && storage_.capacity() < options_.max_capacity) return;
   // Without a growth nearly every address is still right: each is checked against its slot's
   // key (one load a key) and only the others looked up again.
-  // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_REFRESH=find looks every key up.
-  static const bool find_all = [] {
-    const char* v = std::getenv("DYNEMB_EXP_PTR_REFRESH");
-    return v != nullptr && std::string(v) == "find";
-  }();
-  if (!grew && !find_all) {
+  if (!grew) {
     launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s);
     return;
   }
   ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);
   r.skip_reserved = false;  // counted by the write already
-  if (!grew) r.only_if_nonzero = &a.state->evictions;
   launch_find(storage_.view(), r, s);
 }
 

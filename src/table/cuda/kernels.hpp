@@ -29,12 +29,6 @@ void launch_write(WriteOp op, const TableView& table, const WriteArgs& args,
 // the table: it runs under the call's writer lock, before the locked pass.
 void launch_find_and_touch(const TableView& table, const TouchArgs& args, cudaStream_t stream);
 
-// The initializer's row at rows[i] for each i with founds[i] false and rows[i] set (the keys a
-// pointer write inserted without rows).
-void launch_init_new_rows(const TableView& table, const uint64_t* keys, uint64_t n,
-                          float* const* rows, const bool* founds, const InitializerOptions& init,
-                          cudaStream_t stream);
-
 // find (values set) or contains (values null): lock-free lookups.
 void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stream);
 

@@ -58,36 +58,7 @@ __global__ void __launch_bounds__(kBlockThreads) find_and_touch_kernel(TableView
   }
 }
 
-// One 8-thread tile a key: the initializer's row of each key the call inserted (found false,
-// an address), written after every slot of the call was taken.
-template <bool kVec>
-__global__ void __launch_bounds__(kBlockThreads)
-    init_new_rows_kernel(TableView t, const uint64_t* keys, uint64_t n, float* const* rows,
-                         const bool* founds, InitializerOptions init) {
-  const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
-  for (uint64_t i = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); i < n; i += stride) {
-    float* row = rows[i];
-    if (founds[i] || row == nullptr) continue;
-    init_row<kVec>(tile, init, keys[i], row, nullptr, t.dim);
-  }
-}
-
 }  // namespace
-
-void launch_init_new_rows(const TableView& t, const uint64_t* keys, uint64_t n, float* const* rows,
-                          const bool* founds, const InitializerOptions& init, cudaStream_t stream) {
-  if (n == 0) return;
-  const unsigned blocks = blocks_for_tiles(n, 65535ull * 64);
-  if (t.dim % 4 == 0 && aligned16(t.hbm_values) && aligned16(t.host_values)) {
-    init_new_rows_kernel<true>
-        <<<blocks, kBlockThreads, 0, stream>>>(t, keys, n, rows, founds, init);
-  } else {
-    init_new_rows_kernel<false>
-        <<<blocks, kBlockThreads, 0, stream>>>(t, keys, n, rows, founds, init);
-  }
-  core::cuda::check(cudaGetLastError(), "init_new_rows_kernel launch");
-}
 
 void launch_find_and_touch(const TableView& t, const TouchArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;

@@ -3,8 +3,6 @@
 // grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
-#include <cstdlib>
-
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
 #include "cuda/victim.cuh"
@@ -386,8 +384,8 @@ constexpr int min_blocks(WriteOp op) {
 
 // Key by key under bucket locks, one kT-thread tile per key (striding over the rest of a batch
 // larger than the grid).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, int kMinBlocks>
-__global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
+__global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
   __shared__ BlockCounts counts;
@@ -461,19 +459,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
       locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
-  if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-    // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_OWN_REGS=1 lets ptxas choose the
-    // pointer kernel's registers.
-    static const bool own_regs = std::getenv("DYNEMB_EXP_PTR_OWN_REGS") != nullptr;
-    if (own_regs) {
-      locked_write_kernel<kOp, kVec, kHeld, kT, 0>
-          <<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
-      core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
-      return;
-    }
-  }
-  locked_write_kernel<kOp, kVec, kHeld, kT, min_blocks(kOp)>
-      <<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
+  locked_write_kernel<kOp, kVec, kHeld, kT><<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 
@@ -503,22 +489,14 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
 }
 
 // Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
-// accum_or_assign, which read the stored row too: 32), else 8: twice the keys in flight per warp,
-// where a row's copy is short enough for 4 threads.
+// accum_or_assign, which read the stored row too: 32; find_or_insert_pointers copies none), else
+// 8: twice the keys in flight per warp, where a row's copy is short enough for 4 threads.
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                cudaStream_t stream) {
-  uint32_t widest = copies_found_rows(kOp) || kOp == WriteOp::kAccumOrAssign ? 32 : 64;
-  // find_or_insert_pointers copies no found row: its tile works on new rows only.
-  if (kOp == WriteOp::kFindOrInsertPointers) {
-    // EXPERIMENT (removed after the H100 run): DYNEMB_EXP_PTR_TILE4_WIDEST = widest row on
-    // 4-thread tiles.
-    static const uint32_t pointer_widest = [] {
-      const char* v = std::getenv("DYNEMB_EXP_PTR_TILE4_WIDEST");
-      return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 64u;
-    }();
-    widest = pointer_widest;
-  }
+  const bool reads_stored_row = (copies_found_rows(kOp) && kOp != WriteOp::kFindOrInsertPointers) ||
+                                kOp == WriteOp::kAccumOrAssign;
+  const uint32_t widest = reads_stored_row ? 32 : 64;
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
