@@ -5,6 +5,7 @@
 #include "dynemb/table/table.hpp"
 #include "embedding_handle.hpp"
 #include "errors.hpp"
+#include "sharded_handle.hpp"
 #include "tensor_arg.hpp"
 #include "wholememory_binding.hpp"
 
@@ -19,6 +20,7 @@ PYBIND11_MODULE(_C, m) {
   register_embedding(m);
   register_checkpoint(m);
   register_wholememory(m);
+  register_sharded(m);
   m.def("cuda_available", &dynemb::cuda_backend_available,
         "True when this module has the CUDA backend and a CUDA device is visible.");
   m.def(

@@ -5,6 +5,7 @@ gradient: the tables are not nn.Parameters and take no part in a torch.optim opt
 """
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -50,9 +51,23 @@ def _pooling_mode(value, where: str) -> "_C.PoolingMode":
 class _Table:
     """One compiled table, its name and the features it serves."""
 
-    def __init__(self, name, dim, num_embeddings, features, mode, handle, options):
+    def __init__(self, name, dim, num_embeddings, features, mode, handle, options,
+                 compiled_options=None):
         self.name, self.dim, self.num_embeddings = name, dim, num_embeddings
         self.features, self.mode, self.handle, self.options = features, mode, handle, options
+        # Sharded modules: the table's compiled options; its rows live in a _ShardGroup.
+        self.compiled_options = compiled_options
+        self.group: Optional["_ShardGroup"] = None
+        self.index = 0  # its position in its group
+
+
+class _ShardGroup:
+    """Tables of one row layout sharded together: one compiled ShardedCollection, one exchange
+    per step for all of them."""
+
+    def __init__(self, tables, handle):
+        self.tables, self.handle = tables, handle
+        self.training = tables[0].options.training
 
 
 class _Lookup(torch.autograd.Function):
@@ -88,19 +103,42 @@ class DynamicEmbModule(nn.Module):
             raise _C.InvalidArgument(f"device = {device}, must be cpu or cuda")
         self._device = device
         self._tables: List[_Table] = []
+        self._groups: Optional[List[_ShardGroup]] = None  # set when sharded over a process group
         # Moves with .to() / .cuda(): a moved module is told apart from where its tables live.
         self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
 
     # --- building --------------------------------------------------------------------------------
-    def _add_table(self, name, dim, num_embeddings, features, mode, options, fused_params):
+    def _add_table(self, name, dim, num_embeddings, features, mode, options, fused_params,
+                   world_size: int = 0):
+        """Adds a table; with world_size > 0 (sharded) only its options, the rows come later
+        from _shard."""
         where = f"{type(self).__name__} table '{name}'"
         if any(t.name == name for t in self._tables):
             raise _C.InvalidArgument(f"{where}: the name is used twice")
         index = self._device.index or 0
         e = to_embedding_options(options, dim, num_embeddings, fused_params, index, where)
+        if world_size > 0:
+            _per_rank_capacity(e, options, num_embeddings, world_size)
+            self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
+            return
         backend = _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
         handle = _C.Embedding(backend, e)
         self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options))
+
+    def _shard(self, communicator, router: str, exchange: str):
+        """Collective: builds one ShardedCollection per group of tables of one row layout (in
+        table order, so every rank builds the same groups in the same order)."""
+        groups: Dict[tuple, List[_Table]] = {}
+        for t in self._tables:
+            groups.setdefault(_layout_key(t), []).append(t)
+        self._groups = []
+        for tables in groups.values():
+            handle = _C.ShardedCollection(communicator, [t.compiled_options for t in tables],
+                                          router, exchange)
+            group = _ShardGroup(tables, handle)
+            for i, t in enumerate(tables):
+                t.group, t.index = group, i
+            self._groups.append(group)
 
     # --- running ---------------------------------------------------------------------------------
     @property
@@ -121,6 +159,8 @@ class DynamicEmbModule(nn.Module):
         return 0
 
     def _run_forward(self, calls, training: bool):
+        if self._groups is not None:
+            return self._run_sharded_forward(calls, training)
         stream = self._stream()
         outs, generations = [], []
         for table, indices, offsets, weights, rows in calls:
@@ -131,7 +171,38 @@ class DynamicEmbModule(nn.Module):
             generations.append(table.handle.generation if t_training else 0)
         return outs, generations
 
+    def _run_sharded_forward(self, calls, training: bool):
+        """Every group's collective forward (every rank runs every group, in order, even with no
+        ids); the outputs per table, and per table its group's training forward number."""
+        stream = self._stream()
+        by_table = {id(c[0]): c for c in calls}
+        outs, generations = {}, {}
+        for group in self._groups:
+            group_calls = [by_table[id(t)] for t in group.tables]
+            rows = [c[4] for c in group_calls]
+            out = torch.empty((sum(rows), group.tables[0].dim), dtype=torch.float32,
+                              device=self._device)
+            batches = [(c[1], c[2], c[3], c[0].mode) for c in group_calls]
+            g_training = training and group.training
+            generation = group.handle.forward(batches, g_training, out, stream)
+            for t, piece in zip(group.tables, torch.split(out, rows)):
+                outs[id(t)], generations[id(t)] = piece, generation
+        return [outs[id(c[0])] for c in calls], [generations[id(c[0])] for c in calls]
+
+    def _run_sharded_backward(self, tables, grads, generations):
+        stream = self._stream()
+        by_table = {id(t): (g, n) for t, g, n in zip(tables, grads, generations)}
+        for group in self._groups:
+            parts = [by_table.get(id(t)) for t in group.tables]
+            if any(p is None for p in parts) or parts[0][1] == 0:
+                continue  # an evaluation forward or a group without training: no step
+            grad = torch.cat([g.to(torch.float32) for g, _ in parts]) if len(parts) > 1 \
+                else parts[0][0].to(torch.float32)
+            group.handle.backward(grad.contiguous(), parts[0][1], stream)
+
     def _run_backward(self, tables, grads, generations):
+        if self._groups is not None:
+            return self._run_sharded_backward(tables, grads, generations)
         stream = self._stream()
         for table, grad, generation in zip(tables, grads, generations):
             if generation == 0:
@@ -158,17 +229,102 @@ class DynamicEmbModule(nn.Module):
 
     # --- inspection ------------------------------------------------------------------------------
     def dynemb_tables(self) -> Dict[str, "_C.Embedding"]:
-        """The compiled tables by name."""
+        """The compiled tables by name (what the checkpoint functions use)."""
+        if self._groups is not None:
+            raise _C.NotAvailable(
+                f"{type(self).__name__} is sharded over a process group: its tables are shards "
+                "(read them with shard_rows(); checkpoints of sharded collections from Python are "
+                "not available yet)"
+            )
         return {t.name: t.handle for t in self._tables}
 
     def table_stats(self) -> Dict[str, Dict[str, float]]:
         """Per table: size, capacity, load_factor, lookups, unique_lookups, rows_created,
         admission_pending, eval_misses, expired, nonfinite_gradients, evictions, refused,
-        reserved_keys, rehashes, erased, score."""
+        reserved_keys, rehashes, erased, score (sharded: this rank's shard)."""
+        if self._groups is not None:
+            result = {}
+            for group in self._groups:
+                for t, stats in zip(group.tables, group.handle.stats()):
+                    result[t.name] = stats
+            return {t.name: result[t.name] for t in self._tables}
         return {t.name: t.handle.stats() for t in self._tables}
+
+    # --- sharded -------------------------------------------------------------------------------
+    @property
+    def is_sharded(self) -> bool:
+        return self._groups is not None
+
+    def _require_sharded(self, where: str):
+        if self._groups is None:
+            raise _C.StateError(f"{type(self).__name__}.{where}: the module is not sharded (pg=None)")
+
+    def shard_rows(self, table: str):
+        """This rank's shard of `table`: (keys [n] int64, rows [n, row_dim] float32: embedding |
+        optimizer state | padding), on the host."""
+        self._require_sharded("shard_rows")
+        for t in self._tables:
+            if t.name == table:
+                keys, rows, _, _ = t.group.handle.export_rows(t.index, 0)
+                return torch.from_dlpack(keys), torch.from_dlpack(rows)
+        raise _C.InvalidArgument(f"{type(self).__name__}.shard_rows: table = '{table}', no such "
+                                 f"table (tables: {[t.name for t in self._tables]})")
+
+    def global_table_sizes(self) -> Dict[str, int]:
+        """Collective: rows stored per table, summed over the ranks."""
+        self._require_sharded("global_table_sizes")
+        sizes = {}
+        for group in self._groups:
+            for t, n in zip(group.tables, group.handle.global_sizes()):
+                sizes[t.name] = int(n)
+        return {t.name: sizes[t.name] for t in self._tables}
+
+    def owner_rank(self, table: str, key: int) -> int:
+        """The rank of the process group that owns `key` of `table`."""
+        self._require_sharded("owner_rank")
+        for t in self._tables:
+            if t.name == table:
+                return int(t.group.handle.owner(t.index, int(key)))
+        raise _C.InvalidArgument(f"{type(self).__name__}.owner_rank: table = '{table}', no such table")
+
+    def stage_times(self) -> List[Dict[str, float]]:
+        """Per group of tables: cumulative seconds per stage on this rank (dedup, exchange,
+        lookup, pool, backward, optimizer) and steps."""
+        self._require_sharded("stage_times")
+        return [g.handle.stage_times() for g in self._groups]
 
     def extra_repr(self) -> str:
         return ", ".join(f"{t.name}: dim {t.dim}" for t in self._tables) + f", device={self._device}"
+
+
+def _per_rank_capacity(e, options, num_embeddings: int, world: int):
+    """A sharded table's capacity on each rank when DynamicEmbTableOptions leave it to
+    num_embeddings: the busiest rank's share under hash routing (mean + 4 standard deviations,
+    as the dist planner sizes it), in whole buckets, never above the unsharded capacity.
+    Capacities given explicitly are per rank."""
+    if options.max_capacity is not None or not num_embeddings or world <= 1:
+        return
+    bucket = max(int(options.bucket_capacity), 1)
+    mean = num_embeddings / world
+    share = int(math.ceil(mean + 4.0 * math.sqrt(mean * (1.0 - 1.0 / world))))
+    capacity = min(max(-(-share // bucket) * bucket, bucket), int(e.table.max_capacity))
+    t = e.table
+    t.max_capacity = capacity
+    t.init_capacity = min(int(t.init_capacity), capacity)
+    e.table = t
+
+
+def _layout_key(table: _Table) -> tuple:
+    """What tables sharded in one collection must share (EmbeddingCollection's rules)."""
+    e = table.compiled_options
+    o, i = e.optimizer, e.eval_initializer
+    return (
+        e.dim, table.options.training, e.gradient_check, e.align_rows, e.table.device,
+        e.admit_threshold > 1 and table.name,
+        (o.kind, o.learning_rate, o.beta1, o.beta2, o.eps, o.rho, o.initial_accumulator,
+         o.ftrl_l1, o.ftrl_l2, o.ftrl_beta, o.weight_decay, o.clip_norm, o.clip_value),
+        (i.kind, i.low, i.high, i.mean, i.stddev, i.trunc_lower, i.trunc_upper, i.value, i.seed),
+    )
 
 
 def _as_int64(t: torch.Tensor, where: str, name: str) -> torch.Tensor:
@@ -276,8 +432,39 @@ class _KeyedCollection(DynamicEmbModule):
     """Tables fed from one keyed jagged batch (a feature reads one table; a table may serve
     several features)."""
 
-    def __init__(self, tables, table_options, fused_params, device, pooled: bool):
+    def __init__(self, tables, table_options, fused_params, device, pooled: bool, pg=None,
+                 router: str = "hash", exchange: str = "rows"):
         super().__init__(device)
+        where = type(self).__name__
+        communicator = None
+        if pg is not None:
+            from .distributed import communicator_for
+
+            communicator = communicator_for(pg, self._device)
+        # Sharded: a rank whose configuration fails here tells the others before anyone enters
+        # the collective construction (else they would wait for it).
+        error = None
+        try:
+            self._add_tables(tables, table_options, fused_params, pooled,
+                             communicator.world_size if communicator is not None else 0)
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank when sharded
+            if communicator is None:
+                raise
+            error = e
+        if communicator is not None:
+            mine = "" if error is None else f"{type(error).__name__}: {error}"
+            failed = [(r, m.decode()) for r, m in enumerate(communicator.all_gather_strings(mine)) if m]
+            if error is not None:
+                raise error
+            if failed:
+                raise _C.InvalidArgument(
+                    f"{where}: the configuration failed on rank(s) "
+                    + "; ".join(f"{r}: {m}" for r, m in failed)
+                )
+            self._shard(communicator, router, exchange)
+        self._feature_order = [f for t in self._tables for f in t.features]
+
+    def _add_tables(self, tables, table_options, fused_params, pooled: bool, world_size: int):
         where = type(self).__name__
         if isinstance(table_options, dict):
             unknown = sorted(set(table_options) - {c.name for c in tables})
@@ -296,7 +483,36 @@ class _KeyedCollection(DynamicEmbModule):
                     if pooled else _C.PoolingMode.NONE)
             self._add_table(config.name, int(config.embedding_dim),
                             int(getattr(config, "num_embeddings", 0) or 0), features, mode,
-                            _options_for(table_options, config.name), fused_params)
+                            _options_for(table_options, config.name), fused_params, world_size)
+        if world_size > 0 and not self._tables:
+            raise _C.InvalidArgument(f"{where}: tables is empty; a sharded collection needs one")
+
+    def _sharded_calls(self, features, weighted: bool):
+        """_calls; when sharded, a batch this rank cannot cut still takes part in the first
+        group's exchange (with offsets every rank's check refuses), so that every rank raises
+        instead of the others waiting."""
+        try:
+            return self._calls(features, weighted)
+        except Exception:
+            if self._groups is not None:
+                self._poison_step()
+            raise
+
+    def _poison_step(self):
+        group = self._groups[0]
+        dev = self._device
+        batches, rows = [], 0
+        for t in group.tables:
+            # One bag ending at id 1 over no ids: refused by the check of every batch.
+            batches.append((torch.empty(0, dtype=torch.int64, device=dev),
+                            torch.tensor([0, 1], dtype=torch.int64, device=dev), None, t.mode))
+            rows += 0 if t.mode == _C.PoolingMode.NONE else 1
+        out = torch.empty((rows, group.tables[0].dim), dtype=torch.float32, device=dev)
+        try:
+            group.handle.forward(batches, False, out, self._stream())
+        except _C.Error:
+            pass
+
         self._feature_order = [f for t in self._tables for f in t.features]
 
     def _calls(self, features, weighted: bool):
@@ -364,13 +580,21 @@ class _KeyedCollection(DynamicEmbModule):
 class DynamicEmbeddingBagCollection(_KeyedCollection):
     """Pooled tables (EmbeddingBagConfig list) fed from a KeyedJaggedTensor; forward gives a
     KeyedTensor of every feature's [batch, dim] output. is_weighted: per-id weights from the
-    batch (SUM only)."""
+    batch (SUM only).
+
+    pg: a torch.distributed process group (or group.WORLD) to shard the tables over: each key
+    lives on one rank (router "hash", or "modulo": key % world), every rank passes its own
+    batch and gets its own outputs; construction, forward and backward are collective.
+    exchange "rows" (owners return rows, the requester pools) or "pooled_on_owner" (owners
+    pool their part of every bag; SparseOperationKit's distributed embedding)."""
 
     def __init__(self, tables: Sequence[EmbeddingBagConfig],
                  table_options: Union[None, DynamicEmbTableOptions,
                                       Dict[str, DynamicEmbTableOptions]] = None,
-                 fused_params: Optional[dict] = None, device=None, is_weighted: bool = False):
-        super().__init__(tables, table_options, fused_params, device, pooled=True)
+                 fused_params: Optional[dict] = None, device=None, is_weighted: bool = False,
+                 pg=None, router: str = "hash", exchange: str = "rows"):
+        super().__init__(tables, table_options, fused_params, device, pooled=True, pg=pg,
+                         router=router, exchange=exchange)
         self.is_weighted = is_weighted
         if is_weighted:
             for t in self._tables:
@@ -381,7 +605,7 @@ class DynamicEmbeddingBagCollection(_KeyedCollection):
                     )
 
     def forward(self, features) -> KeyedTensor:
-        calls, _, stride, _, _ = self._calls(features, self.is_weighted)
+        calls, _, stride, _, _ = self._sharded_calls(features, self.is_weighted)
         outs = self._lookup(calls)
         names, tensors = [], []
         for table, out in zip(self._tables, outs):
@@ -394,16 +618,19 @@ class DynamicEmbeddingBagCollection(_KeyedCollection):
 
 class DynamicEmbeddingCollection(_KeyedCollection):
     """Sequence tables (EmbeddingConfig list) fed from a KeyedJaggedTensor; forward gives, per
-    feature, a JaggedTensor of one [dim] row per id."""
+    feature, a JaggedTensor of one [dim] row per id. pg, router: sharded over a process group,
+    as DynamicEmbeddingBagCollection."""
 
     def __init__(self, tables: Sequence[EmbeddingConfig],
                  table_options: Union[None, DynamicEmbTableOptions,
                                       Dict[str, DynamicEmbTableOptions]] = None,
-                 fused_params: Optional[dict] = None, device=None):
-        super().__init__(tables, table_options, fused_params, device, pooled=False)
+                 fused_params: Optional[dict] = None, device=None, pg=None,
+                 router: str = "hash"):
+        super().__init__(tables, table_options, fused_params, device, pooled=False, pg=pg,
+                         router=router)
 
     def forward(self, features) -> Dict[str, JaggedTensor]:
-        calls, counts, stride, offsets, position = self._calls(features, False)
+        calls, counts, stride, offsets, position = self._sharded_calls(features, False)
         outs = self._lookup(calls)
         lengths = offsets[1:] - offsets[:-1]
         result = {}
