@@ -29,6 +29,9 @@ class ShardedHandle {
   // table t's rows after those of the tables before it. Returns the training forward's number
   // (0 for evaluation).
   uint64_t forward(py::list batches, bool training, py::handle out, uintptr_t stream);
+  // Collective: takes part in a forward with a batch the collection refuses, so that every
+  // rank raises (this rank's arguments were bad, or the caller could not build them).
+  void take_part_refusing(uintptr_t stream);
   // Collective. Applies the gradient of training forward `generation` (the layout of its out)
   // and ends the step. StateError (on this rank, before any collective) for another forward's
   // gradient.

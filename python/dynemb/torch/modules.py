@@ -499,21 +499,12 @@ class _KeyedCollection(DynamicEmbModule):
             raise
 
     def _poison_step(self):
-        group = self._groups[0]
-        dev = self._device
-        batches, rows = [], 0
-        for t in group.tables:
-            # One bag ending at id 1 over no ids: refused by the check of every batch.
-            batches.append((torch.empty(0, dtype=torch.int64, device=dev),
-                            torch.tensor([0, 1], dtype=torch.int64, device=dev), None, t.mode))
-            rows += 0 if t.mode == _C.PoolingMode.NONE else 1
-        out = torch.empty((rows, group.tables[0].dim), dtype=torch.float32, device=dev)
+        # No batches: the compiled collection takes part in the step refusing it, so every
+        # rank raises.
         try:
-            group.handle.forward(batches, False, out, self._stream())
+            self._groups[0].handle.forward([], False, None, self._stream())
         except _C.Error:
             pass
-
-        self._feature_order = [f for t in self._tables for f in t.features]
 
     def _calls(self, features, weighted: bool):
         """Per table: (table, ids, offsets, weights, rows) cut from the keyed batch, and the ids
