@@ -2,8 +2,9 @@
 
 A `DynamicEmbTableOptions` says how one dynamic table is built; `to_embedding_options` turns it
 (with the table's dim, its row count and the fused optimizer) into the compiled module's
-options. Options whose part is not built yet (caching, external storage, sharding, other
-dtypes) are accepted here and refused with `NotAvailable` when a module is built from them.
+options. Options whose part is not built yet (other dtypes, ...) are accepted here and refused
+with `NotAvailable` when a module is built from them. `caching` / `external_storage` are read by
+the modules (storage_for), which put a caching table under the trainable table.
 """
 
 import enum
@@ -100,6 +101,11 @@ class DynamicEmbTableOptions:
     GPU memory for values; 0 (the default) keeps every value in GPU memory, a positive budget
     puts the values beyond it in pinned host memory. ttl_steps / ttl_seconds (dynemb's
     additions): rows not touched for that long are erased at the end of a training step.
+    caching: the table is a cache (a fast tier of global_hbm_for_values bytes of rows) over a
+    lower tier holding the rest: external_storage, or host memory of max_capacity rows.
+    external_storage: a dynemb.Storage (HostStorage, RocksDbStorage, RedisStorage) whose
+    row_dim is dynemb.embedding_row_dim of the table, or a callable (table name, row_dim) ->
+    Storage; without caching, the table as sized by its capacities is the fast tier over it.
     """
 
     embedding_dtype: Any = None
@@ -274,10 +280,6 @@ def to_embedding_options(
         raise _C.InvalidArgument(
             f"{where}: table options are a {type(options).__name__}, must be DynamicEmbTableOptions"
         )
-    if options.caching:
-        _not_available("caching", True, "the storage / caching part is not built yet")
-    if options.external_storage is not None:
-        _not_available("external_storage", options.external_storage, "the storage part is not built yet")
     if options.embedding_dtype not in (None, torch.float32):
         _not_available("embedding_dtype", options.embedding_dtype, "rows are float32 for now")
     if options.index_type not in (None, torch.int64):
@@ -356,3 +358,42 @@ def to_embedding_options(
         e.admit_threshold = int(a.threshold)
         e.admission_capacity = int(a.counter_capacity)
     return e
+
+
+def storage_for(options: DynamicEmbTableOptions, e: "_C.EmbeddingOptions", name: str, where: str):
+    """(lower tier, fast-tier rows) of a table with `caching` or `external_storage`, else
+    (None, 0). Raises InvalidArgument naming the field for a budget under one row or a store
+    that is not a dynemb.Storage."""
+    external = options.external_storage
+    if not options.caching and external is None:
+        return None, 0
+    row_dim = int(_C.embedding_row_dim(e))
+    row_bytes = 4 * row_dim
+    if options.caching:
+        budget = int(options.global_hbm_for_values or options.local_hbm_for_values)
+        if budget < row_bytes:
+            raise _C.InvalidArgument(
+                f"{where}: caching = True with global_hbm_for_values = {budget}; it sizes the "
+                f"cache and must hold at least one row ({row_bytes} bytes: {row_dim} floats of "
+                "embedding and optimizer state)"
+            )
+        cache_rows = budget // row_bytes
+    else:
+        cache_rows = int(e.table.max_capacity)
+    if external is None:
+        store = _C.HostStorage(row_dim, max_rows=int(e.table.max_capacity))
+    elif isinstance(external, _C.Storage):
+        store = external
+    elif callable(external):
+        store = external(name, row_dim)
+        if not isinstance(store, _C.Storage):
+            raise _C.InvalidArgument(
+                f"{where}: external_storage({name!r}, {row_dim}) returned a "
+                f"{type(store).__name__}, must return a dynemb.Storage"
+            )
+    else:
+        raise _C.InvalidArgument(
+            f"{where}: external_storage is a {type(external).__name__}, must be a dynemb.Storage "
+            "or a callable (table name, row_dim) -> dynemb.Storage"
+        )
+    return store, cache_rows

@@ -8,7 +8,9 @@
 
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/error.hpp"
+#include "dynemb/storage/cached_table.hpp"
 #include "dynemb/table/table.hpp"
+#include "storage_binding.hpp"
 
 namespace dynemb::python {
 
@@ -27,13 +29,65 @@ void require_rows(const TensorArg& t, int64_t rows, const std::string& where, co
 
 }  // namespace
 
-EmbeddingHandle::EmbeddingHandle(Backend backend, const EmbeddingOptions& options)
+EmbeddingHandle::EmbeddingHandle(Backend backend, const EmbeddingOptions& options,
+                                 std::shared_ptr<storage::Storage> lower, uint64_t cache_rows)
     : placement_{backend, backend == Backend::kCuda ? options.table.device : 0} {
   if (backend == Backend::kCuda && !cuda_backend_available()) {
     throw NotAvailable(
         "Embedding: backend = cuda, but this module has no CUDA backend or sees no CUDA device");
   }
+  if (lower) {
+    if (cache_rows == 0) {
+      throw InvalidArgument("Embedding: cache_rows = 0 with an external storage, must be > 0");
+    }
+    embedding_ = std::make_unique<Embedding<int64_t>>(
+        backend, options, caching_factory(std::move(lower), cache_rows));
+    return;
+  }
   embedding_ = std::make_unique<Embedding<int64_t>>(backend, options);
+}
+
+py::object EmbeddingHandle::caching_stats() const {
+  auto* cached = dynamic_cast<storage::CachedTable<int64_t>*>(&embedding_->table());
+  if (cached == nullptr) return py::none();
+  storage::CachingStats s;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    s = cached->caching_stats();
+  }
+  py::dict d;
+  d["lookups"] = s.lookups;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["lower_hits"] = s.lower_hits;
+  d["new_rows"] = s.new_rows;
+  d["prefetched"] = s.prefetched;
+  d["rows_up"] = s.rows_up;
+  d["bytes_up"] = s.bytes_up;
+  d["rows_down"] = s.rows_down;
+  d["bytes_down"] = s.bytes_down;
+  d["evictions_written"] = s.evictions_written;
+  d["flushed_rows"] = s.flushed_rows;
+  d["batch_evicted"] = s.batch_evicted;
+  d["lower_failures"] = s.lower_failures;
+  d["pending_rows"] = s.pending_rows;
+  d["lower_wait_ns"] = s.lower_wait_ns;
+  d["lower_evicted"] = s.lower.evicted;
+  d["fast_size"] = cached->fast_table().size();
+  d["fast_capacity"] = cached->fast_table().capacity();
+  d["lower_tier"] = cached->lower().describe();
+  return d;
+}
+
+void EmbeddingHandle::flush_storage() {
+  auto* cached = dynamic_cast<storage::CachedTable<int64_t>*>(&embedding_->table());
+  if (cached == nullptr) {
+    throw InvalidArgument("Embedding.flush_storage: the table has no external storage");
+  }
+  py::gil_scoped_release release;
+  std::lock_guard lock(mutex_);
+  cached->flush();
 }
 
 uint32_t EmbeddingHandle::optimizer_state_dim() const {
@@ -320,7 +374,10 @@ void register_embedding(py::module_& m) {
       .def_readwrite("align_rows", &EmbeddingOptions::align_rows);
 
   py::class_<EmbeddingHandle>(m, "Embedding")
-      .def(py::init<Backend, const EmbeddingOptions&>(), py::arg("backend"), py::arg("options"))
+      .def(
+          py::init<Backend, const EmbeddingOptions&, std::shared_ptr<storage::Storage>, uint64_t>(),
+          py::arg("backend"), py::arg("options"), py::arg("external_storage") = nullptr,
+          py::arg("cache_rows") = 0)
       .def("forward", &EmbeddingHandle::forward, py::arg("indices"), py::arg("offsets"),
            py::arg("per_sample_weights"), py::arg("mode"), py::arg("training"), py::arg("out"),
            py::arg("stream") = 0)
@@ -332,6 +389,8 @@ void register_embedding(py::module_& m) {
            py::arg("rows"), py::arg("stream") = 0)
       .def("export_rows", &EmbeddingHandle::export_rows, py::arg("min_score") = 0)
       .def("stats", &EmbeddingHandle::stats)
+      .def("caching_stats", &EmbeddingHandle::caching_stats)
+      .def("flush_storage", &EmbeddingHandle::flush_storage)
       .def_property_readonly("dim", &EmbeddingHandle::dim)
       .def_property_readonly("row_dim", &EmbeddingHandle::row_dim)
       .def_property_readonly("optimizer_state_dim", &EmbeddingHandle::optimizer_state_dim)

@@ -10,14 +10,17 @@
 #include <mutex>
 
 #include "dynemb/embedding/embedding.hpp"
+#include "dynemb/storage/storage.hpp"
 #include "tensor_arg.hpp"
 
 namespace dynemb::python {
 
 class EmbeddingHandle {
  public:
-  // Builds the table on `backend` (options.table.device for CUDA); validates the options.
-  EmbeddingHandle(Backend backend, const EmbeddingOptions& options);
+  // Builds the table on `backend` (options.table.device for CUDA); validates the options. With
+  // `lower`, the table is a caching table: a fast tier of `cache_rows` slots over `lower`.
+  EmbeddingHandle(Backend backend, const EmbeddingOptions& options,
+                  std::shared_ptr<storage::Storage> lower = nullptr, uint64_t cache_rows = 0);
 
   // Looks up and pools (mode SUM / MEAN over offsets; NONE: one row per id) into `out` (a 2-D
   // float32 tensor of [bags or ids, dim], row stride >= dim) or, when `out` is None, into a
@@ -43,6 +46,11 @@ class EmbeddingHandle {
 
   // Counts (EmbeddingStats and TableStats) and the table's size / capacity / load factor.
   py::dict stats() const;
+  // A caching table's counts per tier (CachingStats); None for a table without a lower tier.
+  py::object caching_stats() const;
+  // A caching table: writes every row down to the lower tier and flushes it (the rows stay in
+  // the fast tier). InvalidArgument for a table without a lower tier.
+  void flush_storage();
   // The trainable table (checkpoints name it).
   Embedding<int64_t>& embedding() { return *embedding_; }
   // Where the table lives: tensors given to it must be there.

@@ -5,6 +5,7 @@
 
 #include "dynemb/checkpoint/format.hpp"
 #include "dynemb/core/error.hpp"
+#include "dynemb/storage/storage.hpp"
 
 namespace dynemb::python {
 
@@ -19,6 +20,7 @@ PyObject* g_not_available = nullptr;
 PyObject* g_out_of_memory = nullptr;
 PyObject* g_state_error = nullptr;
 PyObject* g_checkpoint_error = nullptr;
+PyObject* g_storage_error = nullptr;
 
 PyObject* new_exception(pybind11::module_& m, const char* name, PyObject* base1, PyObject* base2,
                         const char* doc) {
@@ -48,9 +50,14 @@ void register_errors(pybind11::module_& m) {
                                 "An operation not valid in the object's current state.");
   g_checkpoint_error = new_exception(m, "CheckpointError", g_error, nullptr,
                                      "A checkpoint missing, malformed, corrupt or mismatched.");
+  g_storage_error =
+      new_exception(m, "StorageError", g_error, nullptr,
+                    "A lower tier (external storage) failed; the batch may be retried.");
   pybind11::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const storage::StorageError& e) {
+      PyErr_SetString(g_storage_error, e.what());
     } catch (const checkpoint::CheckpointError& e) {
       PyErr_SetString(g_checkpoint_error, e.what());
     } catch (const InvalidArgument& e) {

@@ -6,6 +6,7 @@
 #include "embedding_handle.hpp"
 #include "errors.hpp"
 #include "sharded_handle.hpp"
+#include "storage_binding.hpp"
 #include "tensor_arg.hpp"
 #include "wholememory_binding.hpp"
 
@@ -17,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
       "dynemb's compiled module: trainable dynamic tables and checkpoints, tensors in and "
       "out through DLPack";
   register_errors(m);
+  register_storage(m);
   register_embedding(m);
   register_checkpoint(m);
   register_wholememory(m);

@@ -90,8 +90,6 @@ def test_module_moved_to_another_device_raises(seed):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("caching", True),
-    ("external_storage", object()),
     ("embedding_dtype", torch.float16),
     ("score_strategy", dynemb.DynamicEmbScoreStrategy.NO_EVICTION),
     ("score_function", lambda scores, now: 0.0),
@@ -111,6 +109,19 @@ def test_out_of_range_options_name_the_field():
         DynamicEmbeddingBag(100, 4, fused_params={"optimizer": "adam", "learning_rate": -1.0})
     with pytest.raises(dynemb.InvalidArgument, match="fused_params"):
         DynamicEmbeddingBag(100, 4, fused_params={"lr": 0.1})
+    # caching: the budget sizes the cache and must hold one row; a store must be a Storage of
+    # the table's row width.
+    with pytest.raises(dynemb.InvalidArgument, match="global_hbm_for_values = 0"):
+        DynamicEmbeddingBag(100, 4, table_options=dynemb.DynamicEmbTableOptions(caching=True))
+    with pytest.raises(dynemb.InvalidArgument, match="external_storage is a object"):
+        DynamicEmbeddingBag(100, 4, table_options=dynemb.DynamicEmbTableOptions(
+            external_storage=object()))
+    with pytest.raises(dynemb.InvalidArgument, match="returned a int"):
+        DynamicEmbeddingBag(100, 4, table_options=dynemb.DynamicEmbTableOptions(
+            external_storage=lambda name, row_dim: 3))
+    with pytest.raises(dynemb.InvalidArgument, match="row_dim 5, must be the table's row width"):
+        DynamicEmbeddingBag(100, 4, table_options=dynemb.DynamicEmbTableOptions(
+            external_storage=dynemb.HostStorage(5)))
 
 
 def test_process_groups_are_not_available_yet(tmp_path):

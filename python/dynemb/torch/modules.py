@@ -16,6 +16,7 @@ from .. import _C
 from ..options import (
     DynamicEmbPoolingMode,
     DynamicEmbTableOptions,
+    storage_for,
     to_embedding_options,
 )
 from .jagged import JaggedTensor, KeyedJaggedTensor, KeyedTensor, _offsets_from_lengths
@@ -118,11 +119,17 @@ class DynamicEmbModule(nn.Module):
         index = self._device.index or 0
         e = to_embedding_options(options, dim, num_embeddings, fused_params, index, where)
         if world_size > 0:
+            if options.caching or options.external_storage is not None:
+                raise _C.NotAvailable(
+                    f"{where}: caching / external_storage with a process group (pg): sharded "
+                    "tables are in memory only for now"
+                )
             _per_rank_capacity(e, options, num_embeddings, world_size)
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
         backend = _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
-        handle = _C.Embedding(backend, e)
+        store, cache_rows = storage_for(options, e, name, where)
+        handle = _C.Embedding(backend, e, store, cache_rows)
         self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options))
 
     def _shard(self, communicator, router: str, exchange: str):
@@ -249,6 +256,23 @@ class DynamicEmbModule(nn.Module):
                     result[t.name] = stats
             return {t.name: result[t.name] for t in self._tables}
         return {t.name: t.handle.stats() for t in self._tables}
+
+    def caching_stats(self) -> Dict[str, Optional[Dict[str, float]]]:
+        """Per table with a lower tier (caching / external_storage): lookups, hits, misses,
+        lower_hits, new_rows, rows_up / rows_down (and bytes), evictions_written,
+        flushed_rows, batch_evicted, lower_failures, pending_rows, lower_wait_ns,
+        lower_evicted (rows the lower tier's own policy dropped), fast_size, fast_capacity,
+        lower_tier; None for a table in memory only."""
+        if self._groups is not None:
+            return {t.name: None for t in self._tables}
+        return {t.name: t.handle.caching_stats() for t in self._tables}
+
+    def flush_storage(self):
+        """Writes every row of each caching table down to its lower tier and flushes it (rows
+        stay cached): what a RocksDB / Redis tier holds is then complete and durable."""
+        for t in self._tables:
+            if t.handle is not None and t.handle.caching_stats() is not None:
+                t.handle.flush_storage()
 
     # --- sharded -------------------------------------------------------------------------------
     @property

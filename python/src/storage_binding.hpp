@@ -1,0 +1,25 @@
+// The lower tiers of a caching table (host memory, RocksDB, Redis) as Python objects, and the
+// factory that puts a caching table under a trainable table (docs/python.md, "Caching").
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "dynemb/embedding/embedding.hpp"
+#include "dynemb/storage/storage.hpp"
+
+namespace dynemb::python {
+
+namespace py = pybind11;
+
+// Makes the table under an Embedding a caching table: a fast tier of `fast_rows` slots (whole
+// buckets) over `lower` (whose row_dim must be the embedding's row width; InvalidArgument
+// naming both otherwise).
+TableFactory<int64_t> caching_factory(std::shared_ptr<storage::Storage> lower, uint64_t fast_rows);
+
+// Adds Storage, HostStorage, RocksDbStorage, RedisStorage and embedding_row_dim to `m`.
+void register_storage(py::module_& m);
+
+}  // namespace dynemb::python
