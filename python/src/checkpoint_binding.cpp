@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "collection_handle.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "embedding_handle.hpp"
 
@@ -14,14 +15,23 @@ namespace dynemb::python {
 
 namespace {
 
-using NamedHandles = std::vector<std::pair<std::string, EmbeddingHandle*>>;
+// (name, table) pairs; a table is an Embedding handle or one table of a grouped collection.
+using NamedHandles = std::vector<std::pair<std::string, py::object>>;
 
 std::vector<checkpoint::NamedTable> named_tables(const NamedHandles& handles) {
   std::vector<checkpoint::NamedTable> tables;
   tables.reserve(handles.size());
-  for (const auto& [name, handle] : handles) {
-    if (handle == nullptr) throw InvalidArgument("checkpoint: table \"" + name + "\" is None");
-    tables.push_back(checkpoint::named(name, handle->embedding()));
+  for (const auto& [name, object] : handles) {
+    if (object.is_none()) throw InvalidArgument("checkpoint: table \"" + name + "\" is None");
+    if (py::isinstance<EmbeddingHandle>(object)) {
+      tables.push_back(checkpoint::named(name, py::cast<EmbeddingHandle&>(object).embedding()));
+    } else if (py::isinstance<CollectionTable>(object)) {
+      tables.push_back(checkpoint::named(name, py::cast<CollectionTable&>(object)));
+    } else {
+      throw InvalidArgument("checkpoint: table \"" + name + "\" is a " +
+                            std::string(py::str(py::type::of(object).attr("__name__"))) +
+                            ", must be a dynemb table");
+    }
   }
   return tables;
 }

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "checkpoint_binding.hpp"
+#include "collection_handle.hpp"
 #include "dynemb/table/table.hpp"
 #include "embedding_handle.hpp"
 #include "errors.hpp"
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_C, m) {
   register_errors(m);
   register_storage(m);
   register_embedding(m);
+  register_collection(m);
   register_checkpoint(m);
   register_wholememory(m);
   register_sharded(m);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_args.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/dist/bootstrap.hpp"
@@ -36,15 +37,6 @@ dist::ShardedExchange exchange_named(const std::string& name) {
                         "\", must be rows or pooled_on_owner");
 }
 
-void require_shape(const TensorArg& t, int64_t rows, int64_t dim, const std::string& where,
-                   const char* what) {
-  if (t.size(0) != rows || t.size(1) != dim) {
-    throw InvalidArgument(where + ": " + t.name() + ": shape = [" + std::to_string(t.size(0)) +
-                          ", " + std::to_string(t.size(1)) + "], must be [" + std::to_string(rows) +
-                          ", " + std::to_string(dim) + "] (" + what + ")");
-  }
-}
-
 }  // namespace
 
 ShardedHandle::ShardedHandle(std::shared_ptr<dist::Communicator> comm,
@@ -68,66 +60,25 @@ ShardedHandle::ShardedHandle(std::shared_ptr<dist::Communicator> comm,
 }
 
 uint64_t ShardedHandle::forward(py::list batches, bool training, py::handle out, uintptr_t stream) {
-  const std::string where = "ShardedCollection.forward";
-  std::vector<TensorArg> held;  // keeps every borrowed tensor alive through the call
-  held.reserve(3 * batches.size() + 1);
-  std::vector<EmbeddingBatch<int64_t>> parsed(batches.size());
-  int64_t rows = 0;
-  TensorArg* o = nullptr;
+  BatchArgs args;
   // A bad argument here still takes part in the step (refused), so no rank waits for this one.
   try {
-    if (batches.size() != num_tables()) {
-      throw InvalidArgument(where + ": batches: " + std::to_string(batches.size()) +
-                            " given, must be one per table (" + std::to_string(num_tables()) + ")");
-    }
-    for (size_t t = 0; t < batches.size(); ++t) {
-      const std::string at = where + ": batches[" + std::to_string(t) + "]";
-      py::tuple b = py::cast<py::tuple>(batches[t]);
-      if (b.size() != 4) {
-        throw InvalidArgument(at + ": " + std::to_string(b.size()) +
-                              " items, must be (indices, offsets, per_sample_weights, mode)");
-      }
-      const auto mode = py::cast<PoolingMode>(b[3]);
-      TensorArg& ids = held.emplace_back(b[0], at, "indices");
-      ids.require(Element::kInt64, 1, placement_);
-      TensorArg& offs = held.emplace_back(b[1], at, "offsets");
-      offs.require(Element::kInt64, 1, placement_);
-      if (offs.size(0) < 1) throw InvalidArgument(at + ": offsets: shape[0] = 0, must be >= 1");
-      EmbeddingBatch<int64_t>& e = parsed[t];
-      e.keys = ids.as<int64_t>();
-      e.num_ids = static_cast<size_t>(ids.size(0));
-      e.offsets = offs.as<int64_t>();
-      e.num_bags = static_cast<size_t>(offs.size(0) - 1);
-      e.mode = mode;
-      if (!b[2].is_none()) {
-        TensorArg& w = held.emplace_back(b[2], at, "per_sample_weights");
-        w.require(Element::kFloat32, 1, placement_);
-        if (w.size(0) != ids.size(0)) {
-          throw InvalidArgument(at +
-                                ": per_sample_weights: shape[0] = " + std::to_string(w.size(0)) +
-                                ", must be " + std::to_string(ids.size(0)) + " (one per index)");
-        }
-        e.weights = w.as<float>();
-      }
-      rows += mode == PoolingMode::kNone ? ids.size(0) : offs.size(0) - 1;
-    }
-    o = &held.emplace_back(out, where, "out");
-    o->require(Element::kFloat32, 2, placement_, /*strided_rows=*/true);
-    require_shape(*o, rows, dim(), where, "every table's rows, one after the other");
+    args =
+        parse_batches(batches, num_tables(), out, dim(), placement_, "ShardedCollection.forward");
   } catch (...) {
     take_part_refusing(stream);
     throw;
   }
-  const auto stride = static_cast<uint32_t>(rows > 1 ? o->row_stride() : dim());
   batches_in_flight_ = py::none();
   {
     py::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     pending_ = 0;
-    collection_->forward(parsed, o->as<float>(), stride, training, as_stream(stream));
+    collection_->forward(args.batches, args.out->as<float>(), args.out_stride, training,
+                         as_stream(stream));
     if (!training) return 0;
     pending_ = ++generation_;
-    out_shape_ = {rows, dim()};
+    out_rows_ = args.rows;
   }
   batches_in_flight_ = batches;
   return generation_;
@@ -158,9 +109,7 @@ void ShardedHandle::backward(py::handle grad, uint64_t generation, uintptr_t str
                        : "the collection's last training forward is " + std::to_string(pending_)) +
         "; the tables are unchanged");
   }
-  g.require(Element::kFloat32, 2, placement_, /*strided_rows=*/true);
-  require_shape(g, out_shape_[0], out_shape_[1], where, "the forward's output shape");
-  const auto stride = static_cast<uint32_t>(g.size(0) > 1 ? g.row_stride() : g.size(1));
+  const uint32_t stride = check_gradient(g, out_rows_, dim(), placement_, where);
   pending_ = 0;
   collection_->backward(g.as<float>(), stride, as_stream(stream));
   collection_->end_step();

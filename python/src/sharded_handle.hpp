@@ -64,7 +64,7 @@ class ShardedHandle {
   mutable std::mutex mutex_;
   uint64_t generation_ = 0;
   uint64_t pending_ = 0;
-  std::vector<int64_t> out_shape_;
+  int64_t out_rows_ = 0;  // the pending forward's output rows
   // The pending training forward's batches: its backward reads their offsets and weights again.
   py::object batches_in_flight_;
 };

@@ -241,11 +241,11 @@ EmbeddingStats Embedding<K>::stats() const {
   return s;
 }
 
-template <TableKey K>
-RowLayout Embedding<K>::row_layout() const {
-  const OptimizerOptions& o = options_.optimizer;
-  return RowLayout{options_.dim,
-                   row_dim_ - options_.dim,
+RowLayout embedding_row_layout(const EmbeddingOptions& options) {
+  const OptimizerOptions& o = options.optimizer;
+  const uint32_t row_dim = embedding_row_dim(options);
+  return RowLayout{options.dim,
+                   row_dim - options.dim,
                    to_string(o.kind),
                    {{"learning_rate", o.learning_rate},
                     {"beta1", o.beta1},
@@ -259,6 +259,11 @@ RowLayout Embedding<K>::row_layout() const {
                     {"weight_decay", o.weight_decay},
                     {"clip_norm", o.clip_norm},
                     {"clip_value", o.clip_value}}};
+}
+
+template <TableKey K>
+RowLayout Embedding<K>::row_layout() const {
+  return embedding_row_layout(options_);
 }
 
 template class Embedding<int64_t>;

@@ -58,6 +58,9 @@ void validate_embedding_options(const EmbeddingOptions& options);
 // Floats per table row of an embedding with these options: dim + optimizer state, rounded up to
 // a multiple of 4 when align_rows and dim % 4 == 0.
 uint32_t embedding_row_dim(const EmbeddingOptions& options);
+// How a trainable table's rows of these options split into embedding and optimizer state (what
+// Embedding::row_layout gives; for tables held by a collection).
+RowLayout embedding_row_layout(const EmbeddingOptions& options);
 
 // One feature's batch: bag b holds keys[offsets[b] .. offsets[b+1]). Pointers in the
 // backend's memory; weights optional.

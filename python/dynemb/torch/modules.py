@@ -56,19 +56,37 @@ class _Table:
                  compiled_options=None):
         self.name, self.dim, self.num_embeddings = name, dim, num_embeddings
         self.features, self.mode, self.handle, self.options = features, mode, handle, options
-        # Sharded modules: the table's compiled options; its rows live in a _ShardGroup.
+        # Grouped or sharded modules: the table's compiled options; it runs in a _TableGroup.
         self.compiled_options = compiled_options
-        self.group: Optional["_ShardGroup"] = None
+        self.group: Optional["_TableGroup"] = None
         self.index = 0  # its position in its group
 
 
-class _ShardGroup:
-    """Tables of one row layout sharded together: one compiled ShardedCollection, one exchange
-    per step for all of them."""
+class _TableGroup:
+    """Tables run together: one compiled ShardedCollection (one exchange per step for all of
+    them), one EmbeddingCollection (one dedup, pooling and backward launch), or one table alone
+    (_SingleTable). The handle's forward(batches, training, out, stream) fills every table's
+    rows into one output and returns the training forward's number."""
 
     def __init__(self, tables, handle):
         self.tables, self.handle = tables, handle
         self.training = tables[0].options.training
+
+
+class _SingleTable:
+    """One compiled Embedding behind the group interface (a table that cannot be grouped:
+    caching, admission)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def forward(self, batches, training, out, stream):
+        ids, offsets, weights, mode = batches[0]
+        self.handle.forward(ids, offsets, weights, mode, training, out, stream)
+        return self.handle.generation if training else 0
+
+    def backward(self, grad, generation, stream):
+        self.handle.backward(grad, generation, stream)
 
 
 class _Lookup(torch.autograd.Function):
@@ -104,15 +122,17 @@ class DynamicEmbModule(nn.Module):
             raise _C.InvalidArgument(f"device = {device}, must be cpu or cuda")
         self._device = device
         self._tables: List[_Table] = []
-        self._groups: Optional[List[_ShardGroup]] = None  # set when sharded over a process group
+        # Set when the tables run in groups (group_tables=True, or sharded over a process group).
+        self._groups: Optional[List[_TableGroup]] = None
+        self._sharded = False
         # Moves with .to() / .cuda(): a moved module is told apart from where its tables live.
         self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
 
     # --- building --------------------------------------------------------------------------------
     def _add_table(self, name, dim, num_embeddings, features, mode, options, fused_params,
-                   world_size: int = 0):
-        """Adds a table; with world_size > 0 (sharded) only its options, the rows come later
-        from _shard."""
+                   world_size: int = 0, grouped: bool = False):
+        """Adds a table; sharded (world_size > 0) or grouped, only its options: the rows come
+        later from _shard / _group."""
         where = f"{type(self).__name__} table '{name}'"
         if any(t.name == name for t in self._tables):
             raise _C.InvalidArgument(f"{where}: the name is used twice")
@@ -127,10 +147,36 @@ class DynamicEmbModule(nn.Module):
             _per_rank_capacity(e, options, num_embeddings, world_size)
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
-        backend = _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
         store, cache_rows = storage_for(options, e, name, where)
-        handle = _C.Embedding(backend, e, store, cache_rows)
-        self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options))
+        if grouped and store is None and e.admit_threshold <= 1:
+            self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
+            return
+        handle = _C.Embedding(self._backend(), e, store, cache_rows)
+        self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options, e))
+
+    def _backend(self):
+        return _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
+
+    def _group(self):
+        """Runs tables of one row layout and one pooling mode as one C++ EmbeddingCollection
+        each; tables that cannot join one (caching, admission) run alone."""
+        groups: Dict[tuple, List[_Table]] = {}
+        for t in self._tables:
+            key = ("alone", t.name) if t.handle is not None else _layout_key(t) + (t.mode,)
+            groups.setdefault(key, []).append(t)
+        self._groups = []
+        for tables in groups.values():
+            if tables[0].handle is not None:
+                group = _TableGroup(tables, _SingleTable(tables[0].handle))
+            else:
+                handle = _C.EmbeddingCollection(self._backend(),
+                                                [t.compiled_options for t in tables])
+                group = _TableGroup(tables, handle)
+                for i, t in enumerate(tables):
+                    t.handle = handle.table(i)
+            for i, t in enumerate(tables):
+                t.group, t.index = group, i
+            self._groups.append(group)
 
     def _shard(self, communicator, router: str, exchange: str):
         """Collective: builds one ShardedCollection per group of tables of one row layout (in
@@ -138,11 +184,11 @@ class DynamicEmbModule(nn.Module):
         groups: Dict[tuple, List[_Table]] = {}
         for t in self._tables:
             groups.setdefault(_layout_key(t), []).append(t)
-        self._groups = []
+        self._groups, self._sharded = [], True
         for tables in groups.values():
             handle = _C.ShardedCollection(communicator, [t.compiled_options for t in tables],
                                           router, exchange)
-            group = _ShardGroup(tables, handle)
+            group = _TableGroup(tables, handle)
             for i, t in enumerate(tables):
                 t.group, t.index = group, i
             self._groups.append(group)
@@ -167,7 +213,7 @@ class DynamicEmbModule(nn.Module):
 
     def _run_forward(self, calls, training: bool):
         if self._groups is not None:
-            return self._run_sharded_forward(calls, training)
+            return self._run_grouped_forward(calls, training)
         stream = self._stream()
         outs, generations = [], []
         for table, indices, offsets, weights, rows in calls:
@@ -178,9 +224,10 @@ class DynamicEmbModule(nn.Module):
             generations.append(table.handle.generation if t_training else 0)
         return outs, generations
 
-    def _run_sharded_forward(self, calls, training: bool):
-        """Every group's collective forward (every rank runs every group, in order, even with no
-        ids); the outputs per table, and per table its group's training forward number."""
+    def _run_grouped_forward(self, calls, training: bool):
+        """Every group's forward (sharded: collective; every rank runs every group, in order,
+        even with no ids); the outputs per table, and per table its group's training forward
+        number."""
         stream = self._stream()
         by_table = {id(c[0]): c for c in calls}
         outs, generations = {}, {}
@@ -196,7 +243,7 @@ class DynamicEmbModule(nn.Module):
                 outs[id(t)], generations[id(t)] = piece, generation
         return [outs[id(c[0])] for c in calls], [generations[id(c[0])] for c in calls]
 
-    def _run_sharded_backward(self, tables, grads, generations):
+    def _run_grouped_backward(self, tables, grads, generations):
         stream = self._stream()
         by_table = {id(t): (g, n) for t, g, n in zip(tables, grads, generations)}
         for group in self._groups:
@@ -209,7 +256,7 @@ class DynamicEmbModule(nn.Module):
 
     def _run_backward(self, tables, grads, generations):
         if self._groups is not None:
-            return self._run_sharded_backward(tables, grads, generations)
+            return self._run_grouped_backward(tables, grads, generations)
         stream = self._stream()
         for table, grad, generation in zip(tables, grads, generations):
             if generation == 0:
@@ -237,7 +284,7 @@ class DynamicEmbModule(nn.Module):
     # --- inspection ------------------------------------------------------------------------------
     def dynemb_tables(self) -> Dict[str, "_C.Embedding"]:
         """The compiled tables by name (what the checkpoint functions use)."""
-        if self._groups is not None:
+        if self._sharded:
             raise _C.NotAvailable(
                 f"{type(self).__name__} is sharded over a process group: its tables are shards "
                 "(read them with shard_rows(); checkpoints of sharded collections from Python are "
@@ -249,7 +296,7 @@ class DynamicEmbModule(nn.Module):
         """Per table: size, capacity, load_factor, lookups, unique_lookups, rows_created,
         admission_pending, eval_misses, expired, nonfinite_gradients, evictions, refused,
         reserved_keys, rehashes, erased, score (sharded: this rank's shard)."""
-        if self._groups is not None:
+        if self._sharded:
             result = {}
             for group in self._groups:
                 for t, stats in zip(group.tables, group.handle.stats()):
@@ -263,7 +310,7 @@ class DynamicEmbModule(nn.Module):
         flushed_rows, batch_evicted, lower_failures, pending_rows, lower_wait_ns,
         lower_evicted (rows the lower tier's own policy dropped), fast_size, fast_capacity,
         lower_tier; None for a table in memory only."""
-        if self._groups is not None:
+        if self._sharded:
             return {t.name: None for t in self._tables}
         return {t.name: t.handle.caching_stats() for t in self._tables}
 
@@ -277,10 +324,10 @@ class DynamicEmbModule(nn.Module):
     # --- sharded -------------------------------------------------------------------------------
     @property
     def is_sharded(self) -> bool:
-        return self._groups is not None
+        return self._sharded
 
     def _require_sharded(self, where: str):
-        if self._groups is None:
+        if not self._sharded:
             raise _C.StateError(f"{type(self).__name__}.{where}: the module is not sharded (pg=None)")
 
     def shard_rows(self, table: str):
@@ -457,7 +504,7 @@ class _KeyedCollection(DynamicEmbModule):
     several features)."""
 
     def __init__(self, tables, table_options, fused_params, device, pooled: bool, pg=None,
-                 router: str = "hash", exchange: str = "rows"):
+                 router: str = "hash", exchange: str = "rows", group_tables: bool = False):
         super().__init__(device)
         where = type(self).__name__
         communicator = None
@@ -470,7 +517,8 @@ class _KeyedCollection(DynamicEmbModule):
         error = None
         try:
             self._add_tables(tables, table_options, fused_params, pooled,
-                             communicator.world_size if communicator is not None else 0)
+                             communicator.world_size if communicator is not None else 0,
+                             group_tables)
         except Exception as e:  # noqa: BLE001 - re-raised below, on every rank when sharded
             if communicator is None:
                 raise
@@ -486,9 +534,12 @@ class _KeyedCollection(DynamicEmbModule):
                     + "; ".join(f"{r}: {m}" for r, m in failed)
                 )
             self._shard(communicator, router, exchange)
+        elif group_tables:
+            self._group()
         self._feature_order = [f for t in self._tables for f in t.features]
 
-    def _add_tables(self, tables, table_options, fused_params, pooled: bool, world_size: int):
+    def _add_tables(self, tables, table_options, fused_params, pooled: bool, world_size: int,
+                    grouped: bool):
         where = type(self).__name__
         if isinstance(table_options, dict):
             unknown = sorted(set(table_options) - {c.name for c in tables})
@@ -507,7 +558,8 @@ class _KeyedCollection(DynamicEmbModule):
                     if pooled else _C.PoolingMode.NONE)
             self._add_table(config.name, int(config.embedding_dim),
                             int(getattr(config, "num_embeddings", 0) or 0), features, mode,
-                            _options_for(table_options, config.name), fused_params, world_size)
+                            _options_for(table_options, config.name), fused_params, world_size,
+                            grouped)
         if world_size > 0 and not self._tables:
             raise _C.InvalidArgument(f"{where}: tables is empty; a sharded collection needs one")
 
@@ -518,7 +570,7 @@ class _KeyedCollection(DynamicEmbModule):
         try:
             return self._calls(features, weighted)
         except Exception:
-            if self._groups is not None:
+            if self._sharded:
                 self._poison_step()
             raise
 
@@ -601,15 +653,21 @@ class DynamicEmbeddingBagCollection(_KeyedCollection):
     lives on one rank (router "hash", or "modulo": key % world), every rank passes its own
     batch and gets its own outputs; construction, forward and backward are collective.
     exchange "rows" (owners return rows, the requester pools) or "pooled_on_owner" (owners
-    pool their part of every bag; SparseOperationKit's distributed embedding)."""
+    pool their part of every bag; SparseOperationKit's distributed embedding).
+
+    group_tables (opt-in; always so when sharded): tables of one row layout (dim, optimizer,
+    eval initializer, training) and one pooling mode run as one C++ EmbeddingCollection: one
+    dedup, one pooling launch and one fused backward for all of them (caching and admission
+    tables run alone). Same results as separate tables."""
 
     def __init__(self, tables: Sequence[EmbeddingBagConfig],
                  table_options: Union[None, DynamicEmbTableOptions,
                                       Dict[str, DynamicEmbTableOptions]] = None,
                  fused_params: Optional[dict] = None, device=None, is_weighted: bool = False,
-                 pg=None, router: str = "hash", exchange: str = "rows"):
+                 pg=None, router: str = "hash", exchange: str = "rows",
+                 group_tables: bool = False):
         super().__init__(tables, table_options, fused_params, device, pooled=True, pg=pg,
-                         router=router, exchange=exchange)
+                         router=router, exchange=exchange, group_tables=group_tables)
         self.is_weighted = is_weighted
         if is_weighted:
             for t in self._tables:
@@ -633,16 +691,17 @@ class DynamicEmbeddingBagCollection(_KeyedCollection):
 
 class DynamicEmbeddingCollection(_KeyedCollection):
     """Sequence tables (EmbeddingConfig list) fed from a KeyedJaggedTensor; forward gives, per
-    feature, a JaggedTensor of one [dim] row per id. pg, router: sharded over a process group,
-    as DynamicEmbeddingBagCollection."""
+    feature, a JaggedTensor of one [dim] row per id. pg, router: sharded over a process group;
+    group_tables: tables of one row layout run as one C++ EmbeddingCollection; both as
+    DynamicEmbeddingBagCollection."""
 
     def __init__(self, tables: Sequence[EmbeddingConfig],
                  table_options: Union[None, DynamicEmbTableOptions,
                                       Dict[str, DynamicEmbTableOptions]] = None,
                  fused_params: Optional[dict] = None, device=None, pg=None,
-                 router: str = "hash"):
+                 router: str = "hash", group_tables: bool = False):
         super().__init__(tables, table_options, fused_params, device, pooled=False, pg=pg,
-                         router=router)
+                         router=router, group_tables=group_tables)
 
     def forward(self, features) -> Dict[str, JaggedTensor]:
         calls, counts, stride, offsets, position = self._sharded_calls(features, False)

@@ -1,0 +1,74 @@
+// Parsing of per-table batches from Python.
+#include "batch_args.hpp"
+
+#include "dynemb/core/error.hpp"
+
+namespace dynemb::python {
+
+namespace {
+
+void require_shape(const TensorArg& t, int64_t rows, int64_t dim, const std::string& where,
+                   const char* what) {
+  if (t.size(0) != rows || t.size(1) != dim) {
+    throw InvalidArgument(where + ": " + t.name() + ": shape = [" + std::to_string(t.size(0)) +
+                          ", " + std::to_string(t.size(1)) + "], must be [" + std::to_string(rows) +
+                          ", " + std::to_string(dim) + "] (" + what + ")");
+  }
+}
+
+}  // namespace
+
+BatchArgs parse_batches(py::list batches, size_t tables, py::handle out, uint32_t dim,
+                        Placement placement, const std::string& where) {
+  if (batches.size() != tables) {
+    throw InvalidArgument(where + ": batches: " + std::to_string(batches.size()) +
+                          " given, must be one per table (" + std::to_string(tables) + ")");
+  }
+  BatchArgs a;
+  a.held.reserve(3 * tables + 1);  // references into `held` stay valid: no reallocation
+  a.batches.resize(tables);
+  for (size_t t = 0; t < tables; ++t) {
+    const std::string at = where + ": batches[" + std::to_string(t) + "]";
+    py::tuple b = py::cast<py::tuple>(batches[t]);
+    if (b.size() != 4) {
+      throw InvalidArgument(at + ": " + std::to_string(b.size()) +
+                            " items, must be (indices, offsets, per_sample_weights, mode)");
+    }
+    const auto mode = py::cast<PoolingMode>(b[3]);
+    TensorArg& ids = a.held.emplace_back(b[0], at, "indices");
+    ids.require(Element::kInt64, 1, placement);
+    TensorArg& offs = a.held.emplace_back(b[1], at, "offsets");
+    offs.require(Element::kInt64, 1, placement);
+    if (offs.size(0) < 1) throw InvalidArgument(at + ": offsets: shape[0] = 0, must be >= 1");
+    EmbeddingBatch<int64_t>& e = a.batches[t];
+    e.keys = ids.as<int64_t>();
+    e.num_ids = static_cast<size_t>(ids.size(0));
+    e.offsets = offs.as<int64_t>();
+    e.num_bags = static_cast<size_t>(offs.size(0) - 1);
+    e.mode = mode;
+    if (!b[2].is_none()) {
+      TensorArg& w = a.held.emplace_back(b[2], at, "per_sample_weights");
+      w.require(Element::kFloat32, 1, placement);
+      if (w.size(0) != ids.size(0)) {
+        throw InvalidArgument(at + ": per_sample_weights: shape[0] = " + std::to_string(w.size(0)) +
+                              ", must be " + std::to_string(ids.size(0)) + " (one per index)");
+      }
+      e.weights = w.as<float>();
+    }
+    a.rows += mode == PoolingMode::kNone ? ids.size(0) : offs.size(0) - 1;
+  }
+  a.out = &a.held.emplace_back(out, where, "out");
+  a.out->require(Element::kFloat32, 2, placement, /*strided_rows=*/true);
+  require_shape(*a.out, a.rows, dim, where, "every table's rows, one after the other");
+  a.out_stride = static_cast<uint32_t>(a.rows > 1 ? a.out->row_stride() : dim);
+  return a;
+}
+
+uint32_t check_gradient(const TensorArg& grad, int64_t rows, uint32_t dim, Placement placement,
+                        const std::string& where) {
+  grad.require(Element::kFloat32, 2, placement, /*strided_rows=*/true);
+  require_shape(grad, rows, dim, where, "the forward's output shape");
+  return static_cast<uint32_t>(grad.size(0) > 1 ? grad.row_stride() : grad.size(1));
+}
+
+}  // namespace dynemb::python

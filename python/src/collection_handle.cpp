@@ -1,0 +1,191 @@
+// CollectionHandle and CollectionTable.
+#include "collection_handle.hpp"
+
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "batch_args.hpp"
+#include "dynemb/checkpoint/checkpoint.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::python {
+
+namespace {
+
+StreamHandle as_stream(uintptr_t stream) {
+  return reinterpret_cast<StreamHandle>(stream);
+}
+
+}  // namespace
+
+CollectionHandle::CollectionHandle(Backend backend, std::vector<EmbeddingOptions> tables) {
+  if (tables.empty()) throw InvalidArgument("EmbeddingCollection: tables is empty, need >= 1");
+  if (backend == Backend::kCuda && !cuda_backend_available()) {
+    throw NotAvailable(
+        "EmbeddingCollection: backend = cuda, but this module has no CUDA backend or sees no "
+        "CUDA device");
+  }
+  placement_ = {backend, backend == Backend::kCuda ? tables.front().table.device : 0};
+  collection_ = std::make_unique<EmbeddingCollection<int64_t>>(backend, std::move(tables));
+}
+
+uint64_t CollectionHandle::forward(py::list batches, bool training, py::handle out,
+                                   uintptr_t stream) {
+  BatchArgs args =
+      parse_batches(batches, num_tables(), out, dim(), placement_, "EmbeddingCollection.forward");
+  batches_in_flight_ = py::none();
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    pending_ = 0;  // every forward, evaluation too, drops the pending step first
+    collection_->forward(args.batches, args.out->as<float>(), args.out_stride, training,
+                         as_stream(stream));
+    if (!training) return 0;
+    pending_ = ++generation_;
+    out_rows_ = args.rows;
+  }
+  batches_in_flight_ = batches;
+  return generation_;
+}
+
+void CollectionHandle::backward(py::handle grad, uint64_t generation, uintptr_t stream) {
+  const std::string where = "EmbeddingCollection.backward";
+  TensorArg g(grad, where, "grad");
+  py::gil_scoped_release release;
+  std::lock_guard lock(mutex_);
+  if (pending_ == 0 || generation != pending_) {
+    throw StateError(
+        where + ": the gradient belongs to training forward " + std::to_string(generation) +
+        ", but " +
+        (pending_ == 0 ? std::string("no training forward awaits its backward")
+                       : "the collection's last training forward is " + std::to_string(pending_)) +
+        " (one step in flight: forward, backward, forward, ...); the tables are "
+        "unchanged");
+  }
+  const uint32_t stride = check_gradient(g, out_rows_, dim(), placement_, where);
+  collection_->backward(g.as<float>(), stride, as_stream(stream));
+  pending_ = 0;
+  collection_->end_step();
+}
+
+CollectionTable::CollectionTable(std::shared_ptr<CollectionHandle> owner, size_t index)
+    : owner_(std::move(owner)), index_(index) {
+  if (!owner_) throw InvalidArgument("CollectionTable: owner is None");
+  if (index_ >= owner_->num_tables()) {
+    throw InvalidArgument("CollectionTable: index = " + std::to_string(index_) + ", must be < " +
+                          std::to_string(owner_->num_tables()));
+  }
+}
+
+RowLayout CollectionTable::row_layout() const {
+  return embedding_row_layout(owner_->collection().options(index_));
+}
+
+uint32_t CollectionTable::optimizer_state_dim() const {
+  const EmbeddingOptions& o = owner_->collection().options(index_);
+  return dynemb::optimizer_state_dim(o.optimizer.kind, o.dim);
+}
+
+py::tuple CollectionTable::find(py::handle indices, uintptr_t stream) {
+  const Placement placement = owner_->placement();
+  TensorArg ids(indices, "CollectionTable.find", "indices");
+  ids.require(Element::kInt64, 1, placement);
+  const int64_t n = ids.size(0);
+  void* rows = nullptr;
+  void* founds = nullptr;
+  py::object rows_capsule =
+      new_capsule(Element::kFloat32, {n, static_cast<int64_t>(row_dim())}, placement, &rows);
+  py::object founds_capsule = new_capsule(Element::kUInt8, {n}, placement, &founds);
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex());
+    backend_zero(placement.backend, rows, static_cast<size_t>(n) * row_dim() * sizeof(float),
+                 as_stream(stream));
+    table().find(static_cast<size_t>(n), ids.as<int64_t>(), static_cast<float*>(rows),
+                 static_cast<bool*>(founds), nullptr, as_stream(stream));
+  }
+  return py::make_tuple(rows_capsule, founds_capsule);
+}
+
+py::tuple CollectionTable::export_rows(uint64_t min_score) {
+  checkpoint::DeltaRows<int64_t> delta;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex());
+    delta = checkpoint::incremental_dump(table(), min_score);
+  }
+  const auto n = static_cast<int64_t>(delta.keys.size());
+  const int64_t width = delta.dim;
+  return py::make_tuple(capsule_of(std::move(delta.keys), Element::kInt64, {n}),
+                        capsule_of(std::move(delta.values), Element::kFloat32, {n, width}),
+                        capsule_of(std::move(delta.scores), Element::kInt64, {n}),
+                        delta.next_threshold);
+}
+
+py::dict CollectionTable::stats() const {
+  EmbeddingCollectionStats s;
+  size_t size = 0;
+  double load = 0.0;
+  Table<int64_t>& t = owner_->collection().table(index_);
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex());
+    s = owner_->collection().stats();
+    size = t.size();
+    load = t.load_factor();
+  }
+  const EmbeddingStats& e = s.tables.at(index_);
+  py::dict d;
+  d["size"] = size;
+  d["capacity"] = t.capacity();
+  d["load_factor"] = load;
+  d["lookups"] = e.lookups;
+  d["unique_lookups"] = e.unique_lookups;
+  d["rows_created"] = e.rows_created;
+  d["admission_pending"] = e.admission_pending;
+  d["eval_misses"] = e.eval_misses;
+  d["expired"] = e.expired;
+  d["nonfinite_gradients"] = s.nonfinite_gradients;  // over the collection's tables
+  d["evictions"] = e.table.evictions;
+  d["refused"] = e.table.refused;
+  d["reserved_keys"] = e.table.reserved_keys;
+  d["rehashes"] = e.table.rehashes;
+  d["erased"] = e.table.erased;
+  d["score"] = t.score();
+  return d;
+}
+
+void register_collection(py::module_& m) {
+  py::class_<CollectionHandle, std::shared_ptr<CollectionHandle>>(m, "EmbeddingCollection")
+      .def(py::init<Backend, std::vector<EmbeddingOptions>>(), py::arg("backend"),
+           py::arg("tables"))
+      .def("forward", &CollectionHandle::forward, py::arg("batches"), py::arg("training"),
+           py::arg("out"), py::arg("stream") = 0)
+      .def("backward", &CollectionHandle::backward, py::arg("grad"), py::arg("generation"),
+           py::arg("stream") = 0)
+      .def_property_readonly("num_tables", &CollectionHandle::num_tables)
+      .def_property_readonly("dim", &CollectionHandle::dim)
+      .def(
+          "table",
+          [](std::shared_ptr<CollectionHandle> self, size_t index) {
+            return CollectionTable(std::move(self), index);
+          },
+          py::arg("index"), "Table `index`, for inspection and checkpoints.");
+  py::class_<CollectionTable>(m, "CollectionTable")
+      .def("find", &CollectionTable::find, py::arg("indices"), py::arg("stream") = 0)
+      .def("export_rows", &CollectionTable::export_rows, py::arg("min_score") = 0)
+      .def("stats", &CollectionTable::stats)
+      .def("caching_stats", [](const CollectionTable&) { return py::none(); })
+      .def_property_readonly("dim", &CollectionTable::dim)
+      .def_property_readonly("row_dim", &CollectionTable::row_dim)
+      .def_property_readonly("optimizer_state_dim", &CollectionTable::optimizer_state_dim)
+      .def_property(
+          "score", [](CollectionTable& t) { return t.table().score(); },
+          [](CollectionTable& t, uint64_t s) { t.table().set_score(s); })
+      .def_property_readonly("score_policy",
+                             [](CollectionTable& t) { return t.table().options().score_policy; });
+}
+
+}  // namespace dynemb::python
