@@ -7,6 +7,7 @@ dynemb's verified format (docs/checkpoint_format.md): staged and renamed into pl
 check-summed; `dynemb inspect PATH` reads it.
 """
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
@@ -18,9 +19,44 @@ from . import _C
 def _require_no_pg(pg, where: str):
     if pg is not None:
         raise _C.NotAvailable(
-            f"{where}: pg = {pg!r}: process groups (sharded tables) are not available yet; "
+            f"{where}: pg = {pg!r}, but the model holds no sharded collection (built with pg=); "
             "pass pg=None for this process's tables"
         )
+
+
+def _sharded_groups(model, table_names, where: str):
+    """When the model holds sharded collections: [(subdirectory, handle, names, selected names)]
+    per group of tables, in the model's order (the same on every rank); else None. A model that
+    mixes sharded and unsharded collections is refused."""
+    collections = _collections(model)
+    sharded = [(p, m) for p, m in collections if m.is_sharded]
+    if not sharded:
+        return None
+    if len(sharded) != len(collections):
+        raise _C.NotAvailable(
+            f"{where}: the model mixes sharded collections {[p for p, _ in sharded]} with "
+            "unsharded ones; checkpoint them separately"
+        )
+    every = [_checkpoint_name(p, t.name) for p, m in sharded for t in m._tables]
+    if table_names is None:
+        wanted = set(every)
+    elif isinstance(table_names, dict):
+        wanted = {_checkpoint_name(p, t) for p, ts in table_names.items() for t in ts}
+    else:
+        wanted = {_checkpoint_name(p, t) for p, m in sharded for t in m._tables
+                  if t.name in set(table_names)} | (set(table_names) & set(every))
+    unknown = sorted(wanted - set(every))
+    if unknown:
+        raise _C.InvalidArgument(f"{where}: table_names names table(s) {unknown} the model "
+                                 f"does not have (it has {sorted(every)})")
+    groups = []
+    for p, m in sharded:
+        for g in m._groups:
+            names = [_checkpoint_name(p, t.name) for t in g.tables]
+            picked = [n for n in names if n in wanted]
+            if picked:
+                groups.append((names[0], g.handle, names, picked))
+    return groups
 
 
 def _collections(model: torch.nn.Module):
@@ -83,7 +119,20 @@ def DynamicEmbDump(path: str, model: torch.nn.Module,
                    optim: bool = False, pg: Any = None) -> None:
     """Writes the model's dynamic tables (all, or those table_names selects) to the checkpoint
     directory `path`, with their optimizer state when optim. A checkpoint already at `path` is
-    replaced only once the new one is complete."""
+    replaced only once the new one is complete.
+
+    Sharded collections (built with pg=): collective, every rank calls it with the same
+    arguments and writes its own shards at once; `path` is then a directory holding one
+    sharded checkpoint per group of tables (named after the group's first table), each
+    replaced atomically. `pg` is accepted for dynamicemb's signature: the collections' own
+    groups are used."""
+    groups = _sharded_groups(model, table_names, "DynamicEmbDump")
+    if groups is not None:
+        os.makedirs(str(path), exist_ok=True)
+        for sub, handle, names, picked in groups:
+            handle.dump(os.path.join(str(path), sub), names, bool(optim), None,
+                        [] if picked == names else picked)
+        return
     _require_no_pg(pg, "DynamicEmbDump")
     tables = _selected(model, table_names, "DynamicEmbDump")
     _C.dump(str(path), [(_checkpoint_name(p, t), h) for p, t, h in tables], bool(optim))
@@ -95,7 +144,16 @@ def DynamicEmbLoad(path: str, model: torch.nn.Module,
     """Loads the checkpoint at `path` into the model's dynamic tables (all, or those table_names
     selects), replacing their rows; optimizer state too when optim (and the optimizers match).
     The checkpoint is verified first: a missing table, a bad file or a dim that differs raises
-    and leaves every table unchanged."""
+    and leaves every table unchanged.
+
+    Sharded collections: collective; each rank loads the rows it owns from the checkpoint
+    DynamicEmbDump wrote at any world size (keys re-routed)."""
+    groups = _sharded_groups(model, table_names, "DynamicEmbLoad")
+    if groups is not None:
+        for sub, handle, names, picked in groups:
+            handle.load(os.path.join(str(path), sub), names, bool(optim),
+                        [] if picked == names else picked)
+        return
     _require_no_pg(pg, "DynamicEmbLoad")
     tables = _selected(model, table_names, "DynamicEmbLoad")
     _C.load(str(path), [(_checkpoint_name(p, t), h) for p, t, h in tables], bool(optim))
@@ -132,7 +190,13 @@ def incremental_dump(model: torch.nn.Module,
                      score_threshold: Union[int, Dict[str, Dict[str, int]]],
                      pg: Any = None) -> Dict[str, DeltaDumpResult]:
     """The rows whose score >= the threshold (one int for every table, or per collection and
-    table: only the tables named), per collection."""
+    table: only the tables named), per collection. Sharded collections: this rank's shard."""
+    collections = _collections(model)
+    if any(m.is_sharded for _, m in collections):
+        if not all(m.is_sharded for _, m in collections):
+            raise _C.NotAvailable("incremental_dump: the model mixes sharded and unsharded "
+                                  "collections; dump them separately")
+        return _sharded_incremental_dump(collections, score_threshold)
     _require_no_pg(pg, "incremental_dump")
     names = None
     if isinstance(score_threshold, dict):
@@ -155,13 +219,37 @@ def incremental_dump(model: torch.nn.Module,
     return result
 
 
+def _sharded_incremental_dump(collections, score_threshold):
+    result: Dict[str, DeltaDumpResult] = {}
+    for p, m in collections:
+        if isinstance(score_threshold, dict) and p not in score_threshold:
+            continue
+        for t in m._tables:
+            if isinstance(score_threshold, dict) and t.name not in score_threshold[p]:
+                continue
+            threshold = _threshold_of(score_threshold, p, t.name, "incremental_dump")
+            keys, rows, scores, next_threshold = t.group.handle.export_rows(t.index, threshold)
+            dim, row_dim = t.dim, t.group.handle.row_dim
+            state = t.group.handle.optimizer_state_dim
+            keys, rows = torch.from_dlpack(keys), torch.from_dlpack(rows)
+            scores = torch.from_dlpack(scores)
+            d = result.setdefault(p, DeltaDumpResult())
+            d.table_names.append(t.name)
+            d.keys.append(keys)
+            d.values.append(rows[:, :dim].clone())
+            d.optimizer_states.append(rows[:, dim: dim + state].clone() if state else None)
+            d.scores.append(scores.view(-1, 1))
+            d.meta.append({"current_score": int(next_threshold), "row_dim": row_dim})
+    return result
+
+
 def get_score(model: torch.nn.Module) -> Optional[Dict[str, Dict[str, int]]]:
     """Each table's clock: the score its next batch writes (STEP: the step; CUSTOMIZED: the
     score set; TIMESTAMP: the last time read, ns), per collection; None without tables."""
     collections = _collections(model)
     if not collections:
         return None
-    return {p: {t: int(h.score) for t, h in m.dynemb_tables().items()} for p, m in collections}
+    return {p: {t: int(s["score"]) for t, s in m.table_stats().items()} for p, m in collections}
 
 
 def set_score(model: torch.nn.Module, table_score: Union[int, Dict[str, Dict[str, int]]]) -> None:
@@ -170,6 +258,8 @@ def set_score(model: torch.nn.Module, table_score: Union[int, Dict[str, Dict[str
     names = None
     if isinstance(table_score, dict):
         names = {p: list(t) for p, t in table_score.items()}
+    if any(m.is_sharded for _, m in _collections(model)):
+        return _sharded_set_score(model, table_score)
     selected = _selected(model, names, "set_score")
     values = []
     for p, t, h in selected:
@@ -182,3 +272,25 @@ def set_score(model: torch.nn.Module, table_score: Union[int, Dict[str, Dict[str
         values.append((h, v))
     for h, v in values:
         h.score = v
+
+
+def _sharded_set_score(model, table_score):
+    """set_score on sharded collections: every rank sets its shard's clock (call it on every
+    rank with the same value)."""
+    updates = []
+    for p, m in _collections(model):
+        if not m.is_sharded:
+            raise _C.NotAvailable("set_score: the model mixes sharded and unsharded collections")
+        for t in m._tables:
+            if isinstance(table_score, dict) and t.name not in table_score.get(p, {}):
+                continue
+            v = _threshold_of(table_score, p, t.name, "set_score")
+            policy = t.compiled_options.table.score_policy
+            if policy not in (_C.ScorePolicy.STEP, _C.ScorePolicy.CUSTOMIZED):
+                raise _C.InvalidArgument(
+                    f"set_score: table '{_checkpoint_name(p, t.name)}' has score_strategy "
+                    f"{policy.name}; only STEP and CUSTOMIZED tables take a score"
+                )
+            updates.append((t, v))
+    for t, v in updates:
+        t.group.handle.set_score(t.index, v)

@@ -14,6 +14,8 @@
 #include "dynemb/dist/bootstrap.hpp"
 #include "dynemb/dist/mpi_communicator.hpp"
 #include "dynemb/dist/nccl_communicator.hpp"
+#include "dynemb/dist/sharded_checkpoint.hpp"
+#include "dynemb/ops/optimizer.hpp"
 #include "python_communicator.hpp"
 
 namespace dynemb::python {
@@ -187,6 +189,56 @@ uint32_t ShardedHandle::owner(uint32_t table, int64_t key) const {
   return collection_->owner(table, key);
 }
 
+py::dict ShardedHandle::dump(const std::string& path, const std::vector<std::string>& names,
+                             bool optimizer_state, std::optional<uint64_t> min_score,
+                             const std::vector<std::string>& only) {
+  checkpoint::DumpOptions options;
+  options.only = only;
+  options.optimizer_state = optimizer_state;
+  options.min_score = min_score;
+  checkpoint::DumpReport report;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    report = dist::dump_sharded(*collection_, path, names, options);
+  }
+  py::dict d;
+  d["rows"] = report.rows;
+  d["bytes"] = report.bytes;
+  d["manifest"] = checkpoint::manifest_to_json(report.manifest);
+  return d;
+}
+
+py::dict ShardedHandle::load(const std::string& path, const std::vector<std::string>& names,
+                             bool optimizer_state, const std::vector<std::string>& only) {
+  checkpoint::LoadOptions options;
+  options.optimizer_state = optimizer_state;
+  options.only = only;
+  checkpoint::LoadReport report;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
+    pending_ = 0;  // rows change under a pending step: its backward is refused
+    report = dist::load_sharded(*collection_, path, names, options);
+  }
+  py::dict d;
+  d["rows_read"] = report.rows_read;
+  d["rows_loaded"] = report.rows_loaded;
+  d["rows_dropped"] = report.rows_dropped;
+  d["bytes_read"] = report.bytes_read;
+  d["state_skipped"] = report.state_skipped;
+  return d;
+}
+
+void ShardedHandle::set_score(size_t table, uint64_t score) {
+  if (table >= num_tables()) {
+    throw InvalidArgument("ShardedCollection.set_score: table = " + std::to_string(table) +
+                          ", must be < " + std::to_string(num_tables()));
+  }
+  std::lock_guard lock(mutex_);
+  collection_->local().table(table).set_score(score);
+}
+
 py::dict ShardedHandle::stage_times() const {
   std::lock_guard lock(mutex_);
   const dist::ShardedStageTimes& t = collection_->stage_times();
@@ -280,10 +332,21 @@ void register_sharded(py::module_& m) {
       .def("global_sizes", &ShardedHandle::global_sizes)
       .def("owner", &ShardedHandle::owner, py::arg("table"), py::arg("key"))
       .def("stage_times", &ShardedHandle::stage_times)
+      .def("dump", &ShardedHandle::dump, py::arg("path"), py::arg("names"),
+           py::arg("optimizer_state"), py::arg("min_score") = py::none(),
+           py::arg("only") = std::vector<std::string>{})
+      .def("load", &ShardedHandle::load, py::arg("path"), py::arg("names"),
+           py::arg("optimizer_state"), py::arg("only") = std::vector<std::string>{})
+      .def("set_score", &ShardedHandle::set_score, py::arg("table"), py::arg("score"))
       .def_property_readonly("rank", &ShardedHandle::rank)
       .def_property_readonly("world_size", &ShardedHandle::world_size)
       .def_property_readonly("dim", &ShardedHandle::dim)
       .def_property_readonly("row_dim", &ShardedHandle::row_dim)
+      .def_property_readonly("optimizer_state_dim",
+                             [](ShardedHandle& h) {
+                               const EmbeddingOptions& o = h.collection().options(0);
+                               return dynemb::optimizer_state_dim(o.optimizer.kind, o.dim);
+                             })
       .def_property_readonly("num_tables", &ShardedHandle::num_tables);
 }
 

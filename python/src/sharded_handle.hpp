@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,18 @@ class ShardedHandle {
   std::vector<uint64_t> global_sizes();
   // The rank that owns `key` of table `table`.
   uint32_t owner(uint32_t table, int64_t key) const;
+  // Collective: every rank writes its shard of the tables (named `names`, one per table) into
+  // the checkpoint at `path` at once (dist::dump_sharded); with min_score, a delta. Returns
+  // rows, bytes and the manifest; `only` restricts to those names.
+  py::dict dump(const std::string& path, const std::vector<std::string>& names,
+                bool optimizer_state, std::optional<uint64_t> min_score,
+                const std::vector<std::string>& only);
+  // Collective: each rank loads the rows it owns from a checkpoint written at any world size
+  // (dist::load_sharded); `only` restricts to those names.
+  py::dict load(const std::string& path, const std::vector<std::string>& names,
+                bool optimizer_state, const std::vector<std::string>& only);
+  // Sets this rank's clock of table `table` (STEP step / CUSTOMIZED score).
+  void set_score(size_t table, uint64_t score);
   // Per stage seconds on this rank (dedup, exchange, lookup, pool, backward, optimizer, steps).
   py::dict stage_times() const;
 

@@ -11,7 +11,9 @@ under torchrun:  torchrun --nproc_per_node=2 tests/python/sharded_worker.py [--d
 import argparse
 import datetime
 import os
+import shutil
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -94,14 +96,14 @@ def rows_of_reference(module, table):
     return {int(k): rows[i].clone() for i, k in enumerate(keys.tolist())}
 
 
-def gathered_shards(module, table):
+def gathered_shards(module, table, group=None):
     """{key: row} over every rank's shard; asserts each key is on its owner and only there."""
     keys, rows = module.shard_rows(table)
-    rank = dist.get_rank()
+    rank = dist.get_rank(group)
     for k in keys[:50].tolist():
         assert module.owner_rank(table, k) == rank, f"{table}: key {k} stored on rank {rank}"
-    parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, (keys.tolist(), rows.clone()))
+    parts = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, (keys.tolist(), rows.clone()), group=group)
     merged = {}
     for ks, rs in parts:
         for i, k in enumerate(ks):
@@ -110,8 +112,8 @@ def gathered_shards(module, table):
     return merged
 
 
-def assert_same_rows(sharded, reference, table, what):
-    got, want = gathered_shards(sharded, table), rows_of_reference(reference, table)
+def assert_same_rows(sharded, reference, table, what, group=None):
+    got, want = gathered_shards(sharded, table, group), rows_of_reference(reference, table)
     assert sorted(got) == sorted(want), (
         f"{what} {table}: keys differ: {len(got)} sharded, {len(want)} unsharded")
     a = torch.stack([got[k] for k in sorted(want)]).double()
@@ -120,7 +122,8 @@ def assert_same_rows(sharded, reference, table, what):
     return got
 
 
-def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_batch_step):
+def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_batch_step,
+             checkpoint_dir=None):
     rank, world = dist.get_rank(), dist.get_world_size()
     modes = ["SUM", "SUM", "SUM"] if weighted else ["SUM", "MEAN", "SUM"]
     configs = [
@@ -168,6 +171,9 @@ def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_ba
     rows = {}
     for t in ("t_a", "t_b", "t_c"):
         rows[t] = assert_same_rows(sharded, reference, t, what)
+    if checkpoint_dir is not None:
+        check_checkpoints(sharded, reference, configs, fused, weighted, router, exchange,
+                          checkpoint_dir, what)
     sizes = sharded.global_table_sizes()
     for t in ("t_a", "t_b", "t_c"):
         assert sizes[t] == reference.table_stats()[t]["size"], (t, sizes, reference.table_stats())
@@ -193,6 +199,50 @@ def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_ba
         want = F.embedding_bag(ids, weight, offsets, mode=mode, per_sample_weights=psw)
         torch.testing.assert_close(kt[f].cpu().double(), want, rtol=1e-5, atol=1e-6,
                                    msg=lambda m: f"{what} embedding_bag {f}: {m}")
+
+
+def check_checkpoints(sharded, reference, configs, fused, weighted, router, exchange, path, what):
+    """Every rank dumps its shards at once; a fresh collection over every rank, and one over
+    all ranks but the last (another world size: keys re-routed), load it and hold the trained
+    rows; incremental_dump's shards together are the reference's rows."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dynemb.DynamicEmbDump(path, sharded, optim=True, pg=dist.group.WORLD)
+    device = sharded.device
+
+    def fresh(group):
+        return DynamicEmbeddingBagCollection(configs, fused_params=fused, device=device,
+                                             is_weighted=weighted, pg=group, router=router,
+                                             exchange=exchange)
+
+    same = fresh(dist.group.WORLD)
+    dynemb.DynamicEmbLoad(path, same, optim=True, pg=dist.group.WORLD)
+    for t in ("t_a", "t_b", "t_c"):
+        assert_same_rows(same, reference, t, what + " loaded")
+    # new_group is collective over every rank, members or not.
+    smaller = dist.new_group(list(range(max(world - 1, 1))))
+    if rank < max(world - 1, 1):
+        fewer = fresh(smaller)
+        dynemb.DynamicEmbLoad(path, fewer, optim=True, pg=smaller)
+        for t in ("t_a", "t_b", "t_c"):
+            assert_same_rows(fewer, reference, t, what + f" loaded at {max(world - 1, 1)} ranks",
+                             group=smaller)
+    delta = dynemb.incremental_dump(sharded, 0)[""]
+    parts = [None] * world
+    dist.all_gather_object(parts, [(k.tolist(), v.clone(), s) for k, v, s in
+                                   zip(delta.keys, delta.values, delta.optimizer_states)])
+    for i, t in enumerate(delta.table_names):
+        want = rows_of_reference(reference, t)
+        got = {}
+        for part in parts:
+            keys, values, states = part[i]
+            for j, k in enumerate(keys):
+                got[k] = torch.cat([values[j], states[j]]) if states is not None else values[j]
+        assert sorted(got) == sorted(want), f"{what} incremental_dump {t}: keys differ"
+        for k, row in got.items():
+            torch.testing.assert_close(row.double(), want[k][:row.numel()].double(), rtol=1e-5,
+                                       atol=1e-6)
+    scores = dynemb.get_score(sharded)[""]
+    assert sorted(scores) == ["t_a", "t_b", "t_c"], scores
 
 
 def run_sequence(seed, device, router, empty_rank):
@@ -275,12 +325,18 @@ def run(rank, world, port, seed, device_type, master="127.0.0.1"):
     empty_rank = world - 1
     torch.manual_seed(seed)
     run_mismatch(device)
-    run_bags(seed, device, "rows", "hash", False, ADAM, empty_rank, bad_batch_step=2)
+    # One checkpoint directory every rank sees (rank 0 makes it).
+    holder = [tempfile.mkdtemp(prefix="dynemb-sharded-") if rank == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    run_bags(seed, device, "rows", "hash", False, ADAM, empty_rank, bad_batch_step=2,
+             checkpoint_dir=os.path.join(holder[0], "ckpt"))
     run_bags(seed + 3, device, "pooled_on_owner", "modulo", True, ROWWISE, empty_rank,
              bad_batch_step=-1)
     run_bags(seed + 5, device, "pooled_on_owner", "hash", False, ADAM, 0, bad_batch_step=1)
     run_sequence(seed, device, "hash", empty_rank)
     dist.barrier()
+    if rank == 0:
+        shutil.rmtree(holder[0], ignore_errors=True)
     print(f"PASS sharded rank {rank}/{world} on {device} (seed {seed})", flush=True)
     dist.destroy_process_group()
 
