@@ -1,4 +1,4 @@
-"""Sharded collections over a torch.distributed process group: 2 and 3 processes on the CPU
+"""Sharded collections over a torch.distributed process group: 1, 2 and 3 processes on the CPU
 (gloo, a free loopback port), 1 and 2 on CUDA (NCCL, one GPU per rank; skipped without them).
 Each rank checks itself against an unsharded twin (sharded_worker.py); a rank that fails or
 hangs fails the test."""
@@ -36,7 +36,7 @@ def run_ranks(world: int, seed: int, device: str):
             pytest.fail(f"the {world} ranks did not finish within {TIMEOUT_S} s (a hang)")
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [1, 2, 3])
 def test_sharded_cpu_matches_unsharded(seed, world):
     run_ranks(world, seed, "cpu")
 
