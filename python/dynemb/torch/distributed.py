@@ -66,9 +66,9 @@ class ProcessGroupCollectives:
 
 
 # One communicator per (process group, device), shared by every sharded collection on them; the
-# number of NCCL communicators made per group keys their rendezvous in the store.
+# NCCL rendezvous made so far per set of member ranks number their keys in the store.
 _communicators: Dict[Tuple[int, str], Tuple[object, "_C.Communicator"]] = {}
-_rendezvous: Dict[int, int] = {}
+_rendezvous: Dict[str, int] = {}
 
 
 def communicator_for(pg, device: torch.device) -> "_C.Communicator":
@@ -88,11 +88,14 @@ def communicator_for(pg, device: torch.device) -> "_C.Communicator":
         if not _C.nccl_available():
             raise _C.NotAvailable("pg with a CUDA device: this dynemb module was built without NCCL")
         store = dist.distributed_c10d._get_default_store()
-        n = _rendezvous.get(id(group), 0)
-        _rendezvous[id(group)] = n + 1
         ranks = dist.get_process_group_ranks(group) if hasattr(dist, "get_process_group_ranks") \
-            else list(range(world))
-        prefix = f"dynemb/nccl/{'-'.join(map(str, ranks))}/{n}/"
+            else dist.distributed_c10d._pg_group_ranks[group].keys()
+        members = "-".join(map(str, sorted(ranks)))
+        # Numbered per member set: the members make their communicators in the same order, so
+        # the n-th rendezvous of a set of ranks has a key of its own (never an old id).
+        n = _rendezvous.get(members, 0)
+        _rendezvous[members] = n + 1
+        prefix = f"dynemb/nccl/{members}/{n}/"
         index = device.index if device.index is not None else torch.cuda.current_device()
         comm = _C.nccl_communicator(rank, world, store.set, store.get, prefix, index)
     else:
