@@ -313,6 +313,8 @@ def run(rank, world, port, seed, device_type, master="127.0.0.1"):
     print(f"[SEED] sharded rank {rank}/{world} DYNEMB_TEST_SEED={seed}", flush=True)
     timeout = datetime.timedelta(seconds=120)
     if port:
+        # Loopback only: gloo would otherwise pick the interface the host name resolves to.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
                                 world_size=world, timeout=timeout)
     else:
