@@ -4,7 +4,16 @@ The compiled part (dynemb._C) exchanges tensors through DLPack and links no libt
 build serves every PyTorch version; `dynemb.torch` holds the modules.
 """
 
-from . import _C
+try:
+    # PyTorch before the compiled module, when it is installed: the shared libraries both use
+    # (NCCL, the CUDA runtime: same sonames) are then PyTorch's own copies, loaded the way it
+    # expects. Imported the other way round, a process aborted under PyTorch 2.11 ("free():
+    # invalid pointer") on the GPU machine.
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
+from . import _C  # noqa: E402
 from ._C import (
     CheckpointError,
     CudaError,

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <numeric>
-#include <sstream>
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/ops/dedup.hpp"
@@ -50,26 +50,40 @@ std::string to_string(ShardedExchange exchange) {
   return exchange == ShardedExchange::kRows ? "rows" : "pooled_on_owner";
 }
 
+namespace {
+
+// A number as text through snprintf, not an ostringstream: an ostringstream's number formatting
+// crashed inside the Python module under PyTorch 2.11 (docs/python.md, "Building").
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+}  // namespace
+
 std::string describe_sharding(const std::vector<EmbeddingOptions>& tables, const KeyRouter& router,
                               const std::string& key_type, ShardedExchange exchange) {
-  std::ostringstream d;
-  d << "keys " << key_type << ", router " << router.name() << ", exchange " << to_string(exchange)
-    << ", " << tables.size() << " tables";
+  std::string d = "keys " + key_type + ", router " + router.name() + ", exchange " +
+                  to_string(exchange) + ", " + std::to_string(tables.size()) + " tables";
   for (size_t t = 0; t < tables.size(); ++t) {
     const EmbeddingOptions& o = tables[t];
     const OptimizerOptions& p = o.optimizer;
     const InitializerOptions& i = o.table.initializer;
-    d << "; table " << t << ": dim " << o.dim << ", optimizer " << to_string(p.kind) << " (lr "
-      << p.learning_rate << ", beta1 " << p.beta1 << ", beta2 " << p.beta2 << ", eps " << p.eps
-      << ", rho " << p.rho << ", acc0 " << p.initial_accumulator << ", l1 " << p.ftrl_l1 << ", l2 "
-      << p.ftrl_l2 << ", beta " << p.ftrl_beta << ", wd " << p.weight_decay << ", clip "
-      << p.clip_norm << "/" << p.clip_value << "), initializer " << to_string(i.kind) << " ("
-      << i.low << ", " << i.high << ", " << i.mean << ", " << i.stddev << ", " << i.value
-      << ", seed " << i.seed << "), eval initializer " << to_string(o.eval_initializer.kind) << " "
-      << o.eval_initializer.value << ", scores " << to_string(o.table.score_policy)
-      << ", gradient check " << to_string(o.gradient_check) << ", align_rows " << o.align_rows;
+    d += "; table " + std::to_string(t) + ": dim " + std::to_string(o.dim) + ", optimizer " +
+         to_string(p.kind) + " (lr " + number(p.learning_rate) + ", beta1 " + number(p.beta1) +
+         ", beta2 " + number(p.beta2) + ", eps " + number(p.eps) + ", rho " + number(p.rho) +
+         ", acc0 " + number(p.initial_accumulator) + ", l1 " + number(p.ftrl_l1) + ", l2 " +
+         number(p.ftrl_l2) + ", beta " + number(p.ftrl_beta) + ", wd " + number(p.weight_decay) +
+         ", clip " + number(p.clip_norm) + "/" + number(p.clip_value) + "), initializer " +
+         to_string(i.kind) + " (" + number(i.low) + ", " + number(i.high) + ", " + number(i.mean) +
+         ", " + number(i.stddev) + ", " + number(i.value) + ", seed " + std::to_string(i.seed) +
+         "), eval initializer " + to_string(o.eval_initializer.kind) + " " +
+         number(o.eval_initializer.value) + ", scores " + to_string(o.table.score_policy) +
+         ", gradient check " + to_string(o.gradient_check) + ", align_rows " +
+         std::to_string(o.align_rows);
   }
-  return d.str();
+  return d;
 }
 
 // Per-step state: the local side (this rank's batches) and the owner side (other ranks' keys).
