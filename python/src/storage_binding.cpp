@@ -1,7 +1,10 @@
 // The stores' bindings and the caching factory.
 #include "storage_binding.hpp"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <mutex>
 
 #include <string>
 #include <vector>
@@ -35,6 +38,129 @@ TableFactory<int64_t> caching_factory(std::shared_ptr<storage::Storage> lower, u
 
 namespace {
 
+// NumPy arrays over dynemb's buffers for the length of one call (no copy; read-only for inputs).
+template <class T>
+py::array view(const T* data, size_t n, bool writable, size_t width = 0) {
+  static T empty{};  // numpy wants a pointer even for 0 elements
+  T* p = n == 0 ? &empty : const_cast<T*>(data);
+  py::capsule owner(p, [](void*) {});  // dynemb owns the memory
+  std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n)};
+  std::vector<py::ssize_t> strides{static_cast<py::ssize_t>((width ? width : 1) * sizeof(T))};
+  if (width) {
+    shape.push_back(static_cast<py::ssize_t>(width));
+    strides.push_back(sizeof(T));
+  }
+  py::array a(py::dtype::of<T>(), shape, strides, p, owner);
+  if (!writable) a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+// A Storage written in Python: a subclass of dynemb.Storage implements find, write, scan,
+// size and clear (flush and describe optional) on NumPy arrays that view dynemb's buffers. Each
+// call takes the GIL; a Python exception becomes StorageError (the caching table then keeps the
+// rows it could not write, as for any failing store). Counts are kept here.
+class PyStorage : public storage::Storage {
+ public:
+  explicit PyStorage(uint32_t row_dim) : row_dim_(row_dim) {
+    if (row_dim == 0) throw InvalidArgument("Storage: row_dim = 0, must be > 0");
+  }
+  uint32_t row_dim() const override { return row_dim_; }
+  std::string describe() const override {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const storage::Storage*>(this), "describe");
+    if (f) return py::cast<std::string>(f());
+    return "python:" + std::string(py::str(py::type::of(py::cast(this)).attr("__name__")));
+  }
+  void find(size_t n, const uint64_t* keys, float* values, uint64_t* scores,
+            bool* founds) override {
+    call("find", [&](py::function f) {
+      f(view(keys, n, false), view(values, n, true, row_dim_), view(scores, n, true),
+        view(founds, n, true));
+    });
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.reads;
+    stats_.rows_read += n;
+    for (size_t i = 0; i < n; ++i) stats_.rows_found += founds[i] ? 1 : 0;
+  }
+  void write(size_t n_put, const uint64_t* put_keys, const float* put_values,
+             const uint64_t* put_scores, size_t n_erase, const uint64_t* erase_keys) override {
+    call("write", [&](py::function f) {
+      f(view(put_keys, n_put, false), view(put_values, n_put, false, row_dim_),
+        view(put_scores, n_put, false), view(erase_keys, n_erase, false));
+    });
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.writes;
+    stats_.rows_written += n_put;
+    stats_.rows_erased += n_erase;
+    stats_.bytes_written += n_put * (row_dim_ * sizeof(float) + sizeof(uint64_t));
+  }
+  size_t scan(storage::ScanCursor& cursor, size_t max_rows, uint64_t* keys, float* values,
+              uint64_t* scores) override {
+    size_t count = 0;
+    call("scan", [&](py::function f) {
+      py::tuple r = f(py::bytes(cursor.position), max_rows, view(keys, max_rows, true),
+                      view(values, max_rows, true, row_dim_), view(scores, max_rows, true));
+      if (r.size() != 3) {
+        throw InvalidArgument("Storage.scan must return (rows, position bytes, finished)");
+      }
+      count = py::cast<size_t>(r[0]);
+      if (count > max_rows) {
+        throw InvalidArgument("Storage.scan returned " + std::to_string(count) +
+                              " rows, more than max_rows = " + std::to_string(max_rows));
+      }
+      cursor.position = py::cast<std::string>(py::bytes(r[1]));
+      cursor.finished = py::cast<bool>(r[2]);
+    });
+    return count;
+  }
+  size_t size() override {
+    size_t n = 0;
+    call("size", [&](py::function f) { n = py::cast<size_t>(f()); });
+    return n;
+  }
+  void flush() override {
+    py::gil_scoped_acquire gil;
+    if (py::get_override(static_cast<const storage::Storage*>(this), "flush")) {
+      call("flush", [](py::function f) { f(); });
+    }
+  }
+  void clear() override {
+    call("clear", [](py::function f) { f(); });
+  }
+  storage::StorageStats stats() const override {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+  }
+
+ private:
+  // Calls the Python method `name` with the GIL; a missing method or a Python exception is a
+  // StorageError naming the store and the call.
+  template <class Body>
+  void call(const char* name, Body&& body) {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const storage::Storage*>(this), name);
+    if (!f) {
+      throw NotAvailable("Storage subclass " +
+                         std::string(py::str(py::type::of(py::cast(this)).attr("__name__"))) +
+                         " does not implement " + name);
+    }
+    try {
+      body(f);
+    } catch (py::error_already_set& e) {
+      const std::string what = e.what();
+      {
+        std::lock_guard lock(stats_mutex_);
+        ++stats_.failures;
+      }
+      throw storage::StorageError("Storage." + std::string(name) + " (python) failed: " + what);
+    }
+  }
+
+  uint32_t row_dim_;
+  mutable std::mutex stats_mutex_;
+  storage::StorageStats stats_{};
+};
+
 py::dict stats_dict(const storage::StorageStats& s) {
   py::dict d;
   d["reads"] = s.reads;
@@ -54,9 +180,15 @@ py::dict stats_dict(const storage::StorageStats& s) {
 }  // namespace
 
 void register_storage(py::module_& m) {
-  py::class_<storage::Storage, std::shared_ptr<storage::Storage>>(
+  py::class_<storage::Storage, PyStorage, std::shared_ptr<storage::Storage>>(
       m, "Storage",
-      "A lower tier under a caching table: key -> (row, score), rows of row_dim floats")
+      "A lower tier under a caching table: key -> (row, score), rows of row_dim floats. "
+      "Subclass it in Python with find(keys, values, scores, founds), write(put_keys, "
+      "put_values, put_scores, erase_keys), scan(position, max_rows, keys, values, scores) -> "
+      "(rows, position, finished), size(), clear() (flush(), describe() optional), on NumPy "
+      "arrays viewing dynemb's buffers (keys uint64, rows float32 [n, row_dim], scores uint64, "
+      "founds bool)")
+      .def(py::init<uint32_t>(), py::arg("row_dim"))
       .def_property_readonly("row_dim", &storage::Storage::row_dim)
       .def("describe", &storage::Storage::describe)
       .def(

@@ -189,3 +189,95 @@ def test_collection_with_external_storage_factory_and_checkpoint(seed, tmp_path)
     for t in ("a", "b"):
         want, got = all_rows(plain, t), all_rows(restored, t)
         assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+
+class DictStore(dynemb.Storage):
+    """A lower tier written in Python (a dict), with failures on request."""
+
+    def __init__(self, row_dim):
+        super().__init__(row_dim)
+        self.rows, self.fail = {}, False
+
+    def _check(self):
+        if self.fail:
+            raise IOError("the dict store is down")
+
+    def find(self, keys, values, scores, founds):
+        self._check()
+        for i, k in enumerate(keys.tolist()):
+            row = self.rows.get(k)
+            founds[i] = row is not None
+            if row is not None:
+                values[i], scores[i] = row
+
+    def write(self, put_keys, put_values, put_scores, erase_keys):
+        self._check()
+        for k in erase_keys.tolist():
+            self.rows.pop(k, None)
+        for i, k in enumerate(put_keys.tolist()):
+            self.rows[k] = (put_values[i].copy(), int(put_scores[i]))
+
+    def scan(self, position, max_rows, keys, values, scores):
+        items = sorted(self.rows.items())
+        start = int(position.decode() or "0")
+        chunk = items[start:start + max_rows]
+        for i, (k, (v, s)) in enumerate(chunk):
+            keys[i], values[i], scores[i] = k, v, s
+        end = start + len(chunk)
+        return len(chunk), str(end).encode(), end >= len(items)
+
+    def size(self):
+        return len(self.rows)
+
+    def clear(self):
+        self.rows.clear()
+
+
+def test_python_storage_subclass_trains_as_uncached_and_survives_failures(seed, tmp_path):
+    plain = DynamicEmbeddingBag(UNIVERSE, DIM, fused_params=ADAM)
+    row_dim = plain.dynemb_tables()["table"].row_dim
+    store = DictStore(row_dim)
+    opts = dynemb.DynamicEmbTableOptions(caching=True, bucket_capacity=16,
+                                         global_hbm_for_values=128 * row_dim * 4,
+                                         external_storage=store)
+    cached = DynamicEmbeddingBag(UNIVERSE, DIM, fused_params=ADAM, table_options=opts)
+    train_pair(seed, "cpu", cached, plain)
+    assert len(store.rows) > 0 and store.describe() == "python:DictStore"
+    s = store.stats()
+    assert s["reads"] > 0 and s["rows_written"] > 0 and s["failures"] == 0, s
+    # The store goes down: a step that needs it raises StorageError naming the Python error.
+    store.fail = True
+    gen = torch.Generator().manual_seed(seed + 1)
+    with pytest.raises(dynemb.StorageError, match="the dict store is down"):
+        for _ in range(20):  # until a step misses the cache
+            ids = draw_ids(64, gen)
+            cached(ids, torch.arange(0, 64, 4)).sum().backward()
+    assert store.stats()["failures"] >= 1
+    store.fail = False
+    # Back up: nothing was lost; the checkpoint of both tiers holds every row the plain
+    # module holds for the keys the plain module saw.
+    dynemb.DynamicEmbDump(str(tmp_path / "c"), cached, optim=True)
+    assert cached.caching_stats()["table"]["pending_rows"] == 0
+    got = all_rows(cached)
+    want = all_rows(plain)
+    assert set(want) <= set(got)
+
+
+def test_one_store_object_serves_one_table(seed):
+    """A store object given in options shared by a collection's tables would mix their keys:
+    the second table that takes it is refused; one table takes it without copying it."""
+    row_dim = row_dim_of(8, ADAM)
+    store = dynemb.HostStorage(row_dim)
+    opts = dynemb.DynamicEmbTableOptions(external_storage=store, max_capacity=128,
+                                         bucket_capacity=16)
+    one = [EmbeddingBagConfig(name="a", embedding_dim=8, num_embeddings=UNIVERSE,
+                              feature_names=["fa"])]
+    m = DynamicEmbeddingBagCollection(one, fused_params=ADAM, table_options=opts)
+    assert m.caching_stats()["a"]["lower_tier"] == store.describe()
+    two = one + [EmbeddingBagConfig(name="b", embedding_dim=8, num_embeddings=UNIVERSE,
+                                    feature_names=["fb"])]
+    with pytest.raises(dynemb.InvalidArgument, match="already the lower tier of table 'a'"):
+        DynamicEmbeddingBagCollection(two, fused_params=ADAM,
+                                      table_options=dynemb.DynamicEmbTableOptions(
+                                          external_storage=dynemb.HostStorage(row_dim),
+                                          max_capacity=128, bucket_capacity=16))

@@ -60,6 +60,7 @@ class _Table:
         self.compiled_options = compiled_options
         self.group: Optional["_TableGroup"] = None
         self.index = 0  # its position in its group
+        self.store = None  # its lower tier (caching / external_storage), if any
 
 
 class _TableGroup:
@@ -148,11 +149,21 @@ class DynamicEmbModule(nn.Module):
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
         store, cache_rows = storage_for(options, e, name, where)
+        if store is not None and options.external_storage is store:
+            for t in self._tables:
+                if t.store is store:
+                    raise _C.InvalidArgument(
+                        f"{where}: external_storage {store.describe()} is already the lower tier "
+                        f"of table '{t.name}'; a store holds one table's keys (give each table "
+                        "its own, or a callable (table name, row_dim) -> Storage)"
+                    )
         if grouped and store is None and e.admit_threshold <= 1:
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
         handle = _C.Embedding(self._backend(), e, store, cache_rows)
-        self._tables.append(_Table(name, dim, num_embeddings, features, mode, handle, options, e))
+        table = _Table(name, dim, num_embeddings, features, mode, handle, options, e)
+        table.store = store  # keeps a Python store (a dynemb.Storage subclass) alive with it
+        self._tables.append(table)
 
     def _backend(self):
         return _C.Backend.CUDA if self._device.type == "cuda" else _C.Backend.CPU
@@ -488,7 +499,10 @@ def _options_for(table_options, name: str):
     if table_options is None:
         return DynamicEmbTableOptions()
     if isinstance(table_options, DynamicEmbTableOptions):
-        return copy.deepcopy(table_options)
+        # A store object is shared, not copied (a store given here for several tables is
+        # refused when the second table takes it).
+        store = table_options.external_storage
+        return copy.deepcopy(table_options, {id(store): store})
     if isinstance(table_options, dict):
         if name not in table_options:
             raise _C.InvalidArgument(f"table_options: no entry for table '{name}'")
