@@ -102,9 +102,10 @@ ShardEntry write_shard(const detail::TableView<K>& v, const std::string& name, u
     detail::HostMirror<uint64_t> scores;
     size_t n = 0;
   };
-  Chunk chunks[2] = {
-      {{table.backend(), chunk}, {table.backend(), chunk * row_dim}, {table.backend(), chunk}},
-      {{table.backend(), chunk}, {table.backend(), chunk * row_dim}, {table.backend(), chunk}}};
+  const Backend b = table.backend();
+  const int dev = table.options().device;  // the table's kernels write these buffers
+  Chunk chunks[2] = {{{b, chunk, dev}, {b, chunk * row_dim, dev}, {b, chunk, dev}},
+                     {{b, chunk, dev}, {b, chunk * row_dim, dev}, {b, chunk, dev}}};
   ShardEntry shard;
   shard.rank = rank;
   shard.min_score = ~0ull;

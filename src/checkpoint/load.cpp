@@ -106,19 +106,20 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
     detail::HostMirror<uint64_t> row_scores;
     std::vector<float> values;  // rows that keep their state are read aside (find() fills rows)
     size_t kept = 0;
-    Chunk(Backend b, uint64_t chunk, uint32_t row_dim, size_t values_floats)
+    Chunk(Backend b, int dev, uint64_t chunk, uint32_t row_dim, size_t values_floats)
         : key_bits(chunk),
           scores(chunk),
-          keys(b, chunk),
-          rows(b, chunk * row_dim),
-          row_scores(b, chunk),
+          keys(b, chunk, dev),
+          rows(b, chunk * row_dim, dev),
+          row_scores(b, chunk, dev),
           values(values_floats) {}
   };
   const size_t values_floats = p.keep_state ? chunk * t.dim : 0;
-  Chunk chunks[2] = {{table.backend(), chunk, row_dim, values_floats},
-                     {table.backend(), chunk, row_dim, values_floats}};
-  detail::HostMirror<bool> founds(table.backend(), p.keep_state ? chunk : 0);
-  BackendBuffer<K> evicted(table.backend(), chunk);
+  const int dev = table.options().device;  // the table's kernels read and write these buffers
+  Chunk chunks[2] = {{table.backend(), dev, chunk, row_dim, values_floats},
+                     {table.backend(), dev, chunk, row_dim, values_floats}};
+  detail::HostMirror<bool> founds(table.backend(), p.keep_state ? chunk : 0, dev);
+  BackendBuffer<K> evicted(table.backend(), chunk, dev);
   const size_t read_stride = p.keep_state ? t.dim : row_dim;
   const bool timestamp = t.score_policy == "timestamp";
   detail::run_two_stage(
@@ -289,9 +290,10 @@ DeltaRows<K> incremental_dump(Table<K>& table, uint64_t threshold, uint64_t chun
   out.dim = table.dim();
   out.next_threshold = detail::incremental_clock(table, host_now_ns()).value_or(threshold);
   const uint64_t chunk = std::max<uint64_t>(1, chunk_slots);
-  detail::HostMirror<K> keys(table.backend(), chunk);
-  detail::HostMirror<float> rows(table.backend(), chunk * out.dim);
-  detail::HostMirror<uint64_t> scores(table.backend(), chunk);
+  const int dev = table.options().device;  // the table's kernels write these buffers
+  detail::HostMirror<K> keys(table.backend(), chunk, dev);
+  detail::HostMirror<float> rows(table.backend(), chunk * out.dim, dev);
+  detail::HostMirror<uint64_t> scores(table.backend(), chunk, dev);
   const uint64_t capacity = table.capacity();
   for (uint64_t offset = 0; offset < capacity; offset += chunk) {
     const size_t n = table.export_batch(offset, chunk, keys.table_ptr(), rows.table_ptr(),

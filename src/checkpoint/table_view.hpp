@@ -64,9 +64,10 @@ decltype(auto) visit_view(const NamedTable& named, F&& f) {
 template <class T>
 class HostMirror {
  public:
-  HostMirror(Backend backend, size_t count)
+  // `device`: the table's CUDA device (its kernels write there).
+  HostMirror(Backend backend, size_t count, int device)
       : backend_(backend), host_(std::make_unique_for_overwrite<T[]>(count)) {
-    if (backend_ != Backend::kCpu) device_ = BackendBuffer<T>(backend_, count);
+    if (backend_ != Backend::kCpu) device_ = BackendBuffer<T>(backend_, count, device);
   }
   // The pointer the table reads or writes.
   T* table_ptr() { return backend_ == Backend::kCpu ? host_.get() : device_.data(); }
