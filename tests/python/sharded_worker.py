@@ -267,8 +267,9 @@ def run_sequence(seed, device, router, empty_rank):
             before = sum(int(b.values[f].numel()) for b in batches[:rank])
             n = out[f].values().shape[0]
             want = ref[f].values()[before:before + n]
+            # float32: the owners sum a key's gradients from several ranks in another order.
             torch.testing.assert_close(out[f].values().double(), want.detach().double(),
-                                       rtol=1e-6, atol=1e-7,
+                                       rtol=1e-5, atol=1e-6,
                                        msg=lambda m: f"{what} step {step} {f}: {m}")
             gen = torch.Generator().manual_seed(seed + 11 * step + len(f))
             ups = torch.randn(ref[f].values().shape, generator=gen).to(device)
