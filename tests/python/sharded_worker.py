@@ -35,6 +35,12 @@ ROWWISE = {"optimizer": "rowwise_adagrad", "learning_rate": 0.1, "eps": 1e-6}
 SGD = {"optimizer": "sgd", "learning_rate": 0.3}
 
 
+def note(message):
+    """Progress, with DYNEMB_WORKER_VERBOSE=1 (where a rank stopped, on the GPU machine)."""
+    if os.environ.get("DYNEMB_WORKER_VERBOSE"):
+        print(f"[rank {dist.get_rank()}] {message}", flush=True)
+
+
 def zipf(n, gen):
     u = torch.rand(n, generator=gen, dtype=torch.float64)
     return ((UNIVERSE ** u) - 1).floor().to(torch.int64).clamp_(0, UNIVERSE - 1)
@@ -143,6 +149,7 @@ def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_ba
     reference = DynamicEmbeddingBagCollection(configs, fused_params=fused, device=device,
                                               is_weighted=weighted)
     for step in range(4):
+        note(f"{what} step {step}")
         batches = draw_batches(seed, step, world, keys, weighted, empty_rank)
         if step == bad_batch_step:
             # The last rank's batch lacks a feature: it raises its own error, every other rank
@@ -168,6 +175,7 @@ def run_bags(seed, device, exchange, router, weighted, fused, empty_rank, bad_ba
         ups = torch.randn(ref_out.shape, generator=gen).to(device)
         (out * ups[first:first + out.shape[0]]).sum().backward()
         (ref_out * ups).sum().backward()
+    note(f"{what} rows")
     rows = {}
     for t in ("t_a", "t_b", "t_c"):
         rows[t] = assert_same_rows(sharded, reference, t, what)
@@ -206,6 +214,7 @@ def check_checkpoints(sharded, reference, configs, fused, weighted, router, exch
     all ranks but the last (another world size: keys re-routed), load it and hold the trained
     rows; incremental_dump's shards together are the reference's rows."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    note(f"{what} dump")
     dynemb.DynamicEmbDump(path, sharded, optim=True, pg=dist.group.WORLD)
     device = sharded.device
 
@@ -215,12 +224,14 @@ def check_checkpoints(sharded, reference, configs, fused, weighted, router, exch
                                              exchange=exchange)
 
     same = fresh(dist.group.WORLD)
+    note(f"{what} load")
     dynemb.DynamicEmbLoad(path, same, optim=True, pg=dist.group.WORLD)
     for t in ("t_a", "t_b", "t_c"):
         assert_same_rows(same, reference, t, what + " loaded")
     # new_group is collective over every rank, members or not.
     smaller = dist.new_group(list(range(max(world - 1, 1))))
     if rank < max(world - 1, 1):
+        note(f"{what} load at {max(world - 1, 1)} ranks")
         fewer = fresh(smaller)
         dynemb.DynamicEmbLoad(path, fewer, optim=True, pg=smaller)
         for t in ("t_a", "t_b", "t_c"):
@@ -259,6 +270,7 @@ def run_sequence(seed, device, router, empty_rank):
                                          pg=dist.group.WORLD, router=router)
     reference = DynamicEmbeddingCollection(configs, fused_params=SGD, device=device)
     for step in range(3):
+        note(f"{what} step {step}")
         batches = draw_batches(seed + 1, step, world, keys, False, empty_rank)
         out = sharded(batches[rank].kjt(device))
         ref = reference(concatenated(batches, device))
@@ -328,6 +340,7 @@ def run(rank, world, port, seed, device_type, master="127.0.0.1"):
         device = torch.device("cpu")
     empty_rank = world - 1
     torch.manual_seed(seed)
+    note(f"mismatch on {device}")
     run_mismatch(device)
     # One checkpoint directory every rank sees (rank 0 makes it).
     holder = [tempfile.mkdtemp(prefix="dynemb-sharded-") if rank == 0 else None]
