@@ -4,6 +4,7 @@ applies the fused optimizer to the rows a training forward touched (there is no 
 gradient: the tables are not nn.Parameters and take no part in a torch.optim optimizer).
 """
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
@@ -160,7 +161,8 @@ class DynamicEmbModule(nn.Module):
         if grouped and store is None and e.admit_threshold <= 1:
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
-        handle = _C.Embedding(self._backend(), e, store, cache_rows)
+        with self._on_device():
+            handle = _C.Embedding(self._backend(), e, store, cache_rows)
         table = _Table(name, dim, num_embeddings, features, mode, handle, options, e)
         table.store = store  # keeps a Python store (a dynemb.Storage subclass) alive with it
         self._tables.append(table)
@@ -180,8 +182,9 @@ class DynamicEmbModule(nn.Module):
             if tables[0].handle is not None:
                 group = _TableGroup(tables, _SingleTable(tables[0].handle))
             else:
-                handle = _C.EmbeddingCollection(self._backend(),
-                                                [t.compiled_options for t in tables])
+                with self._on_device():
+                    handle = _C.EmbeddingCollection(self._backend(),
+                                                    [t.compiled_options for t in tables])
                 group = _TableGroup(tables, handle)
                 for i, t in enumerate(tables):
                     t.handle = handle.table(i)
@@ -197,8 +200,9 @@ class DynamicEmbModule(nn.Module):
             groups.setdefault(_layout_key(t), []).append(t)
         self._groups, self._sharded = [], True
         for tables in groups.values():
-            handle = _C.ShardedCollection(communicator, [t.compiled_options for t in tables],
-                                          router, exchange)
+            with self._on_device():
+                handle = _C.ShardedCollection(communicator, [t.compiled_options for t in tables],
+                                              router, exchange)
             group = _TableGroup(tables, handle)
             for i, t in enumerate(tables):
                 t.group, t.index = group, i
@@ -222,7 +226,22 @@ class DynamicEmbModule(nn.Module):
             return torch.cuda.current_stream(self._device).cuda_stream
         return 0
 
+    def _on_device(self):
+        """The module's CUDA device made current for a call (the compiled tables expect their
+        device current, whichever device the caller has current); nothing on the CPU."""
+        if self._device.type == "cuda":
+            return torch.cuda.device(self._device)
+        return contextlib.nullcontext()
+
     def _run_forward(self, calls, training: bool):
+        with self._on_device():
+            return self._run_forward_here(calls, training)
+
+    def _run_backward(self, tables, grads, generations):
+        with self._on_device():
+            return self._run_backward_here(tables, grads, generations)
+
+    def _run_forward_here(self, calls, training: bool):
         if self._groups is not None:
             return self._run_grouped_forward(calls, training)
         stream = self._stream()
@@ -265,7 +284,7 @@ class DynamicEmbModule(nn.Module):
                 else parts[0][0].to(torch.float32)
             group.handle.backward(grad.contiguous(), parts[0][1], stream)
 
-    def _run_backward(self, tables, grads, generations):
+    def _run_backward_here(self, tables, grads, generations):
         if self._groups is not None:
             return self._run_grouped_backward(tables, grads, generations)
         stream = self._stream()
@@ -592,7 +611,8 @@ class _KeyedCollection(DynamicEmbModule):
         # No batches: the compiled collection takes part in the step refusing it, so every
         # rank raises.
         try:
-            self._groups[0].handle.forward([], False, None, self._stream())
+            with self._on_device():
+                self._groups[0].handle.forward([], False, None, self._stream())
         except _C.Error:
             pass
 
