@@ -154,3 +154,25 @@ def test_grouped_state_errors_change_nothing(seed):
     for t in "abcd":
         after = all_rows(grouped, t)
         assert all(torch.equal(before[t][k], after[k]) for k in before[t])
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.device_count() >= 2
+                         and dynemb._C.cuda_available()),
+                    reason="needs 2 CUDA devices and a CUDA build")
+def test_cuda_module_on_second_device_while_first_is_current(seed):
+    """A collection built on cuda:1 trains while cuda:0 is current, as its twin on cuda:0."""
+    torch.cuda.set_device(0)
+    twins = {d: DynamicEmbeddingBagCollection(bag_configs(), fused_params=ADAM, device=d,
+                                              group_tables=True)
+             for d in ("cuda:0", "cuda:1")}
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(3):
+        kjt = batch(["fa", "fa2", "fb", "fc", "fd"], 6, gen, "cpu")
+        outs = {}
+        for d, m in twins.items():
+            k = KeyedJaggedTensor(kjt.keys(), kjt.values().to(d), lengths=kjt.lengths().to(d))
+            outs[d] = m(k).values()
+            (outs[d] ** 2).sum().backward()
+        torch.testing.assert_close(outs["cuda:1"].cpu(), outs["cuda:0"].cpu(), rtol=0, atol=0)
+    assert torch.cuda.current_device() == 0
+    same_rows(twins["cuda:1"], twins["cuda:0"], "abcd")
