@@ -78,7 +78,7 @@ ShardEntry write_shard(const detail::TableView<K>& v, const std::string& name, u
   h.dtype = detail::key_dtype<K>();
   ShardFile keys(dir, rank_file(name, rank, "keys"), h, o.direct_io);
   h.content = FileContent::kValues;
-  h.dtype = Dtype::kFloat32;
+  h.dtype = dtype_of(v.value_type);
   h.width = v.dim;
   ShardFile values(dir, rank_file(name, rank, "values"), h, o.direct_io);
   h.content = FileContent::kScores;
@@ -130,13 +130,17 @@ ShardEntry write_shard(const detail::TableView<K>& v, const std::string& name, u
         keys.sink.append(c.keys.host(), n * sizeof(K));
         scores.sink.append(c.scores.host(), n * sizeof(uint64_t));
         const float* rows = c.rows.host();
-        if (row_dim == v.dim) {
+        // The embedding's dim elements (16-bit types: 2 bytes each, the padding half left out),
+        // then the state after its words.
+        const size_t value_bytes = size_t{v.dim} * dtype_bytes(dtype_of(v.value_type));
+        if (row_dim == v.dim && v.value_type == ValueType::kFloat32) {
           values.sink.append(rows, n * row_dim * sizeof(float));
         } else {
           for (size_t i = 0; i < n; ++i) {
-            values.sink.append(rows + i * row_dim, v.dim * sizeof(float));
+            values.sink.append(rows + i * row_dim, value_bytes);
             if (state) {
-              state->sink.append(rows + i * row_dim + v.dim, v.state_dim * sizeof(float));
+              state->sink.append(rows + i * row_dim + v.embedding_words,
+                                 v.state_dim * sizeof(float));
             }
           }
         }
@@ -162,6 +166,7 @@ TableEntry describe(const detail::TableView<K>& v, const std::string& name, bool
   t.name = name;
   t.key_dtype = detail::key_dtype<K>();
   t.dim = v.dim;
+  t.value_dtype = dtype_of(v.value_type);
   t.optimizer = v.optimizer;
   t.optimizer_state_dim = v.state_dim;
   t.optimizer_args = v.optimizer_args;
@@ -173,9 +178,9 @@ TableEntry describe(const detail::TableView<K>& v, const std::string& name, bool
 }
 
 bool same_shape(const TableEntry& a, const TableEntry& b) {
-  return a.key_dtype == b.key_dtype && a.dim == b.dim && a.optimizer == b.optimizer &&
-         a.optimizer_state_dim == b.optimizer_state_dim && a.score_policy == b.score_policy &&
-         a.has_optimizer_state == b.has_optimizer_state;
+  return a.key_dtype == b.key_dtype && a.value_dtype == b.value_dtype && a.dim == b.dim &&
+         a.optimizer == b.optimizer && a.optimizer_state_dim == b.optimizer_state_dim &&
+         a.score_policy == b.score_policy && a.has_optimizer_state == b.has_optimizer_state;
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ std::string to_string(Dtype dtype) {
       return "uint64";
     case Dtype::kFloat32:
       return "float32";
+    case Dtype::kFloat16:
+      return "float16";
+    case Dtype::kBFloat16:
+      return "bfloat16";
   }
   return "dtype " + std::to_string(static_cast<int>(dtype));
 }
@@ -56,12 +60,44 @@ Dtype parse_dtype(std::string_view name, const std::string& where) {
   if (name == "int64") return Dtype::kInt64;
   if (name == "uint64") return Dtype::kUint64;
   if (name == "float32") return Dtype::kFloat32;
+  if (name == "float16") return Dtype::kFloat16;
+  if (name == "bfloat16") return Dtype::kBFloat16;
   throw CheckpointError(where + ": dtype = \"" + std::string(name) +
-                        "\", expected int64, uint64 or float32");
+                        "\", expected int64, uint64, float32, float16 or bfloat16");
 }
 
 uint32_t dtype_bytes(Dtype dtype) {
-  return dtype == Dtype::kFloat32 ? 4 : 8;
+  switch (dtype) {
+    case Dtype::kFloat32:
+      return 4;
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16:
+      return 2;
+    default:
+      return 8;
+  }
+}
+
+Dtype dtype_of(ValueType type) {
+  switch (type) {
+    case ValueType::kFloat16:
+      return Dtype::kFloat16;
+    case ValueType::kBFloat16:
+      return Dtype::kBFloat16;
+    default:
+      return Dtype::kFloat32;
+  }
+}
+
+ValueType value_type_of(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat16:
+      return ValueType::kFloat16;
+    case Dtype::kBFloat16:
+      return ValueType::kBFloat16;
+    default:
+      return ValueType::kFloat32;
+  }
 }
 
 void encode_header(const FileHeader& h, uint8_t out[kHeaderBytes]) {
@@ -106,8 +142,8 @@ FileHeader decode_header(const uint8_t in[kHeaderBytes], const std::string& file
   if (content < 1 || content > 4) {
     throw CheckpointError(file + ": content = " + std::to_string(content) + ", expected 1..4");
   }
-  if (dtype < 1 || dtype > 3) {
-    throw CheckpointError(file + ": dtype = " + std::to_string(dtype) + ", expected 1..3");
+  if (dtype < 1 || dtype > 5) {
+    throw CheckpointError(file + ": dtype = " + std::to_string(dtype) + ", expected 1..5");
   }
   h.content = static_cast<FileContent>(content);
   h.dtype = static_cast<Dtype>(dtype);

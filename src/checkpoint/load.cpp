@@ -64,6 +64,13 @@ Plan plan_table(const NamedTable& target, const Manifest& m, const LoadOptions& 
     throw CheckpointError("table \"" + t.name + "\": the checkpoint's dim is " +
                           std::to_string(t.dim) + ", the target's is " + std::to_string(v.dim));
   }
+  const ValueType file_type = value_type_of(t.value_dtype);
+  if (file_type != v.value_type && !o.convert_value_type) {
+    throw CheckpointError("table \"" + t.name + "\": the checkpoint's rows are " +
+                          to_string(file_type) + ", the target's are " + to_string(v.value_type) +
+                          "; set LoadOptions::convert_value_type to convert them (rounded to "
+                          "nearest even)");
+  }
   const std::string policy = to_string(v.table->options().score_policy);
   p.restore_scores = policy == t.score_policy;
   if (!p.restore_scores) {
@@ -72,7 +79,11 @@ Plan plan_table(const NamedTable& target, const Manifest& m, const LoadOptions& 
          "; its scores are not restored (rows get the target's own scores)");
   }
   if (v.state_dim > 0) {
-    const bool same_optimizer = t.optimizer == v.optimizer && t.optimizer_state_dim == v.state_dim;
+    // Across value types the state's padding (align_rows) may differ; the optimizer's own state
+    // (its kind and dim's) is the same.
+    const bool same_optimizer =
+        t.optimizer == v.optimizer && (t.optimizer_state_dim == v.state_dim ||
+                                       (file_type != v.value_type && !t.optimizer.empty()));
     p.load_state = o.optimizer_state && t.has_optimizer_state && same_optimizer;
     p.keep_state = !p.load_state;
     if (!p.load_state) report.state_skipped.push_back(t.name);
@@ -86,6 +97,18 @@ Plan plan_table(const NamedTable& target, const Manifest& m, const LoadOptions& 
   }
   p.was_empty = v.table->size() == 0;
   return p;
+}
+
+// Writes `dim` embedding elements of `from` (type from_type) to `to` (type to_type): copied, or
+// converted through float32 (rounded to nearest even; an odd dim's unused half 0).
+void copy_embedding(const float* from, ValueType from_type, float* to, ValueType to_type,
+                    uint32_t dim) {
+  if (from_type == to_type) {
+    std::memcpy(to, from, value_words(to_type, dim) * sizeof(float));
+    return;
+  }
+  if (to_type != ValueType::kFloat32 && dim % 2 == 1) to[dim / 2] = 0.0f;
+  for (uint32_t j = 0; j < dim; ++j) store_value(to_type, to, j, load_value(from_type, from, j));
 }
 
 // Streams one shard into the target.
@@ -114,18 +137,24 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
           row_scores(b, chunk, dev),
           values(values_floats) {}
   };
-  const size_t values_floats = p.keep_state ? chunk * t.dim : 0;
+  // Rows are read aside (values) when they keep their state or change value type: in the file's
+  // layout (its embedding words, then the state when loaded), then put into the table's.
+  const ValueType file_type = value_type_of(t.value_dtype);
+  const uint32_t file_words = value_words(file_type, t.dim);
+  const uint32_t state_words = p.load_state ? t.optimizer_state_dim : 0;
+  const bool staged = p.keep_state || file_type != v.value_type;
+  const size_t read_stride = staged ? file_words + state_words : row_dim;
+  const size_t values_floats = staged ? chunk * read_stride : 0;
   const int dev = table.options().device;  // the table's kernels read and write these buffers
   Chunk chunks[2] = {{table.backend(), dev, chunk, row_dim, values_floats},
                      {table.backend(), dev, chunk, row_dim, values_floats}};
   detail::HostMirror<bool> founds(table.backend(), p.keep_state ? chunk : 0, dev);
   BackendBuffer<K> evicted(table.backend(), chunk, dev);
-  const size_t read_stride = p.keep_state ? t.dim : row_dim;
   const bool timestamp = t.score_policy == "timestamp";
   detail::run_two_stage(
       [&](unsigned slot) {  // read the next chunk that has rows for this rank
         Chunk& c = chunks[slot];
-        float* const read_to = p.keep_state ? c.values.data() : c.rows.host();
+        float* const read_to = staged ? c.values.data() : c.rows.host();
         for (c.kept = 0; c.kept == 0 && reader.remaining() > 0;) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, reader.remaining()));
           reader.read(n, c.key_bits.data(), read_to, read_stride, c.scores.data());
@@ -167,15 +196,25 @@ void load_shard(const detail::TableView<K>& v, const Plan& p, const Manifest& m,
         const size_t kept = c.kept;
         c.keys.upload(kept);
         c.row_scores.upload(kept);
+        float* r = c.rows.host();
         if (p.keep_state) {
           // Existing rows keep their optimizer state, new rows start at 0.
-          float* r = c.rows.host();
           std::fill(r, r + kept * row_dim, 0.0f);
           c.rows.upload(kept * row_dim);
           table.find(kept, c.keys.table_ptr(), c.rows.table_ptr(), founds.table_ptr(), nullptr);
           c.rows.download(kept * row_dim);
+        }
+        if (staged) {
           for (size_t i = 0; i < kept; ++i) {
-            std::memcpy(r + i * row_dim, &c.values[i * t.dim], t.dim * sizeof(float));
+            const float* src = &c.values[i * read_stride];
+            float* dst = r + i * row_dim;
+            copy_embedding(src, file_type, dst, v.value_type, t.dim);
+            if (state_words > 0) {
+              const uint32_t common = std::min(state_words, v.state_dim);
+              std::memcpy(dst + v.embedding_words, src + file_words, common * sizeof(float));
+              std::fill(dst + v.embedding_words + common, dst + v.embedding_words + v.state_dim,
+                        0.0f);
+            }
           }
         }
         c.rows.upload(kept * row_dim);

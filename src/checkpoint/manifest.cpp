@@ -178,9 +178,10 @@ TableEntry parse_table(const Json& j, uint32_t world_size, const std::string& wh
     throw CheckpointError(where + ": key_dtype = float32, expected int64 or uint64");
   }
   t.value_dtype = parse_dtype(g.str("value_dtype"), where + ": value_dtype");
-  if (t.value_dtype != Dtype::kFloat32) {
+  if (t.value_dtype != Dtype::kFloat32 && t.value_dtype != Dtype::kFloat16 &&
+      t.value_dtype != Dtype::kBFloat16) {
     throw CheckpointError(where + ": value_dtype = " + to_string(t.value_dtype) +
-                          ", this build reads float32");
+                          ", expected float32, float16 or bfloat16");
   }
   t.dim = g.u32("dim", kMaxDim);
   if (t.dim == 0) throw CheckpointError(where + ": dim = 0, expected >= 1");
@@ -234,7 +235,7 @@ TableEntry parse_table(const Json& j, uint32_t world_size, const std::string& wh
     e.values = parse_file(files.at("values"), sw + " values file");
     e.scores = parse_file(files.at("scores"), sw + " scores file");
     check_file_size(e.keys, e.rows, 1, t.key_dtype, sw + " keys file");
-    check_file_size(e.values, e.rows, t.dim, Dtype::kFloat32, sw + " values file");
+    check_file_size(e.values, e.rows, t.dim, t.value_dtype, sw + " values file");
     check_file_size(e.scores, e.rows, 1, Dtype::kUint64, sw + " scores file");
     if (t.has_optimizer_state) {
       e.optimizer_state = parse_file(files.at("optimizer_state"), sw + " optimizer_state file");
@@ -426,7 +427,7 @@ FileHeader expected_header(const TableEntry& t, const ShardEntry& s, FileContent
       h.width = 1;
       break;
     case FileContent::kValues:
-      h.dtype = Dtype::kFloat32;
+      h.dtype = t.value_dtype;
       h.width = t.dim;
       break;
     case FileContent::kScores:

@@ -211,14 +211,18 @@ void ShardReader::read(size_t n, uint64_t* keys, float* rows, size_t row_stride,
   }
   keys_.read(keys, n * sizeof(uint64_t));
   scores_.read(scores, n * sizeof(uint64_t));
-  const size_t value_bytes = size_t{table_.dim} * sizeof(float);
-  if (!state_ && row_stride == table_.dim) {
+  const ValueType type = value_type_of(table_.value_dtype);
+  const size_t value_bytes = size_t{table_.dim} * dtype_bytes(table_.value_dtype);
+  const uint32_t words = value_words(type, table_.dim);
+  if (!state_ && row_stride == table_.dim && type == ValueType::kFloat32) {
     values_.read(rows, n * value_bytes);
   } else {
     const size_t state_bytes = size_t{table_.optimizer_state_dim} * sizeof(float);
     for (size_t i = 0; i < n; ++i) {
-      values_.read(rows + i * row_stride, value_bytes);
-      if (state_) state_->read(rows + i * row_stride + table_.dim, state_bytes);
+      float* row = rows + i * row_stride;
+      if (value_bytes < words * sizeof(float)) row[words - 1] = 0.0f;  // an odd dim's last half
+      values_.read(row, value_bytes);
+      if (state_) state_->read(row + words, state_bytes);
     }
   }
   remaining_ -= n;

@@ -38,8 +38,10 @@ class ShardReader {
               uint32_t world_size, bool read_state);
   // Rows not read yet.
   uint64_t remaining() const { return remaining_; }
-  // Reads the next n <= remaining() rows: key bits, n scores, and row i's values (dim floats)
-  // to rows + i * row_stride followed, when reading state, by its optimizer_state_dim floats.
+  // Reads the next n <= remaining() rows: key bits, n scores, and row i's values (dim elements of
+  // the file's value dtype, in value_words(type, dim) words: 16-bit types two a word, an odd
+  // dim's last half 0) to rows + i * row_stride followed, when reading state, by its
+  // optimizer_state_dim floats.
   void read(size_t n, uint64_t* keys, float* rows, size_t row_stride, uint64_t* scores);
   // Checks every file's CRC32C after the last row (CheckpointError on a mismatch).
   void finish();

@@ -16,9 +16,11 @@ namespace dynemb::checkpoint::detail {
 template <TableKey K>
 struct TableView {
   Table<K>* table = nullptr;
-  uint32_t dim = 0;        // embedding floats: the values file's width
+  uint32_t dim = 0;        // embedding elements: the values file's width
   uint32_t state_dim = 0;  // optimizer-state floats after them in each table row
-  std::string optimizer;   // "" for a plain table
+  ValueType value_type = ValueType::kFloat32;  // what the embedding elements are stored as
+  uint32_t embedding_words = 0;  // 32-bit words of the embedding (value_words(value_type, dim))
+  std::string optimizer;         // "" for a plain table
   std::vector<std::pair<std::string, double>> optimizer_args;
 };
 
@@ -34,6 +36,8 @@ TableView<K> view_of(Table<K>* table, const RowLayout& layout) {
   v.table = table;
   v.dim = layout.dim;
   v.state_dim = layout.state_dim;
+  v.value_type = layout.value_type;
+  v.embedding_words = layout.embedding_words();
   v.optimizer = layout.optimizer;
   v.optimizer_args = layout.optimizer_args;
   return v;
@@ -48,12 +52,13 @@ decltype(auto) visit_view(const NamedTable& named, F&& f) {
           throw InvalidArgument("checkpoint: table \"" + named.name + "\" is a null pointer");
         }
         const RowLayout& l = named.layout;
-        if (uint64_t{l.dim} + l.state_dim != table->dim() || l.dim == 0) {
+        if (uint64_t{l.embedding_words()} + l.state_dim != table->dim() || l.dim == 0) {
           throw InvalidArgument("checkpoint: table \"" + named.name +
-                                "\": layout.dim + layout.state_dim = " + std::to_string(l.dim) +
-                                " + " + std::to_string(l.state_dim) +
-                                " must equal the table's dim " + std::to_string(table->dim()) +
-                                " (layout.dim > 0)");
+                                "\": layout's embedding words + layout.state_dim = " +
+                                std::to_string(l.embedding_words()) + " (dim " +
+                                std::to_string(l.dim) + " " + to_string(l.value_type) + ") + " +
+                                std::to_string(l.state_dim) + " must equal the table's dim " +
+                                std::to_string(table->dim()) + " (layout.dim > 0)");
         }
         return f(view_of(table, l));
       },

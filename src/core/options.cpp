@@ -47,6 +47,9 @@ void validate_initializer(const InitializerOptions& init, const char* where) {
       require(false, where, "initializer.kind", std::to_string(static_cast<int>(init.kind)),
               "must be uniform, normal, truncated_normal, constant or debug");
   }
+  require(static_cast<int>(init.value_type) <= static_cast<int>(ValueType::kBFloat16), where,
+          "initializer.value_type", std::to_string(static_cast<int>(init.value_type)),
+          "must be float32, float16 or bfloat16");
 }
 
 void validate_table_options(const TableOptions& o) {
@@ -57,10 +60,10 @@ void validate_table_options(const TableOptions& o) {
               o.bucket_capacity <= 1024,
           w, "bucket_capacity", std::to_string(o.bucket_capacity),
           "must be a power of two in [16, 1024]");
-  require(o.init_capacity > 0 && o.init_capacity % o.bucket_capacity == 0, w, "init_capacity",
-          std::to_string(o.init_capacity),
-          "must be a positive multiple of bucket_capacity (" + std::to_string(o.bucket_capacity) +
-              ")");
+  require(
+      o.init_capacity > 0 && o.init_capacity % o.bucket_capacity == 0, w, "init_capacity",
+      std::to_string(o.init_capacity),
+      "must be a positive multiple of bucket_capacity (" + std::to_string(o.bucket_capacity) + ")");
   require(o.max_capacity % o.bucket_capacity == 0, w, "max_capacity",
           std::to_string(o.max_capacity),
           "must be a multiple of bucket_capacity (" + std::to_string(o.bucket_capacity) + ")");
@@ -73,9 +76,8 @@ void validate_table_options(const TableOptions& o) {
   require(static_cast<int>(o.score_policy) <= static_cast<int>(ScorePolicy::kCustomized), w,
           "score_policy", std::to_string(static_cast<int>(o.score_policy)),
           "must be timestamp, step, lfu or customized");
-  require(static_cast<int>(o.safe_check) <= static_cast<int>(SafeCheck::kIgnore), w,
-          "safe_check", std::to_string(static_cast<int>(o.safe_check)),
-          "must be error, warning or ignore");
+  require(static_cast<int>(o.safe_check) <= static_cast<int>(SafeCheck::kIgnore), w, "safe_check",
+          std::to_string(static_cast<int>(o.safe_check)), "must be error, warning or ignore");
   require(o.num_threads <= 1024, w, "num_threads", std::to_string(o.num_threads),
           "must be <= 1024 (0 = all hardware threads)");
   require(o.device >= 0, w, "device", std::to_string(o.device), "must be >= 0");
@@ -84,39 +86,53 @@ void validate_table_options(const TableOptions& o) {
 
 std::string to_string(InitializerKind kind) {
   switch (kind) {
-    case InitializerKind::kUniform: return "uniform";
-    case InitializerKind::kNormal: return "normal";
-    case InitializerKind::kTruncatedNormal: return "truncated_normal";
-    case InitializerKind::kConstant: return "constant";
-    case InitializerKind::kDebug: return "debug";
+    case InitializerKind::kUniform:
+      return "uniform";
+    case InitializerKind::kNormal:
+      return "normal";
+    case InitializerKind::kTruncatedNormal:
+      return "truncated_normal";
+    case InitializerKind::kConstant:
+      return "constant";
+    case InitializerKind::kDebug:
+      return "debug";
   }
   return "unknown";
 }
 
 std::string to_string(ScorePolicy policy) {
   switch (policy) {
-    case ScorePolicy::kTimestamp: return "timestamp";
-    case ScorePolicy::kStep: return "step";
-    case ScorePolicy::kLfu: return "lfu";
-    case ScorePolicy::kCustomized: return "customized";
+    case ScorePolicy::kTimestamp:
+      return "timestamp";
+    case ScorePolicy::kStep:
+      return "step";
+    case ScorePolicy::kLfu:
+      return "lfu";
+    case ScorePolicy::kCustomized:
+      return "customized";
   }
   return "unknown";
 }
 
 std::string to_string(SafeCheck mode) {
   switch (mode) {
-    case SafeCheck::kError: return "error";
-    case SafeCheck::kWarning: return "warning";
-    case SafeCheck::kIgnore: return "ignore";
+    case SafeCheck::kError:
+      return "error";
+    case SafeCheck::kWarning:
+      return "warning";
+    case SafeCheck::kIgnore:
+      return "ignore";
   }
   return "unknown";
 }
 
-std::string to_string(Backend backend) { return backend == Backend::kCpu ? "cpu" : "cuda"; }
+std::string to_string(Backend backend) {
+  return backend == Backend::kCpu ? "cpu" : "cuda";
+}
 
 ScorePolicy parse_score_policy(const std::string& name) {
-  for (auto p : {ScorePolicy::kTimestamp, ScorePolicy::kStep, ScorePolicy::kLfu,
-                 ScorePolicy::kCustomized}) {
+  for (auto p :
+       {ScorePolicy::kTimestamp, ScorePolicy::kStep, ScorePolicy::kLfu, ScorePolicy::kCustomized}) {
     if (to_string(p) == name) return p;
   }
   throw InvalidArgument("parse_score_policy: score_policy = \"" + name +

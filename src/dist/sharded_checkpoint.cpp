@@ -72,7 +72,7 @@ class ByteReader {
 RowLayout layout_of(const EmbeddingOptions& o, uint32_t row_dim) {
   const OptimizerOptions& p = o.optimizer;
   return RowLayout{o.dim,
-                   row_dim - o.dim,
+                   row_dim - value_words(o.value_type, o.dim),
                    to_string(p.kind),
                    {{"learning_rate", p.learning_rate},
                     {"beta1", p.beta1},
@@ -85,7 +85,8 @@ RowLayout layout_of(const EmbeddingOptions& o, uint32_t row_dim) {
                     {"ftrl_beta", p.ftrl_beta},
                     {"weight_decay", p.weight_decay},
                     {"clip_norm", p.clip_norm},
-                    {"clip_value", p.clip_value}}};
+                    {"clip_value", p.clip_value}},
+                   o.value_type};
 }
 
 template <TableKey K>

@@ -50,7 +50,7 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options)
 template <TableKey K>
 Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options,
                         const TableFactory<K>& make)
-    : backend_(backend), options_(options) {
+    : backend_(backend), options_(embedding::detail::with_value_type(options)) {
   validate_embedding_options(options);
   const TableOptions t = embedding::detail::embedding_table_options(options);
   row_dim_ = t.dim;
@@ -59,6 +59,7 @@ Embedding<K>::Embedding(Backend backend, const EmbeddingOptions& options,
           table_ ? std::to_string(table_->dim()) : "no table",
           "must be the row_dim " + std::to_string(t.dim));
   step_ = std::make_unique<Step>(backend, options.table.device);
+  step_->pipeline.value_type = options_.value_type;
   step_->counters = BackendBuffer<uint64_t>(backend, kCounters, options.table.device);
   step_->table = {table_.get(), step_->counters.data() + kRowsCreated,
                   step_->counters.data() + kEvalMisses};
@@ -187,7 +188,7 @@ void Embedding<K>::admit_rows(StreamHandle stream) {
   // Keys without a row read the evaluation initializer.
   ops::detail::count_flags(p.ops, u, found, false, counters + kAdmissionPending, stream);
   p.ops.fill_initial_rows(u, keys, found, false, options_.eval_initializer, rows, row_dim_,
-                          options_.dim, stream);
+                          value_words(options_.value_type, options_.dim), stream);
 }
 
 template <TableKey K>
@@ -196,7 +197,8 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   embedding::detail::TrainingStep<K>& p = s.pipeline;
   const embedding::detail::BackwardSettings settings{
       "Embedding::backward",          options_.optimizer,         options_.gradient_check,
-      s.counters.data() + kNonfinite, stats_.nonfinite_gradients, observer_};
+      s.counters.data() + kNonfinite, stats_.nonfinite_gradients, observer_,
+      options_.deterministic_backward};
   // By address the rows were updated in place; counter admission's dense rows are written back.
   if (!p.backward(grad, grad_stride, options_.dim, row_dim_, settings, stream)) return;
   const size_t u = p.num_unique;
@@ -245,7 +247,7 @@ RowLayout embedding_row_layout(const EmbeddingOptions& options) {
   const OptimizerOptions& o = options.optimizer;
   const uint32_t row_dim = embedding_row_dim(options);
   return RowLayout{options.dim,
-                   row_dim - options.dim,
+                   row_dim - value_words(options.value_type, options.dim),
                    to_string(o.kind),
                    {{"learning_rate", o.learning_rate},
                     {"beta1", o.beta1},
@@ -258,7 +260,8 @@ RowLayout embedding_row_layout(const EmbeddingOptions& options) {
                     {"ftrl_beta", o.ftrl_beta},
                     {"weight_decay", o.weight_decay},
                     {"clip_norm", o.clip_norm},
-                    {"clip_value", o.clip_value}}};
+                    {"clip_value", o.clip_value}},
+                   options.value_type};
 }
 
 template <TableKey K>

@@ -51,6 +51,14 @@ void validate_collection(const std::vector<EmbeddingOptions>& tables) {
     require(o.eval_initializer == first.eval_initializer, w,
             table_field(t, "eval_initializer").c_str(), to_string(o.eval_initializer.kind),
             "must equal tables[0].eval_initializer (kind and every setting)");
+    require(o.value_type == first.value_type && o.stochastic_rounding == first.stochastic_rounding,
+            w, table_field(t, "value_type").c_str(), to_string(o.value_type),
+            "must equal tables[0].value_type = " + to_string(first.value_type) +
+                " (and its stochastic_rounding)");
+    require(o.deterministic_backward == first.deterministic_backward, w,
+            table_field(t, "deterministic_backward").c_str(),
+            o.deterministic_backward ? "true" : "false",
+            "must equal tables[0].deterministic_backward");
     require(o.align_rows == first.align_rows, w, table_field(t, "align_rows").c_str(),
             o.align_rows ? "true" : "false", "must equal tables[0].align_rows");
     require(o.table.device == first.table.device, w, table_field(t, "table.device").c_str(),
@@ -85,6 +93,7 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
                                             const TableFactory<K>& make)
     : backend_(backend), options_(std::move(tables)) {
   validate_collection(options_);
+  for (EmbeddingOptions& o : options_) o = embedding::detail::with_value_type(o);
   const size_t n = options_.size();
   row_dim_ = embedding_row_dim(options_.front());
   table_bits_ = n == 1 ? 0 : static_cast<uint32_t>(std::bit_width(n - 1));
@@ -100,6 +109,7 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   const int device = options_.front().table.device;
   step_ = std::make_unique<Step>(backend, device);
   Step& s = *step_;
+  s.pipeline.value_type = options_.front().value_type;
   s.words = BackendBuffer<uint64_t>(backend, kWords, device);
   s.table_counters = BackendBuffer<uint64_t>(backend, n * kPerTable, device);
   s.bounds = BackendBuffer<uint64_t>(backend, n + 1, device);
@@ -257,7 +267,8 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
   const EmbeddingOptions& o = options_.front();
   const embedding::detail::BackwardSettings settings{
       "EmbeddingCollection::backward", o.optimizer,        o.gradient_check,
-      s.words.data() + kNonfinite,     nonfinite_refused_, observer_};
+      s.words.data() + kNonfinite,     nonfinite_refused_, observer_,
+      o.deterministic_backward};
   s.pipeline.backward(grad, grad_stride, o.dim, row_dim_, settings, stream);
 }
 

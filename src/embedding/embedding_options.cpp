@@ -19,13 +19,18 @@ void validate_embedding_options(const EmbeddingOptions& o) {
   require(o.ttl_seconds == 0.0 || o.table.score_policy == ScorePolicy::kTimestamp, w, "ttl_seconds",
           std::to_string(o.ttl_seconds),
           "needs table.score_policy = timestamp (is " + to_string(o.table.score_policy) + ")");
+  require(static_cast<int>(o.value_type) <= static_cast<int>(ValueType::kBFloat16), w, "value_type",
+          std::to_string(static_cast<int>(o.value_type)), "must be float32, float16 or bfloat16");
+  require(!o.stochastic_rounding || o.value_type != ValueType::kFloat32, w, "stochastic_rounding",
+          "true", "needs value_type float16 or bfloat16 (is float32)");
   require(static_cast<int>(o.gradient_check) <= static_cast<int>(SafeCheck::kIgnore), w,
           "gradient_check", std::to_string(static_cast<int>(o.gradient_check)),
           "must be error, warning or ignore");
 }
 
 uint32_t embedding_row_dim(const EmbeddingOptions& o) {
-  const uint32_t unpadded = o.dim + optimizer_state_dim(o.optimizer.kind, o.dim);
+  const uint32_t unpadded =
+      value_words(o.value_type, o.dim) + optimizer_state_dim(o.optimizer.kind, o.dim);
   if (!o.align_rows || o.dim % 4 != 0) return unpadded;
   return (unpadded + 3) / 4 * 4;
 }

@@ -13,7 +13,17 @@ TableOptions embedding_table_options(const EmbeddingOptions& o) {
   TableOptions t = o.table;
   t.dim = embedding_row_dim(o);
   t.initializer.width = o.dim;  // optimizer state (and padding) starts at 0
+  t.initializer.value_type = o.value_type;
   return t;
+}
+
+EmbeddingOptions with_value_type(const EmbeddingOptions& options) {
+  EmbeddingOptions o = options;
+  o.optimizer.value_type = o.value_type;
+  o.optimizer.stochastic_rounding = o.stochastic_rounding;
+  o.eval_initializer.value_type = o.value_type;
+  if (o.value_type != ValueType::kFloat32) o.eval_initializer.width = o.dim;
+  return o;
 }
 
 template <TableKey K>
@@ -40,7 +50,7 @@ template size_t expire_rows<uint64_t>(Table<uint64_t>&, const EmbeddingOptions&)
 LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint32_t dim,
                            uint32_t row_dim, size_t num_unique, const uint32_t* inverse,
                            size_t num_ids, const int64_t* offsets, size_t num_bags,
-                           const float* weights, PoolingMode mode) {
+                           const float* weights, PoolingMode mode, ValueType value_type) {
   LookupFeature f = ops::detail::offsets_feature(num_ids, inverse, num_unique, offsets, num_bags);
   if (row_ptrs != nullptr) {
     f.row_ptrs = row_ptrs;
@@ -51,6 +61,7 @@ LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint
   f.dim = dim;
   f.weights = weights;
   f.mode = mode;
+  f.value_type = value_type;
   return f;
 }
 

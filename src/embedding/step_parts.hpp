@@ -17,6 +17,10 @@ namespace dynemb::embedding::detail {
 // padding), the initializer drawing only the embedding part (state starts at 0).
 TableOptions embedding_table_options(const EmbeddingOptions& options);
 
+// The options with value_type copied where the ops read it: the optimizer's value_type and
+// stochastic_rounding, and the evaluation initializer's value_type (16-bit: drawing dim elements).
+EmbeddingOptions with_value_type(const EmbeddingOptions& options);
+
 // Erases the rows past the options' TTL (steps or seconds; none when both are 0) and returns
 // how many; does not advance the step.
 template <TableKey K>
@@ -36,7 +40,8 @@ void ensure_buffer(BackendBuffer<T>& buffer, Backend backend, size_t count, int 
 LookupFeature step_feature(const float* rows, const float* const* row_ptrs, uint32_t dim,
                            uint32_t row_dim, size_t num_unique, const uint32_t* inverse,
                            size_t num_ids, const int64_t* offsets, size_t num_bags,
-                           const float* weights, PoolingMode mode);
+                           const float* weights, PoolingMode mode,
+                           ValueType value_type = ValueType::kFloat32);
 
 // What keys without a row read: one shared row of zeros when the evaluation initializer is
 // zeros, else a row per unique key (drawn by fill_initial_rows for the missing ones).
@@ -44,7 +49,7 @@ struct FallbackRows {
   BackendBuffer<float> rows;
   bool zero_row = false;  // rows holds one row of zeros (stride 0)
 
-  // Makes room for `count` keys of `dim` floats; returns the stride between keys' rows (0: the
+  // Makes room for `count` keys of `dim` words; returns the stride between keys' rows (0: the
   // one shared zero row).
   uint32_t prepare(Backend backend, const InitializerOptions& eval, uint32_t dim, size_t count,
                    int device, StreamHandle stream);

@@ -57,7 +57,8 @@ void TrainingStep<K>::lookup_by_address(std::span<const StepTable<K>> tables,
   const size_t u = num_unique;
   ensure_buffer(found, backend, u, device);
   ensure_buffer(missing, backend, u, device);
-  const uint32_t stride = fallback.prepare(backend, o.eval_initializer, o.dim, u, device, stream);
+  const uint32_t words = value_words(o.value_type, o.dim);
+  const uint32_t stride = fallback.prepare(backend, o.eval_initializer, words, u, device, stream);
   for (size_t t = 0; t < tables.size(); ++t) {
     const size_t first = bounds[t];
     const size_t count = bounds[t + 1] - first;
@@ -79,7 +80,7 @@ void TrainingStep<K>::lookup_by_address(std::span<const StepTable<K>> tables,
   }
   if (stride != 0) {
     ops.fill_initial_rows(u, unique_keys.data(), missing.data(), true, o.eval_initializer,
-                          fallback.rows.data(), o.dim, o.dim, stream);
+                          fallback.rows.data(), words, words, stream);
   }
 }
 
@@ -107,8 +108,15 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
     // Each row's gradient reduced and applied in one pass (never stored); rows with NaN / Inf
     // are skipped and counted on the device (reported at the next forward, or here when the
     // counter is host memory); keys without a row (missing) get no update.
-    ops::detail::reduce_and_optimize_row_ptrs(ops, b.optimizer, f, groups(), grads, row_ptrs.data(),
-                                              missing.data(), b.nonfinite, *workspace, stream);
+    if (b.deterministic) {
+      ops::detail::reduce_and_optimize_row_ptrs(ops, b.optimizer, f, groups(), grads,
+                                                row_ptrs.data(), missing.data(), b.nonfinite,
+                                                *workspace, stream);
+    } else {
+      ops::detail::reduce_and_optimize_row_ptrs_unordered(ops, b.optimizer, f, groups(), grads,
+                                                          row_ptrs.data(), missing.data(),
+                                                          b.nonfinite, *workspace, stream);
+    }
     if (ops.memory_is_host()) nonfinite_report.update(*b.nonfinite, b.gradient_check, b.where);
     stage_done("reduce+optimizer");
     return false;

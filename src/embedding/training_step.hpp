@@ -36,6 +36,8 @@ struct BackwardSettings {
   uint64_t* nonfinite;  // backend memory: gradient rows with NaN / Inf skipped
   uint64_t& refused;    // host: rows of backwards refused under gradient_check = ERROR
   const std::function<void(const char*)>& stage_done;
+  // false: the fused pass sums each row's gradient in any order (float atomics on CUDA).
+  bool deterministic = true;
 };
 
 template <TableKey K>
@@ -82,7 +84,7 @@ class TrainingStep {
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     return step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim, row_dim,
                         num_unique, inverse.data(), num_ids, offsets.data(), num_bags,
-                        weighted ? weights.data() : nullptr, mode);
+                        weighted ? weights.data() : nullptr, mode, value_type);
   }
 
   const OpsBackend& ops;  // the backend's ops, chosen once
@@ -107,6 +109,8 @@ class TrainingStep {
   bool weighted = false;
   bool by_address = true;  // the step reads and updates the table's rows through row_ptrs
   bool pending_backward = false;
+  // What the rows' embedding elements are stored as (the owner's value_type).
+  ValueType value_type = ValueType::kFloat32;
 
  private:
   NonfiniteReport nonfinite_report;

@@ -22,9 +22,15 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
     const std::string out_name = std::string(outputs_name) + "[" + std::to_string(f) + "].";
     require(x.dim > 0, where, feature_field(f, "dim").c_str(), std::to_string(x.dim),
             "must be > 0");
-    require(x.row_ptrs != nullptr || x.row_stride >= x.dim, where,
+    require(static_cast<int>(x.value_type) <= static_cast<int>(ValueType::kBFloat16), where,
+            feature_field(f, "value_type").c_str(), std::to_string(static_cast<int>(x.value_type)),
+            "must be float32, float16 or bfloat16");
+    const uint32_t words = value_words(x.value_type, x.dim);
+    require(x.row_ptrs != nullptr || x.row_stride >= words, where,
             feature_field(f, "row_stride").c_str(), std::to_string(x.row_stride),
-            "must be >= dim (" + std::to_string(x.dim) + ") when rows are not given by address");
+            "must be >= the row's words (" + std::to_string(words) + ": dim " +
+                std::to_string(x.dim) + " " + to_string(x.value_type) +
+                ") when rows are not given by address");
     require(outputs[f].out_stride >= x.dim, where, (out_name + "out_stride").c_str(),
             std::to_string(outputs[f].out_stride),
             "must be >= dim (" + std::to_string(x.dim) + ")");

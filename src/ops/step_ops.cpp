@@ -57,6 +57,17 @@ void reduce_and_optimize_row_ptrs(const OpsBackend& ops, const OptimizerOptions&
                                    workspace, stream);
 }
 
+void reduce_and_optimize_row_ptrs_unordered(const OpsBackend& ops,
+                                            const OptimizerOptions& optimizer,
+                                            const LookupFeature& feature, IdGroups groups,
+                                            const LookupOutput& grads, float* const* rows,
+                                            const bool* skip, uint64_t* nonfinite,
+                                            StepWorkspace& workspace, StreamHandle stream) {
+  if (feature.num_rows == 0) return;
+  ops.reduce_and_optimize_row_ptrs_unordered(optimizer, feature, groups, grads, rows, skip,
+                                             nonfinite, workspace, stream);
+}
+
 void count_flags(const OpsBackend& ops, size_t n, const bool* flags, bool value, uint64_t* counter,
                  StreamHandle stream) {
   if (n == 0) return;

@@ -664,7 +664,7 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
       if (miss == Miss::kGiven) {
         std::copy(hv.begin() + i * dim_, hv.begin() + (i + 1) * dim_, row);
       } else {
-        for (uint32_t c = 0; c < dim_; ++c) row[c] = initial_value(o.initializer, bits(hk[i]), c);
+        fill_initial_row(o.initializer, bits(hk[i]), row, dim_);
       }
     }
     score[j] = next_score(o.score_policy, hf[i], score[j], scores != nullptr,

@@ -42,6 +42,9 @@ uint32_t launched_world_size() {
 }
 
 void validate_train_options(const TrainOptions& o) {
+  const ValueType value_type = parse_value_type(o.value_type, kWhere, "--value-type");
+  check(!o.stochastic_rounding || value_type != ValueType::kFloat32, "--stochastic-rounding",
+        "true", "needs --value-type float16 or bfloat16 (is " + o.value_type + ")");
   const bool synthetic = o.data == "synthetic";
   check(synthetic || o.data == "criteo" || o.data == "libsvm" || o.data == "libffm", "--data",
         o.data, "must be one of synthetic, criteo, libsvm, libffm");
@@ -184,6 +187,8 @@ EmbeddingOptions embedding_options(const TrainOptions& o) {
   e.optimizer.kind = parse_optimizer(o.optimizer);
   e.optimizer.learning_rate = o.learning_rate;
   e.optimizer.weight_decay = o.weight_decay;
+  e.value_type = parse_value_type(o.value_type, kWhere, "--value-type");
+  e.stochastic_rounding = o.stochastic_rounding;
   e.admit_threshold = o.admit_threshold;
   e.ttl_steps = o.ttl_steps;
   e.gradient_check = SafeCheck::kWarning;

@@ -27,7 +27,9 @@ struct TrainOptions {
   std::string optimizer = "ftrl";
   float learning_rate = 0.05f;
   float weight_decay = 0.0f;
-  float init_stddev = 0.01f;  // new rows: w and v drawn from N(0, init_stddev^2)
+  float init_stddev = 0.01f;           // new rows: w and v drawn from N(0, init_stddev^2)
+  std::string value_type = "float32";  // what rows store: float32 | float16 | bfloat16
+  bool stochastic_rounding = false;    // 16-bit rows: round updates stochastically
   uint64_t seed = 1;
 
   // --- tables and memory ---

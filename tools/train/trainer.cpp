@@ -171,6 +171,8 @@ nlohmann::json options_json(const TrainOptions& o) {
   j["dim"] = o.dim;
   j["batch_size"] = effective_batch_size(o);
   j["optimizer"] = o.optimizer;
+  j["value_type"] = o.value_type;
+  j["stochastic_rounding"] = o.stochastic_rounding;
   j["lr"] = o.learning_rate;
   j["weight_decay"] = o.weight_decay;
   j["init_stddev"] = o.init_stddev;

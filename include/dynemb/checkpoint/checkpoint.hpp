@@ -146,8 +146,11 @@ struct LoadOptions {
   // not known), even at the dump's world size.
   std::function<uint32_t(const std::string& table, uint64_t key_bits)> owner;
   bool optimizer_state = true;  // load optimizer state when the optimizers match
-  bool restore_clock = true;    // set the STEP step / CUSTOMIZED score from the checkpoint
-  bool replace = true;          // a full checkpoint clears each target first
+  // Rows dumped with another value type (float32 / float16 / bfloat16) are converted to the
+  // target's (rounded to nearest even); false: such a table is a CheckpointError before loading.
+  bool convert_value_type = false;
+  bool restore_clock = true;  // set the STEP step / CUSTOMIZED score from the checkpoint
+  bool replace = true;        // a full checkpoint clears each target first
   VerifyMode verify = VerifyMode::kBeforeLoading;
   bool direct_io = true;
   uint64_t chunk_rows = 1u << 16;

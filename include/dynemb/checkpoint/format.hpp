@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dynemb/core/error.hpp"
+#include "dynemb/core/value_type.hpp"
 
 namespace dynemb::checkpoint {
 
@@ -33,16 +34,20 @@ inline constexpr uint32_t kHeaderBytes = 64;
 // What a data file holds.
 enum class FileContent : uint8_t { kKeys = 1, kValues = 2, kScores = 3, kOptimizerState = 4 };
 // The element type of a data file.
-enum class Dtype : uint8_t { kInt64 = 1, kUint64 = 2, kFloat32 = 3 };
+enum class Dtype : uint8_t { kInt64 = 1, kUint64 = 2, kFloat32 = 3, kFloat16 = 4, kBFloat16 = 5 };
 
 // "keys", "values", "scores", "optimizer_state".
 std::string to_string(FileContent content);
-// "int64", "uint64", "float32" (numpy: "<i8", "<u8", "<f4").
+// "int64", "uint64", "float32", "float16", "bfloat16" (numpy: "<i8", "<u8", "<f4", "<f2"; bfloat16
+// has no numpy name: the high half of a float32).
 std::string to_string(Dtype dtype);
 // Parses the names above (CheckpointError naming `where` otherwise).
 Dtype parse_dtype(std::string_view name, const std::string& where);
 // Bytes of one element.
 uint32_t dtype_bytes(Dtype dtype);
+// The values files' dtype of rows of `type`, and back (non-value dtypes: float32).
+Dtype dtype_of(ValueType type);
+ValueType value_type_of(Dtype dtype);
 
 // The 64-byte little-endian header in front of every data file.
 struct FileHeader {

@@ -8,6 +8,7 @@
 #include "dynemb/core/det_math.hpp"
 #include "dynemb/core/host_device.hpp"
 #include "dynemb/core/philox.hpp"
+#include "dynemb/core/value_type.hpp"
 
 namespace dynemb {
 
@@ -33,6 +34,10 @@ struct InitializerOptions {
   // Elements [0, width) are drawn as above; elements >= width start at 0 (a trainable row's
   // optimizer state). 0 = the whole row is drawn.
   uint32_t width = 0;
+  // What the drawn elements are stored as. float32: element j is word j of the row. float16 /
+  // bfloat16: word w holds elements 2w and 2w + 1 (value_words), each rounded to nearest even
+  // from the float32 draw; a 16-bit row of `dim` words draws 2 * dim elements when width is 0.
+  ValueType value_type = ValueType::kFloat32;
 
   // Equal kind and every setting.
   bool operator==(const InitializerOptions&) const = default;
@@ -99,10 +104,26 @@ DYNEMB_HD float initial_value(const InitializerOptions& init, uint64_t key_bits,
   }
 }
 
-// Fills `row[0, dim)` with the initial values of `key_bits`.
+// Word w of the initial row of `key_bits` in init.value_type's packing (float32: the bits of
+// initial_value(init, key_bits, w)).
+DYNEMB_HD uint32_t initial_word(const InitializerOptions& init, uint64_t key_bits, uint32_t w) {
+  if (init.value_type == ValueType::kFloat32)
+    return value_detail::float_bits(initial_value(init, key_bits, w));
+  if (init.width != 0 && 2 * w >= init.width) return 0;
+  return pack_word(init.value_type, initial_value(init, key_bits, 2 * w),
+                   initial_value(init, key_bits, 2 * w + 1));
+}
+
+// Fills `row[0, dim)` (32-bit words) with the initial row of `key_bits` in init.value_type's
+// packing.
 DYNEMB_HD void fill_initial_row(const InitializerOptions& init, uint64_t key_bits, float* row,
                                 uint32_t dim) {
-  for (uint32_t j = 0; j < dim; ++j) row[j] = initial_value(init, key_bits, j);
+  if (init.value_type == ValueType::kFloat32) {
+    for (uint32_t j = 0; j < dim; ++j) row[j] = initial_value(init, key_bits, j);
+    return;
+  }
+  for (uint32_t w = 0; w < dim; ++w)
+    row[w] = value_detail::bits_float(initial_word(init, key_bits, w));
 }
 
 }  // namespace dynemb

@@ -50,13 +50,27 @@ struct EmbeddingOptions {
   // kernels move them as float4. The padding is part of the table's dim (row_dim()), so
   // checkpoints and stats see it as optimizer state; false keeps rows unpadded.
   bool align_rows = true;
+  // What the embedding's elements are stored as: float32, or float16 / bfloat16 packed two a
+  // 32-bit word (value_words), followed by the optimizer state in float32; lookups, gradients and
+  // the optimizer's arithmetic are float32 (docs/value_types.md). The embedding copies it into
+  // optimizer.value_type and the initializers' value_type.
+  ValueType value_type = ValueType::kFloat32;
+  // 16-bit value types: store each updated weight rounded stochastically (unbiased on average)
+  // instead of to nearest even; copied into optimizer.stochastic_rounding.
+  bool stochastic_rounding = false;
+  // false: the backward's per-row gradient sums run in any order (float atomics on the GPU:
+  // no grouping or chunk sums through memory), so rows agree with the deterministic backward
+  // within float32 rounding but not bit for bit, and may differ run to run. Default: the fixed
+  // order (bit-reproducible, the same on CPU and GPU). The CPU backend is ordered either way.
+  bool deterministic_backward = true;
 };
 
 // Throws InvalidArgument naming the bad field, its value and its limit.
 void validate_embedding_options(const EmbeddingOptions& options);
 
-// Floats per table row of an embedding with these options: dim + optimizer state, rounded up to
-// a multiple of 4 when align_rows and dim % 4 == 0.
+// 32-bit words per table row of an embedding with these options: the embedding
+// (value_words(value_type, dim)) + optimizer state, rounded up to a multiple of 4 when align_rows
+// and dim % 4 == 0.
 uint32_t embedding_row_dim(const EmbeddingOptions& options);
 // How a trainable table's rows of these options split into embedding and optimizer state (what
 // Embedding::row_layout gives; for tables held by a collection).
@@ -132,10 +146,11 @@ class Embedding {
   const Table<K>& table() const { return *table_; }
   const EmbeddingOptions& options() const { return options_; }
   Backend backend() const { return backend_; }
-  // Floats per table row: dim + optimizer state (+ padding, see align_rows).
+  // 32-bit words per table row: the embedding's words + optimizer state (+ padding, see
+  // align_rows).
   uint32_t row_dim() const { return row_dim_; }
-  // How each table row splits: dim embedding floats, then the optimizer's state (and padding),
-  // with the optimizer's name and hyper-parameters (what a checkpoint records).
+  // How each table row splits: dim embedding elements of value_type, then the optimizer's state
+  // (and padding), with the optimizer's name and hyper-parameters (what a checkpoint records).
   RowLayout row_layout() const;
   // The counts so far; synchronizes the device (the step's counts live in backend memory).
   EmbeddingStats stats() const;

@@ -100,6 +100,11 @@ class OpsBackend {
       const OptimizerOptions& optimizer, const LookupFeature& feature, ops::detail::IdGroups groups,
       const LookupOutput& grads, float* const* rows, const bool* skip, uint64_t* nonfinite,
       ops::detail::StepWorkspace& workspace, StreamHandle stream) const = 0;
+  // num_rows > 0. reduce_and_optimize_row_ptrs with the gradient sums in any order.
+  virtual void reduce_and_optimize_row_ptrs_unordered(
+      const OptimizerOptions& optimizer, const LookupFeature& feature, ops::detail::IdGroups groups,
+      const LookupOutput& grads, float* const* rows, const bool* skip, uint64_t* nonfinite,
+      ops::detail::StepWorkspace& workspace, StreamHandle stream) const = 0;
   // n > 0 from here to read_words.
   virtual void count_flags(size_t n, const bool* flags, bool value, uint64_t* counter,
                            StreamHandle stream) const = 0;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dynemb/core/host_device.hpp"
+#include "dynemb/core/value_type.hpp"
 
 namespace dynemb {
 
@@ -27,6 +28,12 @@ struct OptimizerOptions {
   float weight_decay = 0.0f;         // L2 term added to the gradient: g += weight_decay * w
   float clip_norm = 0.0f;            // > 0: scale a row's gradient to at most this L2 norm
   float clip_value = 0.0f;           // > 0: clamp each gradient element to [-v, v]
+  // How the rows store their embedding (set by the trainable table from its value type): float32,
+  // or 16-bit elements packed two a word, followed by the float32 state at word
+  // value_words(value_type, dim). The arithmetic is float32; the new weight is stored rounded to
+  // nearest even, or stochastically when stochastic_rounding is set (16-bit types only).
+  ValueType value_type = ValueType::kFloat32;
+  bool stochastic_rounding = false;
 
   // Equal kind and every setting.
   bool operator==(const OptimizerOptions&) const = default;
@@ -39,7 +46,7 @@ std::string to_string(OptimizerKind kind);
 // Parses the names above.
 OptimizerKind parse_optimizer(const std::string& name);
 
-// Floats of optimizer state stored after a row's `dim` embedding floats.
+// Floats of optimizer state stored after a row's embedding (dim elements, value_words words).
 DYNEMB_HD constexpr uint32_t optimizer_state_dim(OptimizerKind kind, uint32_t dim) {
   switch (kind) {
     case OptimizerKind::kAdam:
@@ -141,28 +148,30 @@ struct RowUpdate {
 };
 
 // Reads what the row-wide part of the rule needs (gradient norm, Adam's step count, row-wise
-// AdaGrad's mean square) from `row` = [w (dim) | state] and `grad`, on `lanes`; writes nothing.
-template <class Lanes>
+// AdaGrad's mean square) from `row` = [w (dim kType elements) | state] and `grad`, on `lanes`;
+// writes nothing.
+template <class Lanes, ValueType kType = ValueType::kFloat32>
 DYNEMB_HD RowUpdate begin_row_update(const OptimizerOptions& o, const float* row, const float* grad,
                                      uint32_t dim, const Lanes& lanes) {
   using namespace optimizer_detail;
+  const float* state = row + value_words(kType, dim);
   RowUpdate u;
   if (o.clip_norm > 0.0f) {
     const float norm = sqrtf_(lanes.sum_over(dim, [&](uint32_t j) { return grad[j] * grad[j]; }));
     if (norm > o.clip_norm) u.scale = o.clip_norm / norm;
   }
   if (o.kind == OptimizerKind::kAdam) {
-    u.step = *reinterpret_cast<const uint32_t*>(row + 3 * dim) + 1;
+    u.step = *reinterpret_cast<const uint32_t*>(state + 2 * dim) + 1;
     const float bc1 = 1.0f - powf_(o.beta1, static_cast<float>(u.step));
     const float bc2 = 1.0f - powf_(o.beta2, static_cast<float>(u.step));
     u.step_size = o.learning_rate / bc1;
     u.inv_sqrt_bc2 = 1.0f / sqrtf_(bc2);
   } else if (o.kind == OptimizerKind::kRowWiseAdaGrad) {
     const float sum_sq = lanes.sum_over(dim, [&](uint32_t j) {
-      const float g = effective_grad(o, grad[j], row[j], u.scale);
+      const float g = effective_grad(o, grad[j], load_element<kType>(row, j), u.scale);
       return g * g;
     });
-    u.accumulated = row[dim] + sum_sq / static_cast<float>(dim);
+    u.accumulated = state[0] + sum_sq / static_cast<float>(dim);
     u.rowwise_rate = o.learning_rate / (sqrtf_(u.accumulated + o.initial_accumulator) + o.eps);
   }
   return u;
@@ -211,18 +220,45 @@ DYNEMB_HD void update_element(const OptimizerOptions& o, const RowUpdate& u, flo
   }
 }
 
-// The element pass of one row on `lanes`: update_element over the lane's elements.
-template <OptimizerKind kKind, class Lanes>
+// The random bits stochastic rounding uses for element j's new value `w` over the stored `old`
+// bits: a hash of the three, so the host and the GPU round alike and a step is reproducible.
+DYNEMB_HD uint32_t rounding_bits(float w, uint16_t old, uint32_t j) {
+  return value_detail::mix32(value_detail::float_bits(w) ^ (j * 0x9E3779B9u) ^
+                             (static_cast<uint32_t>(old) * 0x85EBCA6Bu));
+}
+
+// Stores the updated weight w as element j of a kType row (rounded per o.stochastic_rounding).
+template <ValueType kType>
+DYNEMB_HD void store_weight(const OptimizerOptions& o, float* row, uint32_t j, float w) {
+  if constexpr (kType != ValueType::kFloat32) {
+    if (o.stochastic_rounding) {
+      uint16_t* p = reinterpret_cast<uint16_t*>(row) + j;
+      *p = to_bits16_stochastic<kType>(w, rounding_bits(w, *p, j));
+      return;
+    }
+  }
+  store_element<kType>(row, j, w);
+}
+
+// The element pass of one row on `lanes`: update_element over the lane's elements (the weights
+// as kType elements, the state float32 after them).
+template <OptimizerKind kKind, class Lanes, ValueType kType = ValueType::kFloat32>
 DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u, float* row,
                                    const float* grad, uint32_t dim, const Lanes& lanes) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
-  float* a = row + dim;
-  float* b = row + 2 * dim;
+  float* a = row + value_words(kType, dim);
+  float* b = a + dim;
   for (uint32_t j = lanes.first(); j < dim; j += lanes.stride()) {
     float sa = 0.0f, sb = 0.0f;
     if constexpr (kArrays >= 1) sa = a[j];
     if constexpr (kArrays >= 2) sb = b[j];
-    update_element<kKind>(o, u, row[j], sa, sb, grad[j]);
+    if constexpr (kType == ValueType::kFloat32) {
+      update_element<kKind>(o, u, row[j], sa, sb, grad[j]);
+    } else {
+      float w = load_element<kType>(row, j);
+      update_element<kKind>(o, u, w, sa, sb, grad[j]);
+      store_weight<kType>(o, row, j, w);
+    }
     if constexpr (kArrays >= 1) a[j] = sa;
     if constexpr (kArrays >= 2) b[j] = sb;
   }
@@ -230,42 +266,59 @@ DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u
 
 // Writes the row's scalars (Adam's step count, row-wise AdaGrad's accumulator) once every lane
 // is past begin_row_update.
-template <class Lanes>
+template <class Lanes, ValueType kType = ValueType::kFloat32>
 DYNEMB_HD void end_row_update(const OptimizerOptions& o, const RowUpdate& u, float* row,
                               uint32_t dim, const Lanes& lanes) {
   lanes.sync();
   if (!lanes.leader()) return;
-  if (o.kind == OptimizerKind::kAdam) *reinterpret_cast<uint32_t*>(row + 3 * dim) = u.step;
-  if (o.kind == OptimizerKind::kRowWiseAdaGrad) row[dim] = u.accumulated;
+  float* state = row + value_words(kType, dim);
+  if (o.kind == OptimizerKind::kAdam) *reinterpret_cast<uint32_t*>(state + 2 * dim) = u.step;
+  if (o.kind == OptimizerKind::kRowWiseAdaGrad) state[0] = u.accumulated;
 }
 
-// Applies one update of `grad` (dim floats) to `row` = [w (dim) | state], in place, with the
-// published rule of o.kind (after clip_norm, weight decay and clip_value), on `lanes`.
+// apply_optimizer_on for rows whose weights are kType elements.
+template <ValueType kType, class Lanes>
+DYNEMB_HD void apply_optimizer_typed(const OptimizerOptions& o, float* row, const float* grad,
+                                     uint32_t dim, const Lanes& lanes) {
+  const RowUpdate u = begin_row_update<Lanes, kType>(o, row, grad, dim, lanes);
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      update_row_elements<OptimizerKind::kSgd, Lanes, kType>(o, u, row, grad, dim, lanes);
+      break;
+    case OptimizerKind::kAdam:
+      update_row_elements<OptimizerKind::kAdam, Lanes, kType>(o, u, row, grad, dim, lanes);
+      break;
+    case OptimizerKind::kAdaGrad:
+      update_row_elements<OptimizerKind::kAdaGrad, Lanes, kType>(o, u, row, grad, dim, lanes);
+      break;
+    case OptimizerKind::kRowWiseAdaGrad:
+      update_row_elements<OptimizerKind::kRowWiseAdaGrad, Lanes, kType>(o, u, row, grad, dim,
+                                                                        lanes);
+      break;
+    case OptimizerKind::kRmsProp:
+      update_row_elements<OptimizerKind::kRmsProp, Lanes, kType>(o, u, row, grad, dim, lanes);
+      break;
+    case OptimizerKind::kFtrl:
+      update_row_elements<OptimizerKind::kFtrl, Lanes, kType>(o, u, row, grad, dim, lanes);
+      break;
+  }
+  end_row_update<Lanes, kType>(o, u, row, dim, lanes);
+}
+
+// Applies one update of `grad` (dim floats) to `row` = [w (dim elements of o.value_type) | state],
+// in place, with the published rule of o.kind (after clip_norm, weight decay and clip_value), on
+// `lanes`.
 template <class Lanes>
 DYNEMB_HD void apply_optimizer_on(const OptimizerOptions& o, float* row, const float* grad,
                                   uint32_t dim, const Lanes& lanes) {
-  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
-  switch (o.kind) {
-    case OptimizerKind::kSgd:
-      update_row_elements<OptimizerKind::kSgd>(o, u, row, grad, dim, lanes);
-      break;
-    case OptimizerKind::kAdam:
-      update_row_elements<OptimizerKind::kAdam>(o, u, row, grad, dim, lanes);
-      break;
-    case OptimizerKind::kAdaGrad:
-      update_row_elements<OptimizerKind::kAdaGrad>(o, u, row, grad, dim, lanes);
-      break;
-    case OptimizerKind::kRowWiseAdaGrad:
-      update_row_elements<OptimizerKind::kRowWiseAdaGrad>(o, u, row, grad, dim, lanes);
-      break;
-    case OptimizerKind::kRmsProp:
-      update_row_elements<OptimizerKind::kRmsProp>(o, u, row, grad, dim, lanes);
-      break;
-    case OptimizerKind::kFtrl:
-      update_row_elements<OptimizerKind::kFtrl>(o, u, row, grad, dim, lanes);
-      break;
+  switch (o.value_type) {
+    case ValueType::kFloat16:
+      return apply_optimizer_typed<ValueType::kFloat16>(o, row, grad, dim, lanes);
+    case ValueType::kBFloat16:
+      return apply_optimizer_typed<ValueType::kBFloat16>(o, row, grad, dim, lanes);
+    default:
+      return apply_optimizer_typed<ValueType::kFloat32>(o, row, grad, dim, lanes);
   }
-  end_row_update(o, u, row, dim, lanes);
 }
 
 // apply_optimizer_on with one lane: the host's row update.

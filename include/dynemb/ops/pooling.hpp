@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dynemb/core/options.hpp"
+#include "dynemb/core/value_type.hpp"
 #include "dynemb/table/table.hpp"
 
 namespace dynemb {
@@ -38,6 +39,9 @@ struct LookupFeature {
   size_t num_bags = 0;
   const float* weights = nullptr;
   PoolingMode mode = PoolingMode::kSum;
+  // What the rows' `dim` elements are stored as: float32, or 16-bit elements packed two a 32-bit
+  // word (row_stride still counts words). Outputs and gradients are float32 either way.
+  ValueType value_type = ValueType::kFloat32;
 };
 
 // Where a feature's output goes: SUM/MEAN write bag b at out + b * out_stride; NONE writes id

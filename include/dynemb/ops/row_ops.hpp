@@ -24,8 +24,8 @@ void scatter_rows(Backend backend, size_t n, const uint32_t* index, const float*
                   uint32_t src_stride, float* dst, uint32_t dst_stride, uint32_t width,
                   StreamHandle stream = nullptr);
 
-// Writes the initializer row of keys[i] (`width` floats) to rows + i * stride wherever
-// flags is null or flags[i] == when.
+// Writes the initializer row of keys[i] (`width` 32-bit words, in init.value_type's packing:
+// fill_initial_row) to rows + i * stride wherever flags is null or flags[i] == when.
 template <TableKey K>
 void fill_initial_rows(Backend backend, size_t n, const K* keys, const bool* flags, bool when,
                        const InitializerOptions& init, float* rows, uint32_t stride, uint32_t width,

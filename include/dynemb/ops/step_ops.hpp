@@ -76,6 +76,20 @@ void reduce_and_optimize_row_ptrs(const OpsBackend& ops, const OptimizerOptions&
                                   uint64_t* nonfinite, StepWorkspace& workspace,
                                   StreamHandle stream);
 
+// reduce_and_optimize_row_ptrs without its fixed order of additions (the opt-in
+// non-deterministic backward, docs/value_types.md): on CUDA each id's weighted bag gradient is
+// added with float atomics straight into its row's gradient in the workspace (no grouping of the
+// ids, no chunk sums), then the optimizer runs as apply_optimizer_row_ptrs(_guarded). Rows agree
+// with reduce_and_optimize_row_ptrs' within float32 rounding of the sums, not bit for bit, and
+// may differ run to run. The CPU backend runs reduce_and_optimize_row_ptrs itself. No
+// synchronization.
+void reduce_and_optimize_row_ptrs_unordered(const OpsBackend& ops,
+                                            const OptimizerOptions& optimizer,
+                                            const LookupFeature& feature, IdGroups groups,
+                                            const LookupOutput& grads, float* const* rows,
+                                            const bool* skip, uint64_t* nonfinite,
+                                            StepWorkspace& workspace, StreamHandle stream);
+
 // The largest dim reduce_and_optimize_row_ptrs keeps a row's gradient on chip for (CUDA).
 inline constexpr uint32_t kFusedMaxDim = 1024;
 

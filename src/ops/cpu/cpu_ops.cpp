@@ -105,6 +105,14 @@ class CpuOps final : public OpsBackend {
                                     StreamHandle) const override {
     reduce_and_optimize_row_ptrs_cpu(o, feature, groups, grads, rows, skip, nonfinite);
   }
+  // The host's ordered reduction is no slower than an unordered one would be.
+  void reduce_and_optimize_row_ptrs_unordered(const OptimizerOptions& o,
+                                              const LookupFeature& feature, IdGroups groups,
+                                              const LookupOutput& grads, float* const* rows,
+                                              const bool* skip, uint64_t* nonfinite, StepWorkspace&,
+                                              StreamHandle) const override {
+    reduce_and_optimize_row_ptrs_cpu(o, feature, groups, grads, rows, skip, nonfinite);
+  }
   void count_flags(size_t n, const bool* flags, bool value, uint64_t* counter,
                    StreamHandle) const override {
     uint64_t c = 0;

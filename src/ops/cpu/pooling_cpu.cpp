@@ -18,39 +18,56 @@ const float* row_of(const LookupFeature& x, uint32_t r) {
 
 }  // namespace
 
+namespace {
+
+// The bags [first_bag, last_bag) of one feature whose rows hold kType elements.
+template <ValueType kType>
+void pool_bags(const LookupFeature& x, const LookupOutput& o, size_t first_bag, size_t last_bag) {
+  for (size_t b = first_bag; b < last_bag; ++b) {
+    const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
+    if (x.mode == PoolingMode::kNone) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* row = row_of(x, x.indices[i]);
+        float* out = o.out + static_cast<size_t>(i) * o.out_stride;
+        const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
+        if (row != nullptr) {
+          for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * load_element<kType>(row, j);
+        } else {
+          for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * 0.0f;
+        }
+      }
+      continue;
+    }
+    float* out = o.out + b * o.out_stride;
+    std::fill(out, out + x.dim, 0.0f);
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = row_of(x, x.indices[i]);
+      const float factor = id_factor(x, i, end - begin);
+      if (row != nullptr) {
+        for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * load_element<kType>(row, j);
+      } else {
+        // The same additions as a row of zeros (they can turn -0 into +0).
+        for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void pooled_lookup_cpu(std::span<const LookupFeature> features,
                        std::span<const LookupOutput> outputs) {
   for (size_t f = 0; f < features.size(); ++f) {
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
     parallel_for(x.num_bags, 256, [&](size_t first_bag, size_t last_bag) {
-      for (size_t b = first_bag; b < last_bag; ++b) {
-        const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
-        if (x.mode == PoolingMode::kNone) {
-          for (int64_t i = begin; i < end; ++i) {
-            const float* row = row_of(x, x.indices[i]);
-            float* out = o.out + static_cast<size_t>(i) * o.out_stride;
-            const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
-            if (row != nullptr) {
-              for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * row[j];
-            } else {
-              for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * 0.0f;
-            }
-          }
-          continue;
-        }
-        float* out = o.out + b * o.out_stride;
-        std::fill(out, out + x.dim, 0.0f);
-        for (int64_t i = begin; i < end; ++i) {
-          const float* row = row_of(x, x.indices[i]);
-          const float factor = id_factor(x, i, end - begin);
-          if (row != nullptr) {
-            for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * row[j];
-          } else {
-            // The same additions as a row of zeros (they can turn -0 into +0).
-            for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * 0.0f;
-          }
-        }
+      switch (x.value_type) {
+        case ValueType::kFloat16:
+          return pool_bags<ValueType::kFloat16>(x, o, first_bag, last_bag);
+        case ValueType::kBFloat16:
+          return pool_bags<ValueType::kBFloat16>(x, o, first_bag, last_bag);
+        default:
+          return pool_bags<ValueType::kFloat32>(x, o, first_bag, last_bag);
       }
     });
   }

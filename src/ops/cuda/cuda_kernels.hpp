@@ -59,6 +59,11 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
                                        IdGroups groups, const LookupOutput& g, float* const* rows,
                                        const bool* skip, uint64_t* nonfinite,
                                        StepWorkspace& workspace, StreamHandle stream);
+// reduce_and_optimize_row_ptrs_unordered on the GPU (atomic_backward.cu).
+void reduce_and_optimize_row_ptrs_atomic_cuda(const OptimizerOptions& o, const LookupFeature& x,
+                                              const LookupOutput& g, float* const* rows,
+                                              const bool* skip, uint64_t* nonfinite,
+                                              StepWorkspace& workspace, StreamHandle stream);
 void apply_optimizer_row_ptrs_cuda(const OptimizerOptions& o, size_t n, float* const* rows,
                                    const float* grads, uint32_t grad_stride, uint32_t dim,
                                    const bool* skip, uint64_t* nonfinite, StreamHandle stream);

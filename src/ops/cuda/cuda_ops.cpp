@@ -109,6 +109,15 @@ class CudaOps final : public OpsBackend {
     reduce_and_optimize_row_ptrs_cuda(o, feature, groups, grads, rows, skip, nonfinite, workspace,
                                       stream);
   }
+  void reduce_and_optimize_row_ptrs_unordered(const OptimizerOptions& o,
+                                              const LookupFeature& feature, IdGroups,
+                                              const LookupOutput& grads, float* const* rows,
+                                              const bool* skip, uint64_t* nonfinite,
+                                              StepWorkspace& workspace,
+                                              StreamHandle stream) const override {
+    reduce_and_optimize_row_ptrs_atomic_cuda(o, feature, grads, rows, skip, nonfinite, workspace,
+                                             stream);
+  }
   void count_flags(size_t n, const bool* flags, bool value, uint64_t* counter,
                    StreamHandle stream) const override {
     count_flags_cuda(n, flags, value, counter, stream);

@@ -76,6 +76,24 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
   }
 }
 
+// update_row of a row whose weights are 16-bit elements (o.value_type): lane l takes elements l,
+// l + 32, ..., two lanes writing the halves of one word apart.
+template <OptimizerKind kKind>
+__device__ void update_packed_row(const OptimizerOptions& o, float* row, const float* grad,
+                                  uint32_t dim, const WarpLanes& lanes) {
+  const auto typed = [&](auto type) {
+    constexpr ValueType kType = decltype(type)::value;
+    const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
+    update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
+    end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
+  };
+  if (o.value_type == ValueType::kBFloat16) {
+    typed(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+  } else {
+    typed(std::integral_constant<ValueType, ValueType::kFloat16>{});
+  }
+}
+
 // Applies the kKind update of `grad` (dim floats) to `row` = [w | state] with the whole warp.
 // kVec = 4: float4 lanes (grad 16-byte aligned, dim % 4 == 0; the row too unless kByAddress, where
 // a row not 16-byte aligned takes the per-element path); 1: lane l takes elements l, l + 32, ....
@@ -83,6 +101,10 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
 template <OptimizerKind kKind, uint32_t kVec, bool kByAddress>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
+  if (o.value_type != ValueType::kFloat32) {
+    update_packed_row<kKind>(o, row, grad, dim, lanes);
+    return;
+  }
   const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
   if constexpr (kVec == 4) {
     if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -209,6 +210,24 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
   core::cuda::check_launch("pooled_lookup: pool_kernel");
 }
 
+// The pooling kernels of a feature whose rows hold 16-bit elements (x.value_type).
+void launch_packed_pool(const LookupFeature& x, const LookupOutput& o, bool out_vec,
+                        cudaStream_t stream) {
+  const auto typed = [&](auto type) {
+    constexpr ValueType kType = decltype(type)::value;
+    if (x.row_ptrs != nullptr) {
+      launch_pool(x, ops::cuda::AddressedRowsOf<kType>{x.row_ptrs}, o, out_vec, stream);
+    } else {
+      launch_pool(x, ops::cuda::DenseRowsOf<kType>{x.rows, x.row_stride}, o, out_vec, stream);
+    }
+  };
+  if (x.value_type == ValueType::kBFloat16) {
+    typed(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+  } else {
+    typed(std::integral_constant<ValueType, ValueType::kFloat16>{});
+  }
+}
+
 }  // namespace
 
 void pooled_lookup_cuda(std::span<const LookupFeature> features,
@@ -219,6 +238,10 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
     const LookupOutput& o = outputs[f];
     if (x.num_bags == 0) continue;
     const bool out_vec = ops::cuda::vec4_ok(o.out, o.out_stride, x.dim);
+    if (x.value_type != ValueType::kFloat32) {
+      launch_packed_pool(x, o, out_vec, stream);
+      continue;
+    }
     if (x.row_ptrs != nullptr) {
       // Rows by address: float4 lanes where dim allows; a misaligned row is read per element.
       launch_pool(x, AddressedRows{x.row_ptrs}, o, out_vec && x.dim % 4 == 0, stream);

@@ -52,7 +52,7 @@ __global__ void fill_initial_kernel(size_t n, const K* keys, const bool* flags, 
   if (i >= n || (flags != nullptr && flags[i] != when)) return;
   const uint64_t bits = key_bits(keys[i]);
   for (uint32_t j = lane_index(); j < width; j += 32) {
-    rows[i * stride + j] = initial_value(init, bits, j);
+    rows[i * stride + j] = __uint_as_float(initial_word(init, bits, j));
   }
 }
 

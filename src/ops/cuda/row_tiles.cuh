@@ -8,29 +8,40 @@
 
 #include "cuda/launch.cuh"
 #include "cuda/tile_lanes.cuh"
+#include "dynemb/core/value_type.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "id_factor.hpp"
 
 namespace dynemb::ops::cuda {
 
-// Rows in the dense layout: row r at base + r * stride; a lane passes a row on as its index.
-struct DenseRows {
+// Rows in the dense layout: row r at base + r * stride (words); a lane passes a row on as its
+// index. Elements are kType (16-bit types packed two a word).
+template <ValueType kType = ValueType::kFloat32>
+struct DenseRowsOf {
   const float* base;
   size_t stride;
   using Handle = uint32_t;
   static constexpr bool kByAddress = false;
+  static constexpr ValueType kValueType = kType;
   __device__ Handle handle(uint32_t r) const { return r; }
   __device__ const float* at(Handle h) const { return base + h * stride; }
 };
 
+using DenseRows = DenseRowsOf<ValueType::kFloat32>;
+
 // Rows by address: row r at ptrs[r] (nullptr: zeros); a lane passes a row on as its address.
-struct AddressedRows {
+// Elements are kType.
+template <ValueType kType = ValueType::kFloat32>
+struct AddressedRowsOf {
   const float* const* ptrs;
   using Handle = const float*;
   static constexpr bool kByAddress = true;
+  static constexpr ValueType kValueType = kType;
   __device__ Handle handle(uint32_t r) const { return ptrs[r]; }
   __device__ const float* at(Handle h) const { return h; }
 };
+
+using AddressedRows = AddressedRowsOf<ValueType::kFloat32>;
 
 __device__ __forceinline__ uint32_t shuffle(uint32_t v, uint32_t from) {
   return __shfl_sync(0xFFFFFFFFu, v, from);
@@ -46,6 +57,15 @@ __device__ __forceinline__ const float* shuffle(const float* p, uint32_t from) {
 template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint32_t width,
                                           uint32_t lane, float (&v)[kTileRegs]) {
+  if constexpr (Rows::kValueType != ValueType::kFloat32) {
+    // 16-bit elements: read one by one into kVec's layout, converted exactly to float32.
+#pragma unroll
+    for (uint32_t q = 0; q < kTileRegs; ++q) {
+      const uint32_t j = TileLanes<kVec>::element(lane, q);
+      v[q] = row != nullptr && j < width ? load_element<Rows::kValueType>(row, tile + j) : 0.0f;
+    }
+    return;
+  }
   if constexpr (Rows::kByAddress) {
     if (row == nullptr) {
 #pragma unroll

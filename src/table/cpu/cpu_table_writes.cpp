@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "arguments.hpp"
 #include "cpu/cpu_table.hpp"
 #include "cpu/row_initializer.hpp"
 #include "dynemb/core/initializer.hpp"
@@ -224,6 +225,7 @@ void CpuTable<K>::accum_or_assign(size_t n, const K* keys, const float* values,
   if (n == 0) return;
   require_pointer(keys, "accum_or_assign", "keys");
   require_pointer(values, "accum_or_assign", "values");
+  table::detail::require_float32_rows(options_, "accum_or_assign");
   struct Hooks : StoreRowHooks {
     void existing(size_t i, float* row) const {
       const float* add = values + i * dim;

@@ -10,10 +10,15 @@
 
 namespace dynemb::table::cpu {
 
-// Fills row[0, dim) exactly as fill_initial_row(init, key_bits, row, dim) does.
+// Fills row[0, dim) exactly as fill_initial_row(init, key_bits, row, dim) does (16-bit value
+// types: by fill_initial_row itself).
 inline void write_initial_row(const InitializerOptions& init, uint64_t key_bits, float* row,
                               uint32_t dim) {
   using namespace init_detail;
+  if (init.value_type != ValueType::kFloat32) {  // 16-bit elements packed two a word
+    fill_initial_row(init, key_bits, row, dim);
+    return;
+  }
   const uint32_t drawn = init.width != 0 ? std::min(init.width, dim) : dim;
   switch (init.kind) {
     case InitializerKind::kUniform: {

@@ -101,6 +101,7 @@ void CudaTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores
 template <TableKey K>
 void CudaTable<K>::accum_or_assign(size_t n, const K* keys, const float* values,
                                    const uint64_t* scores, StreamHandle stream) {
+  if (n > 0) table::detail::require_float32_rows(options_, "accum_or_assign");
   store_rows("accum_or_assign", WriteOp::kAccumOrAssign, n, keys, values, scores,
              to_stream(stream));
 }
