@@ -131,6 +131,7 @@ class LibraryCheckpointStore final : public CheckpointStore {
   void load(const std::string& dir, FmModel& model, bool reset_optimizer) override {
     checkpoint::LoadOptions options;
     options.optimizer_state = !reset_optimizer;
+    options.convert_value_type = true;  // a resume may change --value-type (rows rounded)
     checkpoint::load(fs::path(dir) / kModelDir, {checkpoint::named(kTableName, model.embedding())},
                      options);
   }

@@ -77,10 +77,12 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
 }
 
 // update_row of a row whose weights are 16-bit elements (o.value_type): lane l takes elements l,
-// l + 32, ..., two lanes writing the halves of one word apart.
+// l + 32, ..., two lanes writing the halves of one word apart. Not inlined, so the float32 path of
+// the kernels that call update_row keeps its registers.
 template <OptimizerKind kKind>
-__device__ void update_packed_row(const OptimizerOptions& o, float* row, const float* grad,
-                                  uint32_t dim, const WarpLanes& lanes) {
+__device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float* row,
+                                               const float* grad, uint32_t dim,
+                                               const WarpLanes& lanes) {
   const auto typed = [&](auto type) {
     constexpr ValueType kType = decltype(type)::value;
     const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);

@@ -422,11 +422,11 @@ __device__ __forceinline__ float4 initial_quad(const InitializerOptions& init, u
 }
 
 // A 16-bit initializer's row (init.value_type): word w is initial_word(init, key_bits, w), a word a
-// thread.
+// thread. Not inlined, so the float32 path of the kernels that call init_row keeps its registers.
 template <uint32_t kT>
-__device__ __forceinline__ void init_packed_row(const TileOf<kT>& tile,
-                                                const InitializerOptions& init, uint64_t key_bits,
-                                                float* dst, float* dst2, uint32_t dim) {
+__device__ __noinline__ void init_packed_row(const TileOf<kT>& tile, const InitializerOptions& init,
+                                             uint64_t key_bits, float* dst, float* dst2,
+                                             uint32_t dim) {
   for (uint32_t w = tile.thread_rank(); w < dim; w += kT) {
     const float v = __uint_as_float(initial_word(init, key_bits, w));
     dst[w] = v;
