@@ -29,6 +29,7 @@ expect_status 2 "--no-such-option" train --no-such-option
 expect_status 2 "--checkpoint-dir = ''" train --checkpoint-dir ''
 expect_status 2 "--resume = ''" train --resume ''
 expect_status 2 "--lr" train --lr nan
+expect_status 2 "--value-type = 'half' is not a value type; allowed: float32" train --value-type half
 expect_status 2 "--alpha" bench train --alpha nan
 expect_status 2 "--tables" bench train --tables 0
 expect_status 2 "--steps" bench train --steps 0
