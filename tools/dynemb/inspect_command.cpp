@@ -50,8 +50,8 @@ void run(const InspectArgs& a) {
             << ", world size " << m.world_size << ", dumped " << utc_of_ns(m.dump_time_ns) << "\n  "
             << m.tables.size() << " table(s), " << human_bytes(r.total_bytes)
             << " in data files\n\n";
-  std::printf("  %-20s %-6s %6s %-22s %-10s %14s %12s %-27s %12s\n", "table", "keys", "dim",
-              "optimizer (state)", "policy", "score/step", "rows", "score range", "bytes");
+  std::printf("  %-20s %-6s %-8s %6s %-22s %-10s %14s %12s %-27s %12s\n", "table", "keys", "values",
+              "dim", "optimizer (state)", "policy", "score/step", "rows", "score range", "bytes");
   for (const ckpt::TableEntry& t : m.tables) {
     uint64_t lo = ~0ull, hi = 0, bytes = 0;
     for (const ckpt::ShardEntry& s : t.shards) {
@@ -70,9 +70,9 @@ void run(const InspectArgs& a) {
                   ")";
     const std::string range =
         t.rows == 0 ? "-" : "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    std::printf("  %-20s %-6s %6u %-22s %-10s %14llu %12llu %-27s %12s\n", t.name.c_str(),
-                ckpt::to_string(t.key_dtype).c_str(), t.dim, optimizer.c_str(),
-                t.score_policy.c_str(), static_cast<unsigned long long>(t.score),
+    std::printf("  %-20s %-6s %-8s %6u %-22s %-10s %14llu %12llu %-27s %12s\n", t.name.c_str(),
+                ckpt::to_string(t.key_dtype).c_str(), ckpt::to_string(t.value_dtype).c_str(), t.dim,
+                optimizer.c_str(), t.score_policy.c_str(), static_cast<unsigned long long>(t.score),
                 static_cast<unsigned long long>(t.rows), range.c_str(), human_bytes(bytes).c_str());
     if (m.world_size > 1) {
       for (const ckpt::ShardEntry& s : t.shards) {
