@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     to[u] = nullptr;
     if (i >= n) continue;
     const uint64_t r = rows[i];
-    char* h = host.base[r >> host.rows_shift] +
-              (r & ((uint64_t{1} << host.rows_shift) - 1)) * kRowBytes;
+    char* h =
+        host.base[r >> host.rows_shift] + (r & ((uint64_t{1} << host.rows_shift) - 1)) * kRowBytes;
     char* d = dense + i * kRowBytes;
     const W* from = reinterpret_cast<const W*>(kToHost ? d : h);
     to[u] = reinterpret_cast<W*>(kToHost ? h : d);
@@ -219,8 +219,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 using Launcher = void (*)(const SliceTable&, char*, const uint64_t*, uint64_t, cudaStream_t);
 
 template <uint32_t kThreads, uint32_t kBytes, uint32_t kInFlight, bool kToHost>
-void launch(const SliceTable& host, char* dense, const uint64_t* rows, uint64_t n,
-            cudaStream_t s) {
+void launch(const SliceTable& host, char* dense, const uint64_t* rows, uint64_t n, cudaStream_t s) {
   const uint64_t groups = (n + kInFlight - 1) / kInFlight;
   const uint64_t blocks = (groups * kThreads + kBlockThreads - 1) / kBlockThreads;
   move_rows_kernel<kThreads, kBytes, kInFlight, kToHost>
@@ -331,10 +330,12 @@ std::pair<double, double> copy_bandwidth(const HostRegion& r, void* dev, size_t 
   for (int rep = 0; rep < 3; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
     check(cudaMemcpy(dev, r.host[0], bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    h2d = std::min(h2d, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    h2d =
+        std::min(h2d, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     t0 = std::chrono::steady_clock::now();
     check(cudaMemcpy(r.host[0], dev, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    d2h = std::min(d2h, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    d2h =
+        std::min(d2h, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return {bytes / h2d, bytes / d2h};
 }
@@ -355,8 +356,7 @@ int main(int argc, char** argv) try {
   uint64_t seed = 0;
   std::string out_path;
   std::vector<std::string> allocs = {"hostalloc_mapped_portable", "mallochost_slices_2048",
-                                     "register_thp",
-                                     "hostalloc_mapped_portable_slices_128"};
+                                     "register_thp", "hostalloc_mapped_portable_slices_128"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--gib") {
@@ -417,14 +417,16 @@ int main(int argc, char** argv) try {
         {"rows_per_call", rows_per_call},
         {"row_bytes", kRowBytes},
         {"seed", seed},
-        {"rows", "distinct, uniform over the region (or its first 1 / 4 GiB); 'random' visits "
-                 "them shuffled, 'sorted' by ascending address"},
+        {"rows",
+         "distinct, uniform over the region (or its first 1 / 4 GiB); 'random' visits "
+         "them shuffled, 'sorted' by ascending address"},
         {"methods", "t<threads per row>x<bytes per access>[u<rows in flight per group>]"},
         {"timing", "median of 5 launches after a warm-up, events"}}},
       {"results", nlohmann::json::array()}};
   const std::vector<Method> all = methods();
-  std::printf("GB/s = 1e9 bytes/s of rows moved; %llu rows of %u bytes per launch, %zu GiB region\n",
-              static_cast<unsigned long long>(rows_per_call), kRowBytes, gib);
+  std::printf(
+      "GB/s = 1e9 bytes/s of rows moved; %llu rows of %u bytes per launch, %zu GiB region\n",
+      static_cast<unsigned long long>(rows_per_call), kRowBytes, gib);
   std::printf("| allocation | span GiB | order | dir |");
   for (const Method& m : all) std::printf(" %s |", m.name.c_str());
   std::printf("\n| --- | --- | --- | --- |");
@@ -481,8 +483,8 @@ int main(int argc, char** argv) try {
           std::printf("| %s | %zu | %s | %s |", name.c_str(), span, sort ? "sorted" : "random",
                       to_host ? "write" : "read");
           for (const Method& m : all) {
-            const double s = time_launch(to_host ? m.write : m.read, slices, dev.dense, dev.rows,
-                                         list.size());
+            const double s =
+                time_launch(to_host ? m.write : m.read, slices, dev.dense, dev.rows, list.size());
             const double gbs = static_cast<double>(list.size()) * kRowBytes / s / 1e9;
             cell["gb_s"][m.name] = gbs;
             std::printf(" %.1f |", gbs);

@@ -123,12 +123,14 @@ RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
   check(cudaMalloc(&b.dev, kRows * row_bytes), "cudaMalloc");
   check(cudaMalloc(&b.index, kRows * sizeof(uint64_t)), "cudaMalloc");
   check(cudaMalloc(&b.other_index, kRows * sizeof(uint64_t)), "cudaMalloc");
-  // Uniform rows (a few repeat; a scatter then writes the same bytes twice).
+  // Uniform rows (a few repeat; a scatter then writes the same bytes twice), visited in ascending
+  // address order as the table visits a large call's rows (its keys in bucket order).
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_int_distribution<uint64_t> pick(0, host_rows - 1);
   std::vector<uint64_t> index(kRows);
   for (uint64_t* to : {b.index, b.other_index}) {
     for (uint64_t& v : index) v = pick(rng);
+    std::sort(index.begin(), index.end());
     check(cudaMemcpy(to, index.data(), kRows * sizeof(uint64_t), cudaMemcpyHostToDevice),
           "cudaMemcpy (index)");
   }

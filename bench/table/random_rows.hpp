@@ -10,11 +10,11 @@ namespace dynemb::bench {
 
 // Gathers 2^20 random rows of `dim` floats from `region_bytes` of mapped pinned host memory into
 // HBM, scatters them back to random rows, and copies random rows to other random rows of the
-// region (both directions at once: bytes read + written), with tiles of 8 threads per row (float4
-// accesses when dim % 4 == 0), as the table's kernels do; bytes per second, best of 3 after a
-// warm-up.
-// The region should be as large as the table's host-resident rows: the rate falls as it grows
-// (measured on the H100 VM: 27 GB/s over 1 GiB, 7.8 GB/s over 16 GiB, rows of 256 bytes).
+// region (both directions at once: bytes read + written), visiting the rows in ascending address
+// order with tiles of 8 threads per row (float4 accesses when dim % 4 == 0), as the table's
+// kernels do for a large call; bytes per second, best of 3 after a warm-up.
+// The region should be as large as the table's host-resident rows: in random order the rate
+// falls as it grows (dynemb_bench_host_rows, docs/cuda_table.md "Hybrid tables").
 // Needs a CUDA build and the current device set.
 RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes);
 

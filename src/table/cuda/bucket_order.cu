@@ -1,5 +1,5 @@
-// Grouping a write batch by bucket: one kernel computes each key's bucket, CUB's stable radix
-// sort orders (bucket, position) pairs over the bucket index's bits only.
+// Ordering a batch by bucket: one kernel computes each key's bucket, CUB's stable radix sort
+// orders (bucket, position) pairs over the bucket index's bits only.
 #include "cuda/bucket_order.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -29,34 +29,48 @@ __global__ void gather_keys_kernel(const uint64_t* keys, const uint32_t* positio
   if (k < n) out[k] = keys[positions[k]];
 }
 
-}  // namespace
-
-BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset,
-                            uint64_t n, cudaStream_t stream) {
+// Sorts the (bucket, position) pairs of keys[subset[k]] into `buckets` and `positions`.
+void sort_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset, uint64_t n,
+                    uint32_t* buckets, uint32_t* positions, cudaStream_t stream) {
   core::cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
-  BucketOrder out{core::cuda::DeviceArray<uint32_t>(n, stream),
-                  core::cuda::DeviceArray<uint32_t>(n, stream),
-                  core::cuda::DeviceArray<uint64_t>(n, stream)};
   bucket_of_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
       keys, subset, n, t.num_buckets, buckets_in.data(), positions_in.data());
   core::cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
   const int end_bit = t.num_buckets <= 1 ? 1 : std::bit_width(t.num_buckets - 1);
   const int items = static_cast<int>(n);
   size_t temp_bytes = 0;
-  core::cuda::check(cub::DeviceRadixSort::SortPairs(
-                        nullptr, temp_bytes, buckets_in.data(), out.buckets.data(),
-                        positions_in.data(), out.positions.data(), items, 0, end_bit, stream),
-                    "cub::DeviceRadixSort::SortPairs (size)");
+  core::cuda::check(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, buckets_in.data(), buckets,
+                                      positions_in.data(), positions, items, 0, end_bit, stream),
+      "cub::DeviceRadixSort::SortPairs (size)");
   core::cuda::DeviceArray<uint8_t> temp(temp_bytes, stream);
-  core::cuda::check(cub::DeviceRadixSort::SortPairs(
-                        temp.data(), temp_bytes, buckets_in.data(), out.buckets.data(),
-                        positions_in.data(), out.positions.data(), items, 0, end_bit, stream),
-                    "cub::DeviceRadixSort::SortPairs");
+  core::cuda::check(
+      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, buckets_in.data(), buckets,
+                                      positions_in.data(), positions, items, 0, end_bit, stream),
+      "cub::DeviceRadixSort::SortPairs");
+}
+
+}  // namespace
+
+BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset,
+                            uint64_t n, cudaStream_t stream) {
+  BucketOrder out{core::cuda::DeviceArray<uint32_t>(n, stream),
+                  core::cuda::DeviceArray<uint32_t>(n, stream),
+                  core::cuda::DeviceArray<uint64_t>(n, stream)};
+  sort_by_bucket(t, keys, subset, n, out.buckets.data(), out.positions.data(), stream);
   // The write kernel reads each entry's key next to its bucket, not through its position.
   gather_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
       keys, out.positions.data(), n, out.keys.data());
   core::cuda::check(cudaGetLastError(), "gather_keys_kernel launch");
   return out;
+}
+
+core::cuda::DeviceArray<uint32_t> positions_by_bucket(const TableView& t, const uint64_t* keys,
+                                                      const uint32_t* subset, uint64_t n,
+                                                      cudaStream_t stream) {
+  core::cuda::DeviceArray<uint32_t> buckets(n, stream), positions(n, stream);
+  sort_by_bucket(t, keys, subset, n, buckets.data(), positions.data(), stream);
+  return positions;
 }
 
 }  // namespace dynemb::table::cuda

@@ -24,4 +24,20 @@ struct BucketOrder {
 BucketOrder group_by_bucket(const TableView& table, const uint64_t* keys, const uint32_t* subset,
                             uint64_t n, cudaStream_t stream);
 
+// The batch positions k < n (subset[k] when subset is set) ordered by their key's bucket, ties in
+// the order given: a launch over them visits the table's rows in ascending address order, which
+// is what makes host-resident rows fast to reach (docs/cuda_table.md, "Hybrid tables"). Same
+// limits as group_by_bucket.
+core::cuda::DeviceArray<uint32_t> positions_by_bucket(const TableView& table, const uint64_t* keys,
+                                                      const uint32_t* subset, uint64_t n,
+                                                      cudaStream_t stream);
+
+// Whether a call of n keys on `table` visits its keys in bucket order (positions_by_bucket):
+// tables with host-resident rows, at least kHostOrderMinBatch keys, within the sort's limits.
+inline constexpr uint64_t kHostOrderMinBatch = uint64_t{1} << 14;
+inline bool visits_in_bucket_order(const TableView& table, uint64_t n) {
+  return table.host_values != nullptr && n >= kHostOrderMinBatch && n < (uint64_t{1} << 31) &&
+         table.num_buckets <= (uint64_t{1} << 32);
+}
+
 }  // namespace dynemb::table::cuda

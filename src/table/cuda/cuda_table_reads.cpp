@@ -1,5 +1,6 @@
 // CudaTable: the batch reads (find, find_with_misses, contains, find_pointers). They never change
 // a row; find and find_pointers touch no score either.
+#include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
@@ -61,14 +62,23 @@ void CudaTable<K>::lookup(const char* call, size_t n, const K* keys, float* valu
                           uint64_t* scores, cudaStream_t s, float** row_ptrs) {
   core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
+  // A find that copies host-resident rows visits its keys in bucket order (their rows in address
+  // order); the order's array is freed in stream order, after the kernel.
+  DeviceArray<uint32_t> order;
+  const auto find_in_order = [&](ReadArgs a) {
+    if (values != nullptr && visits_in_bucket_order(storage_.view(), n)) {
+      order = positions_by_bucket(storage_.view(), a.keys, nullptr, n, s);
+      a.subset = order.data();
+    }
+    launch_find(storage_.view(), a, s);
+  };
   if (options_.safe_check == SafeCheck::kIgnore) {
-    launch_find(storage_.view(), read_args(n, keys, values, founds, scores, nullptr, row_ptrs), s);
+    find_in_order(read_args(n, keys, values, founds, scores, nullptr, row_ptrs));
     return;
   }
   CallScratch scratch(s);
   if (error_mode()) launch_reserved_check(bits_of(keys), n, scratch.get(), s);
-  launch_find(storage_.view(), read_args(n, keys, values, founds, scores, scratch.get(), row_ptrs),
-              s);
+  find_in_order(read_args(n, keys, values, founds, scores, scratch.get(), row_ptrs));
   if (error_mode()) {
     report(call, scratch.read(), bits_of(keys), s);
   } else {

@@ -245,6 +245,13 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
                        a.n >= options_.grouped_write_min_batch && a.n < (1ull << 31) &&
                        view.num_buckets <= (1ull << 32);
   if (!grouped) {
+    // Host-resident rows are reached in address order: the keys are visited in bucket order
+    // (a length only the device knows keeps the given order).
+    DeviceArray<uint32_t> order;
+    if (a.n_device == nullptr && moves_rows(op) && visits_in_bucket_order(view, a.n)) {
+      order = positions_by_bucket(view, a.keys, a.subset, a.n, s);
+      a.subset = order.data();
+    }
     launch_write(op, view, a, multiprocessors_, s);
     return;
   }

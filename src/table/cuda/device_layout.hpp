@@ -101,6 +101,11 @@ constexpr bool op_inserts(WriteOp op) {
          op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
 }
 
+// Whether an op reads or writes stored rows (all but assign_scores and erase).
+constexpr bool moves_rows(WriteOp op) {
+  return op != WriteOp::kAssignScores && op != WriteOp::kErase;
+}
+
 // Arguments of one write kernel launch. Keys are handled as their uint64 bit patterns.
 struct WriteArgs {
   const uint64_t* keys = nullptr;
@@ -156,6 +161,7 @@ struct TouchArgs {
 // Arguments of the lock-free read kernels (find, contains).
 struct ReadArgs {
   const uint64_t* keys = nullptr;
+  const uint32_t* subset = nullptr;  // when set, the launch covers keys[subset[k]], k < n
   uint64_t n = 0;
   float* values = nullptr;
   float** row_ptrs = nullptr;  // find_pointers: row addresses (nullptr: missing)

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kBlockThreads, kT == 4 ? 8 : 0)
   const TileOf<kT> tile = cg::tiled_partition<kT>(cg::this_thread_block());
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
   const bool leader = tile.thread_rank() == 0;
-  for (uint64_t i = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); i < a.n; i += stride) {
+  for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < a.n; k += stride) {
+    const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
     const uint64_t key = a.keys[i];
     int found = -1;
     uint64_t bucket = 0;

@@ -1,0 +1,214 @@
+// Hybrid tables visit the keys of a large call in bucket order (so that their host-resident rows
+// are reached in address order): every op must still put each key's result at its own batch
+// position and leave the contents a host model predicts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "core/test_random.hpp"
+#include "dynemb/table/table.hpp"
+#include "table/cuda/bucket_order.hpp"
+#include "table/cuda/cuda_test_util.hpp"
+
+namespace dynemb::testing {
+namespace {
+
+constexpr Backend kGpu = Backend::kCuda;
+constexpr uint32_t kDim = 16;
+// Batches large enough to take the ordered path.
+constexpr size_t kBatch = table::cuda::kHostOrderMinBatch + 3000;
+
+using Model = std::map<uint64_t, std::vector<float>>;
+
+// Small multiples of 1/8: sums of a few stay exact in float32.
+std::vector<float> random_rows(TestRng& rng, size_t n) {
+  std::vector<float> v(n * kDim);
+  for (float& x : v)
+    x = static_cast<float>(static_cast<int64_t>(rng.uniform(0, 2000)) - 1000) / 8.0f;
+  return v;
+}
+
+std::vector<float> row_at(const std::vector<float>& rows, size_t i) {
+  return {rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim};
+}
+
+void expect_contents(Table<uint64_t>& t, const Model& model) {
+  const auto stored = dump(t);
+  ASSERT_EQ(stored.size(), model.size());
+  for (const auto& [key, row] : model) {
+    const auto it = stored.find(key);
+    ASSERT_NE(it, stored.end()) << "key " << key << " lost";
+    ASSERT_EQ(it->second.row, row) << "key " << key;
+  }
+}
+
+// `count` keys of the model (distinct, in random order).
+std::vector<uint64_t> some_stored(TestRng& rng, const Model& model, size_t count) {
+  std::vector<uint64_t> all;
+  for (const auto& [key, row] : model) all.push_back(key);
+  for (size_t i = 0; i < count && i < all.size(); ++i)
+    std::swap(all[i], all[rng.uniform(i, all.size() - 1)]);
+  all.resize(std::min(count, all.size()));
+  return all;
+}
+
+void shuffle(TestRng& rng, std::vector<uint64_t>& keys) {
+  for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
+}
+
+TEST(CudaHybridOrder, LargeCallsKeepEveryKeysResultAtItsPosition) {
+  DYNEMB_REQUIRE_CUDA();
+  TestRng rng;
+  TableOptions o;
+  o.dim = kDim;
+  o.bucket_capacity = 128;
+  o.max_capacity = 128 * 1024;
+  o.init_capacity = o.max_capacity / 4;  // the first inserts grow it (retries in bucket order too)
+  o.max_load_factor = 0.75;
+  o.score_policy = ScorePolicy::kStep;
+  o.safe_check = SafeCheck::kIgnore;
+  o.max_hbm_for_values = o.max_capacity / 4 * kDim * sizeof(float);  // 3/4 of the rows on the host
+  auto t = make_table<uint64_t>(kGpu, o);
+  std::set<uint64_t> seen;
+  Model model;
+
+  // insert_or_assign of new keys, twice (growth, then at max capacity), well under any bucket's
+  // capacity: nothing is evicted.
+  for (int round = 0; round < 2; ++round) {
+    const auto keys = distinct_keys(rng, kBatch, seen);
+    const auto rows = random_rows(rng, keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, rows);
+    t->insert_or_assign(keys.size(), k.data(), v.data());
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(rows, i);
+  }
+  ASSERT_EQ(t->capacity(), o.max_capacity);
+  expect_contents(*t, model);
+
+  // find: stored and unknown keys mixed.
+  {
+    auto keys = some_stored(rng, model, kBatch - 4000);
+    const auto unknown = distinct_keys(rng, 4000, seen);
+    keys.insert(keys.end(), unknown.begin(), unknown.end());
+    shuffle(rng, keys);
+    auto k = upload(kGpu, keys);
+    BackendBuffer<float> out(kGpu, keys.size() * kDim);
+    BackendBuffer<bool> founds(kGpu, keys.size());
+    t->find(keys.size(), k.data(), out.data(), founds.data(), nullptr);
+    const auto rows = download(out, keys.size() * kDim);
+    const auto f = download_flags(kGpu, founds, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = model.find(keys[i]);
+      ASSERT_EQ(f[i] != 0, it != model.end()) << "position " << i;
+      if (it != model.end()) ASSERT_EQ(row_at(rows, i), it->second) << "position " << i;
+    }
+  }
+
+  // assign (stored and unknown keys), then accum_or_assign with every key twice in the batch.
+  {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto unknown = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), unknown.begin(), unknown.end());
+    shuffle(rng, keys);
+    const auto rows = random_rows(rng, keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, rows);
+    t->assign(keys.size(), k.data(), v.data());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (auto it = model.find(keys[i]); it != model.end()) it->second = row_at(rows, i);
+    }
+    std::vector<uint64_t> twice = some_stored(rng, model, kBatch / 4);
+    const auto fresh = distinct_keys(rng, kBatch / 4, seen);
+    twice.insert(twice.end(), fresh.begin(), fresh.end());
+    twice.insert(twice.end(), twice.begin(), twice.end());
+    shuffle(rng, twice);
+    const auto deltas = random_rows(rng, twice.size());
+    auto k2 = upload(kGpu, twice);
+    auto v2 = upload(kGpu, deltas);
+    t->accum_or_assign(twice.size(), k2.data(), v2.data());
+    std::map<uint64_t, std::vector<float>> sums;
+    for (size_t i = 0; i < twice.size(); ++i) {
+      auto& s = sums[twice[i]];
+      if (s.empty()) s.assign(kDim, 0.0f);
+      for (uint32_t j = 0; j < kDim; ++j) s[j] += deltas[i * kDim + j];
+    }
+    for (const auto& [key, sum] : sums) {
+      auto& row = model[key];  // a new key: its two copies insert and add, in either order
+      if (row.empty()) row.assign(kDim, 0.0f);
+      for (uint32_t j = 0; j < kDim; ++j) row[j] += sum[j];
+    }
+  }
+  expect_contents(*t, model);
+
+  // find_or_insert_given (new keys take the offered row) and find_or_insert (new keys take the
+  // initializer's row, which a later find must return).
+  for (const bool given : {true, false}) {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), fresh.begin(), fresh.end());
+    shuffle(rng, keys);
+    const auto offered = random_rows(rng, keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, offered);
+    BackendBuffer<bool> founds(kGpu, keys.size());
+    if (given) {
+      t->find_or_insert_given(keys.size(), k.data(), v.data(), founds.data(), nullptr);
+    } else {
+      t->find_or_insert(keys.size(), k.data(), v.data(), founds.data(), nullptr);
+    }
+    const auto rows = download(v, keys.size() * kDim);
+    const auto f = download_flags(kGpu, founds, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = model.find(keys[i]);
+      ASSERT_EQ(f[i] != 0, it != model.end()) << "position " << i;
+      if (it != model.end()) {
+        ASSERT_EQ(row_at(rows, i), it->second) << "position " << i;
+      } else {
+        if (given) ASSERT_EQ(row_at(rows, i), row_at(offered, i)) << "position " << i;
+        model[keys[i]] = row_at(rows, i);
+      }
+    }
+    expect_contents(*t, model);
+  }
+
+  // erase, then insert_and_evict past the capacity: every evicted row is the model's.
+  {
+    const auto gone = some_stored(rng, model, kBatch);
+    auto k = upload(kGpu, gone);
+    t->erase(gone.size(), k.data());
+    for (uint64_t key : gone) model.erase(key);
+  }
+  expect_contents(*t, model);
+  size_t evicted_total = 0;
+  for (int round = 0; round < 4; ++round) {
+    t->advance_step();
+    const auto keys = distinct_keys(rng, 2 * kBatch, seen);
+    const auto rows = random_rows(rng, keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, rows);
+    BackendBuffer<uint64_t> ek(kGpu, keys.size());
+    BackendBuffer<float> ev(kGpu, keys.size() * kDim);
+    BackendBuffer<uint64_t> es(kGpu, keys.size());
+    const size_t count = t->insert_and_evict(keys.size(), k.data(), v.data(), nullptr, ek.data(),
+                                             ev.data(), es.data());
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(rows, i);
+    const auto hk = download(ek, count);
+    const auto hv = download(ev, count * kDim);
+    for (size_t i = 0; i < count; ++i) {
+      const auto it = model.find(hk[i]);
+      ASSERT_NE(it, model.end()) << "evicted an unknown key " << hk[i];
+      ASSERT_EQ(row_at(hv, i), it->second) << "evicted key " << hk[i];
+      model.erase(it);
+    }
+    evicted_total += count;
+  }
+  EXPECT_GT(evicted_total, 0u);
+  expect_contents(*t, model);
+}
+
+}  // namespace
+}  // namespace dynemb::testing
