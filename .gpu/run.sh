@@ -10,7 +10,10 @@ log() { echo "== $* ($(date -u +%T))"; }
   nvidia-smi topo -m 2>/dev/null | head -5; numactl -H 2>/dev/null | head -4
   lscpu | grep -E 'Model name|NUMA|Socket'; cat /sys/kernel/mm/transparent_hugepage/enabled
   grep -i huge /proc/meminfo | head -3; free -g | head -2; } > "$o/machine.txt" 2>&1
-log build; ninja -C build-gpu dynemb_bench_host_rows dynemb_program > "$o/build.log" 2>&1 || { tail -20 "$o/build.log"; }
+log build; ninja -C build-gpu dynemb_bench_host_rows dynemb_program dynemb_tests > "$o/build.log" 2>&1 || { tail -20 "$o/build.log"; }
+log "tests: hybrid tables (large calls in bucket order, rows in host memory)"
+timeout 60 build-gpu/tests/dynemb_tests --gtest_filter='CudaHybridOrder.*:CudaTable.Hybrid*' > "$o/tests.txt" 2>&1
+echo "rc=$?" >> "$o/tests.txt"; grep -E '^\[  (PASSED|FAILED)|FAILED|rc=|seed' "$o/tests.txt" | head -8
 log "host rows (16 GiB, 512K rows)"
 timeout 90 build-gpu/bench/dynemb_bench_host_rows --gib 16 --rows 524288 \
   --out "$o/host-rows.json" > "$o/host-rows.txt" 2>&1; echo "rc=$?" >> "$o/host-rows.txt"
