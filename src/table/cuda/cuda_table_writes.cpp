@@ -151,11 +151,15 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   const bool pointers = op == WriteOp::kFindOrInsertPointers;
   const bool two_passes = pointers && options_.score_policy == ScorePolicy::kLfu;
   a.lock_free_first = pointers && !two_passes;
-  DeviceArray<uint32_t> missed;
+  DeviceArray<uint32_t> missed, touch_order;
   if (two_passes && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
     TouchArgs t;
     t.keys = a.keys;
+    if (visits_in_bucket_order(storage_.view(), n)) {
+      touch_order = positions_by_bucket(storage_.view(), a.keys, nullptr, n, s);
+      t.subset = touch_order.data();
+    }
     t.n = n;
     t.values_out = a.values_out;
     t.row_ptrs = a.row_ptrs;

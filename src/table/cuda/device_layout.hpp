@@ -146,6 +146,9 @@ struct WriteArgs {
 // the locked pass.
 struct TouchArgs {
   const uint64_t* keys = nullptr;
+  // When set, the pass covers keys[subset[k]], k < n: in bucket order, its list of keys not found
+  // comes out nearly in bucket order too, and so does the locked pass over it.
+  const uint32_t* subset = nullptr;
   uint64_t n = 0;
   float* values_out = nullptr;
   float** row_ptrs = nullptr;

@@ -19,8 +19,9 @@ __global__ void __launch_bounds__(kBlockThreads) find_and_touch_kernel(TableView
   const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
   const bool leader = tile.thread_rank() == 0;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kTilesPerBlock;
-  for (uint64_t i = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); i < a.n && !aborted;
-       i += stride) {
+  for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < a.n && !aborted;
+       k += stride) {
+    const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
     const uint64_t key = a.keys[i];
     if (key >= kFirstReservedKey) {
       if (leader) {

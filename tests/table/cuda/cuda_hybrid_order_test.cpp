@@ -175,6 +175,41 @@ TEST(CudaHybridOrder, LargeCallsKeepEveryKeysResultAtItsPosition) {
     expect_contents(*t, model);
   }
 
+  // find_or_insert_pointers (its lock-free pass in bucket order, the locked pass over its misses):
+  // the flags, and the addresses find_pointers gives afterwards; the rows behind them via find.
+  {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), fresh.begin(), fresh.end());
+    shuffle(rng, keys);
+    auto k = upload(kGpu, keys);
+    BackendBuffer<float*> ptrs(kGpu, keys.size()), again(kGpu, keys.size());
+    BackendBuffer<bool> founds(kGpu, keys.size());
+    t->find_or_insert_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+    const auto f = download_flags(kGpu, founds, keys.size());
+    const auto p = download(ptrs, keys.size());
+    t->find_pointers(keys.size(), k.data(), again.data(), founds.data(), nullptr);
+    const auto p2 = download(again, keys.size());
+    BackendBuffer<float> out(kGpu, keys.size() * kDim);
+    t->find(keys.size(), k.data(), out.data(), founds.data(), nullptr);
+    const auto rows = download(out, keys.size() * kDim);
+    const auto f2 = download_flags(kGpu, founds, keys.size());
+    std::set<float*> distinct(p.begin(), p.end());
+    ASSERT_EQ(distinct.size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = model.find(keys[i]);
+      ASSERT_EQ(f[i] != 0, it != model.end()) << "position " << i;
+      ASSERT_TRUE(f2[i]) << "position " << i;
+      ASSERT_EQ(p[i], p2[i]) << "position " << i;
+      if (it != model.end()) {
+        ASSERT_EQ(row_at(rows, i), it->second) << "position " << i;
+      } else {
+        model[keys[i]] = row_at(rows, i);
+      }
+    }
+  }
+  expect_contents(*t, model);
+
   // erase, then insert_and_evict past the capacity: every evicted row is the model's.
   {
     const auto gone = some_stored(rng, model, kBatch);
