@@ -208,8 +208,9 @@ std::string render_tables(const TableBenchReport& report) {
     render_block(
         out, report, dim,
         "hybrid: time over the random-row floor (host-resident rows' bytes / the rate "
-        "kernels gather or scatter random rows of this dim over the same link; a call that "
-        "reads and writes: its touched rows at the rate of both at once, if longer)",
+        "kernels gather or scatter random rows of this dim over the same link, visited in "
+        "address order as the table visits them; a call that reads and writes: its touched "
+        "rows at the rate of both at once, if longer)",
         [&](const ScenarioResult& s, TableOp op) {
           return over_floor(report, s, op, Floor::kRandomRows);
         },
@@ -245,8 +246,9 @@ nlohmann::json to_json(const TableBenchReport& report) {
         {"by_dim", rows},
         {"method",
          "2^20 uniform random rows gathered from / scattered to mapped pinned host memory as "
-         "large as the table's host-resident rows, 8 threads per row, best of 3; both: "
-         "random rows copied to other random rows of that memory, bytes read + written"}};
+         "large as the table's host-resident rows, visited in ascending address order, 8 "
+         "threads per row, best of 3; both: random rows copied to other random rows of that "
+         "memory, bytes read + written"}};
   }
   j["load_average"] = {{"start", report.load_average_start}, {"end", report.load_average_end}};
   j["git_commit"] = report.git_commit;
