@@ -444,7 +444,8 @@ int main(int argc, char** argv) try {
       continue;
     }
     const SliceTable slices = device_slices(region);
-    const auto [h2d, d2h] = copy_bandwidth(region, copy_buffer, copy_bytes);
+    const auto [h2d, d2h] =
+        copy_bandwidth(region, copy_buffer, std::min(copy_bytes, region.slice_bytes));
     nlohmann::json numa = nlohmann::json::object();
     for (const auto& [node, pages] : numa_nodes(region, 256)) numa[std::to_string(node)] = pages;
     entry.update({{"alloc_seconds", region.seconds},

@@ -62,13 +62,17 @@ void CudaTable<K>::lookup(const char* call, size_t n, const K* keys, float* valu
                           uint64_t* scores, cudaStream_t s, float** row_ptrs) {
   core::cuda::DeviceGuard device(options_.device);
   StreamOrder::Read guard(order_, s);
-  // A find that copies host-resident rows visits its keys in bucket order (their rows in address
-  // order); the order's array is freed in stream order, after the kernel.
+  // A large find on a table with host-resident rows visits its keys in bucket order, copies the
+  // rows in HBM and lists those in host memory, which a second kernel then copies in that (address)
+  // order, a warp a row. The arrays are freed in stream order, after the kernels.
   DeviceArray<uint32_t> order;
+  DeviceArray<uint64_t> host_rows;
   const auto find_in_order = [&](ReadArgs a) {
     if (values != nullptr && visits_in_bucket_order(storage_.view(), n)) {
       order = positions_by_bucket(storage_.view(), a.keys, nullptr, n, s);
+      host_rows = DeviceArray<uint64_t>(n, s);
       a.subset = order.data();
+      a.host_rows = host_rows.data();
     }
     launch_find(storage_.view(), a, s);
   };

@@ -29,7 +29,8 @@ void launch_write(WriteOp op, const TableView& table, const WriteArgs& args,
 // the table: it runs under the call's writer lock, before the locked pass.
 void launch_find_and_touch(const TableView& table, const TouchArgs& args, cudaStream_t stream);
 
-// find (values set) or contains (values null): lock-free lookups.
+// find (values set) or contains (values null): lock-free lookups; with args.host_rows, then
+// the copy of the listed host rows.
 void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stream);
 
 // After a pointer write at a fixed capacity (while *only_if_nonzero, the call's evictions, is

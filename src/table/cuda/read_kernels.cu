@@ -50,12 +50,17 @@ __global__ void __launch_bounds__(kBlockThreads, kT == 4 ? 8 : 0)
       bucket = bucket_of_hash(hash, t.num_buckets);
       found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     }
+    uint64_t host_row = kNoHostRow;
     if (found >= 0) {
       const uint64_t slot = bucket * t.bucket_capacity + static_cast<uint64_t>(found);
-      if (a.values != nullptr)
+      if (a.host_rows != nullptr && slot >= t.hbm_rows) {
+        host_row = slot - t.hbm_rows;
+      } else if (a.values != nullptr) {
         copy_row<kVec, false>(tile, a.values + i * t.dim, row_of(t, slot), t.dim);
+      }
       if (leader && a.scores != nullptr) a.scores[i] = t.scores[slot];
     }
+    if (leader && a.host_rows != nullptr) a.host_rows[k] = host_row;
     if (leader && a.founds != nullptr) a.founds[i] = found >= 0;
     if (leader && a.row_ptrs != nullptr)
       a.row_ptrs[i] = found >= 0
@@ -107,6 +112,25 @@ __global__ void verify_row_ptrs_kernel(TableView t, const uint64_t* keys, uint64
     }
     rows[i] = found;
   }
+}
+
+// Row host_rows[k] of host memory to row positions[k] (k when null) of values, k < n, one warp
+// per row with W-wide accesses; entries of kNoHostRow are skipped. The list is in address order
+// and a warp per row keeps few rows in flight, so the rows reached at once lie close together:
+// that is what makes host rows fast to read (docs/cuda_table.md, "Hybrid tables").
+template <class W>
+__global__ void __launch_bounds__(kBlockThreads)
+    gather_host_rows_kernel(const float* host_values, uint32_t dim, const uint64_t* host_rows,
+                            const uint32_t* positions, uint64_t n, float* values) {
+  const uint64_t k = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (k >= n) return;
+  const uint64_t row = host_rows[k];
+  if (row == kNoHostRow) return;
+  const uint64_t to = positions != nullptr ? positions[k] : k;
+  constexpr uint32_t kFloats = sizeof(W) / sizeof(float);
+  const W* __restrict__ src = reinterpret_cast<const W*>(host_values + row * dim);
+  W* __restrict__ dst = reinterpret_cast<W*>(values + to * dim);
+  for (uint32_t j = threadIdx.x % 32; j < dim / kFloats; j += 32) dst[j] = src[j];
 }
 
 __global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s) {
@@ -164,6 +188,22 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
     find_kernel<false, kTileSize><<<blocks, kBlockThreads, 0, stream>>>(t, a);
   }
   core::cuda::check(cudaGetLastError(), "find_kernel launch");
+  if (a.host_rows == nullptr || a.values == nullptr) return;
+  // The host rows the lookup listed: 8-byte accesses where rows allow (a warp reads a row of 64
+  // floats in one pass).
+  const uint64_t gather_blocks = (a.n * 32 + kBlockThreads - 1) / kBlockThreads;
+  const bool pairs = t.dim % 2 == 0 && reinterpret_cast<uintptr_t>(a.values) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(t.host_values) % 8 == 0;
+  if (pairs) {
+    gather_host_rows_kernel<float2>
+        <<<static_cast<unsigned>(gather_blocks), kBlockThreads, 0, stream>>>(
+            t.host_values, t.dim, a.host_rows, a.subset, a.n, a.values);
+  } else {
+    gather_host_rows_kernel<float>
+        <<<static_cast<unsigned>(gather_blocks), kBlockThreads, 0, stream>>>(
+            t.host_values, t.dim, a.host_rows, a.subset, a.n, a.values);
+  }
+  core::cuda::check(cudaGetLastError(), "gather_host_rows_kernel launch");
 }
 
 void launch_verify_row_ptrs(const TableView& t, const uint64_t* keys, uint64_t n, float** rows,
