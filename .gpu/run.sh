@@ -16,7 +16,7 @@ timeout 60 build-gpu/tests/dynemb_tests --gtest_filter='CudaHybridOrder.*:CudaTa
 echo "rc=$?" >> "$o/tests.txt"; grep -E '^\[  (PASSED|FAILED)|FAILED|rc=|seed' "$o/tests.txt" | head -8
 log "host rows (16 GiB, 512K rows)"
 timeout 110 build-gpu/bench/dynemb_bench_host_rows --gib 16 --rows 524288 \
-  --out "$o/host-rows.json" > "$o/host-rows.txt" 2>&1; echo "rc=$?" >> "$o/host-rows.txt"
+  --json "$o/host-rows.json" > "$o/host-rows.txt" 2>&1; echo "rc=$?" >> "$o/host-rows.txt"
 log "HKV ae24eec hybrid dim 64 128M 16 GB"
 timeout 100 .peers/bin/hkv_benchmark hybrid 64 128 16 a > "$o/hkv-hybrid.txt" 2>&1; echo "rc=$?" >> "$o/hkv-hybrid.txt"
 log "dynemb hybrid dim 64 128M 16 GB"

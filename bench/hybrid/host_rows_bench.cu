@@ -4,7 +4,7 @@
 // rows a group of threads has in flight). Hybrid tables reach their host-resident rows this way
 // (docs/cuda_table.md, "Hybrid tables").
 //
-// Usage: dynemb_bench_host_rows [--gib N] [--rows N] [--allocs a,b,..] [--seed N] [--out FILE]
+// Usage: dynemb_bench_host_rows [--gib N] [--rows N] [--allocs a,b,..] [--seed N] [--json FILE]
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -367,7 +367,7 @@ int main(int argc, char** argv) try {
       allocs = split(argv[i + 1]);
     } else if (a == "--seed") {
       seed = std::stoull(argv[i + 1]);
-    } else if (a == "--out") {
+    } else if (a == "--json") {
       out_path = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());

@@ -19,20 +19,18 @@ void check(cudaError_t status, const char* what) {
   }
 }
 
-// Row r of `to` (at to_index[r]) = row r of `from` (at from_index[r]), kTile threads per row;
-// T is float4 or float, `width` Ts per row.
+// Row r of `to` (at to_index[r]) = row r of `from` (at from_index[r]), kTile threads per row, one
+// tile per row (the grid covers every row, so blocks start in list order and the rows in flight
+// stay close together in the list); T is float4, float2 or float, `width` Ts per row.
 template <uint32_t kTile, class T>
 __global__ void move_rows(const T* __restrict__ from, const uint64_t* __restrict__ from_index,
                           T* __restrict__ to, const uint64_t* __restrict__ to_index, uint64_t n,
                           uint32_t width) {
-  const uint64_t tiles = static_cast<uint64_t>(gridDim.x) * blockDim.x / kTile;
-  const uint32_t lane = threadIdx.x % kTile;
-  for (uint64_t r = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kTile; r < n;
-       r += tiles) {
-    const T* src = from + (from_index != nullptr ? from_index[r] : r) * width;
-    T* dst = to + (to_index != nullptr ? to_index[r] : r) * width;
-    for (uint32_t j = lane; j < width; j += kTile) dst[j] = src[j];
-  }
+  const uint64_t r = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kTile;
+  if (r >= n) return;
+  const T* src = from + (from_index != nullptr ? from_index[r] : r) * width;
+  T* dst = to + (to_index != nullptr ? to_index[r] : r) * width;
+  for (uint32_t j = threadIdx.x % kTile; j < width; j += kTile) dst[j] = src[j];
 }
 
 // Owns the buffers of one measurement.
@@ -65,14 +63,14 @@ struct Events {
 template <uint32_t kTile, class T>
 double best_seconds(const T* from, const uint64_t* from_index, T* to, const uint64_t* to_index,
                     uint64_t n, uint32_t width) {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "attribute");
+  constexpr uint32_t kThreads = 256;
+  const uint64_t blocks = (n * kTile + kThreads - 1) / kThreads;
   Events e;
   double best = 1e30;
   for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
     check(cudaEventRecord(e.begin), "cudaEventRecord");
-    move_rows<kTile, T><<<sms * 8, 256>>>(from, from_index, to, to_index, n, width);
+    move_rows<kTile, T>
+        <<<static_cast<unsigned>(blocks), kThreads>>>(from, from_index, to, to_index, n, width);
     check(cudaGetLastError(), "move_rows launch");
     check(cudaEventRecord(e.end), "cudaEventRecord");
     check(cudaEventSynchronize(e.end), "cudaEventSynchronize");
@@ -83,12 +81,18 @@ double best_seconds(const T* from, const uint64_t* from_index, T* to, const uint
   return best;
 }
 
+// The widest access (16, 8 or 4 bytes) that divides the row and still gives each of the kTile
+// threads a word: a warp reads a row of 256 bytes as 8-byte words.
 template <uint32_t kTile>
 double best_seconds_for(const void* from, const uint64_t* from_index, void* to,
                         const uint64_t* to_index, uint64_t n, uint32_t row_bytes) {
-  if (row_bytes % 16 == 0) {
+  if (row_bytes % 16 == 0 && row_bytes / 16 >= kTile) {
     return best_seconds<kTile>(static_cast<const float4*>(from), from_index,
                                static_cast<float4*>(to), to_index, n, row_bytes / 16);
+  }
+  if (row_bytes % 8 == 0) {
+    return best_seconds<kTile>(static_cast<const float2*>(from), from_index,
+                               static_cast<float2*>(to), to_index, n, row_bytes / 8);
   }
   return best_seconds<kTile>(static_cast<const float*>(from), from_index, static_cast<float*>(to),
                              to_index, n, row_bytes / 4);
@@ -112,8 +116,8 @@ double time_row_moves(const void* from, const uint64_t* from_index, void* to,
 }
 
 RandomRowRate measure_random_rows(uint32_t dim, size_t region_bytes) {
-  constexpr uint64_t kRows = uint64_t{1} << 20;
-  constexpr uint32_t kThreadsPerRow = 8;  // the table's tile
+  constexpr uint64_t kRows = uint64_t{1} << 19;
+  constexpr uint32_t kThreadsPerRow = 32;  // the fastest measured (dynemb_bench_host_rows)
   const uint32_t row_bytes = 4 * dim;
   const uint64_t host_rows = region_bytes / row_bytes;
   if (host_rows == 0) return {};

@@ -245,10 +245,10 @@ nlohmann::json to_json(const TableBenchReport& report) {
     j["pcie_random_rows_gb_s"] = {
         {"by_dim", rows},
         {"method",
-         "2^20 uniform random rows gathered from / scattered to mapped pinned host memory as "
-         "large as the table's host-resident rows, visited in ascending address order, 8 "
-         "threads per row, best of 3; both: random rows copied to other random rows of that "
-         "memory, bytes read + written"}};
+         "2^19 uniform random rows gathered from / scattered to mapped pinned host memory as "
+         "large as the table's host-resident rows, visited in ascending address order, a warp "
+         "per row (8-byte words), best of 3; both: random rows copied to other random rows of "
+         "that memory, bytes read + written"}};
   }
   j["load_average"] = {{"start", report.load_average_start}, {"end", report.load_average_end}};
   j["git_commit"] = report.git_commit;
