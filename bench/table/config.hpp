@@ -28,6 +28,8 @@ struct TableBenchConfig {
   std::optional<double> hbm_budget_gb;  // CUDA hybrid mode: GiB of values kept in HBM
   // CUDA: writing calls of at least this many keys are grouped by bucket (TableOptions).
   uint64_t grouped_write_min_batch = TableOptions{}.grouped_write_min_batch;
+  // CUDA hybrid mode: keys a large write keeps in flight (TableOptions).
+  uint32_t host_keys_in_flight = TableOptions{}.host_keys_in_flight;
   std::vector<TableOp> ops = all_table_ops();
   bool peers = true;          // CPU: also time libcuckoo and absl::flat_hash_map
   uint64_t seed = 0;          // key stream seed

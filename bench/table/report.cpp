@@ -288,6 +288,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"safe_check", "ignore"},
       {"thread_safe", c.backend == Backend::kCpu},
       {"grouped_write_min_batch", c.grouped_write_min_batch},
+      {"host_keys_in_flight", c.host_keys_in_flight},
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "

@@ -23,6 +23,7 @@ struct BenchTableArgs {
   uint32_t threads = 0;
   double hbm_budget_gb = 0;
   uint64_t grouped_write_min_batch = 0;
+  uint32_t host_keys_in_flight = 0;
   std::vector<std::string> ops;
   bool no_peers = false;
   uint64_t seed = 0;
@@ -41,6 +42,7 @@ struct GivenOptions {
   CLI::Option* threads = nullptr;
   CLI::Option* hbm_budget_gb = nullptr;
   CLI::Option* grouped_write_min_batch = nullptr;
+  CLI::Option* host_keys_in_flight = nullptr;
   CLI::Option* ops = nullptr;
 };
 
@@ -56,6 +58,7 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   if (given.hbm_budget_gb->count() > 0) c.hbm_budget_gb = a.hbm_budget_gb;
   if (given.grouped_write_min_batch->count() > 0)
     c.grouped_write_min_batch = a.grouped_write_min_batch;
+  if (given.host_keys_in_flight->count() > 0) c.host_keys_in_flight = a.host_keys_in_flight;
   if (given.ops->count() > 0) {
     c.ops.clear();
     for (const std::string& name : a.ops) c.ops.push_back(dynemb::bench::parse_op(name, "--ops"));
@@ -103,6 +106,10 @@ void install(CLI::App& cmd) {
       "--grouped-write-min-batch", args->grouped_write_min_batch,
       "cuda: writing calls of at least this many keys are sorted by bucket and written without "
       "bucket locks (default: never; 0 = every call)");
+  given->host_keys_in_flight = cmd.add_option(
+      "--host-keys-in-flight", args->host_keys_in_flight,
+      "cuda hybrid mode: keys a large write keeps in flight at once (default " +
+          std::to_string(dynemb::TableOptions{}.host_keys_in_flight) + "; 0 = no cap)");
   given->ops =
       cmd.add_option(
              "--ops", args->ops,
@@ -114,7 +121,7 @@ void install(CLI::App& cmd) {
   // Unsigned options: a negative value is an error, not a wrap-around.
   for (CLI::Option* option :
        {given->dims, given->capacity, given->batch, given->repeats, given->threads,
-        given->hbm_budget_gb, given->grouped_write_min_batch, seed}) {
+        given->hbm_budget_gb, given->grouped_write_min_batch, given->host_keys_in_flight, seed}) {
     option->check(dynemb::tools::not_negative());
   }
   cmd.add_option(

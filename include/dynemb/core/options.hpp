@@ -49,6 +49,10 @@ struct TableOptions {
   // bucket written by one tile, in batch order, without locks (0: every call); smaller ones lock
   // bucket by bucket. Off by default: the sort costs more than the locks (docs/cuda_table.md).
   uint64_t grouped_write_min_batch = std::numeric_limits<uint64_t>::max();
+  // CUDA backend, hybrid mode: a write of many keys visits them in bucket order (address order
+  // of their rows) with about this many keys in flight at once, so that the host rows reached at
+  // once lie close together (docs/cuda_table.md, "Hybrid tables"); 0: as many as the GPU holds.
+  uint32_t host_keys_in_flight = 8192;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

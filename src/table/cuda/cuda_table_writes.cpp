@@ -255,6 +255,7 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
     if (a.n_device == nullptr && moves_rows(op) && visits_in_bucket_order(view, a.n)) {
       order = positions_by_bucket(view, a.keys, a.subset, a.n, s);
       a.subset = order.data();
+      a.keys_in_flight = options_.host_keys_in_flight;
     }
     launch_write(op, view, a, multiprocessors_, s);
     return;

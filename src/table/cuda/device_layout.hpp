@@ -139,6 +139,10 @@ struct WriteArgs {
   // find_or_insert_pointers: new keys' rows get the initializer's row (false: the slot is only
   // reserved, its row left as it was: find_or_reserve_pointers).
   bool init_new_rows = true;
+  // When set, a locked launch keeps about this many keys resident at once (its blocks hold
+  // unused shared memory so that fewer fit an SM): a launch over keys in bucket order then
+  // reaches host rows that lie close together.
+  uint32_t keys_in_flight = 0;
 };
 
 // Arguments of find_or_insert's lock-free first pass: keys already stored are found, their rows

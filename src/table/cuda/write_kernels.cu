@@ -3,6 +3,8 @@
 // grouped launch: the batch is sorted by bucket and one tile writes each bucket's keys in
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
+#include <algorithm>
+
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
 #include "cuda/victim.cuh"
@@ -443,6 +445,35 @@ unsigned locked_blocks(uint64_t n, uint32_t tiles_per_block, bool length_on_devi
   return static_cast<unsigned>(blocks == 0 ? 1 : (blocks < 0x7FFFFFFFull ? blocks : 0x7FFFFFFFull));
 }
 
+// Unused dynamic shared memory per block that lets only enough blocks of `kernel` share an SM for
+// about `keys` tiles of the launch to be resident at once (0: no cap needed or asked).
+template <class Kernel>
+size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
+                       uint32_t multiprocessors) {
+  if (keys == 0 || multiprocessors == 0) return 0;
+  const uint32_t blocks_per_sm = std::max(1u, keys / (tiles_per_block * multiprocessors));
+  if (blocks_per_sm >= 2048 / kLockedBlockThreads) return 0;  // the thread limit caps it anyway
+  int device = 0, per_sm = 0, reserved = 0;
+  core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  core::cuda::check(
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+      "cudaDeviceGetAttribute (shared memory per SM)");
+  core::cuda::check(
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device),
+      "cudaDeviceGetAttribute (reserved shared memory per block)");
+  cudaFuncAttributes attributes{};
+  core::cuda::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+  const long bytes = static_cast<long>(per_sm / blocks_per_sm) - reserved -
+                     static_cast<long>(attributes.sharedSizeBytes);
+  if (bytes <= 0) return 0;
+  // Always the same limit (one block an SM), so launches from other threads with other caps
+  // never find it lowered under them.
+  const int most = per_sm - reserved - static_cast<int>(attributes.sharedSizeBytes);
+  core::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
+                    "cudaFuncSetAttribute (dynamic shared memory)");
+  return static_cast<size_t>(bytes);
+}
+
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
 // rows too).
 template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
@@ -459,7 +490,10 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
       locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
-  locked_write_kernel<kOp, kVec, kHeld, kT><<<blocks, kLockedBlockThreads, 0, stream>>>(t, a);
+  auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT>;
+  const size_t held =
+      residency_bytes(kernel, a.keys_in_flight, kLockedBlockThreads / kT, multiprocessors);
+  kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
 }
 

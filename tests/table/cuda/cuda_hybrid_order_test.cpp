@@ -60,10 +60,12 @@ void shuffle(TestRng& rng, std::vector<uint64_t>& keys) {
   for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
 }
 
-TEST(CudaHybridOrder, LargeCallsKeepEveryKeysResultAtItsPosition) {
-  DYNEMB_REQUIRE_CUDA();
+// Every op on batches that take the ordered path, with the writes' keys in flight capped at
+// `keys_in_flight` (0: no cap).
+void check_large_calls(uint32_t keys_in_flight) {
   TestRng rng;
   TableOptions o;
+  o.host_keys_in_flight = keys_in_flight;
   o.dim = kDim;
   o.bucket_capacity = 128;
   o.max_capacity = 128 * 1024;
@@ -243,6 +245,22 @@ TEST(CudaHybridOrder, LargeCallsKeepEveryKeysResultAtItsPosition) {
   }
   EXPECT_GT(evicted_total, 0u);
   expect_contents(*t, model);
+}
+
+TEST(CudaHybridOrder, LargeCallsKeepEveryKeysResultAtItsPosition) {
+  DYNEMB_REQUIRE_CUDA();
+  check_large_calls(TableOptions{}.host_keys_in_flight);
+}
+
+TEST(CudaHybridOrder, LargeCallsWithoutAnInFlightCap) {
+  DYNEMB_REQUIRE_CUDA();
+  check_large_calls(0);
+}
+
+// A cap of a few keys: one block an SM.
+TEST(CudaHybridOrder, LargeCallsWithOneBlockAnSm) {
+  DYNEMB_REQUIRE_CUDA();
+  check_large_calls(64);
 }
 
 }  // namespace
