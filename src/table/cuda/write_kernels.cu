@@ -453,8 +453,11 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
   if (keys == 0 || multiprocessors == 0) return 0;
   const uint32_t blocks_per_sm = std::max(1u, keys / (tiles_per_block * multiprocessors));
   if (blocks_per_sm >= 2048 / kLockedBlockThreads) return 0;  // the thread limit caps it anyway
-  int device = 0, per_sm = 0, reserved = 0;
+  int device = 0, per_sm = 0, reserved = 0, per_block = 0;
   core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  core::cuda::check(
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+      "cudaDeviceGetAttribute (shared memory per block)");
   core::cuda::check(
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
       "cudaDeviceGetAttribute (shared memory per SM)");
@@ -463,12 +466,12 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
       "cudaDeviceGetAttribute (reserved shared memory per block)");
   cudaFuncAttributes attributes{};
   core::cuda::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
-  const long bytes = static_cast<long>(per_sm / blocks_per_sm) - reserved -
-                     static_cast<long>(attributes.sharedSizeBytes);
+  // Always the same limit (the most a block may ask for), so launches from other threads with
+  // other caps never find it lowered under them.
+  const int most = per_block - static_cast<int>(attributes.sharedSizeBytes);
+  const long bytes = std::min<long>(most, static_cast<long>(per_sm / blocks_per_sm) - reserved -
+                                              static_cast<long>(attributes.sharedSizeBytes));
   if (bytes <= 0) return 0;
-  // Always the same limit (one block an SM), so launches from other threads with other caps
-  // never find it lowered under them.
-  const int most = per_sm - reserved - static_cast<int>(attributes.sharedSizeBytes);
   core::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
                     "cudaFuncSetAttribute (dynamic shared memory)");
   return static_cast<size_t>(bytes);
