@@ -252,7 +252,8 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
     // Host-resident rows are reached in address order: the keys are visited in bucket order
     // (a length only the device knows keeps the given order).
     DeviceArray<uint32_t> order;
-    if (a.n_device == nullptr && moves_rows(op) && visits_in_bucket_order(view, a.n)) {
+    const bool rows = moves_rows(op) && a.init_new_rows;  // find_or_reserve_pointers moves none
+    if (a.n_device == nullptr && rows && visits_in_bucket_order(view, a.n)) {
       order = positions_by_bucket(view, a.keys, a.subset, a.n, s);
       a.subset = order.data();
       a.keys_in_flight = options_.host_keys_in_flight;
