@@ -280,9 +280,8 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"key_type", "uint64"},
       {"value_type", "float32"},
       {"score_policy", "timestamp"},
-      {"initializer", c.backend == Backend::kCpu
-                          ? "constant 0 (the peers insert zero rows)"
-                          : "uniform [-0.05, 0.05) (Philox)"},
+      {"initializer", c.backend == Backend::kCpu ? "constant 0 (the peers insert zero rows)"
+                                                 : "uniform [-0.05, 0.05) (Philox)"},
       {"bucket_capacity", kBenchBucketCapacity},
       {"init_capacity_equals_max_capacity", true},
       {"safe_check", "ignore"},
