@@ -17,10 +17,10 @@ namespace {
 
 // `host` in backend memory: the host array itself on the CPU, else a copy in `buffer`.
 template <class T>
-T* on_backend(Backend backend, T* host, size_t n, BackendBuffer<std::remove_const_t<T>>& buffer,
-              bool upload) {
+T* on_backend(Backend backend, int device, T* host, size_t n,
+              BackendBuffer<std::remove_const_t<T>>& buffer, bool upload) {
   if (backend == Backend::kCpu) return host;
-  buffer = BackendBuffer<std::remove_const_t<T>>(backend, std::max<size_t>(n, 1));
+  buffer = BackendBuffer<std::remove_const_t<T>>(backend, std::max<size_t>(n, 1), device);
   if (upload && n > 0) buffer.upload(host, n);
   return buffer.data();
 }
@@ -202,8 +202,8 @@ void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
   std::unique_ptr<bool[]> in_fast(new bool[u]);
   BackendBuffer<K> kb;
   BackendBuffer<bool> fb;
-  bool* dfound = on_backend(backend_, in_fast.get(), u, fb, false);
-  fast_->contains(u, on_backend(backend_, unique.data(), u, kb, true), dfound);
+  bool* dfound = on_backend(backend_, options_.device, in_fast.get(), u, fb, false);
+  fast_->contains(u, on_backend(backend_, options_.device, unique.data(), u, kb, true), dfound);
   to_host(backend_, in_fast.get(), dfound, u);
   auto p = std::make_unique<Prefetch>();
   for (size_t j = 0; j < u; ++j) {
@@ -258,8 +258,8 @@ void CachedTable<K>::install_prefetched(bool wait) {
   std::unique_ptr<bool[]> in_fast(new bool[c]);
   BackendBuffer<K> kb;
   BackendBuffer<bool> fb;
-  bool* dfound = on_backend(backend_, in_fast.get(), c, fb, false);
-  fast_->contains(c, on_backend(backend_, candidates.data(), c, kb, true), dfound);
+  bool* dfound = on_backend(backend_, options_.device, in_fast.get(), c, fb, false);
+  fast_->contains(c, on_backend(backend_, options_.device, candidates.data(), c, kb, true), dfound);
   to_host(backend_, in_fast.get(), dfound, c);
   std::vector<K> up;
   std::vector<float> rows;
@@ -344,21 +344,21 @@ typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& 
   r.scores.assign(u, 0);
   if (u == 0) return r;
   BackendBuffer<K> kb;
-  const K* dkeys = on_backend(backend_, unique.data(), u, kb, true);
+  const K* dkeys = on_backend(backend_, options_.device, unique.data(), u, kb, true);
   std::unique_ptr<bool[]> found(new bool[u]);
   BackendBuffer<bool> fb;
   BackendBuffer<uint64_t> sb;
-  bool* dfound = on_backend(backend_, found.get(), u, fb, false);
-  uint64_t* dscores = on_backend(backend_, r.scores.data(), u, sb, false);
+  bool* dfound = on_backend(backend_, options_.device, found.get(), u, fb, false);
+  uint64_t* dscores = on_backend(backend_, options_.device, r.scores.data(), u, sb, false);
   if (want_fast_rows) {
     BackendBuffer<float> vb;
-    float* dvalues = on_backend(backend_, r.rows.data(), u * dim_, vb, false);
+    float* dvalues = on_backend(backend_, options_.device, r.rows.data(), u * dim_, vb, false);
     fast_->find(u, dkeys, dvalues, dfound, dscores);
     to_host(backend_, r.rows.data(), dvalues, u * dim_);
   } else {
     std::vector<float*> ptrs(u);
     BackendBuffer<float*> pb;
-    float** dptrs = on_backend(backend_, ptrs.data(), u, pb, false);
+    float** dptrs = on_backend(backend_, options_.device, ptrs.data(), u, pb, false);
     fast_->find_pointers(u, dkeys, dptrs, dfound, dscores);
   }
   to_host(backend_, found.get(), dfound, u);
@@ -418,11 +418,12 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   const size_t t = touch_keys.size();
   BackendBuffer<K> tkb;
   BackendBuffer<uint64_t> tsb;
-  const K* dtouch = on_backend(backend_, touch_keys.data(), t, tkb, true);
+  const K* dtouch = on_backend(backend_, options_.device, touch_keys.data(), t, tkb, true);
   if (t > 0) {
     std::vector<uint64_t> pinned(t, kPinned);
     BackendBuffer<uint64_t> pb;
-    fast_->assign_scores(t, dtouch, on_backend(backend_, pinned.data(), t, pb, true));
+    fast_->assign_scores(t, dtouch,
+                         on_backend(backend_, options_.device, pinned.data(), t, pb, true));
   }
   const size_t m = keys.size();
   std::vector<K> ev_keys(m);
@@ -434,15 +435,17 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     BackendBuffer<K> kb, ekb;
     BackendBuffer<float> vb, evb;
     BackendBuffer<uint64_t> sb, pb, esb;
-    const K* dkeys = on_backend(backend_, keys.data(), m, kb, true);
-    K* dek = on_backend(backend_, ev_keys.data(), m, ekb, false);
-    float* dev = on_backend(backend_, ev_rows.data(), m * dim_, evb, false);
-    uint64_t* des = on_backend(backend_, ev_scores.data(), m, esb, false);
-    const uint64_t* dpinned = on_backend(backend_, pinned.data(), m, pb, true);
+    const K* dkeys = on_backend(backend_, options_.device, keys.data(), m, kb, true);
+    K* dek = on_backend(backend_, options_.device, ev_keys.data(), m, ekb, false);
+    float* dev = on_backend(backend_, options_.device, ev_rows.data(), m * dim_, evb, false);
+    uint64_t* des = on_backend(backend_, options_.device, ev_scores.data(), m, esb, false);
+    const uint64_t* dpinned = on_backend(backend_, options_.device, pinned.data(), m, pb, true);
     fast_->assign_scores(m, dkeys, dpinned);  // pins the call's keys already in the fast tier
     evicted = fast_->insert_and_evict(
-        m, dkeys, on_backend(backend_, rows.data(), m * dim_, vb, true), dpinned, dek, dev, des);
-    fast_->assign_scores(m, dkeys, on_backend(backend_, scores.data(), m, sb, true));
+        m, dkeys, on_backend(backend_, options_.device, rows.data(), m * dim_, vb, true), dpinned,
+        dek, dev, des);
+    fast_->assign_scores(m, dkeys,
+                         on_backend(backend_, options_.device, scores.data(), m, sb, true));
     to_host(backend_, ev_keys.data(), dek, evicted);
     to_host(backend_, ev_rows.data(), dev, evicted * dim_);
     to_host(backend_, ev_scores.data(), des, evicted);
@@ -450,7 +453,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     if (evicted > 0) {
       std::unique_ptr<bool[]> still(new bool[evicted]);
       BackendBuffer<bool> fb;
-      bool* dstill = on_backend(backend_, still.get(), evicted, fb, false);
+      bool* dstill = on_backend(backend_, options_.device, still.get(), evicted, fb, false);
       fast_->contains(evicted, dek, dstill);
       to_host(backend_, still.get(), dstill, evicted);
       size_t kept = 0;
@@ -476,7 +479,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   }
   if (t > 0) {
     BackendBuffer<uint64_t> sb;
-    fast_->assign_scores(t, dtouch, on_backend(backend_, touch_scores.data(), t, sb, true));
+    fast_->assign_scores(t, dtouch,
+                         on_backend(backend_, options_.device, touch_scores.data(), t, sb, true));
   }
   std::unordered_set<K> left(ev_keys.begin(), ev_keys.begin() + evicted);
   std::vector<uint64_t> put_keys(evicted), erase_keys;
@@ -540,7 +544,7 @@ size_t CachedTable<K>::find_with_misses(size_t n, const K* keys, float* values, 
           "missed_keys / missed_indices", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  BackendBuffer<bool> fb(backend_, n);
+  BackendBuffer<bool> fb(backend_, n, options_.device);
   find(n, keys, values, fb.data(), scores, stream);
   std::unique_ptr<bool[]> hf(new bool[n]);
   to_host(backend_, hf.get(), fb.data(), n);
@@ -852,9 +856,10 @@ void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scor
   if (!fast_keys.empty()) {
     BackendBuffer<K> kb;
     BackendBuffer<uint64_t> sb;
-    fast_->assign_scores(fast_keys.size(),
-                         on_backend(backend_, fast_keys.data(), fast_keys.size(), kb, true),
-                         on_backend(backend_, fast_scores.data(), fast_scores.size(), sb, true));
+    fast_->assign_scores(
+        fast_keys.size(),
+        on_backend(backend_, options_.device, fast_keys.data(), fast_keys.size(), kb, true),
+        on_backend(backend_, options_.device, fast_scores.data(), fast_scores.size(), sb, true));
   }
   write_down(std::move(put_keys), std::move(put_rows), std::move(put_scores), {}, false);
 }
@@ -912,8 +917,10 @@ size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
   note_below(erase_below);
   lower_call(stats_, [&] { lower_->erase(erase_below.size(), erase_below.data()); });
   BackendBuffer<K> kb;
-  fast_->erase(fast_match.size(),
-               on_backend(backend_, fast_match.data(), fast_match.size(), kb, true), stream);
+  fast_->erase(
+      fast_match.size(),
+      on_backend(backend_, options_.device, fast_match.data(), fast_match.size(), kb, true),
+      stream);
   return fast_match.size() + below_matches;
 }
 
@@ -1021,8 +1028,8 @@ size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, floa
     std::unique_ptr<bool[]> in_fast(new bool[got]);
     BackendBuffer<K> kb;
     BackendBuffer<bool> fb;
-    bool* dfound = on_backend(backend_, in_fast.get(), got, fb, false);
-    fast_->contains(got, on_backend(backend_, ck.data(), got, kb, true), dfound);
+    bool* dfound = on_backend(backend_, options_.device, in_fast.get(), got, fb, false);
+    fast_->contains(got, on_backend(backend_, options_.device, ck.data(), got, kb, true), dfound);
     to_host(backend_, in_fast.get(), dfound, got);
     for (size_t i = 0; i < got; ++i) {
       if (in_fast[i] || (min_score && bs[i] < *min_score)) continue;
@@ -1070,9 +1077,9 @@ void CachedTable<K>::flush() {
   drain_pending();
   const size_t fc = fast_->capacity();
   constexpr size_t kChunk = 1 << 14;
-  BackendBuffer<K> kb(backend_, kChunk);
-  BackendBuffer<float> vb(backend_, kChunk * dim_);
-  BackendBuffer<uint64_t> sb(backend_, kChunk);
+  BackendBuffer<K> kb(backend_, kChunk, options_.device);
+  BackendBuffer<float> vb(backend_, kChunk * dim_, options_.device);
+  BackendBuffer<uint64_t> sb(backend_, kChunk, options_.device);
   std::vector<K> hk(kChunk);
   std::vector<uint64_t> keys(kChunk), scores(kChunk);
   std::vector<float> rows(kChunk * dim_);
