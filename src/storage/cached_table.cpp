@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <future>
 #include <string>
 #include <unordered_map>
@@ -28,23 +27,13 @@ T* on_backend(Backend backend, int device, T* host, size_t n,
 // Copies n elements of backend memory to the host (a no-op when they are the same array).
 template <class T>
 void to_host(Backend backend, T* host, const T* src, size_t n) {
-  if (n == 0 || host == src) return;
-  if (backend == Backend::kCpu) {
-    std::memcpy(host, src, n * sizeof(T));
-  } else {
-    copy_from_backend(backend, host, src, n * sizeof(T));
-  }
+  if (host != src) copy_from_backend(backend, host, src, n * sizeof(T));
 }
 
 // Copies n host elements into backend memory.
 template <class T>
 void to_backend(Backend backend, T* dst, const T* host, size_t n) {
-  if (n == 0 || host == dst) return;
-  if (backend == Backend::kCpu) {
-    std::memcpy(dst, host, n * sizeof(T));
-  } else {
-    copy_to_backend(backend, dst, host, n * sizeof(T));
-  }
+  if (host != dst) copy_to_backend(backend, dst, host, n * sizeof(T));
 }
 
 template <TableKey K>
