@@ -170,7 +170,7 @@ void CpuTable<K>::visit_range(size_t begin, size_t end, const K* keys, Visit& vi
                               OnReserved& on_reserved) {
   constexpr bool kWrite = access == Access::kWrite;
   std::shared_lock lock(mutex_);
-  SlotBudget budget(size_);
+  SlotBudget budget(size_, erased_);
   KeyAt at[kChunk];
   size_t i = begin;
   while (i < end) {

@@ -287,8 +287,7 @@ void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
       [&](const KeyAt& k, const BucketStorage& s) {
         if (k.probe.found >= 0) {
           s.remove(k.bucket, static_cast<uint32_t>(k.probe.found));
-          size_.fetch_sub(1, std::memory_order_relaxed);
-          erased_.fetch_add(1, std::memory_order_relaxed);
+          k.budget->note_erased();
         }
         return Step::kDone;
       },
