@@ -67,26 +67,12 @@ class ByteReader {
   size_t at_ = 0;
 };
 
-// How the collection's rows split into embedding and optimizer state (as Embedding::row_layout
-// says for one table), so the manifest names the optimizer and its state.
+// Table t's layout as Embedding::row_layout says, with the state part stretched to the
+// collection's common row width (its tables share one row_dim).
 RowLayout layout_of(const EmbeddingOptions& o, uint32_t row_dim) {
-  const OptimizerOptions& p = o.optimizer;
-  return RowLayout{o.dim,
-                   row_dim - value_words(o.value_type, o.dim),
-                   to_string(p.kind),
-                   {{"learning_rate", p.learning_rate},
-                    {"beta1", p.beta1},
-                    {"beta2", p.beta2},
-                    {"eps", p.eps},
-                    {"rho", p.rho},
-                    {"initial_accumulator", p.initial_accumulator},
-                    {"ftrl_l1", p.ftrl_l1},
-                    {"ftrl_l2", p.ftrl_l2},
-                    {"ftrl_beta", p.ftrl_beta},
-                    {"weight_decay", p.weight_decay},
-                    {"clip_norm", p.clip_norm},
-                    {"clip_value", p.clip_value}},
-                   o.value_type};
+  RowLayout layout = embedding_row_layout(o);
+  layout.state_dim = row_dim - layout.embedding_words();
+  return layout;
 }
 
 template <TableKey K>
