@@ -27,6 +27,17 @@ struct BatchArgs {
 BatchArgs parse_batches(py::list batches, size_t tables, py::handle out, uint32_t dim,
                         Placement placement, const std::string& where);
 
+// Every table's batch cut from one keyed batch (what the grouped collections of dynemb.torch
+// pass: three tensors, not three per table): table t's ids are indices[id_ranges[2t] ..
+// id_ranges[2t + 1]) (weights alike), its offsets (bags[t] + 1 entries, each table's starting at
+// 0) follow the previous tables' in `offsets`. Checks the cuts against the tensors and `out` as
+// parse_batches does; throws InvalidArgument naming `where` and the argument.
+BatchArgs parse_packed_batches(py::handle indices, py::handle offsets, py::handle weights,
+                               const std::vector<int64_t>& id_ranges,
+                               const std::vector<int64_t>& bags, PoolingMode mode, size_t tables,
+                               py::handle out, uint32_t dim, Placement placement,
+                               const std::string& where);
+
 // Checks a gradient of the layout of a forward's output ([rows, dim], row stride >= dim) and
 // returns its row stride.
 uint32_t check_gradient(const TensorArg& grad, int64_t rows, uint32_t dim, Placement placement,

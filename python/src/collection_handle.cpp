@@ -35,6 +35,21 @@ uint64_t CollectionHandle::forward(py::list batches, bool training, py::handle o
                                    uintptr_t stream) {
   BatchArgs args =
       parse_batches(batches, num_tables(), out, dim(), placement_, "EmbeddingCollection.forward");
+  return run_forward(args, training, batches, stream);
+}
+
+uint64_t CollectionHandle::forward_packed(py::handle indices, py::handle offsets,
+                                          py::handle weights, const std::vector<int64_t>& id_ranges,
+                                          const std::vector<int64_t>& bags, PoolingMode mode,
+                                          bool training, py::handle out, uintptr_t stream) {
+  BatchArgs args =
+      parse_packed_batches(indices, offsets, weights, id_ranges, bags, mode, num_tables(), out,
+                           dim(), placement_, "EmbeddingCollection.forward_packed");
+  return run_forward(args, training, py::make_tuple(indices, offsets, weights), stream);
+}
+
+uint64_t CollectionHandle::run_forward(BatchArgs& args, bool training, py::object batches,
+                                       uintptr_t stream) {
   batches_in_flight_ = py::none();
   {
     py::gil_scoped_release release;
@@ -46,7 +61,7 @@ uint64_t CollectionHandle::forward(py::list batches, bool training, py::handle o
     pending_ = ++generation_;
     out_rows_ = args.rows;
   }
-  batches_in_flight_ = batches;
+  batches_in_flight_ = std::move(batches);
   return generation_;
 }
 
@@ -163,6 +178,9 @@ void register_collection(py::module_& m) {
            py::arg("tables"))
       .def("forward", &CollectionHandle::forward, py::arg("batches"), py::arg("training"),
            py::arg("out"), py::arg("stream") = 0)
+      .def("forward_packed", &CollectionHandle::forward_packed, py::arg("indices"),
+           py::arg("offsets"), py::arg("weights"), py::arg("id_ranges"), py::arg("bags"),
+           py::arg("mode"), py::arg("training"), py::arg("out"), py::arg("stream") = 0)
       .def("backward", &CollectionHandle::backward, py::arg("grad"), py::arg("generation"),
            py::arg("stream") = 0)
       .def_property_readonly("num_tables", &CollectionHandle::num_tables)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dynemb/embedding/embedding_collection.hpp"
+#include "batch_args.hpp"
 #include "tensor_arg.hpp"
 
 namespace dynemb::python {
@@ -26,6 +27,11 @@ class CollectionHandle {
   // mode, weights on all or none; out: [rows of every table, dim]. Returns the training
   // forward's number (0 for evaluation).
   uint64_t forward(py::list batches, bool training, py::handle out, uintptr_t stream);
+  // The same forward with every table's batch cut from three tensors (parse_packed_batches):
+  // indices, offsets (each table's bags + 1, starting at 0), per_sample_weights or None.
+  uint64_t forward_packed(py::handle indices, py::handle offsets, py::handle weights,
+                          const std::vector<int64_t>& id_ranges, const std::vector<int64_t>& bags,
+                          PoolingMode mode, bool training, py::handle out, uintptr_t stream);
   // Applies the gradient of training forward `generation` and ends the step; StateError for
   // another forward's gradient (the tables are then unchanged).
   void backward(py::handle grad, uint64_t generation, uintptr_t stream);
@@ -44,6 +50,9 @@ class CollectionHandle {
   uint64_t pending_ = 0;
   int64_t out_rows_ = 0;
   py::object batches_in_flight_;  // the pending forward's batches (backward reads them)
+
+  // Runs the parsed forward; keeps `batches` (what holds its tensors) for the backward.
+  uint64_t run_forward(BatchArgs& args, bool training, py::object batches, uintptr_t stream);
 };
 
 // Table `index` of a CollectionHandle: the calls of the single-table handle that inspection and

@@ -129,7 +129,10 @@ std::string to_string(Placement p) {
 
 TensorArg::TensorArg(py::handle obj, std::string where, std::string name)
     : where_(std::move(where)), name_(std::move(name)) {
-  const std::string type_name = py::str(py::type::handle_of(obj).attr("__name__"));
+  // The type's name only for messages (read when one is built, not on every call).
+  const auto type_name = [&obj] {
+    return std::string(py::str(py::type::handle_of(obj).attr("__name__")));
+  };
   bool imported = false;
   if (PyCapsule_IsValid(obj.ptr(), dlpack::kCapsuleName)) {
     owner_ = py::reinterpret_borrow<py::object>(obj);  // read, not consumed
@@ -150,14 +153,14 @@ TensorArg::TensorArg(py::handle obj, std::string where, std::string name)
     } catch (py::error_already_set& e) {
       // NumPy refuses read-only arrays through DLPack; the buffer protocol takes them.
       if (!PyObject_CheckBuffer(obj.ptr())) {
-        throw InvalidArgument(where_ + ": " + name_ + " (" + type_name +
+        throw InvalidArgument(where_ + ": " + name_ + " (" + type_name() +
                               ") could not be exported through __dlpack__: " + e.what());
       }
     }
   }
   if (imported) {
     if (!PyCapsule_IsValid(owner_.ptr(), dlpack::kCapsuleName)) {
-      throw InvalidArgument(where_ + ": " + name_ + " (" + type_name +
+      throw InvalidArgument(where_ + ": " + name_ + " (" + type_name() +
                             "): __dlpack__() did not return a \"dltensor\" capsule");
     }
     auto* managed = static_cast<dlpack::ManagedTensor*>(
@@ -193,7 +196,7 @@ TensorArg::TensorArg(py::handle obj, std::string where, std::string name)
     return;
   }
   if (!PyObject_CheckBuffer(obj.ptr())) {
-    throw InvalidArgument(where_ + ": " + name_ + " is a " + type_name +
+    throw InvalidArgument(where_ + ": " + name_ + " is a " + type_name() +
                           ", must be a tensor (an object with __dlpack__ or the buffer protocol)");
   }
   buffer_.emplace(py::reinterpret_borrow<py::buffer>(obj).request());

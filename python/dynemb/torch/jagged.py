@@ -51,7 +51,8 @@ class KeyedJaggedTensor:
                  weights: Optional[torch.Tensor] = None,
                  lengths: Optional[torch.Tensor] = None,
                  offsets: Optional[torch.Tensor] = None,
-                 stride: Optional[int] = None):
+                 stride: Optional[int] = None,
+                 offset_per_key: Optional[List[int]] = None):
         if lengths is None and offsets is None:
             raise ValueError("KeyedJaggedTensor: lengths or offsets must be given")
         self._keys = list(keys)
@@ -59,6 +60,7 @@ class KeyedJaggedTensor:
         self._weights = weights
         self._lengths = lengths
         self._offsets = offsets
+        self._offset_per_key = list(offset_per_key) if offset_per_key is not None else None
         n = (lengths.numel() if lengths is not None else offsets.numel() - 1)
         if stride is None:
             if len(self._keys) == 0:
@@ -109,17 +111,33 @@ class KeyedJaggedTensor:
     def stride(self) -> int:
         return self._stride
 
+    def offset_per_key(self) -> List[int]:
+        """Each key's first id and the end (keys + 1 host ints): read from the offsets once
+        (one device read on a GPU) and kept, as TorchRec's KeyedJaggedTensor does."""
+        if self._offset_per_key is None:
+            if self._stride == 0:
+                self._offset_per_key = [0] * (len(self._keys) + 1)
+            else:
+                self._offset_per_key = self.offsets()[:: self._stride].tolist()
+        return self._offset_per_key
+
+    def length_per_key(self) -> List[int]:
+        """Ids per key (host ints), from offset_per_key()."""
+        o = self.offset_per_key()
+        return [o[k + 1] - o[k] for k in range(len(self._keys))]
+
     def to(self, device, non_blocking: bool = False) -> "KeyedJaggedTensor":
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)
         return KeyedJaggedTensor(self._keys, move(self._values), move(self._weights),
-                                 move(self._lengths), move(self._offsets), self._stride)
+                                 move(self._lengths), move(self._offsets), self._stride,
+                                 self._offset_per_key)
 
     def to_dict(self) -> Dict[str, JaggedTensor]:
-        offsets = self.offsets().tolist()
+        starts = self.offset_per_key()
         lengths = self.lengths()
         out = {}
         for k, key in enumerate(self._keys):
-            a, b = offsets[k * self._stride], offsets[(k + 1) * self._stride]
+            a, b = starts[k], starts[k + 1]
             w = None if self._weights is None else self._weights[a:b]
             out[key] = JaggedTensor(self._values[a:b],
                                     lengths[k * self._stride:(k + 1) * self._stride], w)

@@ -92,19 +92,98 @@ class _SingleTable:
 
 
 class _Lookup(torch.autograd.Function):
-    """Forward: the tables' lookups (training). Backward: each table's fused optimizer."""
+    """Forward: a step's lookups (training), returned as its output pieces (no view or copy
+    between them and the caller, so autograd hands backward each piece's gradient as is).
+    Backward: the fused optimizers, each table (or group of tables) given one gradient."""
 
     @staticmethod
-    def forward(ctx, anchor, module, calls):
-        outs, generations = module._run_forward(calls, training=True)
-        ctx.module, ctx.generations = module, generations
-        ctx.tables = [c[0] for c in calls]
-        return tuple(outs)
+    def forward(ctx, anchor, step):
+        pieces = step.forward(training=True)
+        ctx.step = step
+        return tuple(pieces)
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.module._run_backward(ctx.tables, grads, ctx.generations)
-        return None, None, None
+        ctx.step.backward(grads)
+        return None, None
+
+
+def _gradient(grads, shapes, device) -> torch.Tensor:
+    """One float32 tensor of pieces' gradients, one after the other (zeros for a piece without
+    one): a single cat, or the one gradient as it is when contiguous."""
+    if len(grads) == 1 and grads[0] is not None:
+        return grads[0].to(torch.float32).contiguous()
+    parts = [g.to(torch.float32) if g is not None
+             else torch.zeros(shape, dtype=torch.float32, device=device)
+             for g, shape in zip(grads, shapes)]
+    return torch.cat(parts)
+
+
+class _TableStep:
+    """A step over per-table calls (table, ids, offsets, weights, rows): separate tables, or
+    groups run from per-table batches (sharded). Each table's output is cut into `pieces` (row
+    counts per table; None: one piece a table)."""
+
+    def __init__(self, module, calls, pieces=None):
+        self.module, self.calls = module, calls
+        self.pieces = pieces if pieces is not None else [[c[4]] for c in calls]
+        self.generations = None
+
+    def forward(self, training: bool) -> List[torch.Tensor]:
+        outs, self.generations = self.module._run_forward(self.calls, training)
+        flat = []
+        for out, sizes in zip(outs, self.pieces):
+            flat.extend(torch.split(out, sizes) if len(sizes) > 1 else (out,))
+        return flat
+
+    def backward(self, grads):
+        per_table, i = [], 0
+        for sizes in self.pieces:
+            per_table.append(grads[i:i + len(sizes)])
+            i += len(sizes)
+        tables = [c[0] for c in self.calls]
+        self.module._run_backward(tables, self.pieces, per_table, self.generations)
+
+
+class _PackedStep:
+    """A step of grouped collections, each group's tables given as three tensors (ids,
+    offsets rebased per table, weights) and host cuts (EmbeddingCollection.forward_packed).
+    launches: per group (group, ids, offsets, weights, id_ranges, bags, mode, rows, pieces);
+    the output pieces come group after group, table after table, feature after feature."""
+
+    def __init__(self, module, launches):
+        self.module, self.launches = module, launches
+        self.generations = None
+
+    def forward(self, training: bool) -> List[torch.Tensor]:
+        m = self.module
+        flat, self.generations = [], []
+        with m._on_device():
+            stream = m._stream()
+            for group, ids, offsets, weights, id_ranges, bags, mode, rows, pieces in self.launches:
+                out = torch.empty((rows, group.tables[0].dim), dtype=torch.float32,
+                                  device=m._device)
+                g_training = training and group.training
+                generation = group.handle.forward_packed(ids, offsets, weights, id_ranges, bags,
+                                                         mode, g_training, out, stream)
+                self.generations.append(generation)
+                flat.extend(torch.split(out, pieces) if len(pieces) > 1 else (out,))
+        return flat
+
+    def backward(self, grads):
+        m = self.module
+        with m._on_device():
+            stream = m._stream()
+            i = 0
+            for launch, generation in zip(self.launches, self.generations):
+                group, pieces = launch[0], launch[8]
+                g = grads[i:i + len(pieces)]
+                i += len(pieces)
+                if generation == 0:
+                    continue  # a group without training: no step
+                dim = group.tables[0].dim
+                grad = _gradient(g, [(n, dim) for n in pieces], m._device)
+                group.handle.backward(grad, generation, stream)
 
 
 class DynamicEmbModule(nn.Module):
@@ -129,6 +208,8 @@ class DynamicEmbModule(nn.Module):
         self._sharded = False
         # Moves with .to() / .cuda(): a moved module is told apart from where its tables live.
         self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
+        # The autograd input of every training lookup (its gradient is never used).
+        self._grad_anchor = torch.empty(0, requires_grad=True)
 
     # --- building --------------------------------------------------------------------------------
     def _add_table(self, name, dim, num_embeddings, features, mode, options, fused_params,
@@ -234,25 +315,32 @@ class DynamicEmbModule(nn.Module):
         return contextlib.nullcontext()
 
     def _run_forward(self, calls, training: bool):
+        """Per-table outputs and training forward numbers of per-table calls."""
         with self._on_device():
-            return self._run_forward_here(calls, training)
+            if self._groups is not None:
+                return self._run_grouped_forward(calls, training)
+            stream = self._stream()
+            outs, generations = [], []
+            for table, indices, offsets, weights, rows in calls:
+                out = torch.empty((rows, table.dim), dtype=torch.float32, device=self._device)
+                t_training = training and table.options.training
+                table.handle.forward(indices, offsets, weights, table.mode, t_training, out,
+                                     stream)
+                outs.append(out)
+                generations.append(table.handle.generation if t_training else 0)
+            return outs, generations
 
-    def _run_backward(self, tables, grads, generations):
+    def _run_backward(self, tables, pieces, grads, generations):
+        """Applies per-table piece gradients (grads[t]: table t's pieces, sized pieces[t])."""
         with self._on_device():
-            return self._run_backward_here(tables, grads, generations)
-
-    def _run_forward_here(self, calls, training: bool):
-        if self._groups is not None:
-            return self._run_grouped_forward(calls, training)
-        stream = self._stream()
-        outs, generations = [], []
-        for table, indices, offsets, weights, rows in calls:
-            out = torch.empty((rows, table.dim), dtype=torch.float32, device=self._device)
-            t_training = training and table.options.training
-            table.handle.forward(indices, offsets, weights, table.mode, t_training, out, stream)
-            outs.append(out)
-            generations.append(table.handle.generation if t_training else 0)
-        return outs, generations
+            stream = self._stream()
+            if self._groups is not None:
+                return self._run_grouped_backward(tables, pieces, grads, generations, stream)
+            for table, sizes, grad, generation in zip(tables, pieces, grads, generations):
+                if generation == 0:
+                    continue
+                g = _gradient(grad, [(n, table.dim) for n in sizes], self._device)
+                table.handle.backward(g, generation, stream)
 
     def _run_grouped_forward(self, calls, training: bool):
         """Every group's forward (sharded: collective; every rank runs every group, in order,
@@ -273,35 +361,31 @@ class DynamicEmbModule(nn.Module):
                 outs[id(t)], generations[id(t)] = piece, generation
         return [outs[id(c[0])] for c in calls], [generations[id(c[0])] for c in calls]
 
-    def _run_grouped_backward(self, tables, grads, generations):
-        stream = self._stream()
-        by_table = {id(t): (g, n) for t, g, n in zip(tables, grads, generations)}
+    def _run_grouped_backward(self, tables, pieces, grads, generations, stream):
+        by_table = {id(t): (s, g, n) for t, s, g, n in zip(tables, pieces, grads, generations)}
         for group in self._groups:
             parts = [by_table.get(id(t)) for t in group.tables]
-            if any(p is None for p in parts) or parts[0][1] == 0:
+            if any(p is None for p in parts) or parts[0][2] == 0:
                 continue  # an evaluation forward or a group without training: no step
-            grad = torch.cat([g.to(torch.float32) for g, _ in parts]) if len(parts) > 1 \
-                else parts[0][0].to(torch.float32)
-            group.handle.backward(grad.contiguous(), parts[0][1], stream)
+            dim = group.tables[0].dim
+            grad = _gradient([g for p in parts for g in p[1]],
+                             [(n, dim) for p in parts for n in p[0]], self._device)
+            group.handle.backward(grad, parts[0][2], stream)
 
-    def _run_backward_here(self, tables, grads, generations):
-        if self._groups is not None:
-            return self._run_grouped_backward(tables, grads, generations)
-        stream = self._stream()
-        for table, grad, generation in zip(tables, grads, generations):
-            if generation == 0:
-                continue
-            table.handle.backward(grad.to(torch.float32).contiguous(), generation, stream)
-
-    def _lookup(self, calls) -> List[torch.Tensor]:
-        """Runs the tables' lookups; in training with grad mode, through autograd."""
+    def _run_step(self, step, trains: bool) -> List[torch.Tensor]:
+        """Runs a step's lookups; in training with grad mode (and a table that trains), through
+        autograd."""
         self._check_device()
         training = self.training
-        if training and torch.is_grad_enabled() and any(c[0].options.training for c in calls):
-            anchor = torch.empty(0, requires_grad=True)
-            return list(_Lookup.apply(anchor, self, calls))
-        outs, _ = self._run_forward(calls, training=training)
-        return outs
+        if training and trains and torch.is_grad_enabled():
+            return list(_Lookup.apply(self._grad_anchor, step))
+        return step.forward(training=training)
+
+    def _lookup(self, calls, pieces=None) -> List[torch.Tensor]:
+        """Runs per-table calls' lookups: each table's output pieces (one a table without
+        `pieces`), in order."""
+        return self._run_step(_TableStep(self, calls, pieces),
+                              any(c[0].options.training for c in calls))
 
     @staticmethod
     def _check_weights(weights: Optional[torch.Tensor], where: str):
@@ -570,6 +654,7 @@ class _KeyedCollection(DynamicEmbModule):
         elif group_tables:
             self._group()
         self._feature_order = [f for t in self._tables for f in t.features]
+        self._plan_cache = None  # ((keys, stride), _Plan) of the last batch
 
     def _add_tables(self, tables, table_options, fused_params, pooled: bool, world_size: int,
                     grouped: bool):
@@ -596,16 +681,17 @@ class _KeyedCollection(DynamicEmbModule):
         if world_size > 0 and not self._tables:
             raise _C.InvalidArgument(f"{where}: tables is empty; a sharded collection needs one")
 
-    def _sharded_calls(self, features, weighted: bool):
-        """_calls; when sharded, a batch this rank cannot cut still takes part in the first
+    def _sharded_pieces(self, features, weighted: bool):
+        """_pieces; when sharded, a batch this rank cannot cut still takes part in the first
         group's exchange (with offsets every rank's check refuses), so that every rank raises
         instead of the others waiting."""
         try:
-            return self._calls(features, weighted)
+            step, trains, batch = self._pieces(features, weighted)
         except Exception:
             if self._sharded:
                 self._poison_step()
             raise
+        return self._run_step(step, trains), batch
 
     def _poison_step(self):
         # No batches: the compiled collection takes part in the step refusing it, so every
@@ -616,9 +702,8 @@ class _KeyedCollection(DynamicEmbModule):
         except _C.Error:
             pass
 
-    def _calls(self, features, weighted: bool):
-        """Per table: (table, ids, offsets, weights, rows) cut from the keyed batch, and the ids
-        of each of its features."""
+    def _batch(self, features, weighted: bool) -> "_Batch":
+        """The keyed batch's parts, checked."""
         where = f"{type(self).__name__}.forward"
         for attr in ("keys", "values"):
             if not hasattr(features, attr):
@@ -626,7 +711,7 @@ class _KeyedCollection(DynamicEmbModule):
                     f"{where}: features is a {type(features).__name__}, must be a keyed jagged "
                     "batch (keys(), values(), lengths() or offsets())"
                 )
-        keys = list(features.keys())
+        keys = features.keys()
         values = _as_int64(features.values(), where, "features.values()")
         offsets = features.offsets() if hasattr(features, "offsets") else None
         if offsets is None:
@@ -645,37 +730,174 @@ class _KeyedCollection(DynamicEmbModule):
         self._check_weights(weights, where)
         if weights is not None:
             weights = weights.detach()
+        return _Batch(features, keys, values, offsets, stride, weights,
+                      _key_starts(features, offsets, stride, len(keys), where))
+
+    def _plan(self, keys, stride: int) -> "_Plan":
+        """How a batch of these keys and this stride is cut into the tables' batches (kept for
+        the next batch of the same keys and stride)."""
+        cache_key = (tuple(keys), stride)
+        if self._plan_cache is not None and self._plan_cache[0] == cache_key:
+            return self._plan_cache[1]
+        plan = _Plan(self, list(keys), stride)
+        self._plan_cache = (cache_key, plan)
+        return plan
+
+    def _pieces(self, features, weighted: bool):
+        """The step of a keyed batch (its output pieces: one per feature, in the module's
+        feature order), whether it trains, and the batch."""
+        batch = self._batch(features, weighted)
+        plan = self._plan(batch.keys, batch.stride)
+        starts, values, weights, stride = batch.starts, batch.values, batch.weights, batch.stride
+        # Every contiguous table's offsets rebased to start at 0, in one gather.
+        rebased = None
+        if plan.gather is not None:
+            rebased = batch.offsets[plan.gather] - batch.offsets[plan.base]
+        if plan.packed:
+            launches = []
+            for group, span, tables in plan.groups:
+                id_ranges, bags, pieces = [], [], []
+                for first, last in tables:
+                    id_ranges += (starts[first], starts[last + 1])
+                    bags.append((last + 1 - first) * stride)
+                    if group.tables[0].mode == _C.PoolingMode.NONE:
+                        pieces += [starts[p + 1] - starts[p] for p in range(first, last + 1)]
+                    else:
+                        pieces += [stride] * (last + 1 - first)
+                launches.append((group, values, rebased[span[0]:span[1]], weights, id_ranges,
+                                 bags, group.tables[0].mode, sum(pieces), pieces))
+            step = _PackedStep(self, launches)
+            return _Reordered(step, plan.order), plan.trains, batch
+        calls, pieces = [], []
+        for table, (ps, span) in zip(self._tables, plan.tables):
+            if span is not None:
+                a, b = starts[ps[0]], starts[ps[-1] + 1]
+                ids, offs = values[a:b], rebased[span[0]:span[1]]
+                w = None if weights is None else weights[a:b]
+            else:  # features out of the batch's key order: gathered
+                ids = torch.cat([values[starts[p]:starts[p + 1]] for p in ps])
+                offsets = batch.offsets
+                lengths = torch.cat([offsets[p * stride + 1:(p + 1) * stride + 1]
+                                     - offsets[p * stride:(p + 1) * stride] for p in ps])
+                offs = _offsets_from_lengths(lengths)
+                w = None if weights is None else torch.cat(
+                    [weights[starts[p]:starts[p + 1]] for p in ps])
+            if table.mode == _C.PoolingMode.NONE:
+                sizes = [starts[p + 1] - starts[p] for p in ps]
+            else:
+                sizes = [stride] * len(ps)
+            calls.append((table, ids, offs, w, sum(sizes)))
+            pieces.append(sizes)
+        return _TableStep(self, calls, pieces), plan.trains, batch
+
+
+class _Batch:
+    """A keyed batch's parts: keys, int64 values and offsets, bags per key (stride), weights or
+    None, and the host list of each key's first id (starts, keys + 1 entries)."""
+
+    def __init__(self, features, keys, values, offsets, stride, weights, starts):
+        self.features, self.keys, self.values, self.offsets = features, keys, values, offsets
+        self.stride, self.weights, self.starts = stride, weights, starts
+
+    def lengths(self) -> torch.Tensor:
+        lengths = self.features.lengths() if hasattr(self.features, "lengths") else None
+        if lengths is None or lengths.numel() != self.offsets.numel() - 1:
+            lengths = self.offsets[1:] - self.offsets[:-1]
+        return lengths
+
+
+def _key_starts(features, offsets, stride: int, n_keys: int, where: str) -> List[int]:
+    """Each key's first id and the end (keys + 1 host ints): the batch's offset_per_key()
+    where it has one (TorchRec's KeyedJaggedTensor and dynemb's compute it once and keep it),
+    else one read of the offsets from the device."""
+    per_key = getattr(features, "offset_per_key", None)
+    if per_key is not None:
+        starts = per_key()
+        if len(starts) != n_keys + 1:
+            raise _C.InvalidArgument(
+                f"{where}: features.offset_per_key() has {len(starts)} entries, must be keys + 1 "
+                f"= {n_keys + 1}"
+            )
+        return starts if isinstance(starts, list) else [int(x) for x in starts]
+    if stride == 0:
+        return [0] * (n_keys + 1)
+    return offsets[::stride].tolist()
+
+
+class _Plan:
+    """How a collection cuts a batch of given keys and stride: per table its features'
+    positions and, where they are consecutive keys in order, its span in the rebased offsets
+    (gather: the offsets' entries of those tables, base: each entry's table start). packed:
+    every table consecutive and every group an EmbeddingCollection (grouped, not sharded): per
+    group (group, span, per table (first key, last key)); order: the module's feature order
+    among the groups' pieces."""
+
+    def __init__(self, module, keys: List[str], stride: int):
+        where = f"{type(module).__name__}.forward"
         position = {k: i for i, k in enumerate(keys)}
-        # The ids at each key's start (one host read for every table).
-        bounds = offsets[:: stride if stride > 0 else 1].tolist() if stride > 0 else [0] * (len(keys) + 1)
-        calls, feature_ids = [], []
-        for table in self._tables:
+        for table in module._tables:
             missing = [f for f in table.features if f not in position]
             if missing:
                 raise _C.InvalidArgument(
                     f"{where}: features: key(s) {missing} of table '{table.name}' are missing "
                     f"from the batch (its keys: {keys})"
                 )
+        groups = module._groups
+        in_groups = [t for g in groups for t in g.tables] if groups is not None else module._tables
+        spans, gather, base, n = {}, [], [], 0
+        for table in in_groups:
             ps = [position[f] for f in table.features]
-            counts = [bounds[p + 1] - bounds[p] for p in ps]
-            if ps == list(range(ps[0], ps[0] + len(ps))):
-                a, b = bounds[ps[0]], bounds[ps[-1] + 1]
-                ids = values[a:b]
-                offs = offsets[ps[0] * stride:(ps[-1] + 1) * stride + 1]
-                if a != 0:
-                    offs = offs - a
-                w = None if weights is None else weights[a:b]
-            else:
-                ids = torch.cat([values[bounds[p]:bounds[p + 1]] for p in ps])
-                lengths = torch.cat([offsets[p * stride + 1:(p + 1) * stride + 1]
-                                     - offsets[p * stride:(p + 1) * stride] for p in ps])
-                offs = _offsets_from_lengths(lengths)
-                w = None if weights is None else torch.cat(
-                    [weights[bounds[p]:bounds[p + 1]] for p in ps])
-            rows = stride * len(ps) if table.mode != _C.PoolingMode.NONE else ids.numel()
-            calls.append((table, ids, offs, w, rows))
-            feature_ids.append(counts)
-        return calls, feature_ids, stride, offsets, position
+            if ps != list(range(ps[0], ps[0] + len(ps))):
+                continue
+            lo, hi = ps[0] * stride, (ps[-1] + 1) * stride
+            gather.append(torch.arange(lo, hi + 1, dtype=torch.int64))
+            base.append(torch.full((hi - lo + 1,), lo, dtype=torch.int64))
+            spans[id(table)] = (n, n + hi - lo + 1)
+            n += hi - lo + 1
+        device = module._device
+        self.gather = torch.cat(gather).to(device) if gather else None
+        self.base = torch.cat(base).to(device) if base else None
+        self.tables = [([position[f] for f in t.features], spans.get(id(t)))
+                       for t in module._tables]
+        self.trains = any(t.options.training for t in module._tables)
+        self.packed = (groups is not None and not module._sharded
+                       and len(spans) == len(module._tables)
+                       and all(isinstance(g.handle, _C.EmbeddingCollection) for g in groups))
+        self.groups, self.order = [], []
+        if self.packed:
+            piece_of, i = {}, 0
+            for g in groups:
+                ranges = []
+                for t in g.tables:
+                    ps = [position[f] for f in t.features]
+                    ranges.append((ps[0], ps[-1]))
+                    for f in t.features:
+                        piece_of[f], i = i, i + 1
+                span = (spans[id(g.tables[0])][0], spans[id(g.tables[-1])][1])
+                self.groups.append((g, span, ranges))
+            self.order = [piece_of[f] for t in module._tables for f in t.features]
+            if self.order == list(range(len(self.order))):
+                self.order = None  # already in the module's order
+
+
+class _Reordered:
+    """A step whose pieces are handed out in another order (order[i]: the step's piece that
+    comes i-th), and whose gradients are handed back in the step's."""
+
+    def __init__(self, step, order):
+        self.step, self.order = step, order
+
+    def forward(self, training: bool) -> List[torch.Tensor]:
+        pieces = self.step.forward(training)
+        return pieces if self.order is None else [pieces[i] for i in self.order]
+
+    def backward(self, grads):
+        if self.order is not None:
+            back = [None] * len(grads)
+            for i, j in enumerate(self.order):
+                back[j] = grads[i]
+            grads = back
+        self.step.backward(grads)
 
 
 class DynamicEmbeddingBagCollection(_KeyedCollection):
@@ -712,15 +934,8 @@ class DynamicEmbeddingBagCollection(_KeyedCollection):
                     )
 
     def forward(self, features) -> KeyedTensor:
-        calls, _, stride, _, _ = self._sharded_calls(features, self.is_weighted)
-        outs = self._lookup(calls)
-        names, tensors = [], []
-        for table, out in zip(self._tables, outs):
-            per_feature = out.view(len(table.features), stride, table.dim)
-            for i, f in enumerate(table.features):
-                names.append(f)
-                tensors.append(per_feature[i])
-        return KeyedTensor(names, tensors)
+        pieces, _ = self._sharded_pieces(features, self.is_weighted)
+        return KeyedTensor(self._feature_order, pieces)
 
 
 class DynamicEmbeddingCollection(_KeyedCollection):
@@ -738,12 +953,8 @@ class DynamicEmbeddingCollection(_KeyedCollection):
                          router=router, group_tables=group_tables)
 
     def forward(self, features) -> Dict[str, JaggedTensor]:
-        calls, counts, stride, offsets, position = self._sharded_calls(features, False)
-        outs = self._lookup(calls)
-        lengths = offsets[1:] - offsets[:-1]
-        result = {}
-        for table, out, n in zip(self._tables, outs, counts):
-            for f, rows in zip(table.features, torch.split(out, n)):
-                p = position[f]
-                result[f] = JaggedTensor(rows, lengths[p * stride:(p + 1) * stride])
-        return result
+        pieces, batch = self._sharded_pieces(features, False)
+        lengths, stride = batch.lengths(), batch.stride
+        position = {k: i for i, k in enumerate(batch.keys)}
+        return {f: JaggedTensor(rows, lengths[position[f] * stride:(position[f] + 1) * stride])
+                for f, rows in zip(self._feature_order, pieces)}
