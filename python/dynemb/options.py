@@ -2,8 +2,8 @@
 
 A `DynamicEmbTableOptions` says how one dynamic table is built; `to_embedding_options` turns it
 (with the table's dim, its row count and the fused optimizer) into the compiled module's
-options. Options whose part is not built yet (other dtypes, ...) are accepted here and refused
-with `NotAvailable` when a module is built from them. `caching` / `external_storage` are read by
+options. Options whose part is not built yet (index types other than int64, ...) are accepted
+here and refused with `NotAvailable` when a module is built from them. `caching` / `external_storage` are read by
 the modules (storage_for), which put a caching table under the trainable table.
 """
 
@@ -106,6 +106,15 @@ class DynamicEmbTableOptions:
     external_storage: a dynemb.Storage (HostStorage, RocksDbStorage, RedisStorage) whose
     row_dim is dynemb.embedding_row_dim of the table, or a callable (table name, row_dim) ->
     Storage; without caching, the table as sized by its capacities is the fast tier over it.
+    embedding_dtype: how the rows' embedding elements are stored, torch.float32 (None, the
+    default), torch.float16 or torch.bfloat16 (two a 32-bit word; the optimizer state stays
+    float32, and lookups, gradients and the optimizer's arithmetic are float32;
+    docs/value_types.md). stochastic_rounding (dynemb's addition, 16-bit types): each updated
+    weight is rounded stochastically (unbiased on average) instead of to nearest even.
+    deterministic_backward (dynemb's addition): False lets the GPU backward sum each row's
+    gradients in any order (float atomics): rows then agree with the ordered backward within
+    float32 rounding, not bit for bit, and may differ run to run; True (the default) keeps the
+    fixed order, the same on CPU and GPU. The CPU backend is ordered either way.
     """
 
     embedding_dtype: Any = None
@@ -137,6 +146,8 @@ class DynamicEmbTableOptions:
     ttl_steps: int = 0
     ttl_seconds: float = 0.0
     num_threads: int = 0
+    deterministic_backward: bool = True
+    stochastic_rounding: bool = False
 
 
 class EmbOptimType(enum.Enum):
@@ -280,8 +291,21 @@ def to_embedding_options(
         raise _C.InvalidArgument(
             f"{where}: table options are a {type(options).__name__}, must be DynamicEmbTableOptions"
         )
-    if options.embedding_dtype not in (None, torch.float32):
-        _not_available("embedding_dtype", options.embedding_dtype, "rows are float32 for now")
+    value_types = {None: _C.ValueType.FLOAT32, torch.float32: _C.ValueType.FLOAT32,
+                   torch.float16: _C.ValueType.FLOAT16, torch.bfloat16: _C.ValueType.BFLOAT16}
+    try:
+        value_type = value_types[options.embedding_dtype]
+    except (KeyError, TypeError):
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.embedding_dtype = {options.embedding_dtype!r}, must "
+            "be torch.float32 (or None), torch.float16 or torch.bfloat16"
+        ) from None
+    for flag in ("deterministic_backward", "stochastic_rounding"):
+        if not isinstance(getattr(options, flag), bool):
+            raise _C.InvalidArgument(
+                f"{where}: DynamicEmbTableOptions.{flag} = {getattr(options, flag)!r}, must be "
+                "True or False"
+            )
     if options.index_type not in (None, torch.int64):
         _not_available("index_type", options.index_type, "keys are int64 for now")
     if options.score_strategy == DynamicEmbScoreStrategy.NO_EVICTION or isinstance(
@@ -346,6 +370,9 @@ def to_embedding_options(
     e.ttl_steps = int(options.ttl_steps)
     e.ttl_seconds = float(options.ttl_seconds)
     e.gradient_check = _C.SafeCheck.WARNING
+    e.value_type = value_type
+    e.stochastic_rounding = options.stochastic_rounding
+    e.deterministic_backward = options.deterministic_backward
     if options.admit_strategy is not None:
         a = options.admit_strategy
         if not isinstance(a, FrequencyAdmissionStrategy):

@@ -317,6 +317,10 @@ void register_embedding(py::module_& m) {
       .value("ROWWISE_ADAGRAD", OptimizerKind::kRowWiseAdaGrad)
       .value("RMSPROP", OptimizerKind::kRmsProp)
       .value("FTRL", OptimizerKind::kFtrl);
+  py::enum_<ValueType>(m, "ValueType")
+      .value("FLOAT32", ValueType::kFloat32)
+      .value("FLOAT16", ValueType::kFloat16)
+      .value("BFLOAT16", ValueType::kBFloat16);
   py::enum_<PoolingMode>(m, "PoolingMode")
       .value("SUM", PoolingMode::kSum)
       .value("MEAN", PoolingMode::kMean)
@@ -371,7 +375,10 @@ void register_embedding(py::module_& m) {
       .def_readwrite("ttl_steps", &EmbeddingOptions::ttl_steps)
       .def_readwrite("ttl_seconds", &EmbeddingOptions::ttl_seconds)
       .def_readwrite("gradient_check", &EmbeddingOptions::gradient_check)
-      .def_readwrite("align_rows", &EmbeddingOptions::align_rows);
+      .def_readwrite("align_rows", &EmbeddingOptions::align_rows)
+      .def_readwrite("value_type", &EmbeddingOptions::value_type)
+      .def_readwrite("stochastic_rounding", &EmbeddingOptions::stochastic_rounding)
+      .def_readwrite("deterministic_backward", &EmbeddingOptions::deterministic_backward);
 
   py::class_<EmbeddingHandle>(m, "Embedding")
       .def(

@@ -90,7 +90,6 @@ def test_module_moved_to_another_device_raises(seed):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("embedding_dtype", torch.float16),
     ("score_strategy", dynemb.DynamicEmbScoreStrategy.NO_EVICTION),
     ("score_function", lambda scores, now: 0.0),
     ("index_type", torch.int32),

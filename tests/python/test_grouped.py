@@ -176,3 +176,93 @@ def test_cuda_module_on_second_device_while_first_is_current(seed):
         torch.testing.assert_close(outs["cuda:1"].cpu(), outs["cuda:0"].cpu(), rtol=0, atol=0)
     assert torch.cuda.current_device() == 0
     same_rows(twins["cuda:1"], twins["cuda:0"], "abcd")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_batches_follow_separate_tables(seed, device):
+    """Keys in the tables' order: every group runs from three tensors (forward_packed), its
+    pieces handed out in the module's feature order; gradients as one buffer, as slices of
+    one, or missing for some features give the separate tables' rows bit for bit."""
+    configs = [bag_configs()[i] for i in (0, 3, 1, 2)]  # a, d, b, c: groups [a, b], [d], [c]
+    grouped = DynamicEmbeddingBagCollection(configs, fused_params=ADAM, device=device,
+                                            group_tables=True)
+    separate = DynamicEmbeddingBagCollection(configs, fused_params=ADAM, device=device)
+    keys = ["fa", "fa2", "fd", "fb", "fc"]
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(6):
+        kjt = batch(keys, 6, gen, device)
+        kt_g, kt_s = grouped(kjt), separate(kjt)
+        plan = grouped._plan_cache[1]
+        assert plan.packed and plan.order is not None
+        torch.testing.assert_close(kt_g.values(), kt_s.values(), rtol=0, atol=0,
+                                   msg=lambda m: f"step {step}: {m}")
+        losses = []
+        for kt in (kt_g, kt_s):
+            d = kt.to_dict()
+            if step % 3 == 0:  # every feature, through the concatenated values
+                ups = torch.randn(kt.values().shape, generator=torch.Generator().manual_seed(step))
+                losses.append((kt.values() * ups.to(device)).sum())
+            elif step % 3 == 1:  # the dim-8 sums one after the other: slices of one gradient
+                losses.append(torch.cat([d["fa"], d["fa2"], d["fb"]]).pow(2).sum())
+            else:  # one feature: the others' gradients are missing (zeros)
+                losses.append(d["fb"].pow(2).sum())
+        for loss in losses:
+            loss.backward()
+    same_rows(grouped, separate, "abcd")
+
+
+def test_offset_per_key_that_disagrees_with_the_offsets_changes_nothing(seed):
+    grouped = DynamicEmbeddingBagCollection(bag_configs(), fused_params=ADAM, group_tables=True)
+    keys = ["fa", "fa2", "fb", "fc", "fd"]
+    gen = torch.Generator().manual_seed(seed)
+    good = batch(keys, 4, gen, "cpu")
+    grouped(good).values().sum().backward()
+    before = {t: all_rows(grouped, t) for t in "abcd"}
+    starts = good.offset_per_key()
+    wrong = list(starts)
+    wrong[2] += 1  # fb's first id one later than the offsets say
+    if wrong[2] > wrong[3]:
+        wrong[3] = wrong[2]
+    bad = KeyedJaggedTensor(keys, good.values(), lengths=good.lengths(), offset_per_key=wrong)
+    with pytest.raises(dynemb.InvalidArgument, match="offsets"):
+        grouped(bad)
+    short = KeyedJaggedTensor(keys, good.values(), lengths=good.lengths(),
+                              offset_per_key=starts[:-1])
+    with pytest.raises(dynemb.InvalidArgument, match="offset_per_key"):
+        grouped(short)
+    for t in "abcd":
+        after = all_rows(grouped, t)
+        assert sorted(after) == sorted(before[t])
+        assert all(torch.equal(before[t][k], after[k]) for k in before[t])
+
+
+def test_forward_packed_refuses_bad_cuts(seed):
+    grouped = DynamicEmbeddingBagCollection(
+        [EmbeddingBagConfig(name=n, embedding_dim=4, num_embeddings=UNIVERSE,
+                            feature_names=[n]) for n in ("x", "y")],
+        fused_params=ADAM, group_tables=True)
+    handle = grouped._groups[0].handle
+    ids = torch.arange(6, dtype=torch.int64)
+    offsets = torch.tensor([0, 1, 3, 0, 2, 3], dtype=torch.int64)  # x: [0,1,3] y: [0,2,3]
+    out = torch.empty(4, 4)
+    SUM = dynemb._C.PoolingMode.SUM
+    handle.forward_packed(ids, offsets, None, [0, 3, 3, 6], [2, 2], SUM, False, out)
+    cases = [
+        (([0, 3, 3], [2, 2]), "id_ranges: 3 entries"),
+        (([0, 3, 3, 7], [2, 2]), r"id_ranges\[2, 3\] = \[3, 7\)"),
+        (([3, 0, 3, 6], [2, 2]), r"id_ranges\[0, 1\] = \[3, 0\)"),
+        (([0, 3, 3, 6], [2, 3]), r"bags\[1\] = 3"),
+        (([0, 3, 3, 6], [1, 2]), "offsets: shape\\[0\\] = 6, must be 5"),
+        (([0, 3, 3, 6], [2]), "bags: 1"),
+    ]
+    for (id_ranges, bags), message in cases:
+        with pytest.raises(dynemb.InvalidArgument, match=message):
+            handle.forward_packed(ids, offsets, None, id_ranges, bags, SUM, False, out)
+    with pytest.raises(dynemb.InvalidArgument, match="per_sample_weights: shape"):
+        handle.forward_packed(ids, offsets, torch.ones(5), [0, 3, 3, 6], [2, 2], SUM, False, out)
+    with pytest.raises(dynemb.InvalidArgument, match="out: shape"):
+        handle.forward_packed(ids, offsets, None, [0, 3, 3, 6], [2, 2], SUM, False,
+                              torch.empty(3, 4))
+    # Offsets that do not start at 0 for a table: refused by the collection's own check.
+    with pytest.raises(dynemb.InvalidArgument, match="offsets"):
+        handle.forward_packed(ids, offsets + 1, None, [0, 3, 3, 6], [2, 2], SUM, False, out)

@@ -110,13 +110,35 @@ class _Lookup(torch.autograd.Function):
 
 def _gradient(grads, shapes, device) -> torch.Tensor:
     """One float32 tensor of pieces' gradients, one after the other (zeros for a piece without
-    one): a single cat, or the one gradient as it is when contiguous."""
+    one): the gradients as they are when they already lie so in one tensor (one gradient, or
+    the pieces of one buffer, as a loss over the pieces concatenated or a split gradient gives
+    them), else a single cat."""
     if len(grads) == 1 and grads[0] is not None:
         return grads[0].to(torch.float32).contiguous()
+    adjacent = _adjacent(grads, shapes)
+    if adjacent is not None:
+        return adjacent
     parts = [g.to(torch.float32) if g is not None
              else torch.zeros(shape, dtype=torch.float32, device=device)
              for g, shape in zip(grads, shapes)]
     return torch.cat(parts)
+
+
+def _adjacent(grads, shapes) -> Optional[torch.Tensor]:
+    """The pieces' gradients as one [rows, dim] view when they are contiguous float32 views of
+    one tensor lying one after the other in its memory; else None."""
+    first = grads[0]
+    if first is None or first._base is None or first.dtype != torch.float32:
+        return None
+    base, ptr, size, rows = first._base, first.data_ptr(), first.element_size(), 0
+    for g, shape in zip(grads, shapes):
+        if (g is None or g._base is not base or g.dtype != torch.float32
+                or tuple(g.shape) != tuple(shape) or not g.is_contiguous()
+                or g.data_ptr() != ptr + rows * shape[1] * size):
+            return None
+        rows += shape[0]
+    dim = shapes[0][1]
+    return base.as_strided((rows, dim), (dim, 1), first.storage_offset())
 
 
 class _TableStep:
@@ -505,6 +527,7 @@ def _layout_key(table: _Table) -> tuple:
     o, i = e.optimizer, e.eval_initializer
     return (
         e.dim, table.options.training, e.gradient_check, e.align_rows, e.table.device,
+        e.value_type, e.stochastic_rounding, e.deterministic_backward,
         e.admit_threshold > 1 and table.name,
         (o.kind, o.learning_rate, o.beta1, o.beta2, o.eps, o.rho, o.initial_accumulator,
          o.ftrl_l1, o.ftrl_l2, o.ftrl_beta, o.weight_decay, o.clip_norm, o.clip_value),
