@@ -54,6 +54,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0, help="0 = random")
     p.add_argument("--smoke", action="store_true", help="a tiny shape (CPU smoke test)")
     p.add_argument("--skip-torch", action="store_true", help="skip the PyTorch peer")
+    p.add_argument("--profile", action="store_true",
+                   help="print torch.profiler's table of three Python steps (stderr)")
     p.add_argument("--only-grouped", action="store_true",
                    help="only the grouped Python module and the grouped C++ collection")
     p.add_argument("--dynemb-program", default="", help="the dynemb program: also run `bench train`")
@@ -159,7 +161,26 @@ def run_dynemb(a, device, sets, grads, timer, group_tables):
               "evictions": sum(s["evictions"] for s in stats.values())}
     if group_tables:
         result["binding_floor"] = binding_floor(a, ebc, kjts, grads, timer)
+    if a.profile:
+        profile_steps(step, device)
     return result
+
+
+def profile_steps(step, device, steps=3):
+    """Prints torch.profiler's table of a few steps (host and device time per op and kernel):
+    what the Python step runs beyond the compiled one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=25), file=sys.stderr)
 
 
 class _NoCompiledCalls:

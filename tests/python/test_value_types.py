@@ -54,7 +54,17 @@ def test_half_rows_follow_pytorch_and_float32(seed, device, dtype):
     assert torch.equal(stored_rows(half, every, dtype).cpu(), model)
     eps = torch.finfo(dtype).eps
     gen = torch.Generator().manual_seed(seed)
-    for step in range(STEPS):
+    for step in range(STEPS + 1):
+        stored = stored_rows(half, every, dtype).cpu()
+        # One unit in the last place: a float32 gradient summed in another order may round
+        # the other way. The model then goes on from the stored rows (no drift between them).
+        ulp = eps * model.double().abs() + torch.finfo(dtype).tiny
+        bad = (stored.double() - model.double()).abs() > ulp
+        assert not bool(bad.any()), (
+            f"step {step}: {int(bad.sum())} elements differ from PyTorch's by more than 1 ulp")
+        model = stored
+        if step == STEPS:
+            break
         ids = zipf_ids(BATCH * BAG, UNIVERSE, gen).view(BATCH, BAG)
         upstream = torch.randn(BATCH, DIM, generator=gen)
         out_half = half(ids.to(device))
@@ -67,13 +77,8 @@ def test_half_rows_follow_pytorch_and_float32(seed, device, dtype):
         (want * upstream).sum().backward()
         model = (w.detach() - LR * w.grad).to(dtype)  # SGD, the result stored as dtype
         full(ids.to(device)).mul(upstream.to(device)).sum().backward()
-    got = stored_rows(half, every, dtype).cpu().double()
-    # One unit in the last place: a float32 gradient summed in another order may round the
-    # other way.
-    ulp = eps * model.double().abs() + torch.finfo(dtype).tiny
-    bad = (got - model.double()).abs() > ulp
-    assert not bool(bad.any()), f"{int(bad.sum())} elements differ from PyTorch by > 1 ulp"
     # Against float32: each of the STEPS + 1 stores rounds by at most half a unit.
+    got = model.double()
     ref = rows_of(full, every).cpu().double()
     bound = (STEPS + 1) * eps / 2 * ref.abs().max()
     assert float((got - ref).abs().max()) <= bound
