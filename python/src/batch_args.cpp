@@ -86,9 +86,9 @@ BatchArgs parse_packed_batches(py::handle indices, py::handle offsets, py::handl
     w = &a.held.emplace_back(weights, where, "per_sample_weights");
     w->require(Element::kFloat32, 1, placement);
     if (w->size(0) != ids.size(0)) {
-      throw InvalidArgument(where + ": per_sample_weights: shape[0] = " +
-                            std::to_string(w->size(0)) + ", must be " +
-                            std::to_string(ids.size(0)) + " (one per index)");
+      throw InvalidArgument(where +
+                            ": per_sample_weights: shape[0] = " + std::to_string(w->size(0)) +
+                            ", must be " + std::to_string(ids.size(0)) + " (one per index)");
     }
   }
   a.batches.resize(tables);

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <vector>
 
-#include "dynemb/embedding/embedding_collection.hpp"
 #include "batch_args.hpp"
+#include "dynemb/embedding/embedding_collection.hpp"
 #include "tensor_arg.hpp"
 
 namespace dynemb::python {
