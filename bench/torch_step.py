@@ -58,6 +58,8 @@ def parse_args():
                    help="print torch.profiler's table of three Python steps (stderr)")
     p.add_argument("--only-grouped", action="store_true",
                    help="only the grouped Python module and the grouped C++ collection")
+    p.add_argument("--only-separate", action="store_true",
+                   help="only the Python module with a table per table and the sequential C++ tables")
     p.add_argument("--dynemb-program", default="", help="the dynemb program: also run `bench train`")
     p.add_argument("--json", default="", help="result file (default: bench/results/torch-step-<device>-<machine>.json, "
                    "<machine> = $DYNEMB_BENCH_MACHINE or the host name; a new run replaces it)")
@@ -334,7 +336,7 @@ def main():
     results = {}
     # Grouped first (the figure of record), then one compiled table per table.
     for name, grouped in (("dynemb_python_grouped", True), ("dynemb_python", False)):
-        if a.only_grouped and not grouped:
+        if (a.only_grouped and not grouped) or (a.only_separate and grouped):
             continue
         results[name] = run_dynemb(a, device, sets, grads, timer, grouped)
         gc.collect()
@@ -343,11 +345,12 @@ def main():
     if not a.skip_torch:
         results["torch_sparse_adam"] = run_torch(a, device, sets, grads, timer)
     if a.dynemb_program:
-        results["dynemb_cpp_grouped"] = run_cpp(a, device, a.dynemb_program, "--grouped-tables")
+        if not a.only_separate:
+            results["dynemb_cpp_grouped"] = run_cpp(a, device, a.dynemb_program, "--grouped-tables")
         if not a.only_grouped:
             results["dynemb_cpp_sequential"] = run_cpp(a, device, a.dynemb_program,
                                                        "--sequential-tables")
-    py = results["dynemb_python_grouped"]
+    py = results.get("dynemb_python_grouped") or results["dynemb_python"]
     ratios = {}
     if "torch_sparse_adam" in results:
         t = results["torch_sparse_adam"]
