@@ -243,7 +243,8 @@ def binding_floor(a, ebc, kjts, grads, timer):
     for kjt in kjts:
         batch = ebc._batch(kjt, False)
         plan = ebc._plan(batch.keys, batch.stride)
-        rebased = batch.offsets[plan.gather] - batch.offsets[plan.base]
+        rebased = batch.offsets.index_select(0, plan.gather).sub_(
+            batch.offsets.index_select(0, plan.base))
         starts = batch.starts
         id_ranges = [x for t in range(a.tables) for x in (starts[t], starts[t + 1])]
         prepared.append((batch.values, rebased, id_ranges))

@@ -775,7 +775,8 @@ class _KeyedCollection(DynamicEmbModule):
         # Every contiguous table's offsets rebased to start at 0, in one gather.
         rebased = None
         if plan.gather is not None:
-            rebased = batch.offsets[plan.gather] - batch.offsets[plan.base]
+            offsets = batch.offsets
+            rebased = offsets.index_select(0, plan.gather).sub_(offsets.index_select(0, plan.base))
         if plan.packed:
             launches = []
             for group, span, tables in plan.groups:
