@@ -307,6 +307,10 @@ def test_any_keyed_jagged_batch_is_accepted(seed):
     a = ebc(DuckBatch(["a", "b"], values, lengths, weights))
     b = ebc(KeyedJaggedTensor(["a", "b"], values.long(), weights=weights, lengths=lengths))
     torch.testing.assert_close(a.values(), b.values())
+    # Grouped (packed batches): the key starts read from the duck's offsets, as none are given.
+    grouped = DynamicEmbeddingBagCollection(configs, is_weighted=True, group_tables=True)
+    c = grouped(DuckBatch(["a", "b"], values, lengths, weights))
+    torch.testing.assert_close(c.values(), b.values())
 
 
 def test_calls_from_several_threads_take_turns(seed):
