@@ -42,16 +42,24 @@ fi
 # (include/ and share/cmake/ copied from a Debian machine).
 prefix_path=""
 [ -d .carry/deps ] && prefix_path="-DCMAKE_PREFIX_PATH=$PWD/.carry/deps"
-step "Python module ($(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)) into $pybuild: ${targets[*]}"
-cmake -S . -B "$pybuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=ON -DDYNEMB_BUILD_TESTS=OFF \
-  -DDYNEMB_BUILD_TOOLS=$tools $prefix_path \
-  -DPython_EXECUTABLE="$(command -v python3)" > "$out/python_build.log" 2>&1 &&
-  cmake --build "$pybuild" --target "${targets[@]}" -j "$(nproc)" >> "$out/python_build.log" 2>&1
-rc=$?
-tail -3 "$out/python_build.log"
-record python_build $rc
-[ $rc -eq 0 ] || exit 1
+if [ -n "${1:-}" ] && [ -f "$1/python/dynemb/__init__.py" ] && ls "$1"/python/dynemb/_C*.so > /dev/null 2>&1; then
+  # The build directory already holds the module (configured with -DDYNEMB_BUILD_PYTHON=ON for
+  # this machine's python3): test that one instead of building a second copy.
+  pybuild="$1"
+  step "Python module ($(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)) from $pybuild"
+  record python_build 0
+else
+  step "Python module ($(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)) into $pybuild: ${targets[*]}"
+  cmake -S . -B "$pybuild" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYNEMB_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DDYNEMB_BUILD_PYTHON=ON -DDYNEMB_BUILD_TESTS=OFF \
+    -DDYNEMB_BUILD_TOOLS=$tools $prefix_path \
+    -DPython_EXECUTABLE="$(command -v python3)" > "$out/python_build.log" 2>&1 &&
+    cmake --build "$pybuild" --target "${targets[@]}" -j "$(nproc)" >> "$out/python_build.log" 2>&1
+  rc=$?
+  tail -3 "$out/python_build.log"
+  record python_build $rc
+  [ $rc -eq 0 ] || exit 1
+fi
 program="$(cd "$(dirname "$program")" && pwd)/dynemb"
 
 step "pytest tests/python (CUDA tests enabled)"
