@@ -24,6 +24,13 @@
 #        GPU_CHECK_MACHINE=h100     the machine's label in the result file names
 #        GPU_CHECK_PACK_LOGS=1      move the logs, tests.json and summary.txt into logs.tar.xz at
 #                                   the end (results/ stays loose)
+#        GPU_CHECK_SKIP_TESTS=1     skip the dynemb_tests run (a device call split in parts)
+#        GPU_CHECK_BENCHES="table train dedup cache caching fm"  the benchmarks to run (default: all)
+#        GPU_CHECK_HKV=PATH         HierarchicalKV's benchmark binary (built from its public source
+#                                   outside the repository): its HBM run (dim 64, 64M) after the
+#                                   table benchmark, its hybrid run after the hybrid benchmark
+#        GPU_CHECK_HUGECTR_PEER=PATH HugeCTR gpu_cache peer (bench/cache/hugectr_peer/build.sh) for
+#                                   `dynemb bench cache --peer`
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,13 +75,15 @@ export DYNEMB_TEST_DATA_DIR="${DYNEMB_TEST_DATA_DIR:-$PWD/tests/data}"
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd):${LD_LIBRARY_PATH:-}"
 [ -x "$tests" ] || { echo "no test binary at $tests"; exit 1; }
 
-step "dynemb_tests (every test, CUDA ones included)"
-"$tests" --gtest_color=no --gtest_filter="${GPU_CHECK_TEST_FILTER:-*}" \
-  --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1
-rc=$?
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
-grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
-record dynemb_tests $rc
+if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ]; then
+  step "dynemb_tests (every test, CUDA ones included)"
+  "$tests" --gtest_color=no --gtest_filter="${GPU_CHECK_TEST_FILTER:-*}" \
+    --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
+  grep -E "^\[  FAILED  \]" "$out/tests.log" | head -40
+  record dynemb_tests $rc
+fi
 
 # memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
 memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:CudaGroupedWrites.*:CudaScoreBounds.*:*cuda_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:Backends/FusedBackward.*/cuda:Backends/DedupWorkspace.*/cuda:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:Backends/EmbeddingCollectionTest.*/cuda:CudaWarningReports.*:-*Concurrency*:CudaTable.Threads*:CudaTableFullLoad.Grouped*}"
@@ -106,44 +115,86 @@ if [ "${GPU_CHECK_SKIP_PYTHON:-0}" != 1 ]; then
   [ $rc -eq 0 ] || status=1
 fi
 
+wants() { [[ " ${GPU_CHECK_BENCHES:-table train dedup hybrid cache caching fm} " == *" $1 "* ]]; }
 if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   program="$build/tools/dynemb/dynemb"
   if [ -x "$program" ]; then
-    step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
-    # shellcheck disable=SC2086
-    "$program" bench table --backend cuda --json "$results/table-cuda-$machine.json" \
-      --markdown "$results/table-cuda-$machine.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
-    rc=${PIPESTATUS[0]}
-    record bench $rc
-    for shape in 13m 1m; do
-      lookups=13107k
-      [ "$shape" = 1m ] && lookups=1024k
-      step "dynemb bench train --backend cuda --shape $shape"
-      "$program" bench train --backend cuda --shape "$shape" \
-        --json "$results/train-cuda-$lookups-$machine.json" 2>&1 | tail -14
+    if wants table; then
+      step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
+      # shellcheck disable=SC2086
+      "$program" bench table --backend cuda --json "$results/table-cuda-$machine.json" \
+        --markdown "$results/table-cuda-$machine.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
       rc=${PIPESTATUS[0]}
-      record "bench_train_$shape" $rc
-      step "dynemb bench train --backend cuda --shape $shape --grouped-tables (one EmbeddingCollection)"
-      "$program" bench train --backend cuda --shape "$shape" --grouped-tables \
-        --json "$results/train-cuda-$lookups-grouped-$machine.json" 2>&1 | tail -14
-      rc=${PIPESTATUS[0]}
-      record "bench_train_${shape}_grouped" $rc
-    done
-    step "dynemb bench dedup --backend cuda (the 13m shape's dedup: per table, side by side, one call)"
-    "$program" bench dedup --backend cuda --json "$results/dedup-cuda-13107k-$machine.json" 2>&1 |
-      tail -8
-    record bench_dedup "${PIPESTATUS[0]}"
-    if [ "${GPU_CHECK_HYBRID:-0}" = 1 ]; then
+      record bench $rc
+      if [ -n "${GPU_CHECK_HKV:-}" ]; then
+        step "HierarchicalKV's benchmark, HBM (dim 64, 64M slots), same call"
+        timeout 150 "$GPU_CHECK_HKV" hbm 64 64 16 a > "$results/hkv-hbm-64-$machine.txt" 2>&1
+        rc=$?
+        grep -E '^\|' "$results/hkv-hbm-64-$machine.txt"
+        record hkv_hbm $rc
+      fi
+    fi
+    if wants train; then
+      for shape in 13m 1m; do
+        lookups=13107k
+        [ "$shape" = 1m ] && lookups=1024k
+        step "dynemb bench train --backend cuda --shape $shape"
+        "$program" bench train --backend cuda --shape "$shape" \
+          --json "$results/train-cuda-$lookups-$machine.json" 2>&1 | tail -14
+        rc=${PIPESTATUS[0]}
+        record "bench_train_$shape" $rc
+        step "dynemb bench train --backend cuda --shape $shape --grouped-tables (one EmbeddingCollection)"
+        "$program" bench train --backend cuda --shape "$shape" --grouped-tables \
+          --json "$results/train-cuda-$lookups-grouped-$machine.json" 2>&1 | tail -14
+        rc=${PIPESTATUS[0]}
+        record "bench_train_${shape}_grouped" $rc
+      done
+    fi
+    if wants dedup; then
+      step "dynemb bench dedup --backend cuda (the 13m shape's dedup: per table, side by side, one call)"
+      "$program" bench dedup --backend cuda --json "$results/dedup-cuda-13107k-$machine.json" 2>&1 |
+        tail -8
+      record bench_dedup "${PIPESTATUS[0]}"
+    fi
+    if [ "${GPU_CHECK_HYBRID:-0}" = 1 ] && wants hybrid; then
       step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
       "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
         --load-factors 0.5,0.75,1.0 --json "$results/table-cuda-hybrid-$machine.json" \
         --markdown "$results/table-cuda-hybrid-$machine.md" 2>&1 | tail -30
       record bench_hybrid "${PIPESTATUS[0]}"
+      if [ -n "${GPU_CHECK_HKV:-}" ]; then
+        step "HierarchicalKV's benchmark, hybrid (dim 64, 128M slots, 16 GB HBM), same call"
+        timeout 240 "$GPU_CHECK_HKV" hybrid 64 128 16 a > "$results/hkv-hybrid-64-$machine.txt" 2>&1
+        rc=$?
+        grep -E '^\|' "$results/hkv-hybrid-64-$machine.txt"
+        record hkv_hybrid $rc
+      fi
     fi
-    step "dynemb train --device cuda (defaults: batch 65536, 65.5M synthetic samples)"
-    "$program" train --device cuda --progress lines --output-dir "${TMPDIR:-/tmp}/dynemb_gpu_check_train" \
-      --metrics-json "$results/train-fm-cuda-$machine.json" 2>&1 | tail -4
-    record train_cuda "${PIPESTATUS[0]}"
+    if wants cache; then
+      peer=()
+      [ -n "${GPU_CHECK_HUGECTR_PEER:-}" ] && peer=(--peer "$GPU_CHECK_HUGECTR_PEER")
+      step "dynemb bench cache --backend cuda ${peer[*]}"
+      "$program" bench cache --backend cuda "${peer[@]}" --json "$results/cache-cuda-$machine.json" \
+        2>&1 | tail -30
+      rc=${PIPESTATUS[0]}
+      record bench_cache $rc
+      if [ $rc -eq 0 ] && python3 -c "import matplotlib" 2> /dev/null; then
+        python3 bench/cache/plot_hit_rate.py "$results/cache-cuda-$machine.json" \
+          "$results/cache-hit-rate-$machine.png" > /dev/null 2>&1
+      fi
+    fi
+    caching="$build/bench/storage/dynemb_bench_caching"
+    if wants caching && [ -x "$caching" ]; then
+      step "dynemb_bench_caching --backend cuda (caching mode against hybrid mode, prefetch step)"
+      "$caching" --backend cuda --json "$results/caching-cuda-$machine.json" 2>&1 | tail -30
+      record bench_caching "${PIPESTATUS[0]}"
+    fi
+    if wants fm; then
+      step "dynemb train --device cuda (defaults: batch 65536, 65.5M synthetic samples)"
+      "$program" train --device cuda --progress lines --output-dir "${TMPDIR:-/tmp}/dynemb_gpu_check_train" \
+        --metrics-json "$results/train-fm-cuda-$machine.json" 2>&1 | tail -4
+      record train_cuda "${PIPESTATUS[0]}"
+    fi
   else
     echo "no dynemb program at $program: benchmark skipped" | tee -a "$out/summary.txt"
   fi
