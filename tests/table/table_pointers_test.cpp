@@ -2,6 +2,7 @@
 // table's memory instead of copies, on every backend and key type.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -124,6 +125,58 @@ TYPED_TEST(TablePointersTest, FindOrInsertPointersInsertsInitialRowsAndRowsUpdat
   }
   const FindResult after = h.find(keys);
   EXPECT_EQ(after.values, updated);
+}
+
+// 16-bit initializers (two elements a word): a new key's row, reached by address from
+// find_or_insert_pointers or copied out by find_or_insert, is word for word the host's
+// fill_initial_row; stored keys keep their rows. Dims 6 (rows written word by word) and 12
+// (float4 words); on CUDA these run kernels of their own (init_row's kPacked).
+TYPED_TEST(TablePointersTest, NewRowsOfSixteenBitInitializersAreTheHostsWordForWord) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  const auto bits_of = [](const Row& row) {
+    std::vector<uint32_t> out(row.size());
+    std::memcpy(out.data(), row.data(), row.size() * sizeof(float));
+    return out;
+  };
+  for (const ValueType type : {ValueType::kFloat16, ValueType::kBFloat16}) {
+    for (const uint32_t dim : {6u, 12u}) {
+      for (const InitializerKind kind : {InitializerKind::kUniform, InitializerKind::kNormal}) {
+        TableOptions o = roomy_options(ScorePolicy::kCustomized, dim);
+        o.initializer = InitializerOptions{kind};
+        o.initializer.seed = rng.next();
+        o.initializer.value_type = type;
+        auto h = this->make(o);
+        const auto keys = random_keys<K>(rng, 300);
+        std::vector<K> stored;
+        for (size_t i = 0; i < keys.size(); i += 3) stored.push_back(keys[i]);
+        h.insert_or_assign(stored, value_rows(stored, dim));
+        const std::string what = to_string(type) + " dim " + std::to_string(dim) + " " +
+                                 to_string(kind);
+
+        const std::vector<K> first(keys.begin(), keys.begin() + 150);
+        const PointerResult r = find_or_insert_pointers(h, first);
+        for (size_t i = 0; i < first.size(); ++i) {
+          ASSERT_NE(r.rows[i], nullptr) << what << " key " << i;
+          EXPECT_EQ(r.founds[i], i % 3 == 0) << what << " key " << i;
+          const Row expected = i % 3 == 0 ? value_row(first[i], dim)
+                                          : initial_row(o.initializer, first[i], dim);
+          EXPECT_EQ(bits_of(read_row(h.backend(), r.rows[i], dim)), bits_of(expected))
+              << what << " key " << i;
+        }
+        const std::vector<K> second(keys.begin() + 150, keys.end());
+        const FindResult copied = h.find_or_insert(second);
+        for (size_t i = 0; i < second.size(); ++i) {
+          const bool was_stored = (150 + i) % 3 == 0;
+          const Row expected = was_stored ? value_row(second[i], dim)
+                                          : initial_row(o.initializer, second[i], dim);
+          EXPECT_EQ(bits_of(row_at(copied.values, i, dim)), bits_of(expected))
+              << what << " key " << 150 + i;
+        }
+        EXPECT_EQ(h->size(), keys.size()) << what;
+      }
+    }
+  }
 }
 
 TYPED_TEST(TablePointersTest, FindOrReservePointersReservesSlotsTheCallerFills) {

@@ -421,27 +421,22 @@ __device__ __forceinline__ float4 initial_quad(const InitializerOptions& init, u
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
-// A 16-bit initializer's row (init.value_type): word w is initial_word(init, key_bits, w), a word a
-// thread. Not inlined, so the float32 path of the kernels that call init_row keeps its registers.
-template <uint32_t kT>
-__device__ __noinline__ void init_packed_row(const TileOf<kT>& tile, const InitializerOptions& init,
-                                             uint64_t key_bits, float* dst, float* dst2,
-                                             uint32_t dim) {
-  for (uint32_t w = tile.thread_rank(); w < dim; w += kT) {
-    const float v = __uint_as_float(initial_word(init, key_bits, w));
-    dst[w] = v;
-    if (dst2 != nullptr) dst2[w] = v;
-  }
-}
-
 // Writes the initializer's row of `key_bits` to dst and, when set, to dst2: element j is
 // exactly initial_value(init, key_bits, j), computed a quad at a time (initial_quad). kVec: stored
-// as float4s (dim % 4 == 0, rows 16-byte aligned), else element by element.
-template <bool kVec, uint32_t kT>
+// as float4s (dim % 4 == 0, rows 16-byte aligned), else element by element. kPacked: a 16-bit
+// initializer's row (init.value_type), word w = initial_word(init, key_bits, w), a word a thread.
+// kPacked is a template argument, not a branch on init.value_type: the packed path inlined beside
+// the float32 one costs the float32 kernels registers, and a call to an out-of-line packed path
+// made ptxas copy the launch's parameters to local memory in every thread (docs/cuda_table.md).
+template <bool kVec, bool kPacked, uint32_t kT>
 __device__ __forceinline__ void init_row(const TileOf<kT>& tile, const InitializerOptions& init,
                                          uint64_t key_bits, float* dst, float* dst2, uint32_t dim) {
-  if (init.value_type != ValueType::kFloat32) {
-    init_packed_row(tile, init, key_bits, dst, dst2, dim);
+  if constexpr (kPacked) {
+    for (uint32_t w = tile.thread_rank(); w < dim; w += kT) {
+      const float v = __uint_as_float(initial_word(init, key_bits, w));
+      dst[w] = v;
+      if (dst2 != nullptr) dst2[w] = v;
+    }
     return;
   }
   const uint32_t drawn = drawn_elements(init, dim);

@@ -64,6 +64,11 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
   atomicExch(&s->refusal_lock, 0u);
 }
 
+// The ops that write an initializer's row into new slots (find_or_insert also copies it out).
+constexpr bool initializes_rows(WriteOp op) {
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers;
+}
+
 constexpr bool stores_input(WriteOp op) {
   return op == WriteOp::kInsertOrAssign || op == WriteOp::kInsertAndEvict ||
          op == WriteOp::kAssign || op == WriteOp::kAccumOrAssign ||
@@ -146,8 +151,9 @@ __device__ __forceinline__ void add_row(const TileOf<kT>& tile, float* dst, cons
 }
 
 // Applies op to batch entry i (its key already loaded). kLocked: take the bucket's lock; else
-// the caller owns the bucket (grouped launch).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT>
+// the caller owns the bucket (grouped launch). kPacked: new rows get a 16-bit initializer's
+// packed row (init_row).
+template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT, bool kPacked>
 __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const WriteArgs& a,
                           uint64_t i, uint64_t key, BlockCounts* counts) {
   const bool leader = tile.thread_rank() == 0;
@@ -306,7 +312,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         if (a.row_ptrs != nullptr) {
           if (leader) a.row_ptrs[i] = nullptr;
         } else {
-          init_row<kVec>(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
+          init_row<kVec, kPacked>(tile, a.init, key, a.values_out + i * dim, nullptr, dim);
         }
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kFindOrInsertGiven) {
@@ -324,11 +330,11 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         }
       }
       if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-        if (a.init_new_rows) init_row<kVec>(tile, a.init, key, row, nullptr, dim);
+        if (a.init_new_rows) init_row<kVec, kPacked>(tile, a.init, key, row, nullptr, dim);
         if (leader) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kFindOrInsert) {
-        init_row<kVec>(tile, a.init, key, row,
+        init_row<kVec, kPacked>(tile, a.init, key, row,
                        a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
@@ -386,7 +392,7 @@ constexpr int min_blocks(WriteOp op) {
 
 // Key by key under bucket locks, one kT-thread tile per key (striding over the rest of a batch
 // larger than the grid).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked>
 __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
@@ -401,7 +407,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-      write_one<kOp, kVec, kHeld, true>(tile, t, a, i, a.keys[i], &counts);
+      write_one<kOp, kVec, kHeld, true, kT, kPacked>(tile, t, a, i, a.keys[i], &counts);
     }
   }
   __syncthreads();
@@ -410,7 +416,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
 
 // A grouped launch (BucketOrder): one tile per entry; the tile at a bucket's first entry writes
 // all of that bucket's entries in order, without a lock: no other tile touches the bucket.
-template <WriteOp kOp, bool kVec, uint32_t kHeld>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kPacked>
 __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
@@ -422,7 +428,7 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
     const uint32_t bucket = a.run_buckets[k];
     if (k == 0 || a.run_buckets[k - 1] != bucket) {
       for (uint64_t j = k; j < a.n && a.run_buckets[j] == bucket; ++j) {
-        write_one<kOp, kVec, kHeld, false>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
+        write_one<kOp, kVec, kHeld, false, kTileSize, kPacked>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
       }
     }
   }
@@ -479,11 +485,11 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
 
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
 // rows too).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked>
 void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                    cudaStream_t stream) {
   if (a.run_buckets != nullptr) {
-    grouped_write_kernel<kOp, kVec, kHeld>
+    grouped_write_kernel<kOp, kVec, kHeld, kPacked>
         <<<blocks_for_tiles(a.n, ~0u), kBlockThreads, 0, stream>>>(t, a);
     core::cuda::check(cudaGetLastError(), "grouped_write_kernel launch");
     return;
@@ -493,7 +499,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
       locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
-  auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT>;
+  auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT, kPacked>;
   const size_t held =
       residency_bytes(kernel, a.keys_in_flight, kLockedBlockThreads / kT, multiprocessors);
   kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
@@ -513,16 +519,26 @@ constexpr bool stores_input_for_every_key(WriteOp op) {
 template <WriteOp kOp, uint32_t kT>
 void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                   cudaStream_t stream) {
-  if (!vec) return launch_kernel<kOp, false, 0, kT>(t, a, multiprocessors, stream);
-  if constexpr (stores_input(kOp)) {
-    const uint32_t per_thread = (t.dim / 4 + kT - 1) / kT;
-    if (per_thread <= 1) return launch_kernel<kOp, true, 1, kT>(t, a, multiprocessors, stream);
-    if constexpr (stores_input_for_every_key(kOp)) {
-      if (per_thread <= 2) return launch_kernel<kOp, true, 2, kT>(t, a, multiprocessors, stream);
-      if (per_thread <= 4) return launch_kernel<kOp, true, 4, kT>(t, a, multiprocessors, stream);
+  if constexpr (initializes_rows(kOp)) {
+    // 16-bit rows: kernels of their own (init_row's kPacked); never vectors of caller rows.
+    if (a.init.value_type != ValueType::kFloat32) {
+      if (vec) return launch_kernel<kOp, true, 0, kT, true>(t, a, multiprocessors, stream);
+      return launch_kernel<kOp, false, 0, kT, true>(t, a, multiprocessors, stream);
     }
   }
-  launch_kernel<kOp, true, 0, kT>(t, a, multiprocessors, stream);
+  if (!vec) return launch_kernel<kOp, false, 0, kT, false>(t, a, multiprocessors, stream);
+  if constexpr (stores_input(kOp)) {
+    const uint32_t per_thread = (t.dim / 4 + kT - 1) / kT;
+    if (per_thread <= 1)
+      return launch_kernel<kOp, true, 1, kT, false>(t, a, multiprocessors, stream);
+    if constexpr (stores_input_for_every_key(kOp)) {
+      if (per_thread <= 2)
+        return launch_kernel<kOp, true, 2, kT, false>(t, a, multiprocessors, stream);
+      if (per_thread <= 4)
+        return launch_kernel<kOp, true, 4, kT, false>(t, a, multiprocessors, stream);
+    }
+  }
+  launch_kernel<kOp, true, 0, kT, false>(t, a, multiprocessors, stream);
 }
 
 // Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
