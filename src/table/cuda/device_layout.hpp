@@ -177,9 +177,9 @@ struct ReadArgs {
   bool skip_reserved = false;
   CallState* state = nullptr;
   const unsigned long long* only_if_nonzero = nullptr;  // find does nothing while *this is 0
-  // When set (with values), a found row in host memory is not copied by the lookup: entry k of
-  // the launch writes that row's host index to host_rows[k] (kNoHostRow for every other entry),
-  // and a second kernel copies the listed rows in list order (launch_find).
+  // When set (with values and subset), a found row in host memory is not copied by the lookup:
+  // entry k of the launch writes that row's host index to host_rows[k] (kNoHostRow for every other
+  // entry), and a second kernel copies the listed rows in list order (launch_find).
   uint64_t* host_rows = nullptr;
 };
 
