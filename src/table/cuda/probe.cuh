@@ -148,6 +148,38 @@ __device__ __forceinline__ int find_in_bucket(const TileOf<kT>& tile, const Tabl
   return -1;
 }
 
+// find_in_bucket by one thread (lock-free readers only): a round loads 4 uint4s 32 bytes apart,
+// so the four sectors of a 128-byte line of digests are asked for at once, and the next round
+// reads their neighbours, which the first round brought into L1. 16 registers of digests where
+// a whole line at once would take 32.
+__device__ __forceinline__ int find_in_bucket_alone(const TableView& t, uint64_t bucket,
+                                                    uint64_t key_bits, uint8_t digest) {
+  const uint32_t pattern = 0x01010101u * digest;
+  const uint64_t base = bucket * t.bucket_capacity;
+  const auto* vecs = reinterpret_cast<const uint4*>(t.digests + base);
+  const uint32_t count = t.bucket_capacity / 16;
+  for (uint32_t line = 0; line < count; line += 8) {
+#pragma unroll
+    for (uint32_t half = 0; half < 2; ++half) {
+      uint4 d[4];
+#pragma unroll
+      for (uint32_t v = 0; v < 4; ++v) {
+        const uint32_t at = line + 2 * v + half;
+        if (at < count) d[v] = vecs[at];
+      }
+#pragma unroll
+      for (uint32_t v = 0; v < 4; ++v) {
+        const uint32_t at = line + 2 * v + half;
+        if (at < count) {
+          const int hit = confirm_digest_matches<false>(t, base, 16 * at, d[v], pattern, key_bits);
+          if (hit >= 0) return hit;
+        }
+      }
+    }
+  }
+  return -1;
+}
+
 // 16 digest matches of one uint4 as a 16-bit mask (bit b: byte b equals the pattern's byte).
 __device__ __forceinline__ uint32_t match_mask16(const uint4& d, uint32_t pattern) {
   const uint32_t words[4] = {d.x, d.y, d.z, d.w};

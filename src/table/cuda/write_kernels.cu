@@ -4,6 +4,8 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
@@ -150,12 +152,55 @@ __device__ __forceinline__ void add_row(const TileOf<kT>& tile, float* dst, cons
   accumulate_row<kVec>(tile, dst, src, dim);
 }
 
+// find_or_insert_pointers' look for a stored key without the lock, by a group of kA threads: a
+// stored key gets its address, its `founds` flag and its score touch (an atomic: copies of a
+// key, and writers of the same kernel, touch it together), a reserved key nullptr and false.
+// Returns whether the key is done; a key not found goes on to the locked write, which probes
+// again (a copy of the key may have inserted it meanwhile). What this probe can miss or find
+// stale (a row another key of the call evicts) is what the locked probe and the call's address
+// refresh already handle (docs/cuda_table.md).
+template <uint32_t kA>
+__device__ __forceinline__ bool find_pointer_lock_free(const TileOf<kA>& group, const TableView& t,
+                                                       const WriteArgs& a, uint64_t i, uint64_t key,
+                                                       BlockCounts* counts) {
+  const bool leader = group.thread_rank() == 0;
+  if (key >= kFirstReservedKey) {
+    if (leader) {
+      atomicAdd(&counts->reserved, 1ull);
+      a.row_ptrs[i] = nullptr;
+      if (a.founds != nullptr) a.founds[i] = false;
+    }
+    return true;
+  }
+  const uint64_t hash = hash_key_bits(key);
+  const uint64_t bucket = bucket_of_hash(hash, t.num_buckets);
+  int hit;
+  if constexpr (kA == 1) {
+    hit = find_in_bucket_alone(t, bucket, key, slot_digest_of_hash(hash));
+  } else {
+    hit = find_in_bucket<false>(group, t, bucket, key, slot_digest_of_hash(hash));
+  }
+  if (hit < 0) return false;
+  if (leader) {
+    const uint64_t slot = bucket * t.bucket_capacity + static_cast<uint64_t>(hit);
+    a.row_ptrs[i] = row_of(t, slot);
+    if (a.founds != nullptr) a.founds[i] = true;
+    const bool has_given = a.scores_in != nullptr;
+    const uint64_t given = has_given ? a.scores_in[i] : 0;
+    const uint64_t now = a.policy == ScorePolicy::kTimestamp ? global_time_ns() : a.clock;
+    touch_score(t.scores + slot, a.policy, has_given, given, now);
+  }
+  return true;
+}
+
 // Applies op to batch entry i (its key already loaded). kLocked: take the bucket's lock; else
 // the caller owns the bucket (grouped launch). kPacked: new rows get a 16-bit initializer's
 // packed row (init_row).
+// lock_free_first (find_or_insert_pointers): find_pointer_lock_free first, the lock only for a
+// key it did not find.
 template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT, bool kPacked>
 __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const WriteArgs& a,
-                          uint64_t i, uint64_t key, BlockCounts* counts) {
+                          uint64_t i, uint64_t key, BlockCounts* counts, bool lock_free_first) {
   const bool leader = tile.thread_rank() == 0;
   if (key >= kFirstReservedKey) {
     if (leader) atomicAdd(&counts->reserved, 1ull);
@@ -175,25 +220,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   RowPrefetch<kHeld> pre{};
   if constexpr (stores_input(kOp)) pre = prefetch_row<kVec, kHeld>(tile, input, dim);
 
-  // find_or_insert_pointers: a key already stored is found without the lock (its address
-  // written, its score touched atomically); only keys not found go on to take the lock, which
-  // probes again (a copy of the key may have inserted it meanwhile). What this probe can miss
-  // or find stale (a row another key of the call evicts) is what the locked probe and the
-  // call's address refresh already handle (docs/cuda_table.md).
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-    if (a.lock_free_first) {
-      const int hit = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
-      if (hit >= 0) {
-        if (leader) {
-          const uint64_t slot = base + static_cast<uint64_t>(hit);
-          a.row_ptrs[i] = row_of(t, slot);
-          if (a.founds != nullptr) a.founds[i] = true;
-          const uint64_t now = a.policy == ScorePolicy::kTimestamp ? global_time_ns() : a.clock;
-          touch_score(t.scores + slot, a.policy, has_given, given, now);
-        }
-        return;
-      }
-    }
+    if (lock_free_first && find_pointer_lock_free(tile, t, a, i, key, counts)) return;
   }
 
   // assign and assign_scores never change which keys are stored, so they probe without the
@@ -335,7 +363,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kFindOrInsert) {
         init_row<kVec, kPacked>(tile, a.init, key, row,
-                       a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
+                                a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else {
@@ -407,7 +435,63 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-      write_one<kOp, kVec, kHeld, true, kT, kPacked>(tile, t, a, i, a.keys[i], &counts);
+      write_one<kOp, kVec, kHeld, true, kT, kPacked>(tile, t, a, i, a.keys[i], &counts,
+                                                     a.lock_free_first);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) flush_counts(counts, t, a);
+}
+
+// find_or_insert_pointers with the lock-free look first, a warp at a time: the warp's 32 / kA
+// keys are each looked for by a group of kA threads (one key a thread at kA = 1: four to eight
+// times the keys in flight of a kT-thread tile); then the keys not found take the bucket locks
+// kT threads a key, 32 / kT of them at a time, the warp handing each tile its next key.
+// kMinBlocks: blocks of 64 threads per SM it is compiled to fit (registers: 18 blocks, 56; 16,
+// 64; 12, 80).
+template <bool kVec, uint32_t kT, bool kPacked, uint32_t kA, int kMinBlocks>
+__global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
+    pointer_write_kernel(TableView t, WriteArgs a) {
+  constexpr uint32_t kKeysPerWarp = 32 / kA;
+  constexpr uint32_t kTilesPerWarp = 32 / kT;
+  constexpr uint32_t kWarpsPerBlock = kLockedBlockThreads / 32;
+  __shared__ BlockCounts counts;
+  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  __syncthreads();
+  const auto block = cg::this_thread_block();
+  const TileOf<kA> group = cg::tiled_partition<kA>(block);
+  const TileOf<kT> tile = cg::tiled_partition<kT>(block);
+  const uint32_t lane = threadIdx.x % 32;
+  const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
+  if (!aborted) {
+    const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
+    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock * kKeysPerWarp;
+    for (uint64_t first =
+             (static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kKeysPerWarp;
+         first < n; first += stride) {
+      bool missed = false;
+      if (first + lane / kA < n) {
+        const uint64_t k = first + lane / kA;
+        const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
+        missed = !find_pointer_lock_free(group, t, a, i, a.keys[i], &counts);
+      }
+      // One bit a missed key (its group's first lane); every lane holds the same mask. A tile
+      // reads its key again rather than have it shuffled over: fewer registers live across the
+      // locked write.
+      uint32_t misses = __ballot_sync(~0u, missed && group.thread_rank() == 0);
+      while (misses != 0) {
+        // Tile r of the warp takes the r-th missed key of this round.
+        uint32_t mine = misses;
+        for (uint32_t r = 0; r < lane / kT && mine != 0; ++r) mine &= mine - 1;
+        if (mine != 0) {
+          const uint64_t k = first + static_cast<uint32_t>(__ffs(mine) - 1) / kA;
+          const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
+          write_one<WriteOp::kFindOrInsertPointers, kVec, 0, true, kT, kPacked>(
+              tile, t, a, i, a.keys[i], &counts, false);
+        }
+        for (uint32_t r = 0; r < kTilesPerWarp && misses != 0; ++r) misses &= misses - 1;
+        __syncwarp();
+      }
     }
   }
   __syncthreads();
@@ -428,7 +512,8 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
     const uint32_t bucket = a.run_buckets[k];
     if (k == 0 || a.run_buckets[k - 1] != bucket) {
       for (uint64_t j = k; j < a.n && a.run_buckets[j] == bucket; ++j) {
-        write_one<kOp, kVec, kHeld, false, kTileSize, kPacked>(tile, t, a, a.subset[j], a.run_keys[j], &counts);
+        write_one<kOp, kVec, kHeld, false, kTileSize, kPacked>(tile, t, a, a.subset[j],
+                                                               a.run_keys[j], &counts, false);
       }
     }
   }
@@ -483,6 +568,64 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
   return static_cast<size_t>(bytes);
 }
 
+// The form of find_or_insert_pointers' kernel. EXPERIMENT (H100/H200 A/B), read once:
+// DYNEMB_EXP_PTR_LOOKUP = tile (the locked kernel's kT-thread tiles look first) | 1 | 2 (threads
+// a key of pointer_write_kernel's look; default 1); DYNEMB_EXP_PTR_BLOCKS = 18 | 16 | 12 (its
+// blocks per SM; default 16); DYNEMB_EXP_PTR_TILE = 8 (8-thread tiles for the locked writes at
+// every dim; default: 4 up to dim 64).
+struct PointerForm {
+  uint32_t lookup_threads;  // 0: the locked kernel
+  int min_blocks;
+  uint32_t tile;  // 0: by dim
+};
+inline PointerForm pointer_form() {
+  static const PointerForm chosen = [] {
+    PointerForm f{1, 16, 0};
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_LOOKUP")) {
+      const std::string s(v);
+      f.lookup_threads = s == "tile" ? 0u : s == "2" ? 2u : 1u;
+    }
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_BLOCKS")) {
+      const std::string s(v);
+      f.min_blocks = s == "18" ? 18 : s == "12" ? 12 : 16;
+    }
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) f.tile = std::string(v) == "8" ? 8 : 0;
+    return f;
+  }();
+  return chosen;
+}
+
+// Launches pointer_write_kernel over the batch (or subset): a warp a 32 / kA keys.
+template <bool kVec, uint32_t kT, bool kPacked, uint32_t kA, int kMinBlocks>
+void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
+                           cudaStream_t stream) {
+  constexpr uint32_t kKeysPerBlock = kLockedBlockThreads / kA;
+  const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, a.n_device != nullptr, multiprocessors);
+  auto* kernel = &pointer_write_kernel<kVec, kT, kPacked, kA, kMinBlocks>;
+  const size_t held = residency_bytes(kernel, a.keys_in_flight, kKeysPerBlock, multiprocessors);
+  kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
+  core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
+}
+
+// Picks the pointer kernel's form (pointer_form); the experiment's other forms only for float32
+// rows in float4s (the benchmark's tables). Returns false for the locked kernel's form.
+template <bool kVec, uint32_t kT, bool kPacked>
+bool launch_pointer_form(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
+                         cudaStream_t stream) {
+  const PointerForm f = pointer_form();
+  if (f.lookup_threads == 0) return false;
+  if constexpr (kVec && !kPacked) {
+    if (f.lookup_threads == 2 && f.min_blocks == 16)
+      return launch_pointer_kernel<kVec, kT, kPacked, 2, 16>(t, a, multiprocessors, stream), true;
+    if (f.lookup_threads == 1 && f.min_blocks == 18)
+      return launch_pointer_kernel<kVec, kT, kPacked, 1, 18>(t, a, multiprocessors, stream), true;
+    if (f.lookup_threads == 1 && f.min_blocks == 12)
+      return launch_pointer_kernel<kVec, kT, kPacked, 1, 12>(t, a, multiprocessors, stream), true;
+  }
+  launch_pointer_kernel<kVec, kT, kPacked, 1, 16>(t, a, multiprocessors, stream);
+  return true;
+}
+
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
 // rows too).
 template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked>
@@ -499,6 +642,13 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
       locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
+  if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+    // A launch with a residency cap (ordered, host rows) keeps the locked kernel, whose tiles
+    // the cap was measured with.
+    if (a.lock_free_first && a.keys_in_flight == 0 &&
+        launch_pointer_form<kVec, kT, kPacked>(t, a, multiprocessors, stream))
+      return;
+  }
   auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT, kPacked>;
   const size_t held =
       residency_bytes(kernel, a.keys_in_flight, kLockedBlockThreads / kT, multiprocessors);
@@ -550,6 +700,9 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
   const bool reads_stored_row = (copies_found_rows(kOp) && kOp != WriteOp::kFindOrInsertPointers) ||
                                 kOp == WriteOp::kAccumOrAssign;
   const uint32_t widest = reads_stored_row ? 32 : 64;
+  if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+    if (pointer_form().tile == 8) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
+  }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }
