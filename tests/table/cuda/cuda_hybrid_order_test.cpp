@@ -212,6 +212,34 @@ void check_large_calls(uint32_t keys_in_flight) {
   }
   expect_contents(*t, model);
 
+  // find_or_reserve_pointers (no rows written, the caller's order): stored keys' addresses are
+  // find_pointers' and their rows the model's; the caller then fills the new keys' rows.
+  {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), fresh.begin(), fresh.end());
+    shuffle(rng, keys);
+    auto k = upload(kGpu, keys);
+    BackendBuffer<float*> ptrs(kGpu, keys.size()), again(kGpu, keys.size());
+    BackendBuffer<bool> founds(kGpu, keys.size());
+    t->find_or_reserve_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+    const auto f = download_flags(kGpu, founds, keys.size());
+    const auto p = download(ptrs, keys.size());
+    t->find_pointers(keys.size(), k.data(), again.data(), founds.data(), nullptr);
+    const auto p2 = download(again, keys.size());
+    ASSERT_EQ(std::set<float*>(p.begin(), p.end()).size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(f[i] != 0, model.count(keys[i]) != 0) << "position " << i;
+      ASSERT_EQ(p[i], p2[i]) << "position " << i;
+    }
+    const auto rows = random_rows(rng, fresh.size());
+    auto fk = upload(kGpu, fresh);
+    auto fv = upload(kGpu, rows);
+    t->assign(fresh.size(), fk.data(), fv.data(), nullptr);
+    for (size_t i = 0; i < fresh.size(); ++i) model[fresh[i]] = row_at(rows, i);
+  }
+  expect_contents(*t, model);
+
   // erase, then insert_and_evict past the capacity: every evicted row is the model's.
   {
     const auto gone = some_stored(rng, model, kBatch);
