@@ -22,6 +22,7 @@ struct BlockCounts {
   unsigned long long refused;
   unsigned long long reserved;
   unsigned long long erased;
+  unsigned long long stale;  // see WriteArgs::count_stale
 };
 
 // The finds that insert: a stored key's row is copied out (or its address written).
@@ -188,7 +189,16 @@ __device__ __forceinline__ bool find_pointer_lock_free(const TileOf<kA>& group, 
     const bool has_given = a.scores_in != nullptr;
     const uint64_t given = has_given ? a.scores_in[i] : 0;
     const uint64_t now = a.policy == ScorePolicy::kTimestamp ? global_time_ns() : a.clock;
-    touch_score(t.scores + slot, a.policy, has_given, given, now);
+    if (a.count_stale) {
+      // A score already written in this call: a copy of the key touched it (harmless), or an
+      // evictor took the slot after this look found the key (its address would be stale).
+      const unsigned long long old =
+          atomicMax(reinterpret_cast<unsigned long long*>(t.scores + slot),
+                    static_cast<unsigned long long>(next_score(a.policy, true, 0, false, 0, now)));
+      if (old >= a.state->call_start) atomicAdd(&counts->stale, 1ull);
+    } else {
+      touch_score(t.scores + slot, a.policy, has_given, given, now);
+    }
   }
   return true;
 }
@@ -374,7 +384,16 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
       if (leader) {
         t.keys[slot] = key;
         t.digests[slot] = slot_digest_of_hash(hash);
-        t.scores[slot] = new_score;
+        if (kOp == WriteOp::kFindOrInsertPointers && evicting && a.count_stale) {
+          // The victim's address may have been handed out in this call: its score was written in
+          // this call, or a lock-free touch landed after the victim search read it.
+          const unsigned long long old =
+              atomicExch(reinterpret_cast<unsigned long long*>(t.scores + slot), new_score);
+          if (old != victim.score || victim.score >= a.state->call_start)
+            atomicAdd(&counts->stale, 1ull);
+        } else {
+          t.scores[slot] = new_score;
+        }
         if (!evicting)
           t.bucket_sizes[bucket] = static_cast<int32_t>(t.bucket_capacity - probe.empties + 1);
       }
@@ -402,6 +421,7 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
     atomicAdd(&a.state->reserved, counts.reserved);
   }
   if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
+  if (counts.stale) atomicAdd(&a.state->stale, counts.stale);
 }
 
 // Threads per block of the locked write kernel. A block keeps its place on the SM until its
@@ -425,7 +445,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
   __shared__ BlockCounts counts;
-  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  if (threadIdx.x == 0) counts = BlockCounts{};
   __syncthreads();
   const TileOf<kT> tile = cg::tiled_partition<kT>(cg::this_thread_block());
   // ERROR mode: a reserved key anywhere in the batch means nothing may change.
@@ -456,7 +476,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
   constexpr uint32_t kTilesPerWarp = 32 / kT;
   constexpr uint32_t kWarpsPerBlock = kLockedBlockThreads / 32;
   __shared__ BlockCounts counts;
-  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  if (threadIdx.x == 0) counts = BlockCounts{};
   __syncthreads();
   const auto block = cg::this_thread_block();
   const TileOf<kA> group = cg::tiled_partition<kA>(block);
@@ -503,7 +523,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
 template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kPacked>
 __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView t, WriteArgs a) {
   __shared__ BlockCounts counts;
-  if (threadIdx.x == 0) counts = BlockCounts{0, 0, 0, 0};
+  if (threadIdx.x == 0) counts = BlockCounts{};
   __syncthreads();
   const Tile tile = cg::tiled_partition<kTileSize>(cg::this_thread_block());
   const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;

@@ -241,5 +241,58 @@ TEST(CudaPointerKernel, LargeCallsAtAFullTableKeepTheirPromises) {
   }
 }
 
+// Every stored key of a full table looked up in the same call as new keys of the same buckets
+// (TIMESTAMP scores, none given): each new key evicts a key this call has just touched, so an
+// address handed out earlier in the call is taken; the call must notice (WriteArgs::count_stale)
+// and give such a key nullptr. Every non-null address holds its key's row, copies share it.
+TEST(CudaPointerKernel, EvictingKeysTouchedInTheSameCallLeavesNoStaleAddress) {
+  DYNEMB_REQUIRE_CUDA();
+  TestRng rng;
+  for (int round = 0; round < 40; ++round) {
+    TableOptions o;
+    o.dim = 4;
+    o.init_capacity = o.max_capacity = 64;
+    o.bucket_capacity = 16;
+    o.score_policy = ScorePolicy::kTimestamp;
+    o.initializer.kind = InitializerKind::kUniform;
+    o.initializer.seed = rng.next();
+    auto t = make_table<uint64_t>(kGpu, o);
+    std::set<uint64_t> seen;
+    while (t->size() < t->capacity()) {
+      const auto keys = distinct_keys(rng, 64, seen);
+      std::vector<float> v(keys.size() * o.dim, 1.5f);
+      auto k = upload(kGpu, keys);
+      auto dv = upload(kGpu, v);
+      t->insert_or_assign(keys.size(), k.data(), dv.data(), nullptr);
+    }
+    const auto before = dump(*t);
+    std::vector<uint64_t> present;
+    for (const auto& [key, entry] : before) present.push_back(key);
+    const auto fresh = distinct_keys(rng, 1 + rng.uniform(0, 15), seen);
+    const auto batch = batch_of(rng, present, fresh);
+    const Call c = call_pointers(*t, batch, false);
+    const auto after = dump(*t);
+    ASSERT_EQ(after.size(), 64u) << "round " << round;
+    const Current now = current(*t, batch);
+    std::map<uint64_t, float*> address_of;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const uint64_t key = batch[i];
+      const bool stored = after.count(key) != 0;
+      ASSERT_EQ(c.rows[i], now.addresses[i])
+          << "round " << round << ": key " << key << (stored ? " (stored)" : " (not stored)");
+      if (c.rows[i] == nullptr) continue;
+      EXPECT_EQ(address_of.emplace(key, c.rows[i]).first->second, c.rows[i]) << key;
+      const auto old = before.find(key);
+      const std::vector<float> row = row_at(now.rows, i, o.dim);
+      if (c.founds[i] != 0 && old != before.end()) {
+        EXPECT_EQ(row, old->second.row) << "round " << round << " key " << key;
+      } else if (c.founds[i] == 0) {
+        EXPECT_EQ(row, initial_row_of(o.initializer, key, o.dim))
+            << "round " << round << " key " << key;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dynemb::testing
