@@ -35,7 +35,10 @@ struct TableBenchConfig {
   uint64_t seed = 0;          // key stream seed
   std::string json_path;      // empty = default_json_path(...)
   std::string markdown_path;  // empty = no markdown file
-  bool quick = false;         // smoke-test size (quick_table_bench_config)
+  // CUDA: HKV benchmark outputs of the same device call, the peer where they have the cell
+  // (bench/table/hkv_run.hpp); the H100 anchors elsewhere.
+  std::vector<std::string> hkv_outputs;
+  bool quick = false;  // smoke-test size (quick_table_bench_config)
 };
 
 // The defaults of --quick: a small capacity and batch, one dim, every load factor.

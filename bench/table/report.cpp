@@ -64,9 +64,29 @@ std::optional<double> over_floor(const TableBenchReport& r, const ScenarioResult
   return it->second.seconds / *floor;
 }
 
+// HKV's figure for the cell: from its run in the same device call where one has it, else the
+// H100 anchor.
+std::optional<double> same_run_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op) {
+  if (r.config.backend != Backend::kCuda) return std::nullopt;
+  return hkv_same_run(r.hkv_runs, s.dim, s.capacity, s.load_factor, op, r.config.hbm_budget_gb);
+}
+
 std::optional<double> anchor_of(const TableBenchReport& r, const ScenarioResult& s, TableOp op) {
   if (r.config.backend != Backend::kCuda) return std::nullopt;
+  if (const auto same = same_run_of(r, s, op)) return same;
   return hkv_anchor(s.dim, s.capacity, s.load_factor, op, r.config.hbm_budget_gb);
+}
+
+// Where the HKV figures of the printed tables come from.
+std::string hkv_source(const TableBenchReport& r) {
+  if (r.hkv_runs.empty()) return hkv_anchor_source();
+  std::string runs;
+  for (const HkvRun& run : r.hkv_runs) {
+    runs += (runs.empty() ? "" : "; ") + run.path + ": " + run.gpu + ", " + run.mode + " dim " +
+            std::to_string(run.dim);
+  }
+  return "HKV run in this call (" + runs + "); cells it lacks: " + hkv_anchor_source() +
+         "; find_or_insert* is the peer of both pointer ops";
 }
 
 // One table: rows = the scenarios of `dim`, columns = config.ops.
@@ -190,7 +210,7 @@ std::string render_tables(const TableBenchReport& report) {
           2);
     }
     render_block(
-        out, report, dim, "HKV (" + hkv_anchor_source() + "), B-KV/s",
+        out, report, dim, "HKV (" + hkv_source(report) + "), B-KV/s",
         [&](const ScenarioResult& s, TableOp op) { return anchor_of(report, s, op); }, 3);
     render_block(
         out, report, dim, "ratio dynemb / HKV",
@@ -296,7 +316,20 @@ nlohmann::json to_json(const TableBenchReport& report) {
        "so peers at λ = 1 are not at their own load factor 1)."},
   };
   j["parameters"] = params;
-  if (c.backend == Backend::kCuda) j["hkv_anchor_source"] = hkv_anchor_source();
+  if (c.backend == Backend::kCuda) {
+    j["hkv_anchor_source"] = hkv_anchor_source();
+    nlohmann::json runs = nlohmann::json::array();
+    for (const HkvRun& run : report.hkv_runs) {
+      runs.push_back({{"path", run.path},
+                      {"gpu", run.gpu},
+                      {"mode", run.mode},
+                      {"dim", run.dim},
+                      {"capacity", run.capacity},
+                      {"hbm_gb", run.hbm_gb},
+                      {"b_kv_s", run.figures}});
+    }
+    j["hkv_same_call"] = runs;
+  }
 
   nlohmann::json scenarios = nlohmann::json::array();
   for (const ScenarioResult& s : report.scenarios) {
@@ -328,6 +361,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
       if (c.backend == Backend::kCuda) {
         const auto anchor = anchor_of(report, s, op);
         oj["hkv_anchor_b_kv_s"] = optional_json(anchor);
+        oj["hkv_from_same_call"] = same_run_of(report, s, op).has_value();
         oj["ratio_vs_hkv"] =
             optional_json(ratio(timing_of(s.dynemb, op, &OpTiming::b_kv_s), anchor));
         if (report.pcie) {

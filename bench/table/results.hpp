@@ -9,6 +9,7 @@
 
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/config.hpp"
+#include "bench/table/hkv_run.hpp"
 #include "bench/table/pcie_floor.hpp"
 #include "bench/table/table_op.hpp"
 #include "dynemb/core/stats.hpp"
@@ -71,6 +72,8 @@ struct TableBenchReport {
   // /proc/loadavg (1, 5, 15 min) when the run started and ended: other load skews CPU figures.
   std::vector<double> load_average_start, load_average_end;
   std::vector<ScenarioResult> scenarios;
+  // HKV measured in the same device call (config.hkv_outputs), read before the run.
+  std::vector<HkvRun> hkv_runs;
 };
 
 }  // namespace dynemb::bench

@@ -48,6 +48,7 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
 
   TableBenchReport report;
   report.config = config;
+  report.hkv_runs = read_hkv_runs(config.hkv_outputs);
   report.threads = effective_threads(config);
   report.machine = query_machine_info();
   report.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;

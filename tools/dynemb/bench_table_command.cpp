@@ -29,6 +29,7 @@ struct BenchTableArgs {
   uint64_t seed = 0;
   std::string json_path;
   std::string markdown_path;
+  std::vector<std::string> hkv_outputs;
   bool quick = false;
 };
 
@@ -67,6 +68,7 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   c.seed = a.seed;
   c.json_path = a.json_path;
   c.markdown_path = a.markdown_path;
+  c.hkv_outputs = a.hkv_outputs;
   return c;
 }
 
@@ -129,6 +131,11 @@ void install(CLI::App& cmd) {
       "Result file (default bench/results/table-<backend>[-hybrid]-<machine>.json, replaced by "
       "each run; <machine> is $DYNEMB_BENCH_MACHINE or the host name)");
   cmd.add_option("--markdown", args->markdown_path, "Also write the printed tables to this file");
+  cmd.add_option("--hkv-output", args->hkv_outputs,
+                 "cuda: HKV benchmark outputs of the same device call (hkv_benchmark hbm|hybrid "
+                 "DIM CAP_M HBM_GB), comma-separated: ratios use their figures where they have "
+                 "the cell, the H100 anchors elsewhere")
+      ->delimiter(',');
   cmd.add_flag("--quick", args->quick,
                "Smoke test: capacity 2^16, batch 16384, dim 32 (explicit options still apply)");
   cmd.callback([args, given] {
