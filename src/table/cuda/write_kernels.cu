@@ -589,30 +589,36 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
 }
 
 // The form of find_or_insert_pointers' kernel. EXPERIMENT (H100/H200 A/B), read once:
-// DYNEMB_EXP_PTR_LOOKUP = tile (the locked kernel's kT-thread tiles look first) | 1 | 2 (threads
-// a key of pointer_write_kernel's look; default 1); DYNEMB_EXP_PTR_BLOCKS = 18 | 16 | 12 (its
-// blocks per SM; default 16); DYNEMB_EXP_PTR_TILE = 8 (8-thread tiles for the locked writes at
-// every dim; default: 4 up to dim 64).
+// DYNEMB_EXP_PTR_LOOKUP = tile (the locked kernel's kT-thread tiles look first, as before
+// pointer_write_kernel); DYNEMB_EXP_PTR_BLOCKS = 12 | 16 | 18 (pointer_write_kernel's blocks per
+// SM; default 16); DYNEMB_EXP_PTR_TILE = 4 (its locked writes on 4-thread tiles up to dim 64;
+// default 8 at every dim: on an H200, 2.55 / 1.68 B-KV/s at dim 64, λ 0.5 / 1, against 2.23-2.26 /
+// 1.45-1.49 on 4-thread tiles).
 struct PointerForm {
-  uint32_t lookup_threads;  // 0: the locked kernel
+  bool warp_lookup;  // pointer_write_kernel (false: the locked kernel)
   int min_blocks;
-  uint32_t tile;  // 0: by dim
+  uint32_t tile;  // 8, or 4: by dim
 };
 inline PointerForm pointer_form() {
   static const PointerForm chosen = [] {
-    PointerForm f{1, 16, 0};
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_LOOKUP")) {
-      const std::string s(v);
-      f.lookup_threads = s == "tile" ? 0u : s == "2" ? 2u : 1u;
-    }
+    PointerForm f{true, 16, 8};
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_LOOKUP"))
+      f.warp_lookup = std::string(v) != "tile";
     if (const char* v = std::getenv("DYNEMB_EXP_PTR_BLOCKS")) {
       const std::string s(v);
       f.min_blocks = s == "18" ? 18 : s == "12" ? 12 : 16;
     }
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) f.tile = std::string(v) == "8" ? 8 : 0;
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) f.tile = std::string(v) == "4" ? 4 : 8;
     return f;
   }();
   return chosen;
+}
+
+// Whether a find_or_insert_pointers launch runs pointer_write_kernel: its keys are looked for
+// without the lock first, and no residency cap is asked (ordered hybrid writes keep the locked
+// kernel, whose tiles the cap was measured with).
+inline bool runs_pointer_kernel(const WriteArgs& a) {
+  return a.lock_free_first && a.keys_in_flight == 0 && pointer_form().warp_lookup;
 }
 
 // Launches pointer_write_kernel over the batch (or subset): a warp a 32 / kA keys.
@@ -627,23 +633,19 @@ void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t mult
   core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
 }
 
-// Picks the pointer kernel's form (pointer_form); the experiment's other forms only for float32
-// rows in float4s (the benchmark's tables). Returns false for the locked kernel's form.
+// Launches pointer_write_kernel in the form pointer_form() names; the experiment's other forms
+// only for float32 rows in float4s (the benchmark's tables).
 template <bool kVec, uint32_t kT, bool kPacked>
-bool launch_pointer_form(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
+void launch_pointer_form(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                          cudaStream_t stream) {
-  const PointerForm f = pointer_form();
-  if (f.lookup_threads == 0) return false;
-  if constexpr (kVec && !kPacked) {
-    if (f.lookup_threads == 2 && f.min_blocks == 16)
-      return launch_pointer_kernel<kVec, kT, kPacked, 2, 16>(t, a, multiprocessors, stream), true;
-    if (f.lookup_threads == 1 && f.min_blocks == 18)
-      return launch_pointer_kernel<kVec, kT, kPacked, 1, 18>(t, a, multiprocessors, stream), true;
-    if (f.lookup_threads == 1 && f.min_blocks == 12)
-      return launch_pointer_kernel<kVec, kT, kPacked, 1, 12>(t, a, multiprocessors, stream), true;
+  if constexpr (kVec && !kPacked && kT == 8) {
+    const int blocks = pointer_form().min_blocks;
+    if (blocks == 12)
+      return launch_pointer_kernel<kVec, kT, kPacked, 1, 12>(t, a, multiprocessors, stream);
+    if (blocks == 18)
+      return launch_pointer_kernel<kVec, kT, kPacked, 1, 18>(t, a, multiprocessors, stream);
   }
   launch_pointer_kernel<kVec, kT, kPacked, 1, 16>(t, a, multiprocessors, stream);
-  return true;
 }
 
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
@@ -665,9 +667,8 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
     // A launch with a residency cap (ordered, host rows) keeps the locked kernel, whose tiles
     // the cap was measured with.
-    if (a.lock_free_first && a.keys_in_flight == 0 &&
-        launch_pointer_form<kVec, kT, kPacked>(t, a, multiprocessors, stream))
-      return;
+    if (runs_pointer_kernel(a))
+      return launch_pointer_form<kVec, kT, kPacked>(t, a, multiprocessors, stream);
   }
   auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT, kPacked>;
   const size_t held =
@@ -721,7 +722,8 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
                                 kOp == WriteOp::kAccumOrAssign;
   const uint32_t widest = reads_stored_row ? 32 : 64;
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-    if (pointer_form().tile == 8) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
+    if (runs_pointer_kernel(a) && pointer_form().tile == 8)
+      return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
