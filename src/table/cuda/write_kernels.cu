@@ -591,7 +591,8 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
 // The form of find_or_insert_pointers' kernel. EXPERIMENT (H100/H200 A/B), read once:
 // DYNEMB_EXP_PTR_LOOKUP = tile (the locked kernel's kT-thread tiles look first, as before
 // pointer_write_kernel); DYNEMB_EXP_PTR_BLOCKS = 12 | 16 | 18 (pointer_write_kernel's blocks per
-// SM; default 16); DYNEMB_EXP_PTR_TILE = 4 (its locked writes on 4-thread tiles up to dim 64;
+// SM; default 16); DYNEMB_EXP_PTR_TILE = 4 | 2 (its locked writes on 4-thread tiles up to dim 64,
+// or on 2-thread tiles, 16 keys a warp at once;
 // default 8 at every dim: on an H200, 2.55 / 1.68 B-KV/s at dim 64, λ 0.5 / 1, against 2.23-2.26 /
 // 1.45-1.49 on 4-thread tiles).
 struct PointerForm {
@@ -608,7 +609,10 @@ inline PointerForm pointer_form() {
       const std::string s(v);
       f.min_blocks = s == "18" ? 18 : s == "12" ? 12 : 16;
     }
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) f.tile = std::string(v) == "4" ? 4 : 8;
+    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) {
+      const std::string s(v);
+      f.tile = s == "4" ? 4 : s == "2" ? 2 : 8;
+    }
     return f;
   }();
   return chosen;
@@ -724,6 +728,9 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
     if (runs_pointer_kernel(a) && pointer_form().tile == 8)
       return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
+    if (runs_pointer_kernel(a) && pointer_form().tile == 2 && vec &&
+        a.init.value_type == ValueType::kFloat32)
+      return launch_pointer_kernel<true, 2, false, 1, 12>(t, a, multiprocessors, stream);
   }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
