@@ -463,48 +463,44 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
   if (threadIdx.x == 0) flush_counts(counts, t, a);
 }
 
-// find_or_insert_pointers with the lock-free look first, a warp at a time: the warp's 32 / kA
-// keys are each looked for by a group of kA threads (one key a thread at kA = 1: four to eight
-// times the keys in flight of a kT-thread tile); then the keys not found take the bucket locks
-// kT threads a key, 32 / kT of them at a time, the warp handing each tile its next key.
-// kMinBlocks: blocks of 64 threads per SM it is compiled to fit (registers: 18 blocks, 56; 16,
-// 64; 12, 80).
-template <bool kVec, uint32_t kT, bool kPacked, uint32_t kA, int kMinBlocks>
+// find_or_insert_pointers with the lock-free look first, a warp at a time: each of the warp's 32
+// keys is looked for by one thread (four to eight times the keys in flight of a tile a key); then
+// the keys not found take the bucket locks kT threads a key, 32 / kT of them at a time, the warp
+// handing each tile its next key. kMinBlocks: blocks of 64 threads per SM it is compiled to fit
+// (registers: 18 blocks, 56; 16, 64; 12, 72-80).
+template <bool kVec, uint32_t kT, bool kPacked, int kMinBlocks>
 __global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
     pointer_write_kernel(TableView t, WriteArgs a) {
-  constexpr uint32_t kKeysPerWarp = 32 / kA;
   constexpr uint32_t kTilesPerWarp = 32 / kT;
   constexpr uint32_t kWarpsPerBlock = kLockedBlockThreads / 32;
   __shared__ BlockCounts counts;
   if (threadIdx.x == 0) counts = BlockCounts{};
   __syncthreads();
   const auto block = cg::this_thread_block();
-  const TileOf<kA> group = cg::tiled_partition<kA>(block);
+  const TileOf<1> alone = cg::tiled_partition<1>(block);
   const TileOf<kT> tile = cg::tiled_partition<kT>(block);
   const uint32_t lane = threadIdx.x % 32;
   const bool aborted = !a.skip_reserved && a.state->reserved_position != kNoPosition;
   if (!aborted) {
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
-    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock * kKeysPerWarp;
+    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock * 32;
     for (uint64_t first =
-             (static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kKeysPerWarp;
+             (static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * 32;
          first < n; first += stride) {
       bool missed = false;
-      if (first + lane / kA < n) {
-        const uint64_t k = first + lane / kA;
-        const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-        missed = !find_pointer_lock_free(group, t, a, i, a.keys[i], &counts);
+      if (first + lane < n) {
+        const uint64_t i = a.subset != nullptr ? a.subset[first + lane] : first + lane;
+        missed = !find_pointer_lock_free(alone, t, a, i, a.keys[i], &counts);
       }
-      // One bit a missed key (its group's first lane); every lane holds the same mask. A tile
-      // reads its key again rather than have it shuffled over: fewer registers live across the
-      // locked write.
-      uint32_t misses = __ballot_sync(~0u, missed && group.thread_rank() == 0);
+      // One bit a missed key; every lane holds the same mask. A tile reads its key again rather
+      // than have it shuffled over: fewer registers live across the locked write.
+      uint32_t misses = __ballot_sync(~0u, missed);
       while (misses != 0) {
         // Tile r of the warp takes the r-th missed key of this round.
         uint32_t mine = misses;
         for (uint32_t r = 0; r < lane / kT && mine != 0; ++r) mine &= mine - 1;
         if (mine != 0) {
-          const uint64_t k = first + static_cast<uint32_t>(__ffs(mine) - 1) / kA;
+          const uint64_t k = first + static_cast<uint32_t>(__ffs(mine) - 1);
           const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
           write_one<WriteOp::kFindOrInsertPointers, kVec, 0, true, kT, kPacked>(
               tile, t, a, i, a.keys[i], &counts, false);
@@ -625,13 +621,13 @@ inline bool runs_pointer_kernel(const WriteArgs& a) {
   return a.lock_free_first && a.keys_in_flight == 0 && pointer_form().warp_lookup;
 }
 
-// Launches pointer_write_kernel over the batch (or subset): a warp a 32 / kA keys.
-template <bool kVec, uint32_t kT, bool kPacked, uint32_t kA, int kMinBlocks>
+// Launches pointer_write_kernel over the batch (or subset): 32 keys a warp.
+template <bool kVec, uint32_t kT, bool kPacked, int kMinBlocks>
 void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                            cudaStream_t stream) {
-  constexpr uint32_t kKeysPerBlock = kLockedBlockThreads / kA;
+  constexpr uint32_t kKeysPerBlock = kLockedBlockThreads;
   const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, a.n_device != nullptr, multiprocessors);
-  auto* kernel = &pointer_write_kernel<kVec, kT, kPacked, kA, kMinBlocks>;
+  auto* kernel = &pointer_write_kernel<kVec, kT, kPacked, kMinBlocks>;
   const size_t held = residency_bytes(kernel, a.keys_in_flight, kKeysPerBlock, multiprocessors);
   kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
@@ -645,11 +641,11 @@ void launch_pointer_form(const TableView& t, const WriteArgs& a, uint32_t multip
   if constexpr (kVec && !kPacked && kT == 8) {
     const int blocks = pointer_form().min_blocks;
     if (blocks == 12)
-      return launch_pointer_kernel<kVec, kT, kPacked, 1, 12>(t, a, multiprocessors, stream);
+      return launch_pointer_kernel<kVec, kT, kPacked, 12>(t, a, multiprocessors, stream);
     if (blocks == 18)
-      return launch_pointer_kernel<kVec, kT, kPacked, 1, 18>(t, a, multiprocessors, stream);
+      return launch_pointer_kernel<kVec, kT, kPacked, 18>(t, a, multiprocessors, stream);
   }
-  launch_pointer_kernel<kVec, kT, kPacked, 1, 16>(t, a, multiprocessors, stream);
+  launch_pointer_kernel<kVec, kT, kPacked, 16>(t, a, multiprocessors, stream);
 }
 
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
@@ -730,7 +726,7 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
       return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
     if (runs_pointer_kernel(a) && pointer_form().tile == 2 && vec &&
         a.init.value_type == ValueType::kFloat32)
-      return launch_pointer_kernel<true, 2, false, 1, 12>(t, a, multiprocessors, stream);
+      return launch_pointer_kernel<true, 2, false, 12>(t, a, multiprocessors, stream);
   }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
