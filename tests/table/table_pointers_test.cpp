@@ -151,16 +151,16 @@ TYPED_TEST(TablePointersTest, NewRowsOfSixteenBitInitializersAreTheHostsWordForW
         std::vector<K> stored;
         for (size_t i = 0; i < keys.size(); i += 3) stored.push_back(keys[i]);
         h.insert_or_assign(stored, value_rows(stored, dim));
-        const std::string what = to_string(type) + " dim " + std::to_string(dim) + " " +
-                                 to_string(kind);
+        const std::string what =
+            to_string(type) + " dim " + std::to_string(dim) + " " + to_string(kind);
 
         const std::vector<K> first(keys.begin(), keys.begin() + 150);
         const PointerResult r = find_or_insert_pointers(h, first);
         for (size_t i = 0; i < first.size(); ++i) {
           ASSERT_NE(r.rows[i], nullptr) << what << " key " << i;
           EXPECT_EQ(r.founds[i], i % 3 == 0) << what << " key " << i;
-          const Row expected = i % 3 == 0 ? value_row(first[i], dim)
-                                          : initial_row(o.initializer, first[i], dim);
+          const Row expected =
+              i % 3 == 0 ? value_row(first[i], dim) : initial_row(o.initializer, first[i], dim);
           EXPECT_EQ(bits_of(read_row(h.backend(), r.rows[i], dim)), bits_of(expected))
               << what << " key " << i;
         }
@@ -168,8 +168,8 @@ TYPED_TEST(TablePointersTest, NewRowsOfSixteenBitInitializersAreTheHostsWordForW
         const FindResult copied = h.find_or_insert(second);
         for (size_t i = 0; i < second.size(); ++i) {
           const bool was_stored = (150 + i) % 3 == 0;
-          const Row expected = was_stored ? value_row(second[i], dim)
-                                          : initial_row(o.initializer, second[i], dim);
+          const Row expected =
+              was_stored ? value_row(second[i], dim) : initial_row(o.initializer, second[i], dim);
           EXPECT_EQ(bits_of(row_at(copied.values, i, dim)), bits_of(expected))
               << what << " key " << 150 + i;
         }
