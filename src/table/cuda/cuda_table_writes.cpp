@@ -1,28 +1,12 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
-#include <cstdlib>
-#include <string>
-
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 
 namespace dynemb::table::cuda {
-namespace {
-
-// EXPERIMENT (GPU A/B): DYNEMB_EXP_PTR_STALE=off refreshes a pointer call's addresses after
-// every evicting call, as before WriteArgs::count_stale.
-bool stale_count_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DYNEMB_EXP_PTR_STALE");
-    return v == nullptr || std::string(v) != "off";
-  }();
-  return enabled;
-}
-
-}  // namespace
 
 template <TableKey K>
 void CudaTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
@@ -167,10 +151,6 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   const bool pointers = op == WriteOp::kFindOrInsertPointers;
   const bool two_passes = pointers && options_.score_policy == ScorePolicy::kLfu;
   a.lock_free_first = pointers && !two_passes;
-  // Scores from the device timer only: the refresh after an evicting call runs only if an
-  // eviction may have taken a slot whose address this call handed out (WriteArgs::count_stale).
-  a.count_stale = a.lock_free_first && options_.score_policy == ScorePolicy::kTimestamp &&
-                  a.scores_in == nullptr && stale_count_enabled();
   DeviceArray<uint32_t> missed, touch_order;
   if (two_passes && n <= 0xFFFFFFFFull) {
     missed = DeviceArray<uint32_t>(n, s);
@@ -253,8 +233,7 @@ void CudaTable<K>::refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a,
   // Without a growth nearly every address is still right: each is checked against its slot's
   // key (one load a key) and only the others looked up again.
   if (!grew) {
-    launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs,
-                           a.count_stale ? &a.state->stale : &a.state->evictions, s);
+    launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s);
     return;
   }
   ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);

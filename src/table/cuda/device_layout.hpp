@@ -73,13 +73,7 @@ struct CallState {
   unsigned long long count;              // erase_if / size / export counts
   unsigned long long missed;             // find_or_insert: keys the lock-free pass did not find
   unsigned long long evictions;          // rows this call evicted (growth retries included)
-  // find_or_insert_pointers with WriteArgs::count_stale: evictions that may have taken a slot
-  // whose address this call handed out (the address refresh runs only when this is not 0).
-  unsigned long long stale;
-  // The device timer when the state was last initialized (after the table's previous write): at
-  // most every timestamp this call writes, at least every one written before.
-  unsigned long long call_start;
-  unsigned int refusal_lock;  // guards the first_refused_* record
+  unsigned int refusal_lock;             // guards the first_refused_* record
   unsigned int pad;
   unsigned long long first_refused_position;
   unsigned long long first_refused_key;
@@ -145,11 +139,6 @@ struct WriteArgs {
   // find_or_insert_pointers: new keys' rows get the initializer's row (false: the slot is only
   // reserved, its row left as it was: find_or_reserve_pointers).
   bool init_new_rows = true;
-  // find_or_insert_pointers, TIMESTAMP scores from the device timer only: count in state->stale
-  // the evictions that may leave an address this call handed out stale (the victim's score was
-  // written in this call, or changed between the victim search and the eviction; a lock-free
-  // touch that finds a score written in this call), so that the address refresh runs only then.
-  bool count_stale = false;
   // When set, a locked launch keeps about this many keys resident at once (its blocks hold
   // unused shared memory so that fewer fit an SM): a launch over keys in bucket order then
   // reaches host rows that lie close together.

@@ -13,7 +13,6 @@ __global__ void init_state_kernel(CallState* s, long long budget) {
   s->reserved_position = kNoPosition;
   s->first_refused_position = kNoPosition;
   s->budget = budget;
-  s->call_start = global_time_ns();
 }
 
 __global__ void reset_retry_kernel(CallState* s, long long budget) {

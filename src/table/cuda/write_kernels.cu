@@ -22,7 +22,6 @@ struct BlockCounts {
   unsigned long long refused;
   unsigned long long reserved;
   unsigned long long erased;
-  unsigned long long stale;  // see WriteArgs::count_stale
 };
 
 // The finds that insert: a stored key's row is copied out (or its address written).
@@ -189,16 +188,7 @@ __device__ __forceinline__ bool find_pointer_lock_free(const TileOf<kA>& group, 
     const bool has_given = a.scores_in != nullptr;
     const uint64_t given = has_given ? a.scores_in[i] : 0;
     const uint64_t now = a.policy == ScorePolicy::kTimestamp ? global_time_ns() : a.clock;
-    if (a.count_stale) {
-      // A score already written in this call: a copy of the key touched it (harmless), or an
-      // evictor took the slot after this look found the key (its address would be stale).
-      const unsigned long long old =
-          atomicMax(reinterpret_cast<unsigned long long*>(t.scores + slot),
-                    static_cast<unsigned long long>(next_score(a.policy, true, 0, false, 0, now)));
-      if (old >= a.state->call_start) atomicAdd(&counts->stale, 1ull);
-    } else {
-      touch_score(t.scores + slot, a.policy, has_given, given, now);
-    }
+    touch_score(t.scores + slot, a.policy, has_given, given, now);
   }
   return true;
 }
@@ -384,16 +374,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
       if (leader) {
         t.keys[slot] = key;
         t.digests[slot] = slot_digest_of_hash(hash);
-        if (kOp == WriteOp::kFindOrInsertPointers && evicting && a.count_stale) {
-          // The victim's address may have been handed out in this call: its score was written in
-          // this call, or a lock-free touch landed after the victim search read it.
-          const unsigned long long old =
-              atomicExch(reinterpret_cast<unsigned long long*>(t.scores + slot), new_score);
-          if (old != victim.score || victim.score >= a.state->call_start)
-            atomicAdd(&counts->stale, 1ull);
-        } else {
-          t.scores[slot] = new_score;
-        }
+        t.scores[slot] = new_score;
         if (!evicting)
           t.bucket_sizes[bucket] = static_cast<int32_t>(t.bucket_capacity - probe.empties + 1);
       }
@@ -421,7 +402,6 @@ __device__ void flush_counts(const BlockCounts& counts, const TableView& t, cons
     atomicAdd(&a.state->reserved, counts.reserved);
   }
   if (counts.erased) atomicAdd(&t.stats->erased, counts.erased);
-  if (counts.stale) atomicAdd(&a.state->stale, counts.stale);
 }
 
 // Threads per block of the locked write kernel. A block keeps its place on the SM until its
