@@ -4,8 +4,6 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
@@ -446,10 +444,12 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
 // find_or_insert_pointers with the lock-free look first, a warp at a time: each of the warp's 32
 // keys is looked for by one thread (four to eight times the keys in flight of a tile a key); then
 // the keys not found take the bucket locks kT threads a key, 32 / kT of them at a time, the warp
-// handing each tile its next key. kMinBlocks: blocks of 64 threads per SM it is compiled to fit
-// (registers: 18 blocks, 56; 16, 64; 12, 72-80).
-template <bool kVec, uint32_t kT, bool kPacked, int kMinBlocks>
-__global__ void __launch_bounds__(kLockedBlockThreads, kMinBlocks)
+// handing each tile its next key. Compiled for 16 blocks of 64 threads a SM (64 registers; on an
+// H200 at dim 64, 12 blocks (72, no spills) read 2.38 / 1.62 B-KV/s at λ 0.5 / 1 and 18 blocks
+// (56) 2.23 / 1.49, against 2.42-2.55 / 1.68-1.69).
+inline constexpr int kPointerKernelBlocks = 16;
+template <bool kVec, uint32_t kT, bool kPacked>
+__global__ void __launch_bounds__(kLockedBlockThreads, kPointerKernelBlocks)
     pointer_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerWarp = 32 / kT;
   constexpr uint32_t kWarpsPerBlock = kLockedBlockThreads / 32;
@@ -564,68 +564,23 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
   return static_cast<size_t>(bytes);
 }
 
-// The form of find_or_insert_pointers' kernel. EXPERIMENT (H100/H200 A/B), read once:
-// DYNEMB_EXP_PTR_LOOKUP = tile (the locked kernel's kT-thread tiles look first, as before
-// pointer_write_kernel); DYNEMB_EXP_PTR_BLOCKS = 12 | 16 | 18 (pointer_write_kernel's blocks per
-// SM; default 16); DYNEMB_EXP_PTR_TILE = 4 | 2 (its locked writes on 4-thread tiles up to dim 64,
-// or on 2-thread tiles, 16 keys a warp at once;
-// default 8 at every dim: on an H200, 2.55 / 1.68 B-KV/s at dim 64, λ 0.5 / 1, against 2.23-2.26 /
-// 1.45-1.49 on 4-thread tiles).
-struct PointerForm {
-  bool warp_lookup;  // pointer_write_kernel (false: the locked kernel)
-  int min_blocks;
-  uint32_t tile;  // 8, or 4: by dim
-};
-inline PointerForm pointer_form() {
-  static const PointerForm chosen = [] {
-    PointerForm f{true, 16, 8};
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_LOOKUP"))
-      f.warp_lookup = std::string(v) != "tile";
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_BLOCKS")) {
-      const std::string s(v);
-      f.min_blocks = s == "18" ? 18 : s == "12" ? 12 : 16;
-    }
-    if (const char* v = std::getenv("DYNEMB_EXP_PTR_TILE")) {
-      const std::string s(v);
-      f.tile = s == "4" ? 4 : s == "2" ? 2 : 8;
-    }
-    return f;
-  }();
-  return chosen;
-}
-
 // Whether a find_or_insert_pointers launch runs pointer_write_kernel: its keys are looked for
 // without the lock first, and no residency cap is asked (ordered hybrid writes keep the locked
 // kernel, whose tiles the cap was measured with).
 inline bool runs_pointer_kernel(const WriteArgs& a) {
-  return a.lock_free_first && a.keys_in_flight == 0 && pointer_form().warp_lookup;
+  return a.lock_free_first && a.keys_in_flight == 0;
 }
 
 // Launches pointer_write_kernel over the batch (or subset): 32 keys a warp.
-template <bool kVec, uint32_t kT, bool kPacked, int kMinBlocks>
+template <bool kVec, uint32_t kT, bool kPacked>
 void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                            cudaStream_t stream) {
   constexpr uint32_t kKeysPerBlock = kLockedBlockThreads;
   const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, a.n_device != nullptr, multiprocessors);
-  auto* kernel = &pointer_write_kernel<kVec, kT, kPacked, kMinBlocks>;
+  auto* kernel = &pointer_write_kernel<kVec, kT, kPacked>;
   const size_t held = residency_bytes(kernel, a.keys_in_flight, kKeysPerBlock, multiprocessors);
   kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
-}
-
-// Launches pointer_write_kernel in the form pointer_form() names; the experiment's other forms
-// only for float32 rows in float4s (the benchmark's tables).
-template <bool kVec, uint32_t kT, bool kPacked>
-void launch_pointer_form(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
-                         cudaStream_t stream) {
-  if constexpr (kVec && !kPacked && kT == 8) {
-    const int blocks = pointer_form().min_blocks;
-    if (blocks == 12)
-      return launch_pointer_kernel<kVec, kT, kPacked, 12>(t, a, multiprocessors, stream);
-    if (blocks == 18)
-      return launch_pointer_kernel<kVec, kT, kPacked, 18>(t, a, multiprocessors, stream);
-  }
-  launch_pointer_kernel<kVec, kT, kPacked, 16>(t, a, multiprocessors, stream);
 }
 
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
@@ -647,8 +602,10 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
     // A launch with a residency cap (ordered, host rows) keeps the locked kernel, whose tiles
     // the cap was measured with.
-    if (runs_pointer_kernel(a))
-      return launch_pointer_form<kVec, kT, kPacked>(t, a, multiprocessors, stream);
+    if constexpr (kT == 8) {  // launch_op sends pointer_write_kernel's launches here
+      if (runs_pointer_kernel(a))
+        return launch_pointer_kernel<kVec, kT, kPacked>(t, a, multiprocessors, stream);
+    }
   }
   auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT, kPacked>;
   const size_t held =
@@ -702,11 +659,10 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
                                 kOp == WriteOp::kAccumOrAssign;
   const uint32_t widest = reads_stored_row ? 32 : 64;
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-    if (runs_pointer_kernel(a) && pointer_form().tile == 8)
-      return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
-    if (runs_pointer_kernel(a) && pointer_form().tile == 2 && vec &&
-        a.init.value_type == ValueType::kFloat32)
-      return launch_pointer_kernel<true, 2, false, 12>(t, a, multiprocessors, stream);
+    // pointer_write_kernel inserts on 8-thread tiles at every dim: on an H200 at dim 64 its
+    // 4-thread form (64 registers and 110-146 bytes of spills, or 80 registers at 12 blocks a
+    // SM) read 2.23-2.26 / 1.45-1.49 B-KV/s at λ 0.5 / 1 against 2.55 / 1.68 on 8 threads.
+    if (runs_pointer_kernel(a)) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   }
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
