@@ -27,8 +27,9 @@
 #        GPU_CHECK_SKIP_TESTS=1     skip the dynemb_tests run (a device call split in parts)
 #        GPU_CHECK_BENCHES="table train dedup cache caching fm"  the benchmarks to run (default: all)
 #        GPU_CHECK_HKV=PATH         HierarchicalKV's benchmark binary (built from its public source
-#                                   outside the repository): its HBM run (dim 64, 64M) after the
-#                                   table benchmark, its hybrid run after the hybrid benchmark
+#                                   outside the repository): its HBM run (dim 64, 64M) before the
+#                                   table benchmark, its hybrid run before the hybrid benchmark,
+#                                   each passed to it (--hkv-output: same-call ratios in the JSON)
 #        GPU_CHECK_HUGECTR_PEER=PATH HugeCTR gpu_cache peer (bench/cache/hugectr_peer/build.sh) for
 #                                   `dynemb bench cache --peer`
 set -uo pipefail
@@ -120,19 +121,25 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   program="$build/tools/dynemb/dynemb"
   if [ -x "$program" ]; then
     if wants table; then
-      step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
-      # shellcheck disable=SC2086
-      "$program" bench table --backend cuda --json "$results/table-cuda-$machine.json" \
-        --markdown "$results/table-cuda-$machine.md" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
-      rc=${PIPESTATUS[0]}
-      record bench $rc
+      # HKV first, so the benchmark's ratios (and JSON) stand on HKV's run in this call
+      # (--hkv-output) where it has the cell.
+      hkv_hbm=()
       if [ -n "${GPU_CHECK_HKV:-}" ]; then
         step "HierarchicalKV's benchmark, HBM (dim 64, 64M slots), same call"
         timeout 150 "$GPU_CHECK_HKV" hbm 64 64 16 a > "$results/hkv-hbm-64-$machine.txt" 2>&1
         rc=$?
         grep -E '^\|' "$results/hkv-hbm-64-$machine.txt"
         record hkv_hbm $rc
+        grep -qE '^\| [0-9]' "$results/hkv-hbm-64-$machine.txt" &&
+          hkv_hbm=(--hkv-output "$results/hkv-hbm-64-$machine.txt")
       fi
+      step "dynemb bench table --backend cuda ${GPU_CHECK_BENCH_ARGS:-}"
+      # shellcheck disable=SC2086
+      "$program" bench table --backend cuda --json "$results/table-cuda-$machine.json" \
+        --markdown "$results/table-cuda-$machine.md" ${hkv_hbm[@]+"${hkv_hbm[@]}"} \
+        ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tail -60
+      rc=${PIPESTATUS[0]}
+      record bench $rc
     fi
     if wants train; then
       for shape in 13m 1m; do
@@ -157,18 +164,22 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       record bench_dedup "${PIPESTATUS[0]}"
     fi
     if [ "${GPU_CHECK_HYBRID:-0}" = 1 ] && wants hybrid; then
-      step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
-      "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
-        --load-factors 0.5,0.75,1.0 --json "$results/table-cuda-hybrid-$machine.json" \
-        --markdown "$results/table-cuda-hybrid-$machine.md" 2>&1 | tail -30
-      record bench_hybrid "${PIPESTATUS[0]}"
+      hkv_hybrid=()
       if [ -n "${GPU_CHECK_HKV:-}" ]; then
         step "HierarchicalKV's benchmark, hybrid (dim 64, 128M slots, 16 GB HBM), same call"
         timeout 240 "$GPU_CHECK_HKV" hybrid 64 128 16 a > "$results/hkv-hybrid-64-$machine.txt" 2>&1
         rc=$?
         grep -E '^\|' "$results/hkv-hybrid-64-$machine.txt"
         record hkv_hybrid $rc
+        grep -qE '^\| [0-9]' "$results/hkv-hybrid-64-$machine.txt" &&
+          hkv_hybrid=(--hkv-output "$results/hkv-hybrid-64-$machine.txt")
       fi
+      step "dynemb bench table --backend cuda, hybrid (dim 64, 128M, 16 GB HBM, λ 0.5 / 0.75 / 1)"
+      "$program" bench table --backend cuda --dims 64 --capacity 134217728 --hbm-budget-gb 16 \
+        --load-factors 0.5,0.75,1.0 --json "$results/table-cuda-hybrid-$machine.json" \
+        --markdown "$results/table-cuda-hybrid-$machine.md" ${hkv_hybrid[@]+"${hkv_hybrid[@]}"} \
+        2>&1 | tail -30
+      record bench_hybrid "${PIPESTATUS[0]}"
     fi
     if wants cache; then
       peer=()
