@@ -243,8 +243,8 @@ TEST(CudaPointerKernel, LargeCallsAtAFullTableKeepTheirPromises) {
 
 // Every stored key of a full table looked up in the same call as new keys of the same buckets
 // (TIMESTAMP scores, none given): each new key evicts a key this call has just touched, so an
-// address handed out earlier in the call is taken; the call must notice (WriteArgs::count_stale)
-// and give such a key nullptr. Every non-null address holds its key's row, copies share it.
+// address handed out earlier in the call is taken; the call's address refresh must give such a
+// key nullptr. Every non-null address holds its key's row, copies share it.
 TEST(CudaPointerKernel, EvictingKeysTouchedInTheSameCallLeavesNoStaleAddress) {
   DYNEMB_REQUIRE_CUDA();
   TestRng rng;
