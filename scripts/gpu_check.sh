@@ -87,8 +87,8 @@ if [ "${GPU_CHECK_SKIP_TESTS:-0}" != 1 ]; then
 fi
 
 # memcheck covers the CUDA tests of one key type; racecheck (much slower) a smaller set.
-memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:CudaGroupedWrites.*:CudaScoreBounds.*:*cuda_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:Backends/FusedBackward.*/cuda:Backends/DedupWorkspace.*/cuda:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:Backends/EmbeddingCollectionTest.*/cuda:CudaWarningReports.*:-*Concurrency*:CudaTable.Threads*:CudaTableFullLoad.Grouped*}"
-racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaGroupedWrites.*:CudaScoreBounds.*OneBucket:TableDuplicatesTest/cuda_grouped_int64.*:TableDuplicatesTest/cuda_int64.*:TablePointersTest/cuda_int64.*:TableOpsTest/cuda_int64.*:*RowAddresses*/cuda*:OpsCudaFastPaths.*:Backends/FusedBackward.*/cuda:Backends/EmbeddingCollectionTest.*/cuda:CudaWarningReports.*}"
+memcheck_filter="${GPU_CHECK_MEMCHECK_FILTER:-CudaTable*:CudaPointerKernel.EvictingKeys*:CudaHybridOrder.LargeCallsWithOneBlockAnSm:CudaGroupedWrites.*:CudaScoreBounds.*:*cuda_int64*:OpsCudaParity*:OpsCudaFastPaths*:EmbeddingCudaParity*:EmbeddingAlignedRows*:*RowAddresses*:Backends/FusedBackward.*/cuda:Backends/DedupWorkspace.*/cuda:TrainFmModelCuda.*:TrainGpuSyntheticStream.*:Backends/EmbeddingCollectionTest.*/cuda:CudaWarningReports.*:-*Concurrency*:CudaTable.Threads*:CudaTableFullLoad.Grouped*}"
+racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaPointerKernel.EvictingKeys*:CudaHybridOrder.LargeCallsWithOneBlockAnSm:CudaGroupedWrites.*:CudaScoreBounds.*OneBucket:TableDuplicatesTest/cuda_grouped_int64.*:TableDuplicatesTest/cuda_int64.*:TablePointersTest/cuda_int64.*:TableOpsTest/cuda_int64.*:*RowAddresses*/cuda*:OpsCudaFastPaths.*:Backends/FusedBackward.*/cuda:Backends/EmbeddingCollectionTest.*/cuda:CudaWarningReports.*}"
 # Tests that launch from several host threads (EmbeddingStreams, *Concurrency*) stay out of the
 # sanitizer runs: racecheck loses track of their launches ("failure to track a kernel launch").
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-300}"
