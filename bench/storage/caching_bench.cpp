@@ -1,0 +1,630 @@
+// dynemb_bench_caching: the caching table (a fast table in front of the host-memory Storage)
+// against its peers on one key stream, in one run (docs/storage.md, "Benchmarks"):
+//
+//  - find_or_insert: Zipf keys (alpha 1.05 by default) over `rows` ids, dim 128, the fast tier at
+//    each --fractions of the footprint; the caching table against the CUDA table in hybrid mode
+//    (the same share of the values' bytes in HBM, the rest in pinned host memory) on the same
+//    batches. On the CPU backend the peer is one CPU table holding everything.
+//  - step: a training step (forward SUM pooling, backward, Adam) of an Embedding on a caching
+//    table, with and without prefetch of the next batch, against the same Embedding on one table
+//    holding every row (all in HBM on the GPU).
+//  - lost: "nothing lost" at full size: --lost-keys distinct keys written through a fast tier of
+//    --lost-fraction of the rows over HostStorage, a sample rewritten and read back; then every
+//    key must be in exactly one tier with the reference model's row (exit status 1 otherwise).
+//
+// Prints a table and writes JSON (machine, GPU, commit, date, every parameter, the peer in the
+// same run). Usage: dynemb_bench_caching [--backend cuda|cpu] [--modes find_or_insert,step,lost]
+//   [--rows N] [--dim D] [--batch B] [--alpha A] [--fractions 0.1,0.5] [--calls C] [--warmup W]
+//   [--bags B] [--ids-per-bag I] [--steps S] [--lost-keys N] [--lost-dim D] [--lost-batch B]
+//   [--lost-fraction F] [--seed S] [--json PATH]
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/table/bench_clock.hpp"
+#include "bench/table/machine_info.hpp"
+#include "bench/train/zipf.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/memory.hpp"
+#include "dynemb/embedding/embedding.hpp"
+#include "dynemb/storage/cached_table.hpp"
+#include "dynemb/storage/host_storage.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace {
+
+using namespace dynemb;
+using Clock = std::chrono::steady_clock;
+using K = int64_t;
+using json = nlohmann::json;
+
+struct Args {
+  Backend backend = Backend::kCuda;
+  std::vector<std::string> modes{"find_or_insert", "step", "lost"};
+  uint64_t rows = 1 << 22;
+  uint32_t dim = 128;
+  uint64_t batch = 1 << 20;
+  double alpha = 1.05;
+  std::vector<double> fractions{0.1, 0.5};
+  uint32_t calls = 10, warmup = 5;
+  uint64_t bags = 16384;
+  uint32_t ids_per_bag = 20;
+  uint32_t steps = 10;
+  uint64_t lost_keys = 10'000'000;
+  uint32_t lost_dim = 16;
+  uint64_t lost_batch = 1 << 20;
+  double lost_fraction = 0.01;
+  uint64_t seed = 0;
+  std::string json_path;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw InvalidArgument(k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--backend") {
+      a.backend = parse_backend(value());
+    } else if (k == "--modes") {
+      a.modes = split(value());
+      for (const auto& m : a.modes)
+        if (m != "find_or_insert" && m != "step" && m != "lost")
+          throw InvalidArgument("--modes: \"" + m + "\" is not find_or_insert, step or lost");
+    } else if (k == "--rows") {
+      a.rows = std::stoull(value());
+    } else if (k == "--dim") {
+      a.dim = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--batch") {
+      a.batch = std::stoull(value());
+    } else if (k == "--alpha") {
+      a.alpha = std::stod(value());
+    } else if (k == "--fractions") {
+      a.fractions.clear();
+      for (const auto& f : split(value())) a.fractions.push_back(std::stod(f));
+    } else if (k == "--calls") {
+      a.calls = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--warmup") {
+      a.warmup = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--bags") {
+      a.bags = std::stoull(value());
+    } else if (k == "--ids-per-bag") {
+      a.ids_per_bag = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--steps") {
+      a.steps = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--lost-keys") {
+      a.lost_keys = std::stoull(value());
+    } else if (k == "--lost-dim") {
+      a.lost_dim = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--lost-batch") {
+      a.lost_batch = std::stoull(value());
+    } else if (k == "--lost-fraction") {
+      a.lost_fraction = std::stod(value());
+    } else if (k == "--seed") {
+      a.seed = std::stoull(value());
+    } else if (k == "--json") {
+      a.json_path = value();
+    } else {
+      throw InvalidArgument("unknown option " + k);
+    }
+  }
+  const auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw InvalidArgument(what);
+  };
+  check(a.rows >= 1024, "--rows = " + std::to_string(a.rows) + ", must be >= 1024");
+  check(a.dim >= 1 && a.dim <= 4096, "--dim = " + std::to_string(a.dim) + ", must be in [1, 4096]");
+  check(a.batch >= 1, "--batch must be >= 1");
+  check(a.alpha > 0 && a.alpha < 10, "--alpha must be in (0, 10)");
+  for (double f : a.fractions)
+    check(f > 0 && f <= 1, "--fractions: " + std::to_string(f) + " must be in (0, 1]");
+  check(a.calls >= 1 && a.steps >= 1, "--calls and --steps must be >= 1");
+  check(a.lost_keys >= 1 && a.lost_keys < (uint64_t{1} << 40), "--lost-keys must be in [1, 2^40)");
+  check(a.lost_fraction > 0 && a.lost_fraction <= 1, "--lost-fraction must be in (0, 1]");
+  if (a.seed == 0) a.seed = std::random_device{}() | 1;
+  return a;
+}
+
+uint64_t round_up(uint64_t x, uint64_t to) {
+  return (x + to - 1) / to * to;
+}
+
+// An id's key: a bijection on [0, 2^40) (odd multiplier), so hot ids spread over the buckets.
+constexpr uint64_t kKeyMask = (uint64_t{1} << 40) - 1;
+constexpr uint64_t kKeyMul = 0x9E3779B97F4A7C15ull;
+K key_of(uint64_t id) {
+  return static_cast<K>((id * kKeyMul) & kKeyMask);
+}
+// The inverse of key_of (the multiplier's inverse modulo 2^40, by Newton's iteration).
+uint64_t id_of(K key) {
+  static const uint64_t inverse = [] {
+    uint64_t x = kKeyMul;  // correct to 3 bits; each step doubles them
+    for (int i = 0; i < 6; ++i) x *= 2 - kKeyMul * x;
+    return x;
+  }();
+  return (static_cast<uint64_t>(key) * inverse) & kKeyMask;
+}
+
+// `count` Zipf keys over `rows` ids, drawn on several threads (one generator each).
+std::vector<K> zipf_keys(const bench::ZipfSampler& zipf, size_t count, uint64_t seed) {
+  std::vector<K> keys(count);
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(seed * 1000003 + t);
+      for (size_t i = t; i < count; i += threads) keys[i] = key_of(zipf(rng));
+    });
+  }
+  for (auto& th : pool) th.join();
+  return keys;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void sync_stream(Backend backend) {
+  if (backend == Backend::kCuda) backend_synchronize(backend);
+}
+
+// --- find_or_insert: caching against hybrid ---------------------------------------------------
+
+struct Timed {
+  std::vector<double> seconds;  // per timed call
+  double keys_per_second(uint64_t keys) const {
+    const double m = median(seconds);
+    return m > 0 ? double(keys) / m : 0.0;
+  }
+};
+
+// Runs warmup + timed find_or_insert calls of every batch on `table`.
+Timed time_find_or_insert(Table<K>& table, Backend backend,
+                          const std::vector<BackendBuffer<K>>& batches, uint64_t batch,
+                          uint32_t warmup, BackendBuffer<float>& values,
+                          BackendBuffer<bool>& founds, StreamHandle stream) {
+  Timed t;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const auto start = Clock::now();
+    table.find_or_insert(batch, batches[b].data(), values.data(), founds.data(), nullptr, stream);
+    sync_stream(backend);
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (b >= warmup) t.seconds.push_back(s);
+    table.advance_step();
+  }
+  return t;
+}
+
+json run_find_or_insert(const Args& a, StreamHandle stream) {
+  std::cerr << "find_or_insert: " << a.warmup + a.calls << " batches of " << a.batch << " Zipf("
+            << a.alpha << ") keys over " << a.rows << " ids\n";
+  const bench::ZipfSampler zipf(a.rows, a.alpha);
+  std::vector<BackendBuffer<K>> batches;
+  for (uint32_t b = 0; b < a.warmup + a.calls; ++b) {
+    const std::vector<K> keys = zipf_keys(zipf, a.batch, a.seed + b);
+    batches.emplace_back(a.backend, a.batch);
+    batches.back().upload(keys.data(), keys.size());
+  }
+  BackendBuffer<float> values(a.backend, a.batch * a.dim);
+  BackendBuffer<bool> founds(a.backend, a.batch);
+  json cells = json::array();
+  for (const double f : a.fractions) {
+    json cell{{"fraction", f}};
+    const uint64_t fast_rows = round_up(std::max<uint64_t>(uint64_t(f * double(a.rows)), 128), 128);
+    {
+      TableOptions fast;
+      fast.dim = a.dim;
+      fast.init_capacity = fast.max_capacity = fast_rows;
+      fast.max_load_factor = 1.0;
+      fast.score_policy = ScorePolicy::kStep;
+      auto lower = std::make_shared<storage::HostStorage>(
+          storage::HostStorageOptions{a.dim, round_up(a.rows * 2, 128), uint64_t{1} << 34, 0});
+      storage::CachedTable<K> cached(a.backend, fast, lower);
+      const Timed t = time_find_or_insert(cached, a.backend, batches, a.batch, a.warmup, values,
+                                          founds, stream);
+      const storage::CachingStats s = cached.caching_stats();
+      cell["caching"] = {{"fast_rows", fast_rows},
+                         {"keys_per_second", t.keys_per_second(a.batch)},
+                         {"seconds", t.seconds},
+                         {"lookups", s.lookups},
+                         {"hits", s.hits},
+                         {"rows_up", s.rows_up},
+                         {"rows_down", s.rows_down},
+                         {"lower_wait_s", double(s.lower_wait_ns) * 1e-9},
+                         {"lower_evicted", s.lower.evicted},
+                         {"rows", cached.size()}};
+    }
+    {
+      TableOptions t;
+      t.dim = a.dim;
+      t.init_capacity = t.max_capacity = round_up(a.rows * 2, 128);
+      t.max_load_factor = 1.0;
+      t.score_policy = ScorePolicy::kStep;
+      std::string peer = "hybrid";
+      if (a.backend == Backend::kCuda) {
+        t.max_hbm_for_values = uint64_t(f * double(a.rows)) * a.dim * sizeof(float);
+      } else {
+        peer = "cpu_table";  // no hybrid mode on the CPU: one table holding everything
+      }
+      auto table = make_table<K>(a.backend, t);
+      const Timed tm = time_find_or_insert(*table, a.backend, batches, a.batch, a.warmup, values,
+                                           founds, stream);
+      cell["peer"] = {
+          {"kind", peer},
+          {"capacity", t.init_capacity},
+          {"hbm_bytes_for_values", a.backend == Backend::kCuda ? t.max_hbm_for_values : 0},
+          {"keys_per_second", tm.keys_per_second(a.batch)},
+          {"seconds", tm.seconds},
+          {"evictions", table->stats().evictions},
+          {"rows", table->size(stream)}};
+    }
+    const double c = cell["caching"]["keys_per_second"], p = cell["peer"]["keys_per_second"];
+    cell["caching_over_peer"] = p > 0 ? c / p : 0.0;
+    cells.push_back(cell);
+  }
+  return cells;
+}
+
+// --- the training step --------------------------------------------------------------------------
+
+struct StepBatch {
+  BackendBuffer<K> keys;
+  BackendBuffer<int64_t> offsets;
+};
+
+json run_step(const Args& a, StreamHandle stream) {
+  const uint64_t n = a.bags * a.ids_per_bag;
+  std::cerr << "step: " << a.warmup + a.steps << " steps of " << a.bags << " bags x "
+            << a.ids_per_bag << " ids, Zipf(" << a.alpha << ") over " << a.rows << " ids\n";
+  const bench::ZipfSampler zipf(a.rows, a.alpha);
+  std::vector<int64_t> offsets(a.bags + 1);
+  for (uint64_t b = 0; b <= a.bags; ++b) offsets[b] = int64_t(b * a.ids_per_bag);
+  std::vector<StepBatch> batches;
+  for (uint32_t s = 0; s < a.warmup + a.steps + 1; ++s) {
+    const std::vector<K> keys = zipf_keys(zipf, n, a.seed + 7919 + s);
+    StepBatch b{BackendBuffer<K>(a.backend, n), BackendBuffer<int64_t>(a.backend, a.bags + 1)};
+    b.keys.upload(keys.data(), n);
+    b.offsets.upload(offsets.data(), offsets.size());
+    batches.push_back(std::move(b));
+  }
+  std::vector<float> grad(a.bags * a.dim);
+  std::mt19937_64 rng(a.seed);
+  for (float& g : grad) g = std::uniform_real_distribution<float>(-1, 1)(rng);
+  BackendBuffer<float> dgrad(a.backend, grad.size()), out(a.backend, grad.size());
+  dgrad.upload(grad.data(), grad.size());
+
+  EmbeddingOptions o;
+  o.dim = a.dim;
+  o.optimizer.kind = OptimizerKind::kAdam;
+  o.optimizer.learning_rate = 0.01f;
+  o.table.score_policy = ScorePolicy::kStep;
+  o.table.init_capacity = o.table.max_capacity = round_up(a.rows * 2, 128);
+  o.table.max_load_factor = 1.0;
+  const uint32_t row_dim = embedding_row_dim(o);
+
+  // prefetch: 0 none, 1 prefetch of the next batch after the step is issued.
+  const auto run = [&](Embedding<K>& emb, storage::CachedTable<K>* cached, bool prefetch) {
+    std::vector<double> seconds;
+    for (uint32_t s = 0; s < a.warmup + a.steps; ++s) {
+      const StepBatch& b = batches[s];
+      const auto start = Clock::now();
+      emb.forward({b.keys.data(), n, b.offsets.data(), a.bags, nullptr, PoolingMode::kSum},
+                  out.data(), a.dim, true, stream);
+      emb.backward(dgrad.data(), a.dim, stream);
+      if (prefetch && cached != nullptr) cached->prefetch(n, batches[s + 1].keys.data(), stream);
+      emb.end_step();
+      sync_stream(a.backend);
+      const double t = std::chrono::duration<double>(Clock::now() - start).count();
+      if (s >= a.warmup) seconds.push_back(t);
+    }
+    return seconds;
+  };
+  json result{{"row_dim", row_dim}, {"lookups_per_step", n}};
+  {
+    Embedding<K> big(a.backend, o);
+    const auto s = run(big, nullptr, false);
+    result["all_in_fast_memory"] = {{"step_seconds", median(s)}, {"seconds", s}};
+  }
+  json cells = json::array();
+  for (const double f : a.fractions) {
+    for (const bool prefetch : {true, false}) {
+      const uint64_t fast_rows =
+          round_up(std::max<uint64_t>(uint64_t(f * double(a.rows)), 128), 128);
+      storage::CachedTable<K>* cached = nullptr;
+      Embedding<K> emb(a.backend, o, [&](Backend backend, const TableOptions& t) {
+        TableOptions fast = t;
+        fast.init_capacity = fast.max_capacity = fast_rows;
+        fast.max_load_factor = 1.0;
+        auto lower = std::make_shared<storage::HostStorage>(
+            storage::HostStorageOptions{t.dim, round_up(a.rows * 2, 128), uint64_t{1} << 34, 0});
+        auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower);
+        cached = table.get();
+        return table;
+      });
+      const auto s = run(emb, cached, prefetch);
+      const storage::CachingStats st = cached->caching_stats();
+      const double big = result["all_in_fast_memory"]["step_seconds"];
+      cells.push_back({{"fraction", f},
+                       {"prefetch", prefetch},
+                       {"fast_rows", fast_rows},
+                       {"step_seconds", median(s)},
+                       {"seconds", s},
+                       {"over_all_in_fast_memory", big > 0 ? median(s) / big : 0.0},
+                       {"hits", st.hits},
+                       {"lookups", st.lookups},
+                       {"prefetched", st.prefetched},
+                       {"rows_up", st.rows_up},
+                       {"rows_down", st.rows_down},
+                       {"batch_evicted", st.batch_evicted}});
+    }
+  }
+  result["caching"] = cells;
+  return result;
+}
+
+// --- nothing lost ------------------------------------------------------------------------------
+
+// The reference row of a key at version v (exact in float32).
+float reference(K key, uint32_t version, uint32_t c) {
+  const uint64_t x = static_cast<uint64_t>(key) * 31 + c * 7 + version * 1000003ull;
+  return static_cast<float>(x % 65536) / 256.0f;
+}
+
+json run_lost(const Args& a, StreamHandle stream) {
+  const uint64_t n = a.lost_keys;
+  const uint32_t dim = a.lost_dim;
+  const uint64_t fast_rows =
+      round_up(std::max<uint64_t>(uint64_t(a.lost_fraction * double(n)), 128), 128);
+  std::cerr << "lost: " << n << " distinct keys, dim " << dim << ", fast tier " << fast_rows
+            << " rows\n";
+  TableOptions fast;
+  fast.dim = dim;
+  fast.init_capacity = fast.max_capacity = fast_rows;
+  fast.max_load_factor = 1.0;
+  fast.score_policy = ScorePolicy::kStep;
+  auto lower = std::make_shared<storage::HostStorage>(
+      storage::HostStorageOptions{dim, round_up(n + n / 2, 128), uint64_t{1} << 36, 0});
+  storage::CachedTable<K> cached(a.backend, fast, lower);
+  std::vector<uint8_t> version(n, 0);
+  const uint64_t b = std::min(a.lost_batch, n);
+  BackendBuffer<K> dkeys(a.backend, b);
+  BackendBuffer<float> dvals(a.backend, b * dim);
+  BackendBuffer<bool> dfound(a.backend, b);
+  std::vector<K> keys(b);
+  std::vector<float> vals(b * dim);
+  const auto write = [&](size_t m) {
+    for (size_t i = 0; i < m; ++i) {
+      const uint8_t v = ++version[id_of(keys[i])];
+      for (uint32_t c = 0; c < dim; ++c) vals[i * dim + c] = reference(keys[i], v, c);
+    }
+    dkeys.upload(keys.data(), m);
+    dvals.upload(vals.data(), m * dim);
+    cached.insert_or_assign(m, dkeys.data(), dvals.data(), nullptr, stream);
+    cached.advance_step();
+  };
+  const auto start = Clock::now();
+  // Pass 1: every key once, in order.
+  for (uint64_t first = 0; first < n; first += b) {
+    const size_t m = std::min(b, n - first);
+    for (size_t i = 0; i < m; ++i) keys[i] = key_of(first + i);
+    write(m);
+  }
+  // Pass 2: random keys rewritten (distinct within a batch: one per stride).
+  std::mt19937_64 rng(a.seed);
+  const uint64_t rewrites = std::max<uint64_t>(1, std::min<uint64_t>(4, n / b));
+  for (uint64_t r = 0; r < rewrites; ++r) {
+    const uint64_t stride = n / b + 1;
+    size_t m = 0;
+    for (uint64_t id = rng() % stride; id < n && m < b; id += stride) keys[m++] = key_of(id);
+    write(m);
+  }
+  // Pass 3: random keys read back through find_or_insert (they move up); values checked.
+  uint64_t read_mismatches = 0, read_missing = 0;
+  {
+    size_t m = std::min<uint64_t>(b, n);
+    for (size_t i = 0; i < m; ++i) keys[i] = key_of(rng() % n);
+    std::sort(keys.begin(), keys.begin() + m);
+    m = std::unique(keys.begin(), keys.begin() + m) - keys.begin();
+    dkeys.upload(keys.data(), m);
+    cached.find_or_insert(m, dkeys.data(), dvals.data(), dfound.data(), nullptr, stream);
+    std::unique_ptr<bool[]> found(new bool[m]);
+    dvals.download(vals.data(), m * dim);
+    dfound.download(found.get(), m);
+    for (size_t i = 0; i < m; ++i) {
+      if (!found[i]) ++read_missing;
+      for (uint32_t c = 0; c < dim; ++c)
+        if (vals[i * dim + c] != reference(keys[i], version[id_of(keys[i])], c)) {
+          ++read_mismatches;
+          break;
+        }
+    }
+  }
+  const double stream_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // Every key in exactly one tier, with its reference row.
+  std::vector<uint8_t> seen(n, 0);
+  uint64_t foreign = 0, mismatches = 0, fast_count = 0, lower_count = 0;
+  const auto check = [&](K key, const float* row, uint8_t tier) {
+    const uint64_t id = id_of(key);
+    if (id >= n) {
+      ++foreign;
+      return;
+    }
+    seen[id] |= tier;
+    if (seen[id] == 3) return;  // in both tiers: counted below
+    for (uint32_t c = 0; c < dim; ++c)
+      if (row[c] != reference(key, version[id], c)) {
+        ++mismatches;
+        return;
+      }
+  };
+  cached.fast_table().for_each([&](K key, std::span<const float> row, uint64_t) {
+    ++fast_count;
+    check(key, row.data(), 1);
+  });
+  {
+    storage::ScanCursor cursor;
+    const size_t chunk = 1 << 16;
+    std::vector<uint64_t> sk(chunk), ss(chunk);
+    std::vector<float> sv(chunk * dim);
+    while (!cursor.done()) {
+      const size_t got = lower->scan(cursor, chunk, sk.data(), sv.data(), ss.data());
+      for (size_t i = 0; i < got; ++i) {
+        ++lower_count;
+        check(static_cast<K>(sk[i]), sv.data() + i * dim, 2);
+      }
+    }
+  }
+  uint64_t in_both = 0, in_none = 0;
+  for (uint64_t id = 0; id < n; ++id) {
+    in_both += seen[id] == 3;
+    in_none += seen[id] == 0;
+  }
+  const storage::CachingStats st = cached.caching_stats();
+  const bool ok = in_both == 0 && in_none == 0 && foreign == 0 && mismatches == 0 &&
+                  read_mismatches == 0 && read_missing == 0 && st.lower.evicted == 0;
+  return {{"keys", n},
+          {"dim", dim},
+          {"batch", b},
+          {"fast_rows", fast_rows},
+          {"rewrite_batches", rewrites},
+          {"stream_seconds", stream_seconds},
+          {"in_fast", fast_count},
+          {"in_lower", lower_count},
+          {"in_both", in_both},
+          {"in_none", in_none},
+          {"foreign", foreign},
+          {"value_mismatches", mismatches},
+          {"read_back_mismatches", read_mismatches},
+          {"read_back_missing", read_missing},
+          {"lower_evicted", st.lower.evicted},
+          {"evictions_written", st.evictions_written},
+          {"rows_up", st.rows_up},
+          {"rows_down", st.rows_down},
+          {"ok", ok}};
+}
+
+std::string fmt(double v, int precision = 2) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << v;
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  std::cerr << "seed " << a.seed << "\n";
+  auto clock = bench::make_bench_clock(a.backend, 0);
+  const StreamHandle stream = clock->stream();
+  json result{{"benchmark", "caching"},
+              {"date", bench::utc_now_iso8601()},
+              {"commit", bench::git_commit(DYNEMB_SOURCE_DIR)},
+              {"backend", to_string(a.backend)},
+              {"params",
+               {{"rows", a.rows},
+                {"dim", a.dim},
+                {"batch", a.batch},
+                {"alpha", a.alpha},
+                {"fractions", a.fractions},
+                {"calls", a.calls},
+                {"warmup", a.warmup},
+                {"bags", a.bags},
+                {"ids_per_bag", a.ids_per_bag},
+                {"steps", a.steps},
+                {"optimizer", "adam"},
+                {"score_policy", "step"},
+                {"lower_tier", "HostStorage"},
+                {"lost_keys", a.lost_keys},
+                {"lost_dim", a.lost_dim},
+                {"lost_batch", a.lost_batch},
+                {"lost_fraction", a.lost_fraction},
+                {"seed", a.seed}}}};
+  const bench::MachineInfo m = bench::query_machine_info();
+  result["machine"] = {{"hostname", m.hostname},
+                       {"cpu", m.cpu_model},
+                       {"cores", m.cores},
+                       {"memory_bytes", m.memory_bytes}};
+  if (const auto gpu = bench::query_gpu_info(0); gpu && a.backend == Backend::kCuda)
+    result["gpu"] = {{"name", gpu->name}, {"memory_bytes", gpu->memory_bytes}};
+  const auto wants = [&](const char* mode) {
+    return std::find(a.modes.begin(), a.modes.end(), mode) != a.modes.end();
+  };
+  bool ok = true;
+  if (wants("find_or_insert")) {
+    result["find_or_insert"] = run_find_or_insert(a, stream);
+    std::cout << "find_or_insert, dim " << a.dim << ", batch " << a.batch << ", Zipf " << a.alpha
+              << " over " << a.rows << " ids (M keys/s, median call)\n"
+              << "  fraction  caching  peer("
+              << result["find_or_insert"][0]["peer"]["kind"].get<std::string>()
+              << ")  ratio  hit-rate\n";
+    for (const auto& c : result["find_or_insert"]) {
+      const double hits = c["caching"]["hits"], lookups = c["caching"]["lookups"];
+      std::cout << "  " << fmt(c["fraction"]) << "      "
+                << fmt(c["caching"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
+                << fmt(c["peer"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
+                << fmt(c["caching_over_peer"]) << "x  " << fmt(lookups > 0 ? hits / lookups : 0, 3)
+                << "\n";
+    }
+  }
+  if (wants("step")) {
+    result["step"] = run_step(a, stream);
+    const auto& s = result["step"];
+    std::cout << "training step, " << s["lookups_per_step"] << " lookups, dim " << a.dim
+              << ", Adam: all in fast memory "
+              << fmt(s["all_in_fast_memory"]["step_seconds"].get<double>() * 1e3) << " ms\n"
+              << "  fraction  prefetch  step(ms)  over-all-in-fast\n";
+    for (const auto& c : s["caching"]) {
+      std::cout << "  " << fmt(c["fraction"]) << "      "
+                << (c["prefetch"].get<bool>() ? "yes" : "no ") << "       "
+                << fmt(c["step_seconds"].get<double>() * 1e3) << "     "
+                << fmt(c["over_all_in_fast_memory"]) << "x\n";
+    }
+  }
+  if (wants("lost")) {
+    result["lost"] = run_lost(a, stream);
+    const auto& l = result["lost"];
+    ok = l["ok"].get<bool>();
+    std::cout << "nothing lost: " << l["keys"] << " keys, fast tier " << l["fast_rows"]
+              << " rows: in fast " << l["in_fast"] << ", below " << l["in_lower"] << ", both "
+              << l["in_both"] << ", none " << l["in_none"] << ", value mismatches "
+              << l["value_mismatches"] << ", read-back mismatches " << l["read_back_mismatches"]
+              << " (" << fmt(l["stream_seconds"].get<double>(), 1) << " s) -> "
+              << (ok ? "OK" : "FAILED") << "\n";
+  }
+  std::string path = a.json_path;
+  if (path.empty()) {
+    path = std::string(DYNEMB_SOURCE_DIR) + "/bench/results/caching-" + to_string(a.backend) + "-" +
+           m.hostname + ".json";
+  }
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << result.dump(2) << "\n";
+  std::cout << "wrote " << path << "\n";
+  return ok ? 0 : 1;
+} catch (const std::exception& e) {
+  std::cerr << "dynemb_bench_caching: " << e.what() << "\n";
+  return 2;
+}
