@@ -10,6 +10,7 @@
 #include "dynemb/core/log.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/core/score.hpp"
+#include "tier_device.hpp"
 
 namespace dynemb::storage {
 namespace {
@@ -99,6 +100,7 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   internal.safe_check = SafeCheck::kIgnore;
   internal.score_policy = ScorePolicy::kCustomized;
   fast_ = make_table<K>(backend, internal);
+  device_ = detail::make_tier_device(backend, fast.device);
 }
 
 template <TableKey K>
@@ -264,7 +266,9 @@ void CachedTable<K>::install_prefetched(bool wait) {
   stats_.lookups += p->keys.size();
   stats_.lower_hits += up.size();
   if (up.empty()) return;
-  commit(up, rows, scores, {}, {}, up, nullptr);
+  device_->wait(device_->side_stream(), detail::Mark::kCallEnd);
+  commit(up, rows, scores, {}, {}, up, nullptr, device_->side_stream(), true);
+  device_->synchronize(device_->side_stream());
   stats_.prefetched += up.size();
 }
 
@@ -397,54 +401,93 @@ typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& 
 }
 
 template <TableKey K>
+void CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
+                                std::vector<float>& rows, std::vector<uint64_t>& scores) {
+  const size_t u = keys.size();
+  below.assign(u, 0);
+  rows.assign(u * dim_, 0.0f);
+  scores.assign(u, 0);
+  std::vector<uint64_t> ask;
+  std::vector<size_t> ask_at;
+  for (size_t j = 0; j < u; ++j) {
+    const auto p = pending_.find(keys[j]);
+    if (p != pending_.end() && !p->second.erased) {
+      below[j] = 1;
+      scores[j] = p->second.score;
+      std::copy(p->second.row.begin(), p->second.row.end(), rows.begin() + j * dim_);
+      continue;
+    }
+    ask.push_back(keys[j]);
+    ask_at.push_back(j);
+  }
+  if (ask.empty()) return;
+  std::vector<float> got_rows(ask.size() * dim_);
+  std::vector<uint64_t> got_scores(ask.size());
+  std::unique_ptr<bool[]> got(new bool[ask.size()]);
+  lower_call(stats_, [&] {
+    lower_->find(ask.size(), ask.data(), got_rows.data(), got_scores.data(), got.get());
+  });
+  for (size_t a = 0; a < ask.size(); ++a) {
+    if (!got[a]) continue;
+    const size_t j = ask_at[a];
+    below[j] = 1;
+    scores[j] = got_scores[a];
+    std::copy(got_rows.begin() + a * dim_, got_rows.begin() + (a + 1) * dim_,
+              rows.begin() + j * dim_);
+  }
+}
+
+template <TableKey K>
 void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>& rows,
                             const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
                             const std::vector<uint64_t>& touch_scores,
-                            const std::vector<K>& moved_up, std::vector<K>* left_fast) {
+                            const std::vector<K>& moved_up, std::vector<K>* left_fast,
+                            StreamHandle stream, bool below_held, const RealScores* pinned_hits) {
+  constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
   // The call's keys are pinned (highest score) while its rows go in, so the fast tier's
   // policy picks its victims among the other keys; then every key gets its real score.
-  constexpr uint64_t kPinned = ~0ull;
+  // Every buffer is the device side's scratch: copies are staged and ordered on `stream`.
+  using detail::Scratch;
+  detail::TierDevice& d = *device_;
   const size_t t = touch_keys.size();
-  BackendBuffer<K> tkb;
-  BackendBuffer<uint64_t> tsb;
-  const K* dtouch = on_backend(backend_, options_.device, touch_keys.data(), t, tkb, true);
-  if (t > 0) {
-    std::vector<uint64_t> pinned(t, kPinned);
-    BackendBuffer<uint64_t> pb;
-    fast_->assign_scores(t, dtouch,
-                         on_backend(backend_, options_.device, pinned.data(), t, pb, true));
-  }
   const size_t m = keys.size();
+  K* dtouch = nullptr;
+  if (t > 0) {
+    dtouch = static_cast<K*>(d.scratch(Scratch::kTouchKeys, t * sizeof(K), stream));
+    d.upload(dtouch, touch_keys.data(), t * sizeof(K), stream);
+    fast_->assign_scores(t, dtouch, pinned_scores(t, stream, below_held), stream);
+  }
   std::vector<K> ev_keys(m);
   std::vector<float> ev_rows(m * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
   if (m > 0) {
-    std::vector<uint64_t> pinned(m, kPinned);
-    BackendBuffer<K> kb, ekb;
-    BackendBuffer<float> vb, evb;
-    BackendBuffer<uint64_t> sb, pb, esb;
-    const K* dkeys = on_backend(backend_, options_.device, keys.data(), m, kb, true);
-    K* dek = on_backend(backend_, options_.device, ev_keys.data(), m, ekb, false);
-    float* dev = on_backend(backend_, options_.device, ev_rows.data(), m * dim_, evb, false);
-    uint64_t* des = on_backend(backend_, options_.device, ev_scores.data(), m, esb, false);
-    const uint64_t* dpinned = on_backend(backend_, options_.device, pinned.data(), m, pb, true);
-    fast_->assign_scores(m, dkeys, dpinned);  // pins the call's keys already in the fast tier
-    evicted = fast_->insert_and_evict(
-        m, dkeys, on_backend(backend_, options_.device, rows.data(), m * dim_, vb, true), dpinned,
-        dek, dev, des);
-    fast_->assign_scores(m, dkeys,
-                         on_backend(backend_, options_.device, scores.data(), m, sb, true));
-    to_host(backend_, ev_keys.data(), dek, evicted);
-    to_host(backend_, ev_rows.data(), dev, evicted * dim_);
-    to_host(backend_, ev_scores.data(), des, evicted);
+    const uint64_t* dpinned = pinned_scores(m, stream, below_held);
+    auto* dkeys = static_cast<K*>(d.scratch(Scratch::kKeys, m * sizeof(K), stream));
+    auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, m * dim_ * sizeof(float), stream));
+    auto* dscores =
+        static_cast<uint64_t*>(d.scratch(Scratch::kScores, m * sizeof(uint64_t), stream));
+    auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, m * sizeof(K), stream));
+    auto* dev =
+        static_cast<float*>(d.scratch(Scratch::kEvictedRows, m * dim_ * sizeof(float), stream));
+    auto* des =
+        static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, m * sizeof(uint64_t), stream));
+    d.upload(dkeys, keys.data(), m * sizeof(K), stream);
+    d.upload(drows, rows.data(), m * dim_ * sizeof(float), stream);
+    d.upload(dscores, scores.data(), m * sizeof(uint64_t), stream);
+    fast_->assign_scores(m, dkeys, dpinned,
+                         stream);  // pins the call's keys already in the fast tier
+    evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
+    fast_->assign_scores(m, dkeys, dscores, stream);
+    d.download(ev_keys.data(), dek, evicted * sizeof(K), stream);
+    d.download(ev_rows.data(), dev, evicted * dim_ * sizeof(float), stream);
+    d.download(ev_scores.data(), des, evicted * sizeof(uint64_t), stream);
     // An entry evicted and then stored again by the same call (its old row) has not left.
     if (evicted > 0) {
       std::unique_ptr<bool[]> still(new bool[evicted]);
-      BackendBuffer<bool> fb;
-      bool* dstill = on_backend(backend_, options_.device, still.get(), evicted, fb, false);
-      fast_->contains(evicted, dek, dstill);
-      to_host(backend_, still.get(), dstill, evicted);
+      auto* dstill = static_cast<bool*>(d.scratch(Scratch::kStill, evicted, stream));
+      fast_->contains(evicted, dek, dstill, stream);
+      d.download(still.get(), dstill, evicted, stream);
       size_t kept = 0;
       for (size_t e = 0; e < evicted; ++e) {
         if (still[e]) continue;
@@ -461,15 +504,29 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     std::unordered_map<K, uint64_t> real;
     for (size_t i = 0; i < m; ++i) real[keys[i]] = scores[i];
     for (size_t i = 0; i < t; ++i) real[touch_keys[i]] = touch_scores[i];
+    // Keys the caller pinned outside this commit (a call's hits) carry a pinned score too.
+    std::vector<K> other;
+    std::vector<size_t> other_at;
     for (size_t e = 0; e < evicted; ++e) {
       const auto it = real.find(ev_keys[e]);
-      if (it != real.end()) ev_scores[e] = it->second;
+      if (it != real.end()) {
+        ev_scores[e] = it->second;
+      } else if (pinned_hits != nullptr && ev_scores[e] >= kPinnedBelowHeld) {
+        other.push_back(ev_keys[e]);
+        other_at.push_back(e);
+      }
+    }
+    if (!other.empty()) {
+      std::vector<uint64_t> other_scores(other.size());
+      (*pinned_hits)(other, other_scores);
+      for (size_t o = 0; o < other.size(); ++o) ev_scores[other_at[o]] = other_scores[o];
     }
   }
   if (t > 0) {
-    BackendBuffer<uint64_t> sb;
-    fast_->assign_scores(t, dtouch,
-                         on_backend(backend_, options_.device, touch_scores.data(), t, sb, true));
+    auto* dts =
+        static_cast<uint64_t*>(d.scratch(Scratch::kTouchScores, t * sizeof(uint64_t), stream));
+    d.upload(dts, touch_scores.data(), t * sizeof(uint64_t), stream);
+    fast_->assign_scores(t, dtouch, dts, stream);
   }
   std::unordered_set<K> left(ev_keys.begin(), ev_keys.begin() + evicted);
   std::vector<uint64_t> put_keys(evicted), erase_keys;
@@ -483,7 +540,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     size_t own = 0;
     for (const K key : keys) own += left.count(key);
     for (const K key : touch_keys) own += left.count(key);
-    stats_.batch_evicted += own;
+    (below_held ? stats_.prefetch_refused : stats_.batch_evicted) += own;
   }
   stats_.rows_up += moved_up.size();
   stats_.bytes_up += moved_up.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
@@ -504,6 +561,7 @@ void CachedTable<K>::find(size_t n, const K* keys, float* values, bool* founds, 
   require(keys && values && founds, "CachedTable::find", "keys / values / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::find");
   const Resolved r = resolve(unique, true);
@@ -533,6 +591,7 @@ size_t CachedTable<K>::find_with_misses(size_t n, const K* keys, float* values, 
           "missed_keys / missed_indices", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   BackendBuffer<bool> fb(backend_, n, options_.device);
   find(n, keys, values, fb.data(), scores, stream);
   std::unique_ptr<bool[]> hf(new bool[n]);
@@ -556,6 +615,7 @@ void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandl
   require(keys && founds, "CachedTable::contains", "keys / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::contains");
   const Resolved r = resolve(unique, false);
@@ -566,16 +626,21 @@ void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandl
 }
 
 template <TableKey K>
-void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle) {
+void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle stream) {
   if (n == 0) return;
   require(keys != nullptr, "CachedTable::prefetch", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  stats_.prefetched += move_up(n, keys);
+  if (options_.score_policy != ScorePolicy::kLfu) {
+    prefetch_device(n, keys, stream);
+    return;
+  }
+  release_held(stream);
+  stats_.prefetched += move_up(n, keys, stream);
 }
 
 template <TableKey K>
-size_t CachedTable<K>::move_up(size_t n, const K* keys) {
+size_t CachedTable<K>::move_up(size_t n, const K* keys, StreamHandle stream) {
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::prefetch");
   drain_pending();
@@ -595,7 +660,7 @@ size_t CachedTable<K>::move_up(size_t n, const K* keys) {
     scores.push_back(r.scores[j]);
   }
   if (up.empty()) return 0;
-  commit(up, rows, scores, hits, hit_scores, up, nullptr);
+  commit(up, rows, scores, hits, hit_scores, up, nullptr, stream);
   return up.size();
 }
 
@@ -606,7 +671,9 @@ void CachedTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* 
   require(keys && rows, "CachedTable::find_pointers", "keys / rows", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  move_up(n, keys);  // rows found below move up with their scores: the contents are unchanged
+  release_held(stream);
+  move_up(n, keys,
+          stream);  // rows found below move up with their scores: the contents are unchanged
   fast_->find_pointers(n, keys, rows, founds, scores, stream);
 }
 
@@ -617,6 +684,10 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
                                          const uint64_t* scores, float** rows, Miss miss,
                                          bool copy_out, StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  if (options_.score_policy != ScorePolicy::kLfu) {  // LFU's scores need the stored ones
+    find_or_insert_device(n, keys, values, founds, scores, rows, miss, copy_out, stream);
+    return;
+  }
   const TableOptions& o = options_;
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), o.safe_check, "CachedTable::find_or_insert");
@@ -679,7 +750,7 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
     if (r.below[j]) up.push_back(unique[j]);
     stats_.new_rows += fresh[j];
   }
-  commit(change_keys, change_rows, change_scores, touch_keys, touch_scores, up, nullptr);
+  commit(change_keys, change_rows, change_scores, touch_keys, touch_scores, up, nullptr, stream);
   if (copy_out) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t j = index[i];
@@ -724,6 +795,7 @@ template <TableKey K>
 void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* values,
                                      const uint64_t* scores, bool insert_missing, bool accumulate) {
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   const TableOptions& o = options_;
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), o.safe_check, "CachedTable::write");
@@ -772,7 +844,7 @@ void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* value
     change_scores.push_back(score[j]);
     if (r.below[j]) up.push_back(unique[j]);
   }
-  commit(change_keys, change_rows, change_scores, {}, {}, up, nullptr);
+  commit(change_keys, change_rows, change_scores, {}, {}, up, nullptr, nullptr);
 }
 
 template <TableKey K>
@@ -820,6 +892,7 @@ void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scor
   require(keys && scores, "CachedTable::assign_scores", "keys / scores", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::assign_scores");
   std::vector<uint64_t> given(n);
@@ -859,6 +932,7 @@ void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
   require(keys != nullptr, "CachedTable::erase", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  release_held(stream);
   const std::vector<K> hk = download_keys(n, keys);
   const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::erase");
   drain_pending();
@@ -874,6 +948,7 @@ void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
 template <TableKey K>
 size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  release_held(stream);
   drain_pending();
   // The fast tier decides for its keys (a copy below is stale); the lower tier for the rest.
   std::vector<K> fast_match;
@@ -916,6 +991,7 @@ size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
 template <TableKey K>
 void CachedTable<K>::clear(StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  release_held(stream);
   if (prefetch_) prefetch_->cleared = true;
   lower_call(stats_, [&] { lower_->clear(); });
   pending_.clear();
@@ -973,6 +1049,7 @@ size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, floa
   require(keys && values && scores, "CachedTable::export_batch", "keys / values / scores",
           "nullptr", "must be non-null when n_slots = " + std::to_string(n_slots));
   std::lock_guard lock(mutex_);
+  release_held(stream);
   drain_pending();
   const size_t fc = fast_->capacity();
   size_t written = 0;
@@ -1036,6 +1113,7 @@ size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, floa
 template <TableKey K>
 void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   drain_pending();
   std::unordered_set<uint64_t> in_fast;
   fast_->for_each([&](K key, std::span<const float> row, uint64_t score) {
@@ -1062,6 +1140,7 @@ void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
 template <TableKey K>
 void CachedTable<K>::flush() {
   std::lock_guard lock(mutex_);
+  release_held(nullptr);
   install_prefetched(true);
   drain_pending();
   const size_t fc = fast_->capacity();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,10 @@
 #include "dynemb/table/table.hpp"
 
 namespace dynemb::storage {
+
+namespace detail {
+class TierDevice;
+}
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
 struct CachingStats {
@@ -33,6 +38,8 @@ struct CachingStats {
   uint64_t flushed_rows = 0;       // rows flush() wrote down (they stay in the fast tier)
   uint64_t batch_evicted = 0;      // keys of a call's own batch pushed out of the fast tier by
                                    // later keys of that call (pointer calls give them nullptr)
+  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
+                                   // keys in use and the batch's own
   uint64_t lower_failures = 0;     // lower-tier calls that threw
   uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
   uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
@@ -60,7 +67,11 @@ class CachedTable final : public Table<K> {
   ~CachedTable() override;
 
   // --- caching ---
-  // Brings the keys' rows found below up into the fast tier (no new rows, scores kept).
+  // Brings the keys' rows found below up into the fast tier (no new rows, scores kept). On CUDA
+  // it works on a stream of the table's own, after the work issued so far on `stream` (where
+  // the keys are ready; nullptr: they are ready now) and after the table's last call, not after
+  // later work on that call's stream: issued after a training step, it overlaps the step. The
+  // rows handed out by the last address call stay where they are (docs/storage.md).
   void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr);
   // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
   // up at the first call that finds the read done (or that must wait: flush, clear, another
@@ -139,10 +150,31 @@ class CachedTable final : public Table<K> {
   struct Resolved;
   struct Prefetch;  // a prefetch_async in flight
   enum class Miss : uint8_t { kSkip, kInitialize, kGiven };
+  // Fills the real scores of keys a caller pinned outside commit (the hits of its batch).
+  using RealScores = std::function<void(const std::vector<K>&, std::vector<uint64_t>&)>;
 
   std::vector<K> download_keys(size_t n, const K* keys) const;
+  // find_or_insert on the fast table's memory (every policy but LFU): one lookup on the device,
+  // the misses listed, read below and moved up in batches; nothing else crosses to the host.
+  void find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
+                             const uint64_t* scores, float** rows, Miss miss, bool copy_out,
+                             StreamHandle stream);
+  // prefetch on the fast table's memory, on the device's own stream.
+  void prefetch_device(size_t n, const K* keys, StreamHandle stream);
+  // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
+  // which cannot evict a held key.
+  const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
+  // Keeps the keys of an address call pinned (so a prefetch before the next call cannot evict
+  // the rows the caller works on) and remembers their real scores.
+  void hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream);
+  // Gives the held keys their real scores back (at the start of every call but prefetch).
+  void release_held(StreamHandle stream);
+  // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
+  // lower tier: below[j], rows[j * dim], scores[j].
+  void read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
+                  std::vector<float>& rows, std::vector<uint64_t>& scores);
   // Moves the keys' rows found below into the fast tier with their scores; returns how many.
-  size_t move_up(size_t n, const K* keys);
+  size_t move_up(size_t n, const K* keys, StreamHandle stream);
   // Moves a finished prefetch_async's rows up (waiting for it when `wait`).
   void install_prefetched(bool wait);
   // Records that these keys were written or erased below (a prefetch in flight must not move
@@ -153,7 +185,8 @@ class CachedTable final : public Table<K> {
   void commit(const std::vector<K>& keys, const std::vector<float>& rows,
               const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
               const std::vector<uint64_t>& touch_scores, const std::vector<K>& moved_up,
-              std::vector<K>* left_fast);
+              std::vector<K>* left_fast, StreamHandle stream, bool below_held = false,
+              const RealScores* pinned_hits = nullptr);
   void write_down(std::vector<uint64_t> put_keys, std::vector<float> put_rows,
                   std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
                   bool flushing);
@@ -175,6 +208,9 @@ class CachedTable final : public Table<K> {
   std::unordered_set<uint64_t> shadowed_;  // fast keys with a copy below (after flush)
   CachingStats stats_{};
   std::unique_ptr<Prefetch> prefetch_;
+  std::unique_ptr<detail::TierDevice> device_;  // scratch, copies and passes on the fast memory
+  size_t pinned_filled_[2] = {0, 0};            // entries of the pinned-score scratches filled
+  size_t held_ = 0;                             // keys held pinned since the last address call
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
   uint64_t export_next_ = ~0ull;

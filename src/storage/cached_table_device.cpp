@@ -1,0 +1,329 @@
+// The caching table's calls that work on the fast table's memory (docs/storage.md, "The fast
+// tier on the GPU"): find_or_insert and prefetch look the batch up in the fast table where it
+// lives, list only the misses on the host, read them below and move them up in one batch; rows
+// of keys found in the fast tier never leave it.
+#include <string>
+#include <unordered_map>
+
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/initializer.hpp"
+#include "dynemb/core/key.hpp"
+#include "dynemb/storage/cached_table.hpp"
+#include "tier_device.hpp"
+
+namespace dynemb::storage {
+namespace {
+
+constexpr uint64_t kPinned = ~0ull;
+
+// The misses of a batch: their distinct keys in first-seen order, and for each missed position
+// the index of its key among them (or -1 for a skipped reserved key).
+struct Misses {
+  std::vector<uint32_t> positions;  // batch positions not found in the fast tier, in order
+  std::vector<uint64_t> keys;       // their keys
+  std::vector<uint64_t> unique;     // the distinct usable ones
+  std::vector<int64_t> index;       // per missed position: its key's index in unique, or -1
+  std::vector<uint32_t> last;       // per unique key: its last batch position
+};
+
+// Distinct usable missed keys; a reserved key throws in ERROR mode (nothing changed yet) and is
+// skipped otherwise.
+template <TableKey K>
+void group_misses(Misses& m, SafeCheck mode, const char* where) {
+  std::unordered_map<uint64_t, int64_t> seen;
+  seen.reserve(m.keys.size() * 2);
+  m.index.assign(m.keys.size(), -1);
+  for (size_t j = 0; j < m.keys.size(); ++j) {
+    if (is_reserved_key(static_cast<K>(m.keys[j]))) {
+      require(mode != SafeCheck::kError, where,
+              ("keys[" + std::to_string(m.positions[j]) + "]").c_str(), std::to_string(m.keys[j]),
+              "is a reserved key (>= 0xFFFFFFFFFFFFFFF0)");
+      continue;
+    }
+    auto [it, fresh] = seen.try_emplace(m.keys[j], static_cast<int64_t>(m.unique.size()));
+    if (fresh) {
+      m.unique.push_back(m.keys[j]);
+      m.last.push_back(m.positions[j]);
+    }
+    m.index[j] = it->second;
+    m.last[it->second] = m.positions[j];
+  }
+}
+
+// The last batch position of each of `want` (keys of the batch): reads the batch's keys back
+// (only when a call's own misses pushed some of its hits out: rare).
+template <TableKey K>
+std::vector<uint32_t> last_positions(detail::TierDevice& d, size_t n, const K* keys,
+                                     const std::vector<K>& want, StreamHandle stream) {
+  std::vector<K> all(n);
+  d.download(all.data(), keys, n * sizeof(K), stream);
+  std::unordered_map<K, uint32_t> last;
+  last.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) last[all[i]] = static_cast<uint32_t>(i);
+  std::vector<uint32_t> at(want.size());
+  for (size_t w = 0; w < want.size(); ++w) at[w] = last.at(want[w]);
+  return at;
+}
+
+}  // namespace
+
+template <TableKey K>
+const uint64_t* CachedTable<K>::pinned_scores(size_t n, StreamHandle stream, bool below_held) {
+  // Held keys have the highest score; a prefetch pins one lower, so it never evicts them.
+  const detail::Scratch slot =
+      below_held ? detail::Scratch::kPinnedBelowHeld : detail::Scratch::kPinned;
+  const uint64_t value = below_held ? kPinned - 1 : kPinned;
+  size_t& filled = pinned_filled_[below_held ? 1 : 0];
+  const size_t want = std::max<size_t>(n, 1);
+  auto* p = static_cast<uint64_t*>(device_->scratch(slot, want * sizeof(uint64_t), stream));
+  if (filled < want) {  // a grown scratch holds nothing: fill it whole
+    const size_t fill = std::max(want, filled * 2);
+    p = static_cast<uint64_t*>(device_->scratch(slot, fill * sizeof(uint64_t), stream));
+    device_->fill(fill, value, p, stream);
+    filled = fill;
+  }
+  return p;
+}
+
+template <TableKey K>
+void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) {
+  using detail::Scratch;
+  auto* hk = static_cast<K*>(device_->scratch(Scratch::kHeldKeys, n * sizeof(K), stream));
+  auto* hs =
+      static_cast<uint64_t*>(device_->scratch(Scratch::kHeldScores, n * sizeof(uint64_t), stream));
+  device_->copy(hk, keys, n * sizeof(K), stream);
+  device_->copy(hs, scores, n * sizeof(uint64_t), stream);
+  held_ = n;
+}
+
+template <TableKey K>
+void CachedTable<K>::release_held(StreamHandle stream) {
+  if (held_ == 0) return;
+  using detail::Scratch;
+  const size_t n = held_;
+  held_ = 0;
+  device_->wait(stream, detail::Mark::kCallEnd);  // the held copies are made
+  auto* hk = static_cast<K*>(device_->scratch(Scratch::kHeldKeys, n * sizeof(K), stream));
+  auto* hs =
+      static_cast<uint64_t*>(device_->scratch(Scratch::kHeldScores, n * sizeof(uint64_t), stream));
+  fast_->assign_scores(n, hk, hs, stream);
+}
+
+template <TableKey K>
+void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
+                                           const uint64_t* scores, float** rows, Miss miss,
+                                           bool copy_out, StreamHandle stream) {
+  using detail::Scratch;
+  require(n < (size_t{1} << 31), "CachedTable::find_or_insert", "n", std::to_string(n),
+          "must be < 2^31");
+  detail::TierDevice& d = *device_;
+  const TableOptions& o = options_;
+  install_prefetched(false);
+  release_held(stream);
+  drain_pending();
+  const uint64_t now = clock_now();
+  // The call's scores in the fast table's memory (the policy's: CUSTOMIZED takes the caller's).
+  const bool given_scores = scores != nullptr && o.score_policy == ScorePolicy::kCustomized;
+  const uint64_t* call_scores = scores;
+  if (!given_scores) {
+    auto* cs =
+        static_cast<uint64_t*>(d.scratch(Scratch::kCallScores, n * sizeof(uint64_t), stream));
+    d.fill(n, now, cs, stream);
+    call_scores = cs;
+  }
+  // 1. One lookup where the rows live; nothing changes yet.
+  float** ptrs =
+      rows != nullptr
+          ? rows
+          : static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), stream));
+  auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
+  fast_->find_pointers(n, keys, ptrs, found, nullptr, stream);
+  Misses m;
+  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, stream);
+  stats_.hits += n - m.positions.size();
+  stats_.lookups += n - m.positions.size();
+  if (m.positions.empty()) {  // every key in the fast tier: no host work
+    if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
+    if (founds != nullptr) d.copy(founds, found, n, stream);
+    if (rows != nullptr) {
+      fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+      hold(n, keys, call_scores, stream);
+    } else {
+      fast_->assign_scores(n, keys, call_scores, stream);
+    }
+    d.record(detail::Mark::kCallEnd, stream);
+    return;
+  }
+  // 2. The misses: read below (or new rows), moved up in one batch.
+  group_misses<K>(m, o.safe_check, "CachedTable::find_or_insert");
+  // The hits' rows go out now: a bucket holding more of the call's keys than it has slots may
+  // push a hit out while the misses go in (its slot then holds another key's row).
+  if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
+  const size_t u = m.unique.size();
+  std::vector<uint8_t> below;
+  std::vector<float> urows;
+  std::vector<uint64_t> uscores;
+  read_below(m.unique, below, urows, uscores);
+  // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
+  std::vector<uint32_t> first(u, ~0u);
+  for (size_t j = 0; j < m.positions.size(); ++j)
+    if (m.index[j] >= 0 && first[m.index[j]] == ~0u) first[m.index[j]] = m.positions[j];
+  std::vector<uint32_t> fresh_at;
+  std::vector<size_t> fresh;
+  for (size_t k = 0; k < u; ++k) {
+    if (below[k]) continue;
+    fresh.push_back(k);
+    fresh_at.push_back(first[k]);
+  }
+  if (miss == Miss::kGiven) {
+    std::vector<float> given(fresh.size() * dim_);
+    d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
+    for (size_t f = 0; f < fresh.size(); ++f)
+      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
+                urows.begin() + fresh[f] * dim_);
+  } else {
+    for (const size_t k : fresh)
+      fill_initial_row(o.initializer, m.unique[k], &urows[k * dim_], dim_);
+  }
+  // Scores: the caller's at the key's last position (CUSTOMIZED), else the call's.
+  if (given_scores) {
+    d.gather(u, m.last.data(), scores, sizeof(uint64_t), uscores.data(), stream);
+  } else {
+    std::fill(uscores.begin(), uscores.end(), now);
+  }
+  std::vector<K> up, ukeys(u);
+  size_t lower_hits = 0;
+  for (size_t k = 0; k < u; ++k) {
+    ukeys[k] = static_cast<K>(m.unique[k]);
+    if (below[k]) {
+      up.push_back(ukeys[k]);
+      ++lower_hits;
+    }
+  }
+  stats_.lookups += u;
+  stats_.misses += u;
+  stats_.lower_hits += lower_hits;
+  stats_.new_rows += u - lower_hits;
+  // The call's keys in the fast tier stay while the misses go in (pinned), then take their
+  // scores; an address call keeps them pinned until its next call (hold).
+  fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+  const RealScores hit_scores = [&](const std::vector<K>& hits, std::vector<uint64_t>& out) {
+    if (!given_scores) {
+      std::fill(out.begin(), out.end(), now);
+      return;
+    }
+    const std::vector<uint32_t> at = last_positions(d, n, keys, hits, stream);
+    d.gather(hits.size(), at.data(), scores, sizeof(uint64_t), out.data(), stream);
+  };
+  commit(ukeys, urows, uscores, {}, {}, up, nullptr, stream, false, &hit_scores);
+  if (rows != nullptr) {
+    fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+    hold(n, keys, call_scores, stream);
+    fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
+  } else {
+    fast_->assign_scores(n, keys, call_scores, stream);
+  }
+  // 3. Outputs at the missed positions: the row (copy out) and whether the key existed before
+  // that position (below, or an earlier position of this call).
+  std::vector<uint32_t> at;
+  std::vector<float> out_rows;
+  std::unique_ptr<bool[]> out_found(new bool[m.positions.size()]);
+  std::vector<uint8_t> seen(u, 0);
+  size_t k_out = 0;
+  for (size_t j = 0; j < m.positions.size(); ++j) {
+    const int64_t k = m.index[j];
+    if (k < 0) continue;  // a skipped reserved key: no row, not found
+    at.push_back(m.positions[j]);
+    out_found[k_out++] = below[k] || seen[k];
+    seen[k] = 1;
+    if (copy_out)
+      out_rows.insert(out_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+  }
+  if (copy_out) {
+    d.scatter(at.size(), at.data(), out_rows.data(), dim_ * sizeof(float), values, stream);
+  }
+  if (founds != nullptr) {
+    d.copy(founds, found, n, stream);
+    d.scatter(at.size(), at.data(), out_found.get(), 1, founds, stream);
+  }
+  d.record(detail::Mark::kCallEnd, stream);
+}
+
+template <TableKey K>
+void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream) {
+  using detail::Scratch;
+  require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
+  detail::TierDevice& d = *device_;
+  const StreamHandle s = d.side_stream();
+  install_prefetched(true);
+  if (stream != nullptr) d.order_after(s, stream);  // the keys are ready
+  d.wait(s, detail::Mark::kCallEnd);                // the last call's pins are in place
+  drain_pending();
+  auto* ptrs = static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), s));
+  auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, s));
+  auto* current = static_cast<uint64_t*>(d.scratch(Scratch::kCallScores, n * sizeof(uint64_t), s));
+  fast_->find_pointers(n, keys, ptrs, found, current, s);
+  Misses m;
+  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, s);
+  group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
+  const size_t u = m.unique.size();
+  std::vector<uint8_t> below;
+  std::vector<float> urows;
+  std::vector<uint64_t> uscores;
+  read_below(m.unique, below, urows, uscores);
+  std::vector<K> up;
+  std::vector<float> up_rows;
+  std::vector<uint64_t> up_scores;
+  for (size_t k = 0; k < u; ++k) {
+    if (!below[k]) continue;
+    up.push_back(static_cast<K>(m.unique[k]));
+    up_rows.insert(up_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+    up_scores.push_back(uscores[k]);
+  }
+  stats_.lookups += u;
+  stats_.lower_hits += up.size();
+  if (!up.empty()) {
+    // The batch's keys already in the fast tier stay (pinned) while its rows come up; then
+    // every key has its score back (held keys keep "pinned", their score now).
+    fast_->assign_scores(n, keys, pinned_scores(n, s, true), s);
+    if (held_ > 0) {  // held keys of this batch stay above what comes up
+      const auto* hk = static_cast<const K*>(d.scratch(Scratch::kHeldKeys, held_ * sizeof(K), s));
+      fast_->assign_scores(held_, hk, pinned_scores(held_, s), s);
+    }
+    const RealScores hit_scores = [&](const std::vector<K>& hits, std::vector<uint64_t>& out) {
+      const std::vector<uint32_t> at = last_positions(d, n, keys, hits, s);
+      d.gather(hits.size(), at.data(), current, sizeof(uint64_t), out.data(), s);
+    };
+    commit(up, up_rows, up_scores, {}, {}, up, nullptr, s, true, &hit_scores);
+    std::vector<uint32_t> at;
+    std::vector<uint64_t> at_scores;
+    for (size_t j = 0; j < m.positions.size(); ++j) {
+      const int64_t k = m.index[j];
+      if (k < 0 || !below[k]) continue;
+      at.push_back(m.positions[j]);
+      at_scores.push_back(uscores[k]);
+    }
+    d.scatter(at.size(), at.data(), at_scores.data(), sizeof(uint64_t), current, s);
+    fast_->assign_scores(n, keys, current, s);
+    stats_.prefetched += up.size();
+  }
+  d.synchronize(s);  // the next call finds the rows up (and its scratch free)
+}
+
+// The members defined here, for both key types (the rest: cached_table.cpp).
+template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
+template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
+template void CachedTable<int64_t>::release_held(StreamHandle);
+template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
+                                                          const uint64_t*, float**, Miss, bool,
+                                                          StreamHandle);
+template void CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle);
+template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
+template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
+template void CachedTable<uint64_t>::release_held(StreamHandle);
+template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
+                                                           const uint64_t*, float**, Miss, bool,
+                                                           StreamHandle);
+template void CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle);
+
+}  // namespace dynemb::storage

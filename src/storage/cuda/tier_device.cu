@@ -1,0 +1,345 @@
+// TierDevice on the CUDA backend: scratch in device memory kept across calls, host copies staged
+// through pinned memory and issued asynchronously on the caller's stream, the batch passes as
+// kernels, and a non-blocking stream of the table's own for prefetch.
+#include <cuda_runtime_api.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <cub/device/device_select.cuh>
+#include <map>
+#include <mutex>
+
+#include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_array.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
+#include "tier_device.hpp"
+
+namespace dynemb::storage::detail {
+namespace {
+
+using core::cuda::check;
+using core::cuda::check_launch;
+using core::cuda::DeviceArray;
+
+constexpr int kBlock = 256;
+
+cudaStream_t as_stream(StreamHandle s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+unsigned blocks_for(size_t work) {
+  return static_cast<unsigned>(std::clamp<size_t>((work + kBlock - 1) / kBlock, 1, 65535));
+}
+
+struct NotFound {
+  const bool* found;
+  __device__ bool operator()(uint32_t i) const { return !found[i]; }
+};
+
+__global__ void fill_kernel(size_t n, uint64_t value, uint64_t* dst) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = value;
+}
+
+// out[j] = keys[positions[j]].
+__global__ void gather_keys_kernel(size_t m, const uint32_t* positions, const uint64_t* keys,
+                                   uint64_t* out) {
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m;
+       j += size_t{gridDim.x} * blockDim.x)
+    out[j] = keys[positions[j]];
+}
+
+// Element j of `words` words: out[j] = src[positions[j]] (gather) or dst[positions[j]] = in[j]
+// (scatter), one thread per word.
+__global__ void gather_words_kernel(size_t m, const uint32_t* positions, const uint32_t* src,
+                                    uint32_t words, uint32_t* out) {
+  const size_t total = m * words;
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
+       t += size_t{gridDim.x} * blockDim.x) {
+    const size_t j = t / words, w = t % words;
+    out[t] = src[size_t{positions[j]} * words + w];
+  }
+}
+
+__global__ void scatter_words_kernel(size_t m, const uint32_t* positions, const uint32_t* in,
+                                     uint32_t words, uint32_t* dst) {
+  const size_t total = m * words;
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
+       t += size_t{gridDim.x} * blockDim.x) {
+    const size_t j = t / words, w = t % words;
+    dst[size_t{positions[j]} * words + w] = in[t];
+  }
+}
+
+__global__ void scatter_bytes_kernel(size_t m, const uint32_t* positions, const uint8_t* in,
+                                     uint8_t* dst) {
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m;
+       j += size_t{gridDim.x} * blockDim.x)
+    dst[positions[j]] = in[j];
+}
+
+// values[i] = *rows[i] for rows[i] != nullptr: a warp per row.
+__global__ void copy_rows_out_kernel(size_t n, float* const* rows, uint32_t dim, float* values) {
+  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
+  const uint32_t lane = threadIdx.x % 32;
+  for (size_t i = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; i < n; i += warps) {
+    const float* row = rows[i];
+    if (row == nullptr) continue;
+    float* out = values + i * dim;
+    for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
+  }
+}
+
+// Pinned host memory that grows; freed with cudaFreeHost.
+struct Pinned {
+  void* data = nullptr;
+  size_t bytes = 0;
+  void reserve(size_t want) {
+    if (want <= bytes) return;
+    if (data != nullptr) cudaFreeHost(data);
+    data = nullptr;
+    bytes = 0;
+    const size_t size = std::max(want, size_t{1} << 20);
+    check(cudaHostAlloc(&data, size, cudaHostAllocDefault), "CachedTable: cudaHostAlloc (staging)");
+    bytes = size;
+  }
+  ~Pinned() {
+    if (data != nullptr) cudaFreeHost(data);
+  }
+};
+
+// One stream's pinned staging: uploads take consecutive regions; the arena starts over once the
+// copies issued from it are done (an event after the last one, on the same stream).
+struct StreamStaging {
+  Pinned up, down;
+  size_t used = 0;
+  cudaEvent_t last_copy = nullptr;
+  bool pending = false;
+  ~StreamStaging() {
+    if (last_copy != nullptr) cudaEventDestroy(last_copy);
+  }
+};
+
+class CudaTierDevice final : public TierDevice {
+ public:
+  explicit CudaTierDevice(int device) : device_(device) {
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "CachedTable: stream");
+    for (auto& e : marks_)
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "CachedTable: event");
+    check(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming), "CachedTable: event");
+  }
+  ~CudaTierDevice() override {
+    core::cuda::DeviceGuard guard(device_);
+    cudaStreamSynchronize(side_);
+    for (auto& [stream, staging] : staging_)
+      if (staging.last_copy != nullptr) cudaEventSynchronize(staging.last_copy);
+    for (void* p : buffers_)
+      if (p != nullptr) cudaFree(p);
+    for (auto& e : marks_) cudaEventDestroy(e);
+    cudaEventDestroy(order_);
+    cudaStreamDestroy(side_);
+  }
+
+  void* scratch(Scratch slot, size_t bytes, StreamHandle stream) override {
+    const size_t i = static_cast<size_t>(slot);
+    if (sizes_[i] >= bytes && buffers_[i] != nullptr) return buffers_[i];
+    core::cuda::DeviceGuard guard(device_);
+    core::cuda::sync(as_stream(stream), "CachedTable: scratch growth");
+    const size_t size = std::max({bytes, sizes_[i] * 2, size_t{4096}});
+    if (buffers_[i] != nullptr) check(cudaFree(buffers_[i]), "CachedTable: cudaFree (scratch)");
+    buffers_[i] = nullptr;
+    sizes_[i] = 0;
+    check(cudaMalloc(&buffers_[i], size), "CachedTable: cudaMalloc (scratch)");
+    sizes_[i] = size;
+    return buffers_[i];
+  }
+
+  void upload(void* dst, const void* host, size_t bytes, StreamHandle stream) override {
+    if (bytes == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    StreamStaging& s = staging(stream);
+    const size_t need = (bytes + 255) / 256 * 256;
+    if (s.used + need > s.up.bytes) {
+      if (s.pending) check(cudaEventSynchronize(s.last_copy), "CachedTable: staging");
+      s.pending = false;
+      s.used = 0;
+      s.up.reserve(need);
+    }
+    char* region = static_cast<char*>(s.up.data) + s.used;
+    std::memcpy(region, host, bytes);
+    check(cudaMemcpyAsync(dst, region, bytes, cudaMemcpyHostToDevice, as_stream(stream)),
+          "CachedTable: upload");
+    check(cudaEventRecord(s.last_copy, as_stream(stream)), "CachedTable: staging event");
+    s.pending = true;
+    s.used += need;
+  }
+
+  void download(void* host, const void* src, size_t bytes, StreamHandle stream) override {
+    if (bytes == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    StreamStaging& s = staging(stream);
+    s.down.reserve(bytes);
+    check(cudaMemcpyAsync(s.down.data, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
+          "CachedTable: download");
+    core::cuda::sync(as_stream(stream), "CachedTable: download");
+    std::memcpy(host, s.down.data, bytes);
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, StreamHandle stream) override {
+    if (bytes == 0 || dst == src) return;
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)),
+          "CachedTable: copy");
+  }
+
+  void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle stream) override {
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    fill_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, value, dst);
+    check_launch("CachedTable: fill");
+  }
+
+  size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
+                     std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
+                     StreamHandle stream_handle) override {
+    if (n == 0) return 0;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    DeviceArray<uint32_t> picked(n, stream);
+    DeviceArray<uint32_t> count(1, stream);
+    const thrust::counting_iterator<uint32_t> all(0);
+    size_t temp_bytes = 0;
+    check(cub::DeviceSelect::If(nullptr, temp_bytes, all, picked.data(), count.data(),
+                                static_cast<int>(n), NotFound{found}, stream),
+          "CachedTable: DeviceSelect::If (size)");
+    DeviceArray<uint8_t> temp(temp_bytes, stream);
+    check(cub::DeviceSelect::If(temp.data(), temp_bytes, all, picked.data(), count.data(),
+                                static_cast<int>(n), NotFound{found}, stream),
+          "CachedTable: DeviceSelect::If");
+    uint32_t m = 0;
+    download(&m, count.data(), sizeof(m), stream_handle);
+    if (m == 0) return 0;
+    DeviceArray<uint64_t> missed(m, stream);
+    gather_keys_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, picked.data(), keys, missed.data());
+    check_launch("CachedTable: gather keys");
+    const size_t at = positions.size();
+    positions.resize(at + m);
+    keys_out.resize(keys_out.size() + m);
+    StreamStaging& s = staging(stream_handle);
+    s.down.reserve(size_t{m} * (sizeof(uint32_t) + sizeof(uint64_t)));
+    char* base = static_cast<char*>(s.down.data);
+    check(cudaMemcpyAsync(base, missed.data(), size_t{m} * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                          stream),
+          "CachedTable: download misses");
+    check(cudaMemcpyAsync(base + size_t{m} * sizeof(uint64_t), picked.data(),
+                          size_t{m} * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream),
+          "CachedTable: download miss positions");
+    core::cuda::sync(stream, "CachedTable: list misses");
+    std::memcpy(keys_out.data() + keys_out.size() - m, base, size_t{m} * sizeof(uint64_t));
+    std::memcpy(positions.data() + at, base + size_t{m} * sizeof(uint64_t),
+                size_t{m} * sizeof(uint32_t));
+    return m;
+  }
+
+  void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
+              void* host_out, StreamHandle stream_handle) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    DeviceArray<uint32_t> dpos(m, stream);
+    upload(dpos.data(), positions, m * sizeof(uint32_t), stream_handle);
+    const uint32_t words = static_cast<uint32_t>(elem_bytes / 4);
+    DeviceArray<uint32_t> out(m * words, stream);
+    gather_words_kernel<<<blocks_for(m * words), kBlock, 0, stream>>>(
+        m, dpos.data(), static_cast<const uint32_t*>(src), words, out.data());
+    check_launch("CachedTable: gather");
+    download(host_out, out.data(), m * elem_bytes, stream_handle);
+  }
+
+  void scatter(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
+               void* dst, StreamHandle stream_handle) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    DeviceArray<uint32_t> dpos(m, stream);
+    upload(dpos.data(), positions, m * sizeof(uint32_t), stream_handle);
+    DeviceArray<uint8_t> in(m * elem_bytes, stream);
+    upload(in.data(), host_src, m * elem_bytes, stream_handle);
+    if (elem_bytes == 1) {
+      scatter_bytes_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, dpos.data(), in.data(),
+                                                                 static_cast<uint8_t*>(dst));
+    } else {
+      const uint32_t words = static_cast<uint32_t>(elem_bytes / 4);
+      scatter_words_kernel<<<blocks_for(m * words), kBlock, 0, stream>>>(
+          m, dpos.data(), reinterpret_cast<const uint32_t*>(in.data()), words,
+          static_cast<uint32_t*>(dst));
+    }
+    check_launch("CachedTable: scatter");
+  }
+
+  void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
+                     StreamHandle stream) override {
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    copy_rows_out_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, rows, dim,
+                                                                               values);
+    check_launch("CachedTable: copy rows out");
+  }
+
+  StreamHandle side_stream() override { return side_; }
+
+  void record(Mark mark, StreamHandle stream) override {
+    core::cuda::DeviceGuard guard(device_);
+    const size_t i = static_cast<size_t>(mark);
+    check(cudaEventRecord(marks_[i], as_stream(stream)), "CachedTable: record");
+    recorded_[i] = true;
+  }
+
+  void wait(StreamHandle stream, Mark mark) override {
+    const size_t i = static_cast<size_t>(mark);
+    if (!recorded_[i]) return;
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaStreamWaitEvent(as_stream(stream), marks_[i], 0), "CachedTable: wait");
+  }
+
+  void order_after(StreamHandle waiter, StreamHandle stream) override {
+    if (waiter == stream) return;
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaEventRecord(order_, as_stream(stream)), "CachedTable: order");
+    check(cudaStreamWaitEvent(as_stream(waiter), order_, 0), "CachedTable: order");
+  }
+
+  void synchronize(StreamHandle stream) override {
+    core::cuda::DeviceGuard guard(device_);
+    core::cuda::sync(as_stream(stream), "CachedTable: synchronize");
+  }
+
+ private:
+  StreamStaging& staging(StreamHandle stream) {
+    StreamStaging& s = staging_[stream];
+    if (s.last_copy == nullptr)
+      check(cudaEventCreateWithFlags(&s.last_copy, cudaEventDisableTiming), "CachedTable: event");
+    return s;
+  }
+
+  int device_;
+  cudaStream_t side_ = nullptr;
+  std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
+  std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
+  cudaEvent_t order_ = nullptr;
+  std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
+  std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
+  std::map<StreamHandle, StreamStaging> staging_;
+};
+
+}  // namespace
+
+std::unique_ptr<TierDevice> make_cuda_tier_device(int device) {
+  return std::make_unique<CudaTierDevice>(device);
+}
+
+}  // namespace dynemb::storage::detail

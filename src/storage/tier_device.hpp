@@ -1,0 +1,100 @@
+// The memory side of a caching table: scratch buffers that live as long as the table, copies
+// between host and the fast table's memory, and the few small passes the caching table runs over
+// a batch on that memory (docs/storage.md, "The fast tier on the GPU"). One implementation per
+// backend: host memory and plain loops on the CPU; on CUDA device buffers, pinned staging,
+// asynchronous copies and kernels on the caller's stream, and a stream of its own for prefetch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dynemb/core/options.hpp"
+#include "dynemb/core/stream.hpp"
+
+namespace dynemb::storage::detail {
+
+// The scratch buffers of a caching table, one per use.
+enum class Scratch : uint8_t {
+  kKeys,
+  kRows,
+  kScores,
+  kCallScores,
+  kTouchKeys,
+  kTouchScores,
+  kPinned,
+  kPinnedBelowHeld,
+  kFound,
+  kPointers,
+  kEvictedKeys,
+  kEvictedRows,
+  kEvictedScores,
+  kStill,
+  kHeldKeys,
+  kHeldScores,
+  kCount
+};
+
+// Points in a stream's work that another stream can wait for.
+enum class Mark : uint8_t {
+  kCallEnd,  // the end of the caching table's last call on the caller's stream
+  kCount
+};
+
+class TierDevice {
+ public:
+  virtual ~TierDevice() = default;
+  // At least `bytes` of the fast table's memory for `slot`, kept across calls; its contents are
+  // kept only while it does not grow. Growing waits for the work issued on `stream`.
+  virtual void* scratch(Scratch slot, size_t bytes, StreamHandle stream) = 0;
+  // Copies `bytes` of host memory into the fast table's memory, ordered on `stream`; `host` may
+  // be reused when this returns (CUDA: staged through pinned memory, copied asynchronously).
+  virtual void upload(void* dst, const void* host, size_t bytes, StreamHandle stream) = 0;
+  // Copies `bytes` of the fast table's memory to the host; done when this returns (CUDA:
+  // synchronizes `stream`).
+  virtual void download(void* host, const void* src, size_t bytes, StreamHandle stream) = 0;
+  // Copies within the fast table's memory, ordered on `stream`.
+  virtual void copy(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
+  // dst[i] = value for i < n, ordered on `stream`.
+  virtual void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle stream) = 0;
+  // Appends to `positions` the i < n where found[i] is false, in order, and their keys (8-byte
+  // bit patterns) to `keys`; returns how many. CUDA: one small read (a synchronization of
+  // `stream`) when nothing is missing, two otherwise.
+  virtual size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
+                             std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
+                             StreamHandle stream) = 0;
+  // host_out[j] = the `elem_bytes` bytes at src + positions[j] * elem_bytes (j < m); done when
+  // this returns. elem_bytes is a multiple of 4.
+  virtual void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
+                      void* host_out, StreamHandle stream) = 0;
+  // dst + positions[j] * elem_bytes = the j-th element of `host_src` (j < m), ordered on
+  // `stream`. elem_bytes is 1 or a multiple of 4.
+  virtual void scatter(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
+                       void* dst, StreamHandle stream) = 0;
+  // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
+  virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
+                             StreamHandle stream) = 0;
+  // The stream prefetch works on (nullptr on the CPU).
+  virtual StreamHandle side_stream() = 0;
+  // Records `mark` at the end of the work issued on `stream` so far.
+  virtual void record(Mark mark, StreamHandle stream) = 0;
+  // Makes `stream` wait for the last record(mark) (nothing when none).
+  virtual void wait(StreamHandle stream, Mark mark) = 0;
+  // Makes `waiter` wait for the work issued on `stream` so far.
+  virtual void order_after(StreamHandle waiter, StreamHandle stream) = 0;
+  // Waits on the host for the work issued on `stream`.
+  virtual void synchronize(StreamHandle stream) = 0;
+};
+
+// The CPU implementation (host memory, loops).
+std::unique_ptr<TierDevice> make_cpu_tier_device();
+// The CUDA implementation on `device` (NotAvailable in builds without CUDA).
+std::unique_ptr<TierDevice> make_cuda_tier_device(int device);
+
+// The implementation for `backend`.
+inline std::unique_ptr<TierDevice> make_tier_device(Backend backend, int device) {
+  return backend == Backend::kCpu ? make_cpu_tier_device() : make_cuda_tier_device(device);
+}
+
+}  // namespace dynemb::storage::detail

@@ -1,0 +1,84 @@
+// TierDevice on the CPU backend: the fast table's memory is host memory, so copies are memcpy and
+// every pass a loop; there are no streams to order.
+#include <array>
+#include <cstring>
+
+#include "dynemb/core/error.hpp"
+#include "tier_device.hpp"
+
+namespace dynemb::storage::detail {
+namespace {
+
+class CpuTierDevice final : public TierDevice {
+ public:
+  void* scratch(Scratch slot, size_t bytes, StreamHandle) override {
+    auto& b = buffers_[static_cast<size_t>(slot)];
+    if (b.size() < bytes) b.resize(std::max(bytes, b.size() * 2));
+    return b.data();
+  }
+  void upload(void* dst, const void* host, size_t bytes, StreamHandle) override {
+    if (bytes > 0 && dst != host) std::memmove(dst, host, bytes);
+  }
+  void download(void* host, const void* src, size_t bytes, StreamHandle) override {
+    if (bytes > 0 && host != src) std::memmove(host, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes, StreamHandle) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle) override {
+    for (size_t i = 0; i < n; ++i) dst[i] = value;
+  }
+  size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
+                     std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
+                     StreamHandle) override {
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (found[i]) continue;
+      positions.push_back(static_cast<uint32_t>(i));
+      keys_out.push_back(keys[i]);
+      ++count;
+    }
+    return count;
+  }
+  void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
+              void* host_out, StreamHandle) override {
+    const auto* s = static_cast<const char*>(src);
+    auto* d = static_cast<char*>(host_out);
+    for (size_t j = 0; j < m; ++j)
+      std::memcpy(d + j * elem_bytes, s + size_t{positions[j]} * elem_bytes, elem_bytes);
+  }
+  void scatter(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
+               void* dst, StreamHandle) override {
+    const auto* s = static_cast<const char*>(host_src);
+    auto* d = static_cast<char*>(dst);
+    for (size_t j = 0; j < m; ++j)
+      std::memcpy(d + size_t{positions[j]} * elem_bytes, s + j * elem_bytes, elem_bytes);
+  }
+  void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
+                     StreamHandle) override {
+    for (size_t i = 0; i < n; ++i)
+      if (rows[i] != nullptr) std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
+  }
+  StreamHandle side_stream() override { return nullptr; }
+  void record(Mark, StreamHandle) override {}
+  void wait(StreamHandle, Mark) override {}
+  void order_after(StreamHandle, StreamHandle) override {}
+  void synchronize(StreamHandle) override {}
+
+ private:
+  std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
+};
+
+}  // namespace
+
+std::unique_ptr<TierDevice> make_cpu_tier_device() {
+  return std::make_unique<CpuTierDevice>();
+}
+
+#ifndef DYNEMB_WITH_CUDA
+std::unique_ptr<TierDevice> make_cuda_tier_device(int) {
+  throw NotAvailable("CachedTable: this build has no CUDA backend");
+}
+#endif
+
+}  // namespace dynemb::storage::detail
