@@ -1,0 +1,198 @@
+// The caching table's device path (find_or_insert, its address and given-row forms, prefetch),
+// with every buffer in the backend's memory, against one CPU table holding every row: results,
+// rows and scores; then nothing lost (each key in one tier). On the CPU here; on the GPU the same
+// calls run on the CUDA fast tier (the instance skips without a device).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "core/backend_test.hpp"
+#include "core/test_random.hpp"
+#include "dynemb/core/memory.hpp"
+#include "dynemb/storage/cached_table.hpp"
+#include "dynemb/storage/host_storage.hpp"
+
+namespace dynemb::testing {
+namespace {
+
+using K = int64_t;
+using storage::CachedTable;
+
+// `n` keys of [0, space), distinct when asked (given scores: one score per key).
+std::vector<K> draw_keys(TestRng& rng, size_t n, uint64_t space, bool distinct) {
+  std::vector<K> keys(n);
+  for (auto& k : keys) k = static_cast<K>(rng.uniform(0, space - 1));
+  if (distinct) {
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::shuffle(keys.begin(), keys.end(), rng.engine());
+  }
+  return keys;
+}
+
+template <class T>
+BackendBuffer<T> on(Backend backend, const std::vector<T>& host) {
+  BackendBuffer<T> b(backend, std::max<size_t>(host.size(), 1));
+  b.upload(host.data(), host.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> back(const BackendBuffer<T>& b, size_t n) {
+  std::vector<T> host(n);
+  b.download(host.data(), n);
+  return host;
+}
+
+std::vector<uint8_t> back(const BackendBuffer<bool>& b, size_t n) {
+  std::unique_ptr<bool[]> host(new bool[n]);
+  b.download(host.get(), n);
+  return std::vector<uint8_t>(host.get(), host.get() + n);
+}
+
+class CachedDevice : public BackendTest {};
+
+TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  for (const ScorePolicy policy : {ScorePolicy::kCustomized, ScorePolicy::kStep}) {
+    const uint32_t dim = std::vector<uint32_t>{3, 8, 40}[rng.uniform(0, 2)];
+    SCOPED_TRACE("policy " + to_string(policy) + ", dim " + std::to_string(dim));
+    TableOptions fo;
+    fo.dim = dim;
+    fo.init_capacity = fo.max_capacity = 512;
+    fo.bucket_capacity = 32;
+    fo.max_load_factor = 1.0;
+    fo.score_policy = policy;
+    fo.num_threads = 1;
+    fo.initializer.kind = InitializerKind::kUniform;
+    fo.initializer.seed = 77;
+    auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+    CachedTable<K> cached(backend, fo, lower);
+    TableOptions bo = fo;
+    bo.init_capacity = bo.max_capacity = 1 << 15;
+    bo.bucket_capacity = 128;
+    auto big = make_table<K>(Backend::kCpu, bo);
+    const uint64_t space = 3000;
+    for (int round = 0; round < 80; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      const bool given = policy == ScorePolicy::kCustomized && rng.chance(0.5);
+      const std::vector<K> keys = draw_keys(rng, rng.uniform(1, 200), space, given);
+      const size_t n = keys.size();
+      std::vector<uint64_t> scores(n);
+      for (auto& s : scores) s = rng.uniform(1, 60);
+      const auto dkeys = on(backend, keys);
+      const auto dscores = on(backend, scores);
+      const uint64_t* gs = given ? dscores.data() : nullptr;
+      std::unique_ptr<bool[]> fb(new bool[n]);
+      switch (rng.uniform(0, 3)) {
+        case 0:
+        case 1: {  // find_or_insert / find_or_insert_given: rows out
+          const bool with_rows = rng.chance(0.5);
+          std::vector<float> rows(n * dim);
+          for (auto& v : rows) v = static_cast<float>(rng.uniform(0, 4000)) / 16.0f;
+          auto dvalues = on(backend, rows);
+          BackendBuffer<bool> dfound(backend, n);
+          std::vector<float> want = rows;
+          if (with_rows) {
+            cached.find_or_insert_given(n, dkeys.data(), dvalues.data(), dfound.data(), gs);
+            big->find_or_insert_given(n, keys.data(), want.data(), fb.get(),
+                                      given ? scores.data() : nullptr);
+          } else {
+            cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data(), gs);
+            big->find_or_insert(n, keys.data(), want.data(), fb.get(),
+                                given ? scores.data() : nullptr);
+          }
+          const auto got = back(dvalues, n * dim);
+          const auto found = back(dfound, n);
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+          ASSERT_EQ(got, want) << (with_rows ? "find_or_insert_given" : "find_or_insert");
+          break;
+        }
+        case 2: {  // by address, rows updated in place (a training step)
+          BackendBuffer<float*> dptrs(backend, n);
+          BackendBuffer<bool> dfound(backend, n);
+          std::vector<float*> bp(n);
+          cached.find_or_insert_pointers(n, dkeys.data(), dptrs.data(), dfound.data(), gs);
+          big->find_or_insert_pointers(n, keys.data(), bp.data(), fb.get(),
+                                       given ? scores.data() : nullptr);
+          const auto ptrs = back(dptrs, n);
+          const auto found = back(dfound, n);
+          std::map<float*, size_t> first;  // a repeated key: one row, updated once
+          std::vector<float> row(dim);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+            ASSERT_NE(ptrs[i], nullptr) << "key " << keys[i] << ": its bucket had room";
+            copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+            for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "key " << keys[i];
+            if (!first.emplace(ptrs[i], i).second) continue;
+            for (uint32_t c = 0; c < dim; ++c) row[c] += 0.5f * static_cast<float>(c + 1);
+            copy_to_backend(backend, ptrs[i], row.data(), dim * sizeof(float));
+            std::copy(row.begin(), row.end(), bp[i]);
+          }
+          // The next batch brought up while these rows are held.
+          const std::vector<K> next = draw_keys(rng, rng.uniform(1, 300), space, false);
+          const auto dnext = on(backend, next);
+          cached.prefetch(next.size(), dnext.data());
+          break;
+        }
+        default: {  // read only
+          BackendBuffer<float> dvalues(backend, n * dim);
+          BackendBuffer<bool> dfound(backend, n);
+          BackendBuffer<uint64_t> ds(backend, n);
+          std::vector<float> want(n * dim, 0.0f);
+          std::vector<uint64_t> want_scores(n, 0);
+          backend_zero(backend, dvalues.data(), n * dim * sizeof(float));
+          backend_zero(backend, ds.data(), n * sizeof(uint64_t));
+          cached.find(n, dkeys.data(), dvalues.data(), dfound.data(), ds.data());
+          big->find(n, keys.data(), want.data(), fb.get(), want_scores.data());
+          const auto found = back(dfound, n);
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+          ASSERT_EQ(back(dvalues, n * dim), want);
+          ASSERT_EQ(back(ds, n), want_scores);
+        }
+      }
+      if (policy == ScorePolicy::kStep && rng.chance(0.3)) {
+        cached.advance_step();
+        big->advance_step();
+      }
+    }
+    // Every row and score, each key in exactly one tier.
+    std::map<K, std::pair<std::vector<float>, uint64_t>> want;
+    big->for_each([&](K key, std::span<const float> row, uint64_t score) {
+      want[key] = {std::vector<float>(row.begin(), row.end()), score};
+    });
+    std::map<K, int> tiers;
+    size_t seen = 0;
+    cached.for_each([&](K key, std::span<const float> row, uint64_t score) {
+      ++seen;
+      const auto it = want.find(key);
+      ASSERT_NE(it, want.end()) << "key " << key;
+      ASSERT_EQ(std::vector<float>(row.begin(), row.end()), it->second.first) << "key " << key;
+      EXPECT_EQ(score, it->second.second) << "key " << key;
+    });
+    EXPECT_EQ(seen, want.size());
+    cached.fast_table().for_each([&](K key, std::span<const float>, uint64_t) { tiers[key] += 1; });
+    storage::ScanCursor cursor;
+    std::vector<uint64_t> bk(256), bs(256);
+    std::vector<float> bv(256 * dim);
+    while (!cursor.done()) {
+      const size_t got = lower->scan(cursor, 256, bk.data(), bv.data(), bs.data());
+      for (size_t i = 0; i < got; ++i) tiers[static_cast<K>(bk[i])] += 1;
+    }
+    for (const auto& [key, count] : tiers) ASSERT_EQ(count, 1) << "key " << key;
+    EXPECT_EQ(tiers.size(), want.size());
+    const storage::CachingStats s = cached.caching_stats();
+    EXPECT_GT(s.evictions_written, 0u) << "the fast tier never evicted: the test shows nothing";
+    EXPECT_GT(s.lower_hits, 0u);
+    EXPECT_GT(s.prefetched, 0u);
+    EXPECT_EQ(s.batch_evicted, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CachedDevice, all_backends(), backend_name);
+
+}  // namespace
+}  // namespace dynemb::testing
