@@ -499,6 +499,26 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
       }
       evicted = kept;
     }
+    // A key of this call can leave twice (its old row pushed out by an earlier key of the
+    // call, then its new row pushed out or refused): it goes down once, with the call's row.
+    {
+      std::unordered_map<K, size_t> at;
+      for (size_t i = 0; i < m; ++i) at[keys[i]] = i;
+      std::unordered_set<K> sent;
+      size_t kept = 0;
+      for (size_t e = 0; e < evicted; ++e) {
+        if (!sent.insert(ev_keys[e]).second) continue;
+        ev_keys[kept] = ev_keys[e];
+        ev_scores[kept] = ev_scores[e];
+        const auto it = at.find(ev_keys[e]);
+        const float* src =
+            it != at.end() ? rows.data() + it->second * dim_ : ev_rows.data() + e * dim_;
+        float* dst = ev_rows.data() + kept * dim_;
+        if (src != dst) std::copy(src, src + dim_, dst);  // kept <= e: never overlapping ahead
+        ++kept;
+      }
+      evicted = kept;
+    }
     // A key of this call refused (a bucket full of the call's own keys) carries the pinned
     // score: it goes down with its real one.
     std::unordered_map<K, uint64_t> real;

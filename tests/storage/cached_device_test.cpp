@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "core/backend_test.hpp"
@@ -51,6 +52,37 @@ std::vector<uint8_t> back(const BackendBuffer<bool>& b, size_t n) {
   b.download(host.get(), n);
   return std::vector<uint8_t>(host.get(), host.get() + n);
 }
+
+// A host store that counts writes carrying one key twice in their puts (whose row wins would be
+// the store's choice).
+class OnceEachStorage final : public storage::Storage {
+ public:
+  explicit OnceEachStorage(uint32_t dim) : inner_(storage::HostStorageOptions{dim}) {}
+  uint32_t row_dim() const override { return inner_.row_dim(); }
+  std::string describe() const override { return "once-each:" + inner_.describe(); }
+  void find(size_t n, const uint64_t* keys, float* values, uint64_t* scores,
+            bool* founds) override {
+    inner_.find(n, keys, values, scores, founds);
+  }
+  void write(size_t n_put, const uint64_t* put_keys, const float* put_values,
+             const uint64_t* put_scores, size_t n_erase, const uint64_t* erase_keys) override {
+    std::set<uint64_t> seen(put_keys, put_keys + n_put);
+    repeated += n_put - seen.size();
+    inner_.write(n_put, put_keys, put_values, put_scores, n_erase, erase_keys);
+  }
+  size_t scan(storage::ScanCursor& cursor, size_t max_rows, uint64_t* keys, float* values,
+              uint64_t* scores) override {
+    return inner_.scan(cursor, max_rows, keys, values, scores);
+  }
+  size_t size() override { return inner_.size(); }
+  void flush() override {}
+  void clear() override { inner_.clear(); }
+  storage::StorageStats stats() const override { return inner_.stats(); }
+  size_t repeated = 0;
+
+ private:
+  storage::HostStorage inner_;
+};
 
 class CachedDevice : public BackendTest {};
 
@@ -190,6 +222,58 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     EXPECT_GT(s.prefetched, 0u);
     EXPECT_EQ(s.batch_evicted, 0u);
   }
+}
+
+// Batches many times larger than the fast tier rewrite rows it holds: a key whose old row is
+// pushed out by an earlier key of the batch and whose new row is then pushed out (or refused) too
+// leaves twice; only the new row may reach the lower tier.
+TEST_P(CachedDevice, BatchesLargerThanTheFastTierKeepTheirNewRows) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 4;
+  TableOptions fo;
+  fo.dim = dim;
+  fo.init_capacity = fo.max_capacity = 64;
+  fo.bucket_capacity = 16;
+  fo.max_load_factor = 1.0;
+  fo.score_policy = ScorePolicy::kStep;
+  auto lower = std::make_shared<OnceEachStorage>(dim);
+  CachedTable<K> cached(backend, fo, lower);
+  const size_t space = 4000;
+  std::vector<K> all(space);
+  for (size_t i = 0; i < space; ++i) all[i] = static_cast<K>(i * 7919 + 3);
+  const auto row_of = [&](K key, int version, uint32_t c) {
+    return static_cast<float>(key % 1000) + 0.25f * static_cast<float>(c) + 1000.0f * version;
+  };
+  for (int version = 1; version <= 3; ++version) {
+    std::shuffle(all.begin(), all.end(), rng.engine());
+    const size_t batch = version == 1 ? 500 : 1500;
+    for (size_t first = 0; first < space; first += batch) {
+      const size_t n = std::min(batch, space - first);
+      const std::vector<K> keys(all.begin() + first, all.begin() + first + n);
+      std::vector<float> rows(n * dim);
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t c = 0; c < dim; ++c) rows[i * dim + c] = row_of(keys[i], version, c);
+      const auto dkeys = on(backend, keys);
+      const auto drows = on(backend, rows);
+      if (version == 1) {  // new keys: the device path
+        BackendBuffer<bool> dfound(backend, n);
+        BackendBuffer<float> dvalues = on(backend, rows);
+        cached.find_or_insert_given(n, dkeys.data(), dvalues.data(), dfound.data());
+      } else {
+        cached.insert_or_assign(n, dkeys.data(), drows.data());
+      }
+      cached.advance_step();
+    }
+  }
+  size_t seen = 0;
+  cached.for_each([&](K key, std::span<const float> row, uint64_t) {
+    ++seen;
+    for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], row_of(key, 3, c)) << "key " << key;
+  });
+  EXPECT_EQ(seen, space);
+  EXPECT_EQ(cached.size(), space);
+  EXPECT_EQ(lower->repeated, 0u) << "a write down carried a key twice";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CachedDevice, all_backends(), backend_name);
