@@ -337,7 +337,10 @@ json run_step(const Args& a, StreamHandle stream) {
       emb.backward(dgrad.data(), a.dim, stream);
       // The next batch's keys are ready (uploaded before the loop): the prefetch waits for
       // nothing on `stream` and overlaps the step issued there.
-      if (prefetch && cached != nullptr) cached->prefetch(n, batches[s + 1].keys.data(), nullptr);
+      // New keys get their rows there too (create), so the next step finds every key up.
+      if (prefetch && cached != nullptr) {
+        cached->prefetch(n, batches[s + 1].keys.data(), nullptr, true);
+      }
       emb.end_step();
       sync_stream(a.backend);
       const double t = std::chrono::duration<double>(Clock::now() - start).count();

@@ -581,7 +581,7 @@ void CachedTable<K>::find(size_t n, const K* keys, float* values, bool* founds, 
   require(keys && values && founds, "CachedTable::find", "keys / values / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::find");
   const Resolved r = resolve(unique, true);
@@ -611,7 +611,7 @@ size_t CachedTable<K>::find_with_misses(size_t n, const K* keys, float* values, 
           "missed_keys / missed_indices", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   BackendBuffer<bool> fb(backend_, n, options_.device);
   find(n, keys, values, fb.data(), scores, stream);
   std::unique_ptr<bool[]> hf(new bool[n]);
@@ -635,7 +635,7 @@ void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandl
   require(keys && founds, "CachedTable::contains", "keys / founds", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::contains");
   const Resolved r = resolve(unique, false);
@@ -646,16 +646,16 @@ void CachedTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandl
 }
 
 template <TableKey K>
-void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle stream) {
+void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle stream, bool create) {
   if (n == 0) return;
   require(keys != nullptr, "CachedTable::prefetch", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
   if (options_.score_policy != ScorePolicy::kLfu) {
-    prefetch_device(n, keys, stream);
+    prefetch_device(n, keys, stream, create);
     return;
   }
-  release_held(stream);
+  settle(stream);
   stats_.prefetched += move_up(n, keys, stream);
 }
 
@@ -691,7 +691,7 @@ void CachedTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* 
   require(keys && rows, "CachedTable::find_pointers", "keys / rows", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(stream);
+  settle(stream);
   move_up(n, keys,
           stream);  // rows found below move up with their scores: the contents are unchanged
   fast_->find_pointers(n, keys, rows, founds, scores, stream);
@@ -815,7 +815,7 @@ template <TableKey K>
 void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* values,
                                      const uint64_t* scores, bool insert_missing, bool accumulate) {
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   const TableOptions& o = options_;
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), o.safe_check, "CachedTable::write");
@@ -912,7 +912,7 @@ void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scor
   require(keys && scores, "CachedTable::assign_scores", "keys / scores", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::assign_scores");
   std::vector<uint64_t> given(n);
@@ -952,7 +952,7 @@ void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
   require(keys != nullptr, "CachedTable::erase", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
-  release_held(stream);
+  settle(stream);
   const std::vector<K> hk = download_keys(n, keys);
   const auto usable = usable_keys(hk, options_.safe_check, "CachedTable::erase");
   drain_pending();
@@ -968,7 +968,7 @@ void CachedTable<K>::erase(size_t n, const K* keys, StreamHandle stream) {
 template <TableKey K>
 size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
   std::lock_guard lock(mutex_);
-  release_held(stream);
+  settle(stream);
   drain_pending();
   // The fast tier decides for its keys (a copy below is stale); the lower tier for the rest.
   std::vector<K> fast_match;
@@ -1011,7 +1011,7 @@ size_t CachedTable<K>::erase_if(ScorePredicate predicate, StreamHandle stream) {
 template <TableKey K>
 void CachedTable<K>::clear(StreamHandle stream) {
   std::lock_guard lock(mutex_);
-  release_held(stream);
+  settle(stream);
   if (prefetch_) prefetch_->cleared = true;
   lower_call(stats_, [&] { lower_->clear(); });
   pending_.clear();
@@ -1069,7 +1069,7 @@ size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, floa
   require(keys && values && scores, "CachedTable::export_batch", "keys / values / scores",
           "nullptr", "must be non-null when n_slots = " + std::to_string(n_slots));
   std::lock_guard lock(mutex_);
-  release_held(stream);
+  settle(stream);
   drain_pending();
   const size_t fc = fast_->capacity();
   size_t written = 0;
@@ -1133,7 +1133,7 @@ size_t CachedTable<K>::export_batch(size_t offset, size_t n_slots, K* keys, floa
 template <TableKey K>
 void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   drain_pending();
   std::unordered_set<uint64_t> in_fast;
   fast_->for_each([&](K key, std::span<const float> row, uint64_t score) {
@@ -1160,7 +1160,7 @@ void CachedTable<K>::for_each(const typename Table<K>::RowVisitor& visit) {
 template <TableKey K>
 void CachedTable<K>::flush() {
   std::lock_guard lock(mutex_);
-  release_held(nullptr);
+  settle(nullptr);
   install_prefetched(true);
   drain_pending();
   const size_t fc = fast_->capacity();

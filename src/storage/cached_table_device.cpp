@@ -2,6 +2,7 @@
 // tier on the GPU"): find_or_insert and prefetch look the batch up in the fast table where it
 // lives, list only the misses on the host, read them below and move them up in one batch; rows
 // of keys found in the fast tier never leave it.
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
@@ -97,7 +98,8 @@ void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, Strea
 }
 
 template <TableKey K>
-void CachedTable<K>::release_held(StreamHandle stream) {
+void CachedTable<K>::settle(StreamHandle stream) {
+  created_.clear();
   if (held_ == 0) return;
   using detail::Scratch;
   const size_t n = held_;
@@ -119,9 +121,19 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   detail::TierDevice& d = *device_;
   const TableOptions& o = options_;
   install_prefetched(false);
-  release_held(stream);
+  const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
+  settle(stream);
   drain_pending();
   const uint64_t now = clock_now();
+  // The keys the last prefetch gave new rows: not found before this call.
+  const auto report_created = [&] {
+    if (founds == nullptr || created.empty()) return;
+    auto* sorted = static_cast<uint64_t*>(
+        d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
+    d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
+    d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created.size(), founds,
+                     stream);
+  };
   // The call's scores in the fast table's memory (the policy's: CUSTOMIZED takes the caller's).
   const bool given_scores = scores != nullptr && o.score_policy == ScorePolicy::kCustomized;
   const uint64_t* call_scores = scores;
@@ -145,6 +157,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   if (m.positions.empty()) {  // every key in the fast tier: no host work
     if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
     if (founds != nullptr) d.copy(founds, found, n, stream);
+    report_created();
     if (rows != nullptr) {
       fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
       hold(n, keys, call_scores, stream);
@@ -245,12 +258,13 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   if (founds != nullptr) {
     d.copy(founds, found, n, stream);
     d.scatter(at.size(), at.data(), out_found.get(), 1, founds, stream);
+    report_created();
   }
   d.record(detail::Mark::kCallEnd, stream);
 }
 
 template <TableKey K>
-void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream) {
+void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create) {
   using detail::Scratch;
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
@@ -271,18 +285,32 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   std::vector<float> urows;
   std::vector<uint64_t> uscores;
   read_below(m.unique, below, urows, uscores);
-  std::vector<K> up;
-  std::vector<float> up_rows;
-  std::vector<uint64_t> up_scores;
+  // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
+  // new rows (scored now; the next call gives every key its score).
+  std::vector<K> in, up;
+  std::vector<float> in_rows;
+  std::vector<uint64_t> in_scores;
+  std::vector<uint64_t> created;
+  const uint64_t now = clock_now();
   for (size_t k = 0; k < u; ++k) {
-    if (!below[k]) continue;
-    up.push_back(static_cast<K>(m.unique[k]));
-    up_rows.insert(up_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
-    up_scores.push_back(uscores[k]);
+    if (!below[k] && !create) continue;
+    in.push_back(static_cast<K>(m.unique[k]));
+    if (below[k]) {
+      up.push_back(in.back());
+    } else {
+      fill_initial_row(options_.initializer, m.unique[k], &urows[k * dim_], dim_);
+      uscores[k] = now;
+      created.push_back(m.unique[k]);
+    }
+    in_rows.insert(in_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+    in_scores.push_back(uscores[k]);
   }
   stats_.lookups += u;
   stats_.lower_hits += up.size();
-  if (!up.empty()) {
+  stats_.new_rows += created.size();
+  created_.insert(created_.end(), created.begin(), created.end());  // since the last call
+  std::sort(created_.begin(), created_.end());
+  if (!in.empty()) {
     // The batch's keys already in the fast tier stay (pinned) while its rows come up; then
     // every key has its score back (held keys keep "pinned", their score now).
     fast_->assign_scores(n, keys, pinned_scores(n, s, true), s);
@@ -294,18 +322,18 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
       const std::vector<uint32_t> at = last_positions(d, n, keys, hits, s);
       d.gather(hits.size(), at.data(), current, sizeof(uint64_t), out.data(), s);
     };
-    commit(up, up_rows, up_scores, {}, {}, up, nullptr, s, true, &hit_scores);
+    commit(in, in_rows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores);
     std::vector<uint32_t> at;
     std::vector<uint64_t> at_scores;
     for (size_t j = 0; j < m.positions.size(); ++j) {
       const int64_t k = m.index[j];
-      if (k < 0 || !below[k]) continue;
+      if (k < 0 || (!below[k] && !create)) continue;
       at.push_back(m.positions[j]);
       at_scores.push_back(uscores[k]);
     }
     d.scatter(at.size(), at.data(), at_scores.data(), sizeof(uint64_t), current, s);
     fast_->assign_scores(n, keys, current, s);
-    stats_.prefetched += up.size();
+    stats_.prefetched += in.size();
   }
   d.synchronize(s);  // the next call finds the rows up (and its scratch free)
 }
@@ -313,17 +341,17 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
-template void CachedTable<int64_t>::release_held(StreamHandle);
+template void CachedTable<int64_t>::settle(StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
-template void CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle);
+template void CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool);
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
-template void CachedTable<uint64_t>::release_held(StreamHandle);
+template void CachedTable<uint64_t>::settle(StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);
-template void CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle);
+template void CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool);
 
 }  // namespace dynemb::storage

@@ -33,6 +33,7 @@ enum class Scratch : uint8_t {
   kStill,
   kHeldKeys,
   kHeldScores,
+  kCreated,
   kCount
 };
 
@@ -72,6 +73,9 @@ class TierDevice {
   // `stream`. elem_bytes is 1 or a multiple of 4.
   virtual void scatter(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
                        void* dst, StreamHandle stream) = 0;
+  // flags[i] = false where keys[i] is one of sorted[0, m) (ascending); ordered on `stream`.
+  virtual void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m,
+                              bool* flags, StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;

@@ -1,5 +1,6 @@
 // TierDevice on the CPU backend: the fast table's memory is host memory, so copies are memcpy and
 // every pass a loop; there are no streams to order.
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -53,6 +54,11 @@ class CpuTierDevice final : public TierDevice {
     auto* d = static_cast<char*>(dst);
     for (size_t j = 0; j < m; ++j)
       std::memcpy(d + size_t{positions[j]} * elem_bytes, s + j * elem_bytes, elem_bytes);
+  }
+  void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m, bool* flags,
+                      StreamHandle) override {
+    for (size_t i = 0; i < n; ++i)
+      if (std::binary_search(sorted, sorted + m, keys[i])) flags[i] = false;
   }
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                      StreamHandle) override {

@@ -72,7 +72,11 @@ class CachedTable final : public Table<K> {
   // the keys are ready; nullptr: they are ready now) and after the table's last call, not after
   // later work on that call's stream: issued after a training step, it overlaps the step. The
   // rows handed out by the last address call stay where they are (docs/storage.md).
-  void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr);
+  // `create`: keys stored nowhere get their new row now (the initializer's, as the next
+  // find_or_insert would give them), so that call finds every key in the fast tier; that next
+  // find_or_insert* call still reports them as not found before it (every occurrence), and the
+  // call after it no longer does.
+  void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr, bool create = false);
   // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
   // up at the first call that finds the read done (or that must wait: flush, clear, another
   // prefetch). Rows written or erased below meanwhile are not moved up (they are read again when
@@ -160,15 +164,16 @@ class CachedTable final : public Table<K> {
                              const uint64_t* scores, float** rows, Miss miss, bool copy_out,
                              StreamHandle stream);
   // prefetch on the fast table's memory, on the device's own stream.
-  void prefetch_device(size_t n, const K* keys, StreamHandle stream);
+  void prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create);
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
   // Keeps the keys of an address call pinned (so a prefetch before the next call cannot evict
   // the rows the caller works on) and remembers their real scores.
   void hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream);
-  // Gives the held keys their real scores back (at the start of every call but prefetch).
-  void release_held(StreamHandle stream);
+  // At the start of every call but prefetch: gives the held keys their real scores back and
+  // forgets which rows the last prefetch created.
+  void settle(StreamHandle stream);
   // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
   // lower tier: below[j], rows[j * dim], scores[j].
   void read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
@@ -211,6 +216,7 @@ class CachedTable final : public Table<K> {
   std::unique_ptr<detail::TierDevice> device_;  // scratch, copies and passes on the fast memory
   size_t pinned_filled_[2] = {0, 0};            // entries of the pinned-score scratches filled
   size_t held_ = 0;                             // keys held pinned since the last address call
+  std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
   uint64_t export_next_ = ~0ull;

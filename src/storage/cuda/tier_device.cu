@@ -81,6 +81,25 @@ __global__ void scatter_bytes_kernel(size_t m, const uint32_t* positions, const 
     dst[positions[j]] = in[j];
 }
 
+// flags[i] = false where keys[i] is in sorted[0, m).
+__global__ void clear_flags_of_kernel(size_t n, const uint64_t* keys, const uint64_t* sorted,
+                                      size_t m, bool* flags) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint64_t key = keys[i];
+    size_t lo = 0, hi = m;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (sorted[mid] < key) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo < m && sorted[lo] == key) flags[i] = false;
+  }
+}
+
 // values[i] = *rows[i] for rows[i] != nullptr: a warp per row.
 __global__ void copy_rows_out_kernel(size_t n, float* const* rows, uint32_t dim, float* values) {
   const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
@@ -279,6 +298,15 @@ class CudaTierDevice final : public TierDevice {
           static_cast<uint32_t*>(dst));
     }
     check_launch("CachedTable: scatter");
+  }
+
+  void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m, bool* flags,
+                      StreamHandle stream) override {
+    if (n == 0 || m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    clear_flags_of_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, sorted, m,
+                                                                           flags);
+    check_launch("CachedTable: clear flags");
   }
 
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
