@@ -461,6 +461,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   std::vector<float> ev_rows(m * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
+  std::unordered_map<K, size_t> index;  // the call's keys (filled when rows went in)
+  std::vector<uint8_t> left_flag;       // per index: the key left the fast tier
   if (m > 0) {
     const uint64_t* dpinned = pinned_scores(m, stream, below_held);
     auto* dkeys = static_cast<K*>(d.scratch(Scratch::kKeys, m * sizeof(K), stream));
@@ -499,43 +501,42 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
       }
       evicted = kept;
     }
-    // A key of this call can leave twice (its old row pushed out by an earlier key of the
-    // call, then its new row pushed out or refused): it goes down once, with the call's row.
-    {
-      std::unordered_map<K, size_t> at;
-      for (size_t i = 0; i < m; ++i) at[keys[i]] = i;
-      std::unordered_set<K> sent;
-      size_t kept = 0;
-      for (size_t e = 0; e < evicted; ++e) {
-        if (!sent.insert(ev_keys[e]).second) continue;
-        ev_keys[kept] = ev_keys[e];
-        ev_scores[kept] = ev_scores[e];
-        const auto it = at.find(ev_keys[e]);
-        const float* src =
-            it != at.end() ? rows.data() + it->second * dim_ : ev_rows.data() + e * dim_;
-        float* dst = ev_rows.data() + kept * dim_;
-        if (src != dst) std::copy(src, src + dim_, dst);  // kept <= e: never overlapping ahead
-        ++kept;
-      }
-      evicted = kept;
-    }
-    // A key of this call refused (a bucket full of the call's own keys) carries the pinned
-    // score: it goes down with its real one.
-    std::unordered_map<K, uint64_t> real;
-    for (size_t i = 0; i < m; ++i) real[keys[i]] = scores[i];
-    for (size_t i = 0; i < t; ++i) real[touch_keys[i]] = touch_scores[i];
-    // Keys the caller pinned outside this commit (a call's hits) carry a pinned score too.
+    // One index of the call's keys (keys[i]: i, touch_keys[i]: m + i) sorts out what left:
+    // a key of this call can leave twice (its old row pushed out by an earlier key of the call,
+    // then its new row pushed out or refused): it goes down once, with the call's row; a key of
+    // the call refused (a bucket full of the call's own keys) carries the pinned score: it goes
+    // down with its real one; keys the caller pinned outside this commit (a call's hits) too.
+    index.reserve(2 * (m + t));
+    for (size_t i = 0; i < m; ++i) index.emplace(keys[i], i);
+    for (size_t i = 0; i < t; ++i) index.emplace(touch_keys[i], m + i);
+    left_flag.assign(m + t, 0);
     std::vector<K> other;
     std::vector<size_t> other_at;
+    size_t kept = 0;
     for (size_t e = 0; e < evicted; ++e) {
-      const auto it = real.find(ev_keys[e]);
-      if (it != real.end()) {
-        ev_scores[e] = it->second;
-      } else if (pinned_hits != nullptr && ev_scores[e] >= kPinnedBelowHeld) {
+      const auto it = index.find(ev_keys[e]);
+      const float* src = ev_rows.data() + e * dim_;
+      uint64_t score = ev_scores[e];
+      if (it != index.end()) {
+        if (left_flag[it->second]) continue;  // its second leaving: sent once
+        left_flag[it->second] = 1;
+        if (it->second < m) {
+          src = rows.data() + it->second * dim_;
+          score = scores[it->second];
+        } else {
+          score = touch_scores[it->second - m];
+        }
+      } else if (pinned_hits != nullptr && score >= kPinnedBelowHeld) {
         other.push_back(ev_keys[e]);
-        other_at.push_back(e);
+        other_at.push_back(kept);
       }
+      ev_keys[kept] = ev_keys[e];
+      ev_scores[kept] = score;
+      float* dst = ev_rows.data() + kept * dim_;
+      if (src != dst) std::copy(src, src + dim_, dst);  // kept <= e: never overlapping ahead
+      ++kept;
     }
+    evicted = kept;
     if (!other.empty()) {
       std::vector<uint64_t> other_scores(other.size());
       (*pinned_hits)(other, other_scores);
@@ -548,18 +549,20 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     d.upload(dts, touch_scores.data(), t * sizeof(uint64_t), stream);
     fast_->assign_scores(t, dtouch, dts, stream);
   }
-  std::unordered_set<K> left(ev_keys.begin(), ev_keys.begin() + evicted);
   std::vector<uint64_t> put_keys(evicted), erase_keys;
   for (size_t e = 0; e < evicted; ++e) {
     put_keys[e] = bits(ev_keys[e]);
-    shadowed_.erase(put_keys[e]);
+    if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
   }
+  // Rows moved up leave the lower tier, unless they went straight back down.
+  const auto left = [&](K key) {
+    const auto it = index.find(key);
+    return it != index.end() && left_flag[it->second];
+  };
   for (const K key : moved_up)
-    if (!left.count(key)) erase_keys.push_back(bits(key));
+    if (!left(key)) erase_keys.push_back(bits(key));
   if (evicted > 0) {
-    size_t own = 0;
-    for (const K key : keys) own += left.count(key);
-    for (const K key : touch_keys) own += left.count(key);
+    const size_t own = static_cast<size_t>(std::count(left_flag.begin(), left_flag.end(), 1));
     (below_held ? stats_.prefetch_refused : stats_.batch_evicted) += own;
   }
   stats_.rows_up += moved_up.size();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/initializer.hpp"
@@ -228,17 +229,23 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     const std::vector<uint32_t> at = last_positions(d, n, keys, hits, stream);
     d.gather(hits.size(), at.data(), scores, sizeof(uint64_t), out.data(), stream);
   };
-  commit(ukeys, urows, uscores, {}, {}, up, nullptr, stream, false, &hit_scores);
+  std::vector<K> left;  // keys of this call that went down (their bucket was full of the call's)
+  commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores);
   if (rows != nullptr) {
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
   } else {
     fast_->assign_scores(n, keys, call_scores, stream);
+    if (copy_out) {  // the rows now in the fast tier go out from there
+      fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
+      d.copy_rows_out(n, ptrs, dim_, values, stream);
+    }
   }
+  const std::unordered_set<uint64_t> went_down(left.begin(), left.end());
   // 3. Outputs at the missed positions: the row (copy out) and whether the key existed before
   // that position (below, or an earlier position of this call).
-  std::vector<uint32_t> at;
+  std::vector<uint32_t> at, out_at;
   std::vector<float> out_rows;
   std::unique_ptr<bool[]> out_found(new bool[m.positions.size()]);
   std::vector<uint8_t> seen(u, 0);
@@ -249,11 +256,13 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     at.push_back(m.positions[j]);
     out_found[k_out++] = below[k] || seen[k];
     seen[k] = 1;
-    if (copy_out)
+    if (copy_out && went_down.count(m.unique[k])) {  // not in the fast tier: from the host
+      out_at.push_back(m.positions[j]);
       out_rows.insert(out_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+    }
   }
-  if (copy_out) {
-    d.scatter(at.size(), at.data(), out_rows.data(), dim_ * sizeof(float), values, stream);
+  if (!out_at.empty()) {
+    d.scatter(out_at.size(), out_at.data(), out_rows.data(), dim_ * sizeof(float), values, stream);
   }
   if (founds != nullptr) {
     d.copy(founds, found, n, stream);
