@@ -242,7 +242,7 @@ json run_find_or_insert(const Args& a, StreamHandle stream) {
       fast.max_load_factor = 1.0;
       fast.score_policy = ScorePolicy::kStep;
       auto lower = std::make_shared<storage::HostStorage>(
-          storage::HostStorageOptions{a.dim, round_up(a.rows * 2, 128), uint64_t{1} << 34, 0});
+          storage::HostStorageOptions{a.dim, round_up(a.rows, 128), uint64_t{1} << 34, 0});
       storage::CachedTable<K> cached(a.backend, fast, lower);
       const Timed t = time_find_or_insert(cached, a.backend, batches, a.batch, a.warmup, values,
                                           founds, stream);
@@ -365,7 +365,10 @@ json run_step(const Args& a, StreamHandle stream) {
         fast.init_capacity = fast.max_capacity = fast_rows;
         fast.max_load_factor = 1.0;
         auto lower = std::make_shared<storage::HostStorage>(
-            storage::HostStorageOptions{t.dim, round_up(a.rows * 2, 128), uint64_t{1} << 34, 0});
+            // Sized for the keys the run can touch; it grows (doubling) if more come.
+            storage::HostStorageOptions{
+                t.dim, round_up(std::min<uint64_t>(a.rows, n * (a.warmup + a.steps + 1)), 128),
+                uint64_t{1} << 34, 0});
         auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower);
         cached = table.get();
         return table;
