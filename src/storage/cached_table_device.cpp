@@ -3,6 +3,7 @@
 // lives, list only the misses on the host, read them below and move them up in one batch; rows
 // of keys found in the fast tier never leave it.
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -52,6 +53,8 @@ void group_misses(Misses& m, SafeCheck mode, const char* where) {
   }
 }
 
+constexpr uint32_t kNotInBatch = ~0u;
+
 // The last batch position of each of `want` (keys of the batch): reads the batch's keys back
 // (only when a call's own misses pushed some of its hits out: rare).
 template <TableKey K>
@@ -63,8 +66,28 @@ std::vector<uint32_t> last_positions(detail::TierDevice& d, size_t n, const K* k
   last.reserve(n * 2);
   for (size_t i = 0; i < n; ++i) last[all[i]] = static_cast<uint32_t>(i);
   std::vector<uint32_t> at(want.size());
-  for (size_t w = 0; w < want.size(); ++w) at[w] = last.at(want[w]);
+  for (size_t w = 0; w < want.size(); ++w) {
+    const auto it = last.find(want[w]);
+    at[w] = it != last.end() ? it->second : kNotInBatch;
+  }
   return at;
+}
+
+// out[w] = src[at[w]] (8-byte scores in the fast table's memory); `fallback` where the key was
+// not in the batch (a key left pinned by a call that failed).
+void gather_scores(detail::TierDevice& d, const std::vector<uint32_t>& at, const uint64_t* src,
+                   uint64_t fallback, std::vector<uint64_t>& out, StreamHandle stream) {
+  std::vector<uint32_t> known_at;
+  std::vector<size_t> known;
+  for (size_t w = 0; w < at.size(); ++w) {
+    out[w] = fallback;
+    if (at[w] == kNotInBatch) continue;
+    known_at.push_back(at[w]);
+    known.push_back(w);
+  }
+  std::vector<uint64_t> got(known.size());
+  d.gather(known.size(), known_at.data(), src, sizeof(uint64_t), got.data(), stream);
+  for (size_t k = 0; k < known.size(); ++k) out[known[k]] = got[k];
 }
 
 }  // namespace
@@ -226,11 +249,15 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
       std::fill(out.begin(), out.end(), now);
       return;
     }
-    const std::vector<uint32_t> at = last_positions(d, n, keys, hits, stream);
-    d.gather(hits.size(), at.data(), scores, sizeof(uint64_t), out.data(), stream);
+    gather_scores(d, last_positions(d, n, keys, hits, stream), scores, now, out, stream);
   };
   std::vector<K> left;  // keys of this call that went down (their bucket was full of the call's)
-  commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores);
+  try {
+    commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores);
+  } catch (...) {  // the lower tier failed (the rows wait pending): no key stays pinned
+    fast_->assign_scores(n, keys, call_scores, stream);
+    throw;
+  }
   if (rows != nullptr) {
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
@@ -328,10 +355,15 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
       fast_->assign_scores(held_, hk, pinned_scores(held_, s), s);
     }
     const RealScores hit_scores = [&](const std::vector<K>& hits, std::vector<uint64_t>& out) {
-      const std::vector<uint32_t> at = last_positions(d, n, keys, hits, s);
-      d.gather(hits.size(), at.data(), current, sizeof(uint64_t), out.data(), s);
+      gather_scores(d, last_positions(d, n, keys, hits, s), current, now, out, s);
     };
-    commit(in, in_rows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores);
+    std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
+    try {
+      commit(in, in_rows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    // Every key gets its score back (also when the write down failed).
     std::vector<uint32_t> at;
     std::vector<uint64_t> at_scores;
     for (size_t j = 0; j < m.positions.size(); ++j) {
@@ -342,6 +374,10 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     }
     d.scatter(at.size(), at.data(), at_scores.data(), sizeof(uint64_t), current, s);
     fast_->assign_scores(n, keys, current, s);
+    if (failed) {
+      d.synchronize(s);
+      std::rethrow_exception(failed);
+    }
     stats_.prefetched += in.size();
   }
   d.synchronize(s);  // the next call finds the rows up (and its scratch free)
