@@ -10,6 +10,7 @@
 #include "dynemb/core/log.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/core/score.hpp"
+#include "flat_index.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage {
@@ -461,8 +462,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   std::vector<float> ev_rows(m * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
-  std::unordered_map<K, size_t> index;  // the call's keys (filled when rows went in)
-  std::vector<uint8_t> left_flag;       // per index: the key left the fast tier
+  detail::FlatIndex index(m + t);  // the call's keys (filled when rows went in)
+  std::vector<uint8_t> left_flag;  // per index: the key left the fast tier
   if (m > 0) {
     const uint64_t* dpinned = pinned_scores(m, stream, below_held);
     auto* dkeys = static_cast<K*>(d.scratch(Scratch::kKeys, m * sizeof(K), stream));
@@ -506,25 +507,24 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     // then its new row pushed out or refused): it goes down once, with the call's row; a key of
     // the call refused (a bucket full of the call's own keys) carries the pinned score: it goes
     // down with its real one; keys the caller pinned outside this commit (a call's hits) too.
-    index.reserve(2 * (m + t));
-    for (size_t i = 0; i < m; ++i) index.emplace(keys[i], i);
-    for (size_t i = 0; i < t; ++i) index.emplace(touch_keys[i], m + i);
+    for (size_t i = 0; i < m; ++i) index.emplace(bits(keys[i]), static_cast<uint32_t>(i));
+    for (size_t i = 0; i < t; ++i) index.emplace(bits(touch_keys[i]), static_cast<uint32_t>(m + i));
     left_flag.assign(m + t, 0);
     std::vector<K> other;
     std::vector<size_t> other_at;
     size_t kept = 0;
     for (size_t e = 0; e < evicted; ++e) {
-      const auto it = index.find(ev_keys[e]);
+      const uint32_t at = index.find(bits(ev_keys[e]));
       const float* src = ev_rows.data() + e * dim_;
       uint64_t score = ev_scores[e];
-      if (it != index.end()) {
-        if (left_flag[it->second]) continue;  // its second leaving: sent once
-        left_flag[it->second] = 1;
-        if (it->second < m) {
-          src = rows.data() + it->second * dim_;
-          score = scores[it->second];
+      if (at != detail::FlatIndex::kAbsent) {
+        if (left_flag[at]) continue;  // its second leaving: sent once
+        left_flag[at] = 1;
+        if (at < m) {
+          src = rows.data() + size_t{at} * dim_;
+          score = scores[at];
         } else {
-          score = touch_scores[it->second - m];
+          score = touch_scores[at - m];
         }
       } else if (pinned_hits != nullptr && score >= kPinnedBelowHeld) {
         other.push_back(ev_keys[e]);
@@ -556,8 +556,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   }
   // Rows moved up leave the lower tier, unless they went straight back down.
   const auto left = [&](K key) {
-    const auto it = index.find(key);
-    return it != index.end() && left_flag[it->second];
+    const uint32_t at = index.find(bits(key));
+    return at != detail::FlatIndex::kAbsent && left_flag[at];
   };
   for (const K key : moved_up)
     if (!left(key)) erase_keys.push_back(bits(key));

@@ -12,6 +12,7 @@
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
 #include "dynemb/storage/cached_table.hpp"
+#include "flat_index.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage {
@@ -33,8 +34,7 @@ struct Misses {
 // skipped otherwise.
 template <TableKey K>
 void group_misses(Misses& m, SafeCheck mode, const char* where) {
-  std::unordered_map<uint64_t, int64_t> seen;
-  seen.reserve(m.keys.size() * 2);
+  detail::FlatIndex seen(m.keys.size());
   m.index.assign(m.keys.size(), -1);
   for (size_t j = 0; j < m.keys.size(); ++j) {
     if (is_reserved_key(static_cast<K>(m.keys[j]))) {
@@ -43,13 +43,13 @@ void group_misses(Misses& m, SafeCheck mode, const char* where) {
               "is a reserved key (>= 0xFFFFFFFFFFFFFFF0)");
       continue;
     }
-    auto [it, fresh] = seen.try_emplace(m.keys[j], static_cast<int64_t>(m.unique.size()));
-    if (fresh) {
+    const uint32_t k = seen.emplace(m.keys[j], static_cast<uint32_t>(m.unique.size()));
+    if (k == m.unique.size()) {
       m.unique.push_back(m.keys[j]);
       m.last.push_back(m.positions[j]);
     }
-    m.index[j] = it->second;
-    m.last[it->second] = m.positions[j];
+    m.index[j] = k;
+    m.last[k] = m.positions[j];
   }
 }
 
