@@ -297,16 +297,16 @@ void CachedTable<K>::drain_pending() {
 }
 
 template <TableKey K>
-void CachedTable<K>::write_down(std::vector<uint64_t> put_keys, std::vector<float> put_rows,
-                                std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
-                                bool flushing) {
+void CachedTable<K>::write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
+                                const std::vector<uint64_t>& put_scores,
+                                const std::vector<uint64_t>& erase_keys, bool flushing) {
   if (put_keys.empty() && erase_keys.empty()) return;
   note_below(put_keys);
   note_below(erase_keys);
   if (pending_.empty()) {
     try {
       lower_call(stats_, [&] {
-        lower_->write(put_keys.size(), put_keys.data(), put_rows.data(), put_scores.data(),
+        lower_->write(put_keys.size(), put_keys.data(), put_rows, put_scores.data(),
                       erase_keys.size(), erase_keys.data());
       });
       stats_.rows_down += put_keys.size();
@@ -320,7 +320,7 @@ void CachedTable<K>::write_down(std::vector<uint64_t> put_keys, std::vector<floa
   for (const uint64_t key : erase_keys) pending_[key] = Pending{{}, 0, true};
   for (size_t i = 0; i < put_keys.size(); ++i) {
     Pending& p = pending_[put_keys[i]];
-    p.row.assign(put_rows.begin() + i * dim_, put_rows.begin() + (i + 1) * dim_);
+    p.row.assign(put_rows + i * dim_, put_rows + (i + 1) * dim_);
     p.score = put_scores[i];
     p.erased = false;
   }
@@ -406,8 +406,15 @@ void CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<u
                                 std::vector<float>& rows, std::vector<uint64_t>& scores) {
   const size_t u = keys.size();
   below.assign(u, 0);
-  rows.assign(u * dim_, 0.0f);
+  if (rows.size() < u * dim_) rows.resize(u * dim_);  // rows of keys not found: unspecified
   scores.assign(u, 0);
+  if (pending_.empty()) {  // straight into place
+    std::unique_ptr<bool[]> got(new bool[std::max<size_t>(u, 1)]);
+    lower_call(stats_,
+               [&] { lower_->find(u, keys.data(), rows.data(), scores.data(), got.get()); });
+    for (size_t j = 0; j < u; ++j) below[j] = got[j];
+    return;
+  }
   std::vector<uint64_t> ask;
   std::vector<size_t> ask_at;
   for (size_t j = 0; j < u; ++j) {
@@ -459,7 +466,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     fast_->assign_scores(t, dtouch, pinned_scores(t, stream, below_held), stream);
   }
   std::vector<K> ev_keys(m);
-  std::vector<float> ev_rows(m * dim_);
+  std::vector<float>& ev_rows = evicted_rows_;  // kept across calls: grows, never zeroed again
+  if (ev_rows.size() < m * dim_) ev_rows.resize(m * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
   detail::FlatIndex index(m + t);  // the call's keys (filled when rows went in)
@@ -496,8 +504,9 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
         if (still[e]) continue;
         ev_keys[kept] = ev_keys[e];
         ev_scores[kept] = ev_scores[e];
-        std::copy(ev_rows.begin() + e * dim_, ev_rows.begin() + (e + 1) * dim_,
-                  ev_rows.begin() + kept * dim_);
+        if (kept != e)
+          std::copy(ev_rows.begin() + e * dim_, ev_rows.begin() + (e + 1) * dim_,
+                    ev_rows.begin() + kept * dim_);
         ++kept;
       }
       evicted = kept;
@@ -569,10 +578,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   stats_.bytes_up += moved_up.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
   stats_.evictions_written += evicted;
   if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
-  ev_rows.resize(evicted * dim_);
   ev_scores.resize(evicted);
-  write_down(std::move(put_keys), std::move(ev_rows), std::move(ev_scores), std::move(erase_keys),
-             false);
+  write_down(put_keys, ev_rows.data(), ev_scores, erase_keys, false);
 }
 
 // --- reads ------------------------------------------------------------------------------------
@@ -946,7 +953,7 @@ void CachedTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scor
         on_backend(backend_, options_.device, fast_keys.data(), fast_keys.size(), kb, true),
         on_backend(backend_, options_.device, fast_scores.data(), fast_scores.size(), sb, true));
   }
-  write_down(std::move(put_keys), std::move(put_rows), std::move(put_scores), {}, false);
+  write_down(put_keys, put_rows.data(), put_scores, {}, false);
 }
 
 template <TableKey K>

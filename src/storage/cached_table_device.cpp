@@ -198,7 +198,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
-  std::vector<float> urows;
+  std::vector<float>& urows = miss_rows_;
   std::vector<uint64_t> uscores;
   read_below(m.unique, below, urows, uscores);
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
@@ -318,7 +318,7 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
-  std::vector<float> urows;
+  std::vector<float>& urows = miss_rows_;
   std::vector<uint64_t> uscores;
   read_below(m.unique, below, urows, uscores);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
@@ -338,8 +338,13 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
       uscores[k] = now;
       created.push_back(m.unique[k]);
     }
-    in_rows.insert(in_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
     in_scores.push_back(uscores[k]);
+  }
+  if (in.size() < u) {  // some keys stay out: their rows are left behind
+    in_rows.reserve(in.size() * dim_);
+    for (size_t k = 0; k < u; ++k)
+      if (below[k] || create)
+        in_rows.insert(in_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
   }
   stats_.lookups += u;
   stats_.lower_hits += up.size();
@@ -359,7 +364,8 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     };
     std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
     try {
-      commit(in, in_rows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores);
+      commit(in, in.size() < u ? in_rows : urows, in_scores, {}, {}, up, nullptr, s, true,
+             &hit_scores);
     } catch (...) {
       failed = std::current_exception();
     }

@@ -192,8 +192,10 @@ class CachedTable final : public Table<K> {
               const std::vector<uint64_t>& touch_scores, const std::vector<K>& moved_up,
               std::vector<K>* left_fast, StreamHandle stream, bool below_held = false,
               const RealScores* pinned_hits = nullptr);
-  void write_down(std::vector<uint64_t> put_keys, std::vector<float> put_rows,
-                  std::vector<uint64_t> put_scores, std::vector<uint64_t> erase_keys,
+  // Writes put_keys.size() rows (put_rows: row-major) and the erases down, or keeps them
+  // pending when the lower tier fails (rethrowing while it stays down).
+  void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
+                  const std::vector<uint64_t>& put_scores, const std::vector<uint64_t>& erase_keys,
                   bool flushing);
   uint64_t clock_now() const;
   void find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
@@ -217,6 +219,8 @@ class CachedTable final : public Table<K> {
   size_t pinned_filled_[2] = {0, 0};            // entries of the pinned-score scratches filled
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
+  // Host rows of the miss path, kept across calls (large, so not allocated and zeroed per call).
+  std::vector<float> miss_rows_, evicted_rows_;
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
   uint64_t export_next_ = ~0ull;
