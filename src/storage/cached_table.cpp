@@ -268,7 +268,7 @@ void CachedTable<K>::install_prefetched(bool wait) {
   stats_.lower_hits += up.size();
   if (up.empty()) return;
   device_->wait(device_->side_stream(), detail::Mark::kCallEnd);
-  commit(up, rows, scores, {}, {}, up, nullptr, device_->side_stream(), true);
+  commit(up, rows.data(), scores, {}, {}, up, nullptr, device_->side_stream(), true);
   device_->synchronize(device_->side_stream());
   stats_.prefetched += up.size();
 }
@@ -402,18 +402,17 @@ typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& 
 }
 
 template <TableKey K>
-void CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                                std::vector<float>& rows, std::vector<uint64_t>& scores) {
+float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
+                                  std::vector<uint64_t>& scores) {
   const size_t u = keys.size();
   below.assign(u, 0);
-  if (rows.size() < u * dim_) rows.resize(u * dim_);  // rows of keys not found: unspecified
+  float* rows = device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u, 1) * dim_);
   scores.assign(u, 0);
   if (pending_.empty()) {  // straight into place
     std::unique_ptr<bool[]> got(new bool[std::max<size_t>(u, 1)]);
-    lower_call(stats_,
-               [&] { lower_->find(u, keys.data(), rows.data(), scores.data(), got.get()); });
+    lower_call(stats_, [&] { lower_->find(u, keys.data(), rows, scores.data(), got.get()); });
     for (size_t j = 0; j < u; ++j) below[j] = got[j];
-    return;
+    return rows;
   }
   std::vector<uint64_t> ask;
   std::vector<size_t> ask_at;
@@ -422,13 +421,13 @@ void CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<u
     if (p != pending_.end() && !p->second.erased) {
       below[j] = 1;
       scores[j] = p->second.score;
-      std::copy(p->second.row.begin(), p->second.row.end(), rows.begin() + j * dim_);
+      std::copy(p->second.row.begin(), p->second.row.end(), rows + j * dim_);
       continue;
     }
     ask.push_back(keys[j]);
     ask_at.push_back(j);
   }
-  if (ask.empty()) return;
+  if (ask.empty()) return rows;
   std::vector<float> got_rows(ask.size() * dim_);
   std::vector<uint64_t> got_scores(ask.size());
   std::unique_ptr<bool[]> got(new bool[ask.size()]);
@@ -440,13 +439,13 @@ void CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<u
     const size_t j = ask_at[a];
     below[j] = 1;
     scores[j] = got_scores[a];
-    std::copy(got_rows.begin() + a * dim_, got_rows.begin() + (a + 1) * dim_,
-              rows.begin() + j * dim_);
+    std::copy(got_rows.begin() + a * dim_, got_rows.begin() + (a + 1) * dim_, rows + j * dim_);
   }
+  return rows;
 }
 
 template <TableKey K>
-void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>& rows,
+void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                             const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
                             const std::vector<uint64_t>& touch_scores,
                             const std::vector<K>& moved_up, std::vector<K>* left_fast,
@@ -466,8 +465,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     fast_->assign_scores(t, dtouch, pinned_scores(t, stream, below_held), stream);
   }
   std::vector<K> ev_keys(m);
-  std::vector<float>& ev_rows = evicted_rows_;  // kept across calls: grows, never zeroed again
-  if (ev_rows.size() < m * dim_) ev_rows.resize(m * dim_);
+  float* ev_rows = d.host_rows(detail::HostRows::kEvicted, std::max<size_t>(m, 1) * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
   detail::FlatIndex index(m + t);  // the call's keys (filled when rows went in)
@@ -484,14 +482,14 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     auto* des =
         static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, m * sizeof(uint64_t), stream));
     d.upload(dkeys, keys.data(), m * sizeof(K), stream);
-    d.upload(drows, rows.data(), m * dim_ * sizeof(float), stream);
+    d.upload(drows, rows, m * dim_ * sizeof(float), stream);
     d.upload(dscores, scores.data(), m * sizeof(uint64_t), stream);
     fast_->assign_scores(m, dkeys, dpinned,
                          stream);  // pins the call's keys already in the fast tier
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
     fast_->assign_scores(m, dkeys, dscores, stream);
     d.download(ev_keys.data(), dek, evicted * sizeof(K), stream);
-    d.download(ev_rows.data(), dev, evicted * dim_ * sizeof(float), stream);
+    d.download(ev_rows, dev, evicted * dim_ * sizeof(float), stream);
     d.download(ev_scores.data(), des, evicted * sizeof(uint64_t), stream);
     // An entry evicted and then stored again by the same call (its old row) has not left.
     if (evicted > 0) {
@@ -505,8 +503,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
         ev_keys[kept] = ev_keys[e];
         ev_scores[kept] = ev_scores[e];
         if (kept != e)
-          std::copy(ev_rows.begin() + e * dim_, ev_rows.begin() + (e + 1) * dim_,
-                    ev_rows.begin() + kept * dim_);
+          std::copy(ev_rows + e * dim_, ev_rows + (e + 1) * dim_, ev_rows + kept * dim_);
         ++kept;
       }
       evicted = kept;
@@ -524,13 +521,13 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
     size_t kept = 0;
     for (size_t e = 0; e < evicted; ++e) {
       const uint32_t at = index.find(bits(ev_keys[e]));
-      const float* src = ev_rows.data() + e * dim_;
+      const float* src = ev_rows + e * dim_;
       uint64_t score = ev_scores[e];
       if (at != detail::FlatIndex::kAbsent) {
         if (left_flag[at]) continue;  // its second leaving: sent once
         left_flag[at] = 1;
         if (at < m) {
-          src = rows.data() + size_t{at} * dim_;
+          src = rows + size_t{at} * dim_;
           score = scores[at];
         } else {
           score = touch_scores[at - m];
@@ -541,7 +538,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
       }
       ev_keys[kept] = ev_keys[e];
       ev_scores[kept] = score;
-      float* dst = ev_rows.data() + kept * dim_;
+      float* dst = ev_rows + kept * dim_;
       if (src != dst) std::copy(src, src + dim_, dst);  // kept <= e: never overlapping ahead
       ++kept;
     }
@@ -579,7 +576,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const std::vector<float>
   stats_.evictions_written += evicted;
   if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
   ev_scores.resize(evicted);
-  write_down(put_keys, ev_rows.data(), ev_scores, erase_keys, false);
+  write_down(put_keys, ev_rows, ev_scores, erase_keys, false);
 }
 
 // --- reads ------------------------------------------------------------------------------------
@@ -690,7 +687,7 @@ size_t CachedTable<K>::move_up(size_t n, const K* keys, StreamHandle stream) {
     scores.push_back(r.scores[j]);
   }
   if (up.empty()) return 0;
-  commit(up, rows, scores, hits, hit_scores, up, nullptr, stream);
+  commit(up, rows.data(), scores, hits, hit_scores, up, nullptr, stream);
   return up.size();
 }
 
@@ -780,7 +777,8 @@ void CachedTable<K>::find_or_insert_impl(size_t n, const K* keys, float* values,
     if (r.below[j]) up.push_back(unique[j]);
     stats_.new_rows += fresh[j];
   }
-  commit(change_keys, change_rows, change_scores, touch_keys, touch_scores, up, nullptr, stream);
+  commit(change_keys, change_rows.data(), change_scores, touch_keys, touch_scores, up, nullptr,
+         stream);
   if (copy_out) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t j = index[i];
@@ -874,7 +872,7 @@ void CachedTable<K>::write_rows_impl(size_t n, const K* keys, const float* value
     change_scores.push_back(score[j]);
     if (r.below[j]) up.push_back(unique[j]);
   }
-  commit(change_keys, change_rows, change_scores, {}, {}, up, nullptr, nullptr);
+  commit(change_keys, change_rows.data(), change_scores, {}, {}, up, nullptr, nullptr);
 }
 
 template <TableKey K>

@@ -198,9 +198,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
-  std::vector<float>& urows = miss_rows_;
   std::vector<uint64_t> uscores;
-  read_below(m.unique, below, urows, uscores);
+  float* urows = read_below(m.unique, below, uscores);
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
   std::vector<uint32_t> first(u, ~0u);
   for (size_t j = 0; j < m.positions.size(); ++j)
@@ -216,11 +215,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     std::vector<float> given(fresh.size() * dim_);
     d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
     for (size_t f = 0; f < fresh.size(); ++f)
-      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
-                urows.begin() + fresh[f] * dim_);
+      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_, urows + fresh[f] * dim_);
   } else {
     for (const size_t k : fresh)
-      fill_initial_row(o.initializer, m.unique[k], &urows[k * dim_], dim_);
+      fill_initial_row(o.initializer, m.unique[k], urows + k * dim_, dim_);
   }
   // Scores: the caller's at the key's last position (CUSTOMIZED), else the call's.
   if (given_scores) {
@@ -285,7 +283,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     seen[k] = 1;
     if (copy_out && went_down.count(m.unique[k])) {  // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
-      out_rows.insert(out_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+      out_rows.insert(out_rows.end(), urows + k * dim_, urows + (k + 1) * dim_);
     }
   }
   if (!out_at.empty()) {
@@ -318,9 +316,8 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
-  std::vector<float>& urows = miss_rows_;
   std::vector<uint64_t> uscores;
-  read_below(m.unique, below, urows, uscores);
+  float* urows = read_below(m.unique, below, uscores);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
   // new rows (scored now; the next call gives every key its score).
   std::vector<K> in, up;
@@ -334,7 +331,7 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     if (below[k]) {
       up.push_back(in.back());
     } else {
-      fill_initial_row(options_.initializer, m.unique[k], &urows[k * dim_], dim_);
+      fill_initial_row(options_.initializer, m.unique[k], urows + k * dim_, dim_);
       uscores[k] = now;
       created.push_back(m.unique[k]);
     }
@@ -344,7 +341,7 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     in_rows.reserve(in.size() * dim_);
     for (size_t k = 0; k < u; ++k)
       if (below[k] || create)
-        in_rows.insert(in_rows.end(), urows.begin() + k * dim_, urows.begin() + (k + 1) * dim_);
+        in_rows.insert(in_rows.end(), urows + k * dim_, urows + (k + 1) * dim_);
   }
   stats_.lookups += u;
   stats_.lower_hits += up.size();
@@ -364,7 +361,7 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     };
     std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
     try {
-      commit(in, in.size() < u ? in_rows : urows, in_scores, {}, {}, up, nullptr, s, true,
+      commit(in, in.size() < u ? in_rows.data() : urows, in_scores, {}, {}, up, nullptr, s, true,
              &hit_scores);
     } catch (...) {
       failed = std::current_exception();

@@ -37,6 +37,14 @@ enum class Scratch : uint8_t {
   kCount
 };
 
+// Host row buffers of the miss path, one per use: pinned on CUDA, so copies to and from them
+// need no staging.
+enum class HostRows : uint8_t {
+  kMiss,     // rows read below (and new rows) going up
+  kEvicted,  // rows coming down
+  kCount
+};
+
 // Points in a stream's work that another stream can wait for.
 enum class Mark : uint8_t {
   kCallEnd,  // the end of the caching table's last call on the caller's stream
@@ -49,8 +57,12 @@ class TierDevice {
   // At least `bytes` of the fast table's memory for `slot`, kept across calls; its contents are
   // kept only while it does not grow. Growing waits for the work issued on `stream`.
   virtual void* scratch(Scratch slot, size_t bytes, StreamHandle stream) = 0;
+  // At least `floats` floats of host memory for `which`, kept across calls; its contents are
+  // kept only while it does not grow.
+  virtual float* host_rows(HostRows which, size_t floats) = 0;
   // Copies `bytes` of host memory into the fast table's memory, ordered on `stream`; `host` may
-  // be reused when this returns (CUDA: staged through pinned memory, copied asynchronously).
+  // be reused when this returns (CUDA: staged through pinned memory, copied asynchronously),
+  // except host_rows memory, copied straight: it must stay unchanged until `stream` is done.
   virtual void upload(void* dst, const void* host, size_t bytes, StreamHandle stream) = 0;
   // Copies `bytes` of the fast table's memory to the host; done when this returns (CUDA:
   // synchronizes `stream`).

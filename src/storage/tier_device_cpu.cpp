@@ -17,6 +17,11 @@ class CpuTierDevice final : public TierDevice {
     if (b.size() < bytes) b.resize(std::max(bytes, b.size() * 2));
     return b.data();
   }
+  float* host_rows(HostRows which, size_t floats) override {
+    auto& b = rows_[static_cast<size_t>(which)];
+    if (b.size() < floats) b.resize(std::max(floats, b.size() * 2));
+    return b.data();
+  }
   void upload(void* dst, const void* host, size_t bytes, StreamHandle) override {
     if (bytes > 0 && dst != host) std::memmove(dst, host, bytes);
   }
@@ -73,6 +78,7 @@ class CpuTierDevice final : public TierDevice {
 
  private:
   std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
+  std::array<std::vector<float>, static_cast<size_t>(HostRows::kCount)> rows_;
 };
 
 }  // namespace

@@ -175,9 +175,10 @@ class CachedTable final : public Table<K> {
   // forgets which rows the last prefetch created.
   void settle(StreamHandle stream);
   // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
-  // lower tier: below[j], rows[j * dim], scores[j].
-  void read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                  std::vector<float>& rows, std::vector<uint64_t>& scores);
+  // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows,
+  // row j at j * dim; rows of keys not found are unspecified).
+  float* read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
+                    std::vector<uint64_t>& scores);
   // Moves the keys' rows found below into the fast tier with their scores; returns how many.
   size_t move_up(size_t n, const K* keys, StreamHandle stream);
   // Moves a finished prefetch_async's rows up (waiting for it when `wait`).
@@ -187,11 +188,10 @@ class CachedTable final : public Table<K> {
   void note_below(const std::vector<uint64_t>& keys);
   void drain_pending();
   Resolved resolve(const std::vector<K>& unique, bool want_fast_rows);
-  void commit(const std::vector<K>& keys, const std::vector<float>& rows,
-              const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
-              const std::vector<uint64_t>& touch_scores, const std::vector<K>& moved_up,
-              std::vector<K>* left_fast, StreamHandle stream, bool below_held = false,
-              const RealScores* pinned_hits = nullptr);
+  void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
+              const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
+              const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
+              bool below_held = false, const RealScores* pinned_hits = nullptr);
   // Writes put_keys.size() rows (put_rows: row-major) and the erases down, or keeps them
   // pending when the lower tier fails (rethrowing while it stays down).
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
@@ -219,8 +219,7 @@ class CachedTable final : public Table<K> {
   size_t pinned_filled_[2] = {0, 0};            // entries of the pinned-score scratches filled
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
-  // Host rows of the miss path, kept across calls (large, so not allocated and zeroed per call).
-  std::vector<float> miss_rows_, evicted_rows_;
+
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
   uint64_t export_next_ = ~0ull;

@@ -177,9 +177,24 @@ class CudaTierDevice final : public TierDevice {
     return buffers_[i];
   }
 
+  float* host_rows(HostRows which, size_t floats) override {
+    Pinned& p = rows_[static_cast<size_t>(which)];
+    if (p.bytes < floats * sizeof(float)) {
+      core::cuda::DeviceGuard guard(device_);
+      check(cudaDeviceSynchronize(), "CachedTable: host rows growth");  // no copy uses it
+      p.reserve(std::max(floats * sizeof(float), p.bytes * 2));
+    }
+    return static_cast<float*>(p.data);
+  }
+
   void upload(void* dst, const void* host, size_t bytes, StreamHandle stream) override {
     if (bytes == 0) return;
     core::cuda::DeviceGuard guard(device_);
+    if (in_host_rows(host, bytes)) {  // pinned already: straight
+      check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)),
+            "CachedTable: upload");
+      return;
+    }
     StreamStaging& s = staging(stream);
     const size_t need = (bytes + 255) / 256 * 256;
     if (s.used + need > s.up.bytes) {
@@ -200,6 +215,12 @@ class CudaTierDevice final : public TierDevice {
   void download(void* host, const void* src, size_t bytes, StreamHandle stream) override {
     if (bytes == 0) return;
     core::cuda::DeviceGuard guard(device_);
+    if (in_host_rows(host, bytes)) {  // pinned already: straight
+      check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
+            "CachedTable: download");
+      core::cuda::sync(as_stream(stream), "CachedTable: download");
+      return;
+    }
     StreamStaging& s = staging(stream);
     s.down.reserve(bytes);
     check(cudaMemcpyAsync(s.down.data, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
@@ -347,6 +368,16 @@ class CudaTierDevice final : public TierDevice {
   }
 
  private:
+  // True when [p, p + bytes) lies in one of the pinned host row buffers.
+  bool in_host_rows(const void* p, size_t bytes) const {
+    const auto* c = static_cast<const char*>(p);
+    for (const Pinned& r : rows_) {
+      const auto* base = static_cast<const char*>(r.data);
+      if (base != nullptr && c >= base && c + bytes <= base + r.bytes) return true;
+    }
+    return false;
+  }
+
   StreamStaging& staging(StreamHandle stream) {
     StreamStaging& s = staging_[stream];
     if (s.last_copy == nullptr)
@@ -362,6 +393,7 @@ class CudaTierDevice final : public TierDevice {
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
   std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
   std::map<StreamHandle, StreamStaging> staging_;
+  std::array<Pinned, static_cast<size_t>(HostRows::kCount)> rows_;
 };
 
 }  // namespace
