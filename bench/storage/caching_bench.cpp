@@ -68,6 +68,7 @@ struct Args {
   uint64_t lost_batch = 1 << 20;
   double lost_fraction = 0.01;
   uint64_t seed = 0;
+  bool distinct = false;  // find_or_insert batches of distinct keys (a step's lookup after dedup)
   std::string json_path;
 };
 
@@ -123,6 +124,8 @@ Args parse(int argc, char** argv) {
       a.lost_batch = std::stoull(value());
     } else if (k == "--lost-fraction") {
       a.lost_fraction = std::stod(value());
+    } else if (k == "--distinct") {
+      a.distinct = true;
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -196,24 +199,32 @@ void sync_stream(Backend backend) {
 
 struct Timed {
   std::vector<double> seconds;  // per timed call
-  double keys_per_second(uint64_t keys) const {
-    const double m = median(seconds);
-    return m > 0 ? double(keys) / m : 0.0;
+  uint64_t keys = 0;            // keys of the timed calls
+  // Keys of the timed calls over their time.
+  double keys_per_second() const {
+    double total = 0;
+    for (const double x : seconds) total += x;
+    return total > 0 ? double(keys) / total : 0.0;
   }
 };
 
 // Runs warmup + timed find_or_insert calls of every batch on `table`.
 Timed time_find_or_insert(Table<K>& table, Backend backend,
-                          const std::vector<BackendBuffer<K>>& batches, uint64_t batch,
-                          uint32_t warmup, BackendBuffer<float>& values,
-                          BackendBuffer<bool>& founds, StreamHandle stream) {
+                          const std::vector<BackendBuffer<K>>& batches,
+                          const std::vector<uint64_t>& sizes, uint32_t warmup,
+                          BackendBuffer<float>& values, BackendBuffer<bool>& founds,
+                          StreamHandle stream) {
   Timed t;
   for (size_t b = 0; b < batches.size(); ++b) {
     const auto start = Clock::now();
-    table.find_or_insert(batch, batches[b].data(), values.data(), founds.data(), nullptr, stream);
+    table.find_or_insert(sizes[b], batches[b].data(), values.data(), founds.data(), nullptr,
+                         stream);
     sync_stream(backend);
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    if (b >= warmup) t.seconds.push_back(s);
+    if (b >= warmup) {
+      t.seconds.push_back(s);
+      t.keys += sizes[b];
+    }
     table.advance_step();
   }
   return t;
@@ -224,9 +235,16 @@ json run_find_or_insert(const Args& a, StreamHandle stream) {
             << a.alpha << ") keys over " << a.rows << " ids\n";
   const bench::ZipfSampler zipf(a.rows, a.alpha);
   std::vector<BackendBuffer<K>> batches;
+  std::vector<uint64_t> batch_sizes;
   for (uint32_t b = 0; b < a.warmup + a.calls; ++b) {
-    const std::vector<K> keys = zipf_keys(zipf, a.batch, a.seed + b);
-    batches.emplace_back(a.backend, a.batch);
+    std::vector<K> keys = zipf_keys(zipf, a.batch, a.seed + b);
+    if (a.distinct) {  // each batch's distinct keys, in a random order
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      std::shuffle(keys.begin(), keys.end(), std::mt19937_64(a.seed + b));
+    }
+    batch_sizes.push_back(keys.size());
+    batches.emplace_back(a.backend, keys.size());
     batches.back().upload(keys.data(), keys.size());
   }
   BackendBuffer<float> values(a.backend, a.batch * a.dim);
@@ -244,11 +262,11 @@ json run_find_or_insert(const Args& a, StreamHandle stream) {
       auto lower = std::make_shared<storage::HostStorage>(
           storage::HostStorageOptions{a.dim, round_up(a.rows, 128), uint64_t{1} << 34, 0});
       storage::CachedTable<K> cached(a.backend, fast, lower);
-      const Timed t = time_find_or_insert(cached, a.backend, batches, a.batch, a.warmup, values,
+      const Timed t = time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values,
                                           founds, stream);
       const storage::CachingStats s = cached.caching_stats();
       cell["caching"] = {{"fast_rows", fast_rows},
-                         {"keys_per_second", t.keys_per_second(a.batch)},
+                         {"keys_per_second", t.keys_per_second()},
                          {"seconds", t.seconds},
                          {"lookups", s.lookups},
                          {"hits", s.hits},
@@ -271,13 +289,13 @@ json run_find_or_insert(const Args& a, StreamHandle stream) {
         peer = "cpu_table";  // no hybrid mode on the CPU: one table holding everything
       }
       auto table = make_table<K>(a.backend, t);
-      const Timed tm = time_find_or_insert(*table, a.backend, batches, a.batch, a.warmup, values,
-                                           founds, stream);
+      const Timed tm = time_find_or_insert(*table, a.backend, batches, batch_sizes, a.warmup,
+                                           values, founds, stream);
       cell["peer"] = {
           {"kind", peer},
           {"capacity", t.init_capacity},
           {"hbm_bytes_for_values", a.backend == Backend::kCuda ? t.max_hbm_for_values : 0},
-          {"keys_per_second", tm.keys_per_second(a.batch)},
+          {"keys_per_second", tm.keys_per_second()},
           {"seconds", tm.seconds},
           {"evictions", table->stats().evictions},
           {"rows", table->size(stream)}};
@@ -582,6 +600,7 @@ int main(int argc, char** argv) try {
                 {"lost_dim", a.lost_dim},
                 {"lost_batch", a.lost_batch},
                 {"lost_fraction", a.lost_fraction},
+                {"distinct_batches", a.distinct},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},
@@ -596,8 +615,10 @@ int main(int argc, char** argv) try {
   bool ok = true;
   if (wants("find_or_insert")) {
     result["find_or_insert"] = run_find_or_insert(a, stream);
-    std::cout << "find_or_insert, dim " << a.dim << ", batch " << a.batch << ", Zipf " << a.alpha
-              << " over " << a.rows << " ids (M keys/s, median call)\n"
+    std::cout << "find_or_insert, dim " << a.dim << ", " << a.batch << " Zipf " << a.alpha
+              << " draws over " << a.rows << " ids a call"
+              << (a.distinct ? " (each call: their distinct keys)" : "")
+              << " (M keys/s over the timed calls)\n"
               << "  fraction  caching  peer("
               << result["find_or_insert"][0]["peer"]["kind"].get<std::string>()
               << ")  ratio  hit-rate\n";

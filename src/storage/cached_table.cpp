@@ -449,7 +449,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                             const std::vector<uint64_t>& scores, const std::vector<K>& touch_keys,
                             const std::vector<uint64_t>& touch_scores,
                             const std::vector<K>& moved_up, std::vector<K>* left_fast,
-                            StreamHandle stream, bool below_held, const RealScores* pinned_hits) {
+                            StreamHandle stream, bool below_held, const RealScores* pinned_hits,
+                            const std::vector<uint8_t>* initial) {
   constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
   // The call's keys are pinned (highest score) while its rows go in, so the fast tier's
   // policy picks its victims among the other keys; then every key gets its real score.
@@ -483,6 +484,17 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
         static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, m * sizeof(uint64_t), stream));
     d.upload(dkeys, keys.data(), m * sizeof(K), stream);
     d.upload(drows, rows, m * dim_ * sizeof(float), stream);
+    if (initial != nullptr) {  // new rows drawn where they go, not on the host
+      std::vector<uint32_t> at;
+      std::vector<uint64_t> new_keys;
+      for (size_t i = 0; i < m; ++i) {
+        if (!(*initial)[i]) continue;
+        at.push_back(static_cast<uint32_t>(i));
+        new_keys.push_back(bits(keys[i]));
+      }
+      d.initial_rows(at.size(), at.data(), new_keys.data(), options_.initializer, dim_, drows,
+                     stream);
+    }
     d.upload(dscores, scores.data(), m * sizeof(uint64_t), stream);
     fast_->assign_scores(m, dkeys, dpinned,
                          stream);  // pins the call's keys already in the fast tier
@@ -518,6 +530,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     left_flag.assign(m + t, 0);
     std::vector<K> other;
     std::vector<size_t> other_at;
+    std::vector<float> drawn(dim_);
     size_t kept = 0;
     for (size_t e = 0; e < evicted; ++e) {
       const uint32_t at = index.find(bits(ev_keys[e]));
@@ -528,6 +541,10 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
         left_flag[at] = 1;
         if (at < m) {
           src = rows + size_t{at} * dim_;
+          if (initial != nullptr && (*initial)[at]) {  // drawn on the device: again here
+            fill_initial_row(options_.initializer, bits(keys[at]), drawn.data(), dim_);
+            src = drawn.data();
+          }
           score = scores[at];
         } else {
           score = touch_scores[at - m];

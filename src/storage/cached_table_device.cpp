@@ -216,9 +216,12 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
     for (size_t f = 0; f < fresh.size(); ++f)
       std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_, urows + fresh[f] * dim_);
-  } else {
-    for (const size_t k : fresh)
-      fill_initial_row(o.initializer, m.unique[k], urows + k * dim_, dim_);
+  }
+  // kInitialize: new rows are drawn on the device as they go in (commit's `initial`).
+  std::vector<uint8_t> initial;
+  if (miss == Miss::kInitialize) {
+    initial.assign(u, 0);
+    for (const size_t k : fresh) initial[k] = 1;
   }
   // Scores: the caller's at the key's last position (CUSTOMIZED), else the call's.
   if (given_scores) {
@@ -251,7 +254,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   };
   std::vector<K> left;  // keys of this call that went down (their bucket was full of the call's)
   try {
-    commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores);
+    commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores,
+           initial.empty() ? nullptr : &initial);
   } catch (...) {  // the lower tier failed (the rows wait pending): no key stays pinned
     fast_->assign_scores(n, keys, call_scores, stream);
     throw;
@@ -283,6 +287,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     seen[k] = 1;
     if (copy_out && went_down.count(m.unique[k])) {  // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
+      if (!initial.empty() && initial[k])  // drawn on the device: again here
+        fill_initial_row(o.initializer, m.unique[k], urows + k * dim_, dim_);
       out_rows.insert(out_rows.end(), urows + k * dim_, urows + (k + 1) * dim_);
     }
   }
@@ -324,14 +330,15 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   std::vector<float> in_rows;
   std::vector<uint64_t> in_scores;
   std::vector<uint64_t> created;
+  std::vector<uint8_t> initial;  // per `in`: a new row, drawn on the device as it goes in
   const uint64_t now = clock_now();
   for (size_t k = 0; k < u; ++k) {
     if (!below[k] && !create) continue;
     in.push_back(static_cast<K>(m.unique[k]));
+    initial.push_back(below[k] ? 0 : 1);
     if (below[k]) {
       up.push_back(in.back());
     } else {
-      fill_initial_row(options_.initializer, m.unique[k], urows + k * dim_, dim_);
       uscores[k] = now;
       created.push_back(m.unique[k]);
     }
@@ -362,7 +369,7 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
     try {
       commit(in, in.size() < u ? in_rows.data() : urows, in_scores, {}, {}, up, nullptr, s, true,
-             &hit_scores);
+             &hit_scores, created.empty() ? nullptr : &initial);
     } catch (...) {
       failed = std::current_exception();
     }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "dynemb/core/initializer.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
 
@@ -88,6 +89,11 @@ class TierDevice {
   // flags[i] = false where keys[i] is one of sorted[0, m) (ascending); ordered on `stream`.
   virtual void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m,
                               bool* flags, StreamHandle stream) = 0;
+  // Row index[j] of `rows` (dim words each, the fast table's memory) = the initializer's row of
+  // keys[j] (j < m; index and keys in host memory); ordered on `stream`.
+  virtual void initial_rows(size_t m, const uint32_t* index, const uint64_t* keys,
+                            const InitializerOptions& init, uint32_t dim, float* rows,
+                            StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;

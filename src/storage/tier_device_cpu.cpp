@@ -65,6 +65,12 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i)
       if (std::binary_search(sorted, sorted + m, keys[i])) flags[i] = false;
   }
+  void initial_rows(size_t m, const uint32_t* index, const uint64_t* keys,
+                    const InitializerOptions& init, uint32_t dim, float* rows,
+                    StreamHandle) override {
+    for (size_t j = 0; j < m; ++j)
+      fill_initial_row(init, keys[j], rows + size_t{index[j]} * dim, dim);
+  }
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                      StreamHandle) override {
     for (size_t i = 0; i < n; ++i)

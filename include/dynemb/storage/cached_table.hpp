@@ -191,7 +191,8 @@ class CachedTable final : public Table<K> {
   void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
               const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
               const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
-              bool below_held = false, const RealScores* pinned_hits = nullptr);
+              bool below_held = false, const RealScores* pinned_hits = nullptr,
+              const std::vector<uint8_t>* initial = nullptr);
   // Writes put_keys.size() rows (put_rows: row-major) and the erases down, or keeps them
   // pending when the lower tier fails (rethrowing while it stays down).
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,

@@ -14,6 +14,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
+#include "dynemb/core/initializer.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage::detail {
@@ -97,6 +98,18 @@ __global__ void clear_flags_of_kernel(size_t n, const uint64_t* keys, const uint
       }
     }
     if (lo < m && sorted[lo] == key) flags[i] = false;
+  }
+}
+
+// Row index[j] of `rows` = the initial row of keys[j]: a thread per word.
+__global__ void initial_rows_kernel(size_t m, const uint32_t* index, const uint64_t* keys,
+                                    InitializerOptions init, uint32_t dim, uint32_t* rows) {
+  const size_t total = m * dim;
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
+       t += size_t{gridDim.x} * blockDim.x) {
+    const size_t j = t / dim;
+    const uint32_t w = static_cast<uint32_t>(t % dim);
+    rows[size_t{index[j]} * dim + w] = initial_word(init, keys[j], w);
   }
 }
 
@@ -328,6 +341,21 @@ class CudaTierDevice final : public TierDevice {
     clear_flags_of_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, sorted, m,
                                                                            flags);
     check_launch("CachedTable: clear flags");
+  }
+
+  void initial_rows(size_t m, const uint32_t* index, const uint64_t* keys,
+                    const InitializerOptions& init, uint32_t dim, float* rows,
+                    StreamHandle stream_handle) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    DeviceArray<uint32_t> dindex(m, stream);
+    DeviceArray<uint64_t> dkeys(m, stream);
+    upload(dindex.data(), index, m * sizeof(uint32_t), stream_handle);
+    upload(dkeys.data(), keys, m * sizeof(uint64_t), stream_handle);
+    initial_rows_kernel<<<blocks_for(m * dim), kBlock, 0, stream>>>(
+        m, dindex.data(), dkeys.data(), init, dim, reinterpret_cast<uint32_t*>(rows));
+    check_launch("CachedTable: initial rows");
   }
 
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
