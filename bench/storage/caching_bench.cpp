@@ -405,7 +405,10 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"prefetched", st.prefetched},
                        {"rows_up", st.rows_up},
                        {"rows_down", st.rows_down},
-                       {"batch_evicted", st.batch_evicted}});
+                       {"batch_evicted", st.batch_evicted},
+                       {"new_rows", st.new_rows},
+                       {"rows_down", st.rows_down},
+                       {"lower_wait_s", double(st.lower_wait_ns) * 1e-9}});
     }
   }
   result["caching"] = cells;
@@ -621,14 +624,17 @@ int main(int argc, char** argv) try {
               << " (M keys/s over the timed calls)\n"
               << "  fraction  caching  peer("
               << result["find_or_insert"][0]["peer"]["kind"].get<std::string>()
-              << ")  ratio  hit-rate\n";
+              << ")  ratio  hit-rate  rows-up/call  lower-tier-s/call  call-s\n";
+    const double calls = a.warmup + a.calls;  // the stats count warm-up calls too
     for (const auto& c : result["find_or_insert"]) {
       const double hits = c["caching"]["hits"], lookups = c["caching"]["lookups"];
       std::cout << "  " << fmt(c["fraction"]) << "      "
                 << fmt(c["caching"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
                 << fmt(c["peer"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
                 << fmt(c["caching_over_peer"]) << "x  " << fmt(lookups > 0 ? hits / lookups : 0, 3)
-                << "\n";
+                << "  " << c["caching"]["rows_up"].get<double>() / calls << "  "
+                << fmt(c["caching"]["lower_wait_s"].get<double>() / calls, 4) << "  "
+                << fmt(median(c["caching"]["seconds"].get<std::vector<double>>()), 4) << "\n";
     }
   }
   if (wants("step")) {
@@ -638,11 +644,16 @@ int main(int argc, char** argv) try {
               << ", Adam: all in fast memory "
               << fmt(s["all_in_fast_memory"]["step_seconds"].get<double>() * 1e3) << " ms\n"
               << "  fraction  prefetch  step(ms)  over-all-in-fast\n";
+    const double steps = a.warmup + a.steps;  // the stats count warm-up steps too
     for (const auto& c : s["caching"]) {
       std::cout << "  " << fmt(c["fraction"]) << "      "
                 << (c["prefetch"].get<bool>() ? "yes" : "no ") << "       "
                 << fmt(c["step_seconds"].get<double>() * 1e3) << "     "
-                << fmt(c["over_all_in_fast_memory"]) << "x\n";
+                << fmt(c["over_all_in_fast_memory"]) << "x  rows up/down/new a step "
+                << c["rows_up"].get<double>() / steps << " / "
+                << c["rows_down"].get<double>() / steps << " / "
+                << c["new_rows"].get<double>() / steps << ", lower tier "
+                << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step\n";
     }
   }
   if (wants("lost")) {
