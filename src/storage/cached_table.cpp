@@ -483,7 +483,10 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     auto* des =
         static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, m * sizeof(uint64_t), stream));
     d.upload(dkeys, keys.data(), m * sizeof(K), stream);
-    d.upload(drows, rows, m * dim_ * sizeof(float), stream);
+    // Rows drawn on the device at the end of the list are not uploaded.
+    size_t upload = m;
+    while (initial != nullptr && upload > 0 && (*initial)[upload - 1]) --upload;
+    d.upload(drows, rows, upload * dim_ * sizeof(float), stream);
     if (initial != nullptr) {  // new rows drawn where they go, not on the host
       std::vector<uint32_t> at;
       std::vector<uint64_t> new_keys;

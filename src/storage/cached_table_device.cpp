@@ -3,6 +3,7 @@
 // lives, list only the misses on the host, read them below and move them up in one batch; rows
 // of keys found in the fast tier never leave it.
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <unordered_map>
@@ -200,6 +201,18 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
   float* urows = read_below(m.unique, below, uscores);
+  // Row slots: the rows found below first, then the new ones (drawn on the device, they need no
+  // upload). Key k's row is at urows + slot[k] * dim.
+  std::vector<uint32_t> slot(u);
+  uint32_t placed = 0;
+  for (size_t k = 0; k < u; ++k) {
+    if (!below[k]) continue;
+    if (placed != k)
+      std::memcpy(urows + size_t{placed} * dim_, urows + k * dim_, dim_ * sizeof(float));
+    slot[k] = placed++;
+  }
+  for (size_t k = 0; k < u; ++k)
+    if (!below[k]) slot[k] = placed++;
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
   std::vector<uint32_t> first(u, ~0u);
   for (size_t j = 0; j < m.positions.size(); ++j)
@@ -215,26 +228,25 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     std::vector<float> given(fresh.size() * dim_);
     d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
     for (size_t f = 0; f < fresh.size(); ++f)
-      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_, urows + fresh[f] * dim_);
+      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
+                urows + size_t{slot[fresh[f]]} * dim_);
   }
   // kInitialize: new rows are drawn on the device as they go in (commit's `initial`).
   std::vector<uint8_t> initial;
   if (miss == Miss::kInitialize) {
     initial.assign(u, 0);
-    for (const size_t k : fresh) initial[k] = 1;
+    for (const size_t k : fresh) initial[slot[k]] = 1;
   }
   // Scores: the caller's at the key's last position (CUSTOMIZED), else the call's.
-  if (given_scores) {
-    d.gather(u, m.last.data(), scores, sizeof(uint64_t), uscores.data(), stream);
-  } else {
-    std::fill(uscores.begin(), uscores.end(), now);
-  }
+  std::vector<uint64_t> by_key(u, now);
+  if (given_scores) d.gather(u, m.last.data(), scores, sizeof(uint64_t), by_key.data(), stream);
   std::vector<K> up, ukeys(u);
   size_t lower_hits = 0;
   for (size_t k = 0; k < u; ++k) {
-    ukeys[k] = static_cast<K>(m.unique[k]);
+    ukeys[slot[k]] = static_cast<K>(m.unique[k]);
+    uscores[slot[k]] = by_key[k];
     if (below[k]) {
-      up.push_back(ukeys[k]);
+      up.push_back(static_cast<K>(m.unique[k]));
       ++lower_hits;
     }
   }
@@ -287,9 +299,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     seen[k] = 1;
     if (copy_out && went_down.count(m.unique[k])) {  // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
-      if (!initial.empty() && initial[k])  // drawn on the device: again here
-        fill_initial_row(o.initializer, m.unique[k], urows + k * dim_, dim_);
-      out_rows.insert(out_rows.end(), urows + k * dim_, urows + (k + 1) * dim_);
+      float* row = urows + size_t{slot[k]} * dim_;
+      if (!initial.empty() && initial[slot[k]])  // drawn on the device: again here
+        fill_initial_row(o.initializer, m.unique[k], row, dim_);
+      out_rows.insert(out_rows.end(), row, row + dim_);
     }
   }
   if (!out_at.empty()) {
@@ -325,30 +338,29 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   std::vector<uint64_t> uscores;
   float* urows = read_below(m.unique, below, uscores);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
-  // new rows (scored now; the next call gives every key its score).
+  // new rows (scored now; the next call gives every key its score). The rows found below move
+  // to the front of urows, the new ones (drawn on the device: no upload) follow.
   std::vector<K> in, up;
-  std::vector<float> in_rows;
   std::vector<uint64_t> in_scores;
   std::vector<uint64_t> created;
   std::vector<uint8_t> initial;  // per `in`: a new row, drawn on the device as it goes in
   const uint64_t now = clock_now();
   for (size_t k = 0; k < u; ++k) {
-    if (!below[k] && !create) continue;
+    if (!below[k]) continue;
+    if (in.size() != k)
+      std::memcpy(urows + in.size() * dim_, urows + k * dim_, dim_ * sizeof(float));
     in.push_back(static_cast<K>(m.unique[k]));
-    initial.push_back(below[k] ? 0 : 1);
-    if (below[k]) {
-      up.push_back(in.back());
-    } else {
-      uscores[k] = now;
-      created.push_back(m.unique[k]);
-    }
+    up.push_back(in.back());
+    initial.push_back(0);
     in_scores.push_back(uscores[k]);
   }
-  if (in.size() < u) {  // some keys stay out: their rows are left behind
-    in_rows.reserve(in.size() * dim_);
-    for (size_t k = 0; k < u; ++k)
-      if (below[k] || create)
-        in_rows.insert(in_rows.end(), urows + k * dim_, urows + (k + 1) * dim_);
+  for (size_t k = 0; k < u && create; ++k) {
+    if (below[k]) continue;
+    uscores[k] = now;
+    in.push_back(static_cast<K>(m.unique[k]));
+    created.push_back(m.unique[k]);
+    initial.push_back(1);
+    in_scores.push_back(now);
   }
   stats_.lookups += u;
   stats_.lower_hits += up.size();
@@ -368,8 +380,8 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     };
     std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
     try {
-      commit(in, in.size() < u ? in_rows.data() : urows, in_scores, {}, {}, up, nullptr, s, true,
-             &hit_scores, created.empty() ? nullptr : &initial);
+      commit(in, urows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores,
+             created.empty() ? nullptr : &initial);
     } catch (...) {
       failed = std::current_exception();
     }

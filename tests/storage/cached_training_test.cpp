@@ -119,7 +119,7 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
       return table;
     });
     ASSERT_NE(cached, nullptr);
-    const size_t bags = prefetch == Prefetch::kAfterStep ? 32 : 48;
+    const size_t bags = prefetch == Prefetch::kAfterStep ? 24 : 48;
     std::vector<float> out_a(bags * o.dim), out_b(bags * o.dim), grad(bags * o.dim);
     BackendBuffer<float> dout(backend, bags * o.dim), dgrad(backend, bags * o.dim);
     HostBatch next = draw_batch(rng, bags);
