@@ -355,10 +355,9 @@ json run_step(const Args& a, StreamHandle stream) {
       emb.backward(dgrad.data(), a.dim, stream);
       // The next batch's keys are ready (uploaded before the loop): the prefetch waits for
       // nothing on `stream` and overlaps the step issued there.
-      // New keys get their rows there too (create), so the next step finds every key up.
-      if (prefetch && cached != nullptr) {
-        cached->prefetch(n, batches[s + 1].keys.data(), nullptr, true);
-      }
+      // New keys get their rows there too, so the next step finds every key up and its lookup
+      // reads nothing back (prefetch_step).
+      if (prefetch && cached != nullptr) cached->prefetch_step(n, batches[s + 1].keys.data());
       emb.end_step();
       sync_stream(a.backend);
       const double t = std::chrono::duration<double>(Clock::now() - start).count();
@@ -407,6 +406,8 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"rows_down", st.rows_down},
                        {"batch_evicted", st.batch_evicted},
                        {"new_rows", st.new_rows},
+                       {"unsynced_calls", st.unsynced_calls},
+                       {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
                        {"lower_wait_s", double(st.lower_wait_ns) * 1e-9}});
     }
@@ -653,7 +654,8 @@ int main(int argc, char** argv) try {
                 << c["rows_up"].get<double>() / steps << " / "
                 << c["rows_down"].get<double>() / steps << " / "
                 << c["new_rows"].get<double>() / steps << ", lower tier "
-                << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step\n";
+                << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step, "
+                << c["unsynced_calls"] << " lookups without a sync\n";
     }
   }
   if (wants("lost")) {

@@ -187,6 +187,7 @@ void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
   require(keys != nullptr, "CachedTable::prefetch_async", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  trusted_ = false;
   install_prefetched(true);
   auto [hk, usable, unique, index] =
       host_batch(download_keys(n, keys), options_.safe_check, "CachedTable::prefetch_async");
@@ -678,12 +679,27 @@ void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle stream, bool
   require(keys != nullptr, "CachedTable::prefetch", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  trusted_ = false;  // it may move out what a prefetch_step brought up
   if (options_.score_policy != ScorePolicy::kLfu) {
     prefetch_device(n, keys, stream, create);
     return;
   }
   settle(stream);
   stats_.prefetched += move_up(n, keys, stream);
+}
+
+template <TableKey K>
+void CachedTable<K>::prefetch_step(size_t n, const K* keys, StreamHandle stream) {
+  if (n == 0) return;
+  require(keys != nullptr, "CachedTable::prefetch_step", "keys", "nullptr",
+          "must be non-null when n = " + std::to_string(n));
+  std::lock_guard lock(mutex_);
+  if (options_.score_policy == ScorePolicy::kLfu) {  // the host path: no trust
+    settle(stream);
+    stats_.prefetched += move_up(n, keys, stream);
+    return;
+  }
+  trusted_ = prefetch_device(n, keys, stream, true);
 }
 
 template <TableKey K>
@@ -1230,6 +1246,7 @@ template <TableKey K>
 CachingStats CachedTable<K>::caching_stats() const {
   std::lock_guard lock(mutex_);
   CachingStats s = stats_;
+  if (unserved_pending_) s.unserved += device_->take_count();  // the last trusted call's
   s.pending_rows = pending_.size();
   s.fast = fast_->stats();
   s.lower = lower_->stats();

@@ -125,6 +125,7 @@ void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, Strea
 template <TableKey K>
 void CachedTable<K>::settle(StreamHandle stream) {
   created_.clear();
+  trusted_ = false;
   if (held_ == 0) return;
   using detail::Scratch;
   const size_t n = held_;
@@ -146,7 +147,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   detail::TierDevice& d = *device_;
   const TableOptions& o = options_;
   install_prefetched(false);
+  collect_unserved();
   const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
+  // After prefetch_step, an address call trusts that its keys are all up: no miss count.
+  const bool trusted = trusted_ && rows != nullptr && !copy_out;
   settle(stream);
   drain_pending();
   const uint64_t now = clock_now();
@@ -167,6 +171,21 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
         static_cast<uint64_t*>(d.scratch(Scratch::kCallScores, n * sizeof(uint64_t), stream));
     d.fill(n, now, cs, stream);
     call_scores = cs;
+  }
+  if (trusted) {  // one lookup, nothing read back: the count of keys not up comes later
+    auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
+    fast_->find_pointers(n, keys, rows, found, nullptr, stream);
+    d.count_missing(n, found, stream);
+    unserved_pending_ = true;
+    if (founds != nullptr) d.copy(founds, found, n, stream);
+    report_created();
+    fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+    hold(n, keys, call_scores, stream);
+    stats_.hits += n;
+    stats_.lookups += n;
+    stats_.unsynced_calls += 1;
+    d.record(detail::Mark::kCallEnd, stream);
+    return;
   }
   // 1. One lookup where the rows live; nothing changes yet.
   float** ptrs =
@@ -317,7 +336,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
 }
 
 template <TableKey K>
-void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create) {
+bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create) {
   using detail::Scratch;
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
@@ -333,6 +352,9 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   Misses m;
   d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, s);
   group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
+  const uint64_t refused_before = stats_.prefetch_refused;
+  bool complete = true;  // every key of the batch is up (no reserved key skipped, none refused)
+  for (const int64_t k : m.index) complete = complete && k >= 0;
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
@@ -403,6 +425,14 @@ void CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     stats_.prefetched += in.size();
   }
   d.synchronize(s);  // the next call finds the rows up (and its scratch free)
+  return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
+}
+
+template <TableKey K>
+void CachedTable<K>::collect_unserved() {
+  if (!unserved_pending_) return;
+  unserved_pending_ = false;
+  stats_.unserved += device_->take_count();
 }
 
 // The members defined here, for both key types (the rest: cached_table.cpp).
@@ -412,13 +442,15 @@ template void CachedTable<int64_t>::settle(StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
-template void CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool);
+template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool);
+template void CachedTable<int64_t>::collect_unserved();
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);
-template void CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool);
+template bool CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool);
+template void CachedTable<uint64_t>::collect_unserved();
 
 }  // namespace dynemb::storage

@@ -76,6 +76,11 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i)
       if (rows[i] != nullptr) std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
   }
+  void count_missing(size_t n, const bool* found, StreamHandle) override {
+    count_ = 0;
+    for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
+  }
+  uint64_t take_count() override { return count_; }
   StreamHandle side_stream() override { return nullptr; }
   void record(Mark, StreamHandle) override {}
   void wait(StreamHandle, Mark) override {}
@@ -85,6 +90,7 @@ class CpuTierDevice final : public TierDevice {
  private:
   std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
   std::array<std::vector<float>, static_cast<size_t>(HostRows::kCount)> rows_;
+  uint64_t count_ = 0;
 };
 
 }  // namespace

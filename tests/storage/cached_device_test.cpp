@@ -276,6 +276,77 @@ TEST_P(CachedDevice, BatchesLargerThanTheFastTierKeepTheirNewRows) {
   EXPECT_EQ(lower->repeated, 0u) << "a write down carried a key twice";
 }
 
+// After prefetch_step the next address call reads nothing back: the keys the prefetch brought up
+// (or created) are served as by a synchronizing call; a key beyond it gets no row and is counted.
+TEST_P(CachedDevice, AStepBeyondItsPrefetchGetsNoRowForTheRest) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 8;
+  TableOptions fo;
+  fo.dim = dim;
+  fo.init_capacity = fo.max_capacity = 512;
+  fo.bucket_capacity = 32;
+  fo.max_load_factor = 1.0;
+  fo.score_policy = ScorePolicy::kStep;
+  fo.initializer.kind = InitializerKind::kUniform;
+  fo.initializer.seed = 9;
+  CachedTable<K> cached(backend, fo,
+                        std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim}));
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 1 << 14;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  // Some keys stored first (they go below as the fast tier overflows), then a step's keys.
+  for (int round = 0; round < 6; ++round) {
+    const std::vector<K> keys = draw_keys(rng, 300, 5000, true);
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float> dvalues(backend, keys.size() * dim);
+    std::vector<float> values(keys.size() * dim);
+    cached.find_or_insert(keys.size(), dkeys.data(), dvalues.data(), nullptr);
+    big->find_or_insert(keys.size(), keys.data(), values.data(), nullptr);
+  }
+  const std::vector<K> step = draw_keys(rng, 150, 5000, true);
+  const auto dstep = on(backend, step);
+  cached.prefetch_step(step.size(), dstep.data());
+  std::vector<K> asked = step;
+  const std::vector<K> beyond{K{7000001}, K{7000002}};  // never stored, not prefetched
+  asked.insert(asked.end(), beyond.begin(), beyond.end());
+  const size_t n = asked.size();
+  const auto dasked = on(backend, asked);
+  BackendBuffer<float*> dptrs(backend, n);
+  BackendBuffer<bool> dfound(backend, n);
+  cached.find_or_insert_pointers(n, dasked.data(), dptrs.data(), dfound.data());
+  std::vector<float*> bp(step.size());
+  std::unique_ptr<bool[]> bf(new bool[step.size()]);
+  big->find_or_insert_pointers(step.size(), step.data(), bp.data(), bf.get());
+  const auto ptrs = back(dptrs, n);
+  const auto found = back(dfound, n);
+  std::vector<float> row(dim);
+  for (size_t i = 0; i < step.size(); ++i) {
+    ASSERT_EQ(found[i], bf[i]) << "key " << step[i];
+    ASSERT_NE(ptrs[i], nullptr) << "key " << step[i];
+    copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+    for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "key " << step[i];
+  }
+  for (size_t i = step.size(); i < n; ++i) {
+    EXPECT_EQ(ptrs[i], nullptr) << "key " << asked[i];
+    EXPECT_FALSE(found[i]) << "key " << asked[i];
+  }
+  storage::CachingStats s = cached.caching_stats();
+  EXPECT_EQ(s.unsynced_calls, 1u);
+  EXPECT_EQ(s.unserved, beyond.size());
+  // The next call synchronizes again and creates them.
+  const auto dbeyond = on(backend, beyond);
+  BackendBuffer<float*> dp2(backend, beyond.size());
+  BackendBuffer<bool> df2(backend, beyond.size());
+  cached.find_or_insert_pointers(beyond.size(), dbeyond.data(), dp2.data(), df2.data());
+  for (float* p : back(dp2, beyond.size())) EXPECT_NE(p, nullptr);
+  for (const uint8_t f : back(df2, beyond.size())) EXPECT_FALSE(f);
+  s = cached.caching_stats();
+  EXPECT_EQ(s.unsynced_calls, 1u);
+  EXPECT_EQ(s.unserved, beyond.size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CachedDevice, all_backends(), backend_name);
 
 }  // namespace

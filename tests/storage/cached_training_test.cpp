@@ -93,11 +93,13 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
   // Prefetch: none; the next batch read below on a host thread before the step
   // (prefetch_async); the next batch moved up (and its new keys created) between the step's
   // forward and backward, while the step's rows are in use (prefetch).
-  enum class Prefetch { kNone, kAsync, kAfterStep };
+  // prefetch_step: the same, and the step's lookup then runs without a host synchronization.
+  enum class Prefetch { kNone, kAsync, kAfterStep, kStep };
   for (const auto [kind, prefetch] : {std::pair{OptimizerKind::kAdam, Prefetch::kNone},
                                       std::pair{OptimizerKind::kAdaGrad, Prefetch::kNone},
                                       std::pair{OptimizerKind::kAdam, Prefetch::kAsync},
-                                      std::pair{OptimizerKind::kAdam, Prefetch::kAfterStep}}) {
+                                      std::pair{OptimizerKind::kAdam, Prefetch::kAfterStep},
+                                      std::pair{OptimizerKind::kAdam, Prefetch::kStep}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + " prefetch mode " +
                  std::to_string(static_cast<int>(prefetch)));
     const EmbeddingOptions o = training_options(kind);
@@ -107,7 +109,7 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     Embedding<K> small(backend, o, [&](Backend b, const TableOptions& t) {
       TableOptions fast = t;
       fast.init_capacity = fast.max_capacity = 1024;  // ~10% of the 10K keys
-      if (prefetch == Prefetch::kAfterStep) {
+      if (prefetch == Prefetch::kAfterStep || prefetch == Prefetch::kStep) {
         // Small buckets, so that a step's keys and the next batch's fill some bucket whole: a
         // prefetch that evicted a row the step holds by address would change the results.
         fast.init_capacity = fast.max_capacity = 256;
@@ -119,11 +121,12 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
       return table;
     });
     ASSERT_NE(cached, nullptr);
-    const size_t bags = prefetch == Prefetch::kAfterStep ? 24 : 48;
+    const bool held_mode = prefetch == Prefetch::kAfterStep || prefetch == Prefetch::kStep;
+    const size_t bags = held_mode ? 24 : 48;
     std::vector<float> out_a(bags * o.dim), out_b(bags * o.dim), grad(bags * o.dim);
     BackendBuffer<float> dout(backend, bags * o.dim), dgrad(backend, bags * o.dim);
     HostBatch next = draw_batch(rng, bags);
-    const int steps = prefetch == Prefetch::kAfterStep ? 200 : 60;
+    const int steps = held_mode ? 200 : 60;
     for (int step = 0; step < steps; ++step) {
       const HostBatch hb = next;
       next = draw_batch(rng, bags);
@@ -146,6 +149,9 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
       if (prefetch == Prefetch::kAfterStep && step + 1 < steps) {
         cached->prefetch(next.keys.size(), dn.keys.data(), nullptr, true);
       }
+      if (prefetch == Prefetch::kStep && step + 1 < steps) {
+        cached->prefetch_step(next.keys.size(), dn.keys.data());
+      }
       small.backward(dgrad.data(), o.dim);
       small.end_step();
       ASSERT_EQ(out_a, out_b) << "step " << step;
@@ -158,6 +164,9 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     EXPECT_GT(s.lower_hits, 0u);
     EXPECT_EQ(s.batch_evicted, 0u);
     if (prefetch != Prefetch::kNone) EXPECT_GT(s.prefetched, 0u);
+    EXPECT_EQ(s.unserved, 0u);
+    // Most steps' lookups ran without synchronizing (not the first, nor after a refusal).
+    if (prefetch == Prefetch::kStep) EXPECT_GT(s.unsynced_calls, 100u);
     // Evaluation (rows by address: rows found below move up, nothing is created) pools the same.
     const HostBatch hb = draw_batch(rng, bags);
     const DeviceBatch db(backend, hb);

@@ -38,13 +38,15 @@ struct CachingStats {
   uint64_t flushed_rows = 0;       // rows flush() wrote down (they stay in the fast tier)
   uint64_t batch_evicted = 0;      // keys of a call's own batch pushed out of the fast tier by
                                    // later keys of that call (pointer calls give them nullptr)
-  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
-                                   // keys in use and the batch's own
-  uint64_t lower_failures = 0;     // lower-tier calls that threw
-  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
-  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
-  TableStats fast{};               // the fast table's own counts
-  StorageStats lower{};            // the lower tier's own counts
+  uint64_t unsynced_calls = 0;     // address calls after prefetch_step: no host synchronization
+  uint64_t unserved = 0;  // keys a call after prefetch_step looked up that it had not brought up
+  uint64_t prefetch_refused = 0;  // rows a prefetch left below: their bucket was full of the
+                                  // keys in use and the batch's own
+  uint64_t lower_failures = 0;    // lower-tier calls that threw
+  uint64_t pending_rows = 0;      // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;     // time spent waiting for the lower tier
+  TableStats fast{};              // the fast table's own counts
+  StorageStats lower{};           // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -77,6 +79,12 @@ class CachedTable final : public Table<K> {
   // find_or_insert* call still reports them as not found before it (every occurrence), and the
   // call after it no longer does.
   void prefetch(size_t n, const K* keys, StreamHandle stream = nullptr, bool create = false);
+  // prefetch(keys, stream, create = true) for the next training step, whose
+  // find_or_insert_pointers then runs without any host synchronization: that call must look up
+  // only these keys (a key it did not bring up gets no row, nullptr, counted in
+  // caching_stats().unserved). When the prefetch could not place every key (prefetch_refused),
+  // or a reserved key was skipped, the next call takes the synchronizing path instead.
+  void prefetch_step(size_t n, const K* keys, StreamHandle stream = nullptr);
   // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
   // up at the first call that finds the read done (or that must wait: flush, clear, another
   // prefetch). Rows written or erased below meanwhile are not moved up (they are read again when
@@ -163,8 +171,12 @@ class CachedTable final : public Table<K> {
   void find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
                              const uint64_t* scores, float** rows, Miss miss, bool copy_out,
                              StreamHandle stream);
-  // prefetch on the fast table's memory, on the device's own stream.
-  void prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create);
+  // prefetch on the fast table's memory, on the device's own stream; true when every key of the
+  // batch is up afterwards.
+  bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create);
+  // Adds the unserved keys counted by the last trusted call to the stats (its count is read
+  // back by then).
+  void collect_unserved();
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
@@ -220,6 +232,8 @@ class CachedTable final : public Table<K> {
   size_t pinned_filled_[2] = {0, 0};            // entries of the pinned-score scratches filled
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
+  bool trusted_ = false;           // the next address call may skip the miss count (prefetch_step)
+  bool unserved_pending_ = false;  // a trusted call's count of keys not found is on its way
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

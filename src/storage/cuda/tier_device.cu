@@ -101,6 +101,15 @@ __global__ void clear_flags_of_kernel(size_t n, const uint64_t* keys, const uint
   }
 }
 
+// *count += the i < n with found[i] false.
+__global__ void count_missing_kernel(size_t n, const bool* found, unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    mine += found[i] ? 0 : 1;
+  if (mine != 0) atomicAdd(count, mine);
+}
+
 // Row index[j] of `rows` = the initial row of keys[j]: a thread per word.
 __global__ void initial_rows_kernel(size_t m, const uint32_t* index, const uint64_t* keys,
                                     InitializerOptions init, uint32_t dim, uint32_t* rows) {
@@ -163,6 +172,7 @@ class CudaTierDevice final : public TierDevice {
     for (auto& e : marks_)
       check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "CachedTable: event");
     check(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming), "CachedTable: event");
+    check(cudaEventCreateWithFlags(&count_ready_, cudaEventDisableTiming), "CachedTable: event");
   }
   ~CudaTierDevice() override {
     core::cuda::DeviceGuard guard(device_);
@@ -173,6 +183,9 @@ class CudaTierDevice final : public TierDevice {
       if (p != nullptr) cudaFree(p);
     for (auto& e : marks_) cudaEventDestroy(e);
     cudaEventDestroy(order_);
+    cudaEventDestroy(count_ready_);
+    if (count_device_ != nullptr) cudaFree(count_device_);
+    if (count_host_ != nullptr) cudaFreeHost(count_host_);
     cudaStreamDestroy(side_);
   }
 
@@ -367,6 +380,33 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: copy rows out");
   }
 
+  void count_missing(size_t n, const bool* found, StreamHandle stream_handle) override {
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    if (count_device_ == nullptr) {
+      check(cudaMalloc(&count_device_, sizeof(unsigned long long)), "CachedTable: count");
+      check(cudaHostAlloc(&count_host_, sizeof(unsigned long long), cudaHostAllocDefault),
+            "CachedTable: count");
+    }
+    check(cudaMemsetAsync(count_device_, 0, sizeof(unsigned long long), stream),
+          "CachedTable: count");
+    if (n > 0) {
+      count_missing_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, found, count_device_);
+      check_launch("CachedTable: count missing");
+    }
+    check(cudaMemcpyAsync(count_host_, count_device_, sizeof(unsigned long long),
+                          cudaMemcpyDeviceToHost, stream),
+          "CachedTable: count");
+    check(cudaEventRecord(count_ready_, stream), "CachedTable: count");
+  }
+
+  uint64_t take_count() override {
+    if (count_host_ == nullptr) return 0;
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaEventSynchronize(count_ready_), "CachedTable: count");
+    return *count_host_;
+  }
+
   StreamHandle side_stream() override { return side_; }
 
   void record(Mark mark, StreamHandle stream) override {
@@ -418,6 +458,9 @@ class CudaTierDevice final : public TierDevice {
   std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
   cudaEvent_t order_ = nullptr;
+  cudaEvent_t count_ready_ = nullptr;
+  unsigned long long* count_device_ = nullptr;
+  unsigned long long* count_host_ = nullptr;
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
   std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
   std::map<StreamHandle, StreamStaging> staging_;
