@@ -472,6 +472,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   size_t evicted = 0;
   detail::FlatIndex index(m + t);  // the call's keys (filled when rows went in)
   std::vector<uint8_t> left_flag;  // per index: the key left the fast tier
+  size_t pinned_left = 0;          // keys the caller pinned (its hits) that left
   if (m > 0) {
     const uint64_t* dpinned = pinned_scores(m, stream, below_held);
     auto* dkeys = static_cast<K*>(d.scratch(Scratch::kKeys, m * sizeof(K), stream));
@@ -564,6 +565,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
       ++kept;
     }
     evicted = kept;
+    pinned_left = other.size();
     if (!other.empty()) {
       std::vector<uint64_t> other_scores(other.size());
       (*pinned_hits)(other, other_scores);
@@ -589,7 +591,9 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   for (const K key : moved_up)
     if (!left(key)) erase_keys.push_back(bits(key));
   if (evicted > 0) {
-    const size_t own = static_cast<size_t>(std::count(left_flag.begin(), left_flag.end(), 1));
+    // The call's keys that left, and the hits its caller pinned that left (pinned_left).
+    const size_t own =
+        static_cast<size_t>(std::count(left_flag.begin(), left_flag.end(), 1)) + pinned_left;
     (below_held ? stats_.prefetch_refused : stats_.batch_evicted) += own;
   }
   stats_.rows_up += moved_up.size();
@@ -1246,7 +1250,7 @@ template <TableKey K>
 CachingStats CachedTable<K>::caching_stats() const {
   std::lock_guard lock(mutex_);
   CachingStats s = stats_;
-  if (unserved_pending_) s.unserved += device_->take_count();  // the last trusted call's
+  s.unserved += device_->missing_total();  // counted on the device by unsynchronized calls
   s.pending_rows = pending_.size();
   s.fast = fast_->stats();
   s.lower = lower_->stats();

@@ -147,9 +147,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   detail::TierDevice& d = *device_;
   const TableOptions& o = options_;
   install_prefetched(false);
-  collect_unserved();
   const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
-  // After prefetch_step, an address call trusts that its keys are all up: no miss count.
+  // After prefetch_step, an address call trusts that its keys are all up: nothing read back.
   const bool trusted = trusted_ && rows != nullptr && !copy_out;
   settle(stream);
   drain_pending();
@@ -172,11 +171,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     d.fill(n, now, cs, stream);
     call_scores = cs;
   }
-  if (trusted) {  // one lookup, nothing read back: the count of keys not up comes later
+  if (trusted) {  // one lookup; keys not up are counted on the device (caching_stats().unserved)
     auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
     fast_->find_pointers(n, keys, rows, found, nullptr, stream);
-    d.count_missing(n, found, stream);
-    unserved_pending_ = true;
+    d.count_missing(n, found, stream);  // read only by caching_stats()
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
@@ -428,13 +426,6 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
 }
 
-template <TableKey K>
-void CachedTable<K>::collect_unserved() {
-  if (!unserved_pending_) return;
-  unserved_pending_ = false;
-  stats_.unserved += device_->take_count();
-}
-
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
@@ -443,7 +434,6 @@ template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
 template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool);
-template void CachedTable<int64_t>::collect_unserved();
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
@@ -451,6 +441,5 @@ template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);
 template bool CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool);
-template void CachedTable<uint64_t>::collect_unserved();
 
 }  // namespace dynemb::storage

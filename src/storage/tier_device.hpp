@@ -97,11 +97,11 @@ class TierDevice {
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;
-  // Counts the i < n with found[i] false into a host word, without waiting: the count is read by
-  // take_count() (which waits for it if it must).
+  // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
+  // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
-  // The last count_missing's count.
-  virtual uint64_t take_count() = 0;
+  // The running total of count_missing (waits for the device).
+  virtual uint64_t missing_total() = 0;
   // The stream prefetch works on (nullptr on the CPU).
   virtual StreamHandle side_stream() = 0;
   // Records `mark` at the end of the work issued on `stream` so far.

@@ -77,10 +77,9 @@ class CpuTierDevice final : public TierDevice {
       if (rows[i] != nullptr) std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
   }
   void count_missing(size_t n, const bool* found, StreamHandle) override {
-    count_ = 0;
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }
-  uint64_t take_count() override { return count_; }
+  uint64_t missing_total() override { return count_; }
   StreamHandle side_stream() override { return nullptr; }
   void record(Mark, StreamHandle) override {}
   void wait(StreamHandle, Mark) override {}

@@ -174,9 +174,6 @@ class CachedTable final : public Table<K> {
   // prefetch on the fast table's memory, on the device's own stream; true when every key of the
   // batch is up afterwards.
   bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create);
-  // Adds the unserved keys counted by the last trusted call to the stats (its count is read
-  // back by then).
-  void collect_unserved();
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
@@ -233,7 +230,6 @@ class CachedTable final : public Table<K> {
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
   bool trusted_ = false;           // the next address call may skip the miss count (prefetch_step)
-  bool unserved_pending_ = false;  // a trusted call's count of keys not found is on its way
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -172,7 +172,6 @@ class CudaTierDevice final : public TierDevice {
     for (auto& e : marks_)
       check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "CachedTable: event");
     check(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming), "CachedTable: event");
-    check(cudaEventCreateWithFlags(&count_ready_, cudaEventDisableTiming), "CachedTable: event");
   }
   ~CudaTierDevice() override {
     core::cuda::DeviceGuard guard(device_);
@@ -183,9 +182,7 @@ class CudaTierDevice final : public TierDevice {
       if (p != nullptr) cudaFree(p);
     for (auto& e : marks_) cudaEventDestroy(e);
     cudaEventDestroy(order_);
-    cudaEventDestroy(count_ready_);
     if (count_device_ != nullptr) cudaFree(count_device_);
-    if (count_host_ != nullptr) cudaFreeHost(count_host_);
     cudaStreamDestroy(side_);
   }
 
@@ -380,31 +377,25 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: copy rows out");
   }
 
-  void count_missing(size_t n, const bool* found, StreamHandle stream_handle) override {
+  void count_missing(size_t n, const bool* found, StreamHandle stream) override {
     core::cuda::DeviceGuard guard(device_);
-    const cudaStream_t stream = as_stream(stream_handle);
     if (count_device_ == nullptr) {
       check(cudaMalloc(&count_device_, sizeof(unsigned long long)), "CachedTable: count");
-      check(cudaHostAlloc(&count_host_, sizeof(unsigned long long), cudaHostAllocDefault),
-            "CachedTable: count");
+      check(cudaMemset(count_device_, 0, sizeof(unsigned long long)), "CachedTable: count");
     }
-    check(cudaMemsetAsync(count_device_, 0, sizeof(unsigned long long), stream),
-          "CachedTable: count");
-    if (n > 0) {
-      count_missing_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, found, count_device_);
-      check_launch("CachedTable: count missing");
-    }
-    check(cudaMemcpyAsync(count_host_, count_device_, sizeof(unsigned long long),
-                          cudaMemcpyDeviceToHost, stream),
-          "CachedTable: count");
-    check(cudaEventRecord(count_ready_, stream), "CachedTable: count");
+    if (n == 0) return;
+    count_missing_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, found, count_device_);
+    check_launch("CachedTable: count missing");
   }
 
-  uint64_t take_count() override {
-    if (count_host_ == nullptr) return 0;
+  uint64_t missing_total() override {
+    if (count_device_ == nullptr) return 0;
     core::cuda::DeviceGuard guard(device_);
-    check(cudaEventSynchronize(count_ready_), "CachedTable: count");
-    return *count_host_;
+    check(cudaDeviceSynchronize(), "CachedTable: count");  // whatever stream counted
+    unsigned long long total = 0;
+    check(cudaMemcpy(&total, count_device_, sizeof(total), cudaMemcpyDeviceToHost),
+          "CachedTable: count");
+    return total;
   }
 
   StreamHandle side_stream() override { return side_; }
@@ -458,9 +449,7 @@ class CudaTierDevice final : public TierDevice {
   std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
   cudaEvent_t order_ = nullptr;
-  cudaEvent_t count_ready_ = nullptr;
   unsigned long long* count_device_ = nullptr;
-  unsigned long long* count_host_ = nullptr;
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
   std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
   std::map<StreamHandle, StreamStaging> staging_;
