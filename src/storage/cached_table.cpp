@@ -100,6 +100,9 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   // given to the fast table exactly.
   internal.safe_check = SafeCheck::kIgnore;
   internal.score_policy = ScorePolicy::kCustomized;
+  // Allocated whole: a fast table that grew would move the rows a step holds by address while
+  // a prefetch inserts (docs/storage.md, "Prefetch beside a step").
+  internal.init_capacity = internal.max_capacity;
   fast_ = make_table<K>(backend, internal);
   device_ = detail::make_tier_device(backend, fast.device);
 }

@@ -63,7 +63,7 @@ struct CachingStats {
 template <TableKey K>
 class CachedTable final : public Table<K> {
  public:
-  // `fast` shapes the fast tier (its max_capacity bounds it); lower->row_dim() must equal
+  // `fast` shapes the fast tier, allocated at its max_capacity; lower->row_dim() must equal
   // fast.dim. Throws InvalidArgument otherwise.
   CachedTable(Backend backend, const TableOptions& fast, std::shared_ptr<Storage> lower);
   ~CachedTable() override;
