@@ -24,7 +24,8 @@ class TierDevice;
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
 struct CachingStats {
-  uint64_t lookups = 0;     // distinct keys per call, summed
+  uint64_t lookups = 0;     // keys per call, summed (distinct ones; on the device path a key
+                            // found in the fast tier counts at each of its positions)
   uint64_t hits = 0;        // ... found in the fast tier
   uint64_t misses = 0;      // ... not in the fast tier
   uint64_t lower_hits = 0;  // misses found in the lower tier
@@ -197,6 +198,10 @@ class CachedTable final : public Table<K> {
   void note_below(const std::vector<uint64_t>& keys);
   void drain_pending();
   Resolved resolve(const std::vector<K>& unique, bool want_fast_rows);
+  // Stores rows (keys[i] -> rows + i * dim, scores[i]) in the fast tier with the call's keys
+  // pinned, gives touch_keys their scores, and writes every row that left down (erasing below
+  // the moved_up keys that stayed); `initial` marks rows drawn on the device instead of read from
+  // `rows`, `pinned_hits` gives the real scores of keys the caller pinned.
   void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
               const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
               const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
