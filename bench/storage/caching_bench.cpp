@@ -4,7 +4,8 @@
 //  - find_or_insert: Zipf keys (alpha 1.05 by default) over `rows` ids, dim 128, the fast tier at
 //    each --fractions of the footprint; the caching table against the CUDA table in hybrid mode
 //    (the same share of the values' bytes in HBM, the rest in pinned host memory) on the same
-//    batches. On the CPU backend the peer is one CPU table holding everything.
+//    batches, as drawn (repeats kept) and as each call's distinct keys. On the CPU backend the
+//    peer is one CPU table holding everything.
 //  - step: a training step (forward SUM pooling, backward, Adam) of an Embedding on a caching
 //    table, with and without prefetch of the next batch, against the same Embedding on one table
 //    holding every row (all in HBM on the GPU).
@@ -15,7 +16,9 @@
 // Prints a table and writes JSON (machine, GPU, commit, date, every parameter, the peer in the
 // same run). Usage: dynemb_bench_caching [--backend cuda|cpu] [--modes find_or_insert,step,lost]
 //   [--rows N] [--dim D] [--batch B] [--alpha A] [--fractions 0.1,0.5] [--calls C] [--warmup W]
-//   [--bags B] [--ids-per-bag I] [--steps S] [--lost-keys N] [--lost-dim D] [--lost-batch B]
+//   [--streams repeats,distinct | --distinct] [--bags B] [--ids-per-bag I] [--steps S]
+//   [--step-warmup W]
+//   [--lost-keys N] [--lost-dim D] [--lost-batch B]
 //   [--lost-fraction F] [--seed S] [--json PATH]
 #include <nlohmann/json.hpp>
 
@@ -63,12 +66,16 @@ struct Args {
   uint64_t bags = 16384;
   uint32_t ids_per_bag = 20;
   uint32_t steps = 10;
+  uint32_t step_warmup =
+      20;  // steps before the timed ones (the fast tier fills, new keys thin out)
   uint64_t lost_keys = 10'000'000;
   uint32_t lost_dim = 16;
   uint64_t lost_batch = 1 << 20;
   double lost_fraction = 0.01;
   uint64_t seed = 0;
-  bool distinct = false;  // find_or_insert batches of distinct keys (a step's lookup after dedup)
+  // find_or_insert streams: "repeats" (the Zipf draws as they come) and "distinct" (each call's
+  // distinct keys, as a step's lookup after its dedup).
+  std::vector<std::string> streams{"repeats", "distinct"};
   std::string json_path;
 };
 
@@ -114,6 +121,8 @@ Args parse(int argc, char** argv) {
       a.bags = std::stoull(value());
     } else if (k == "--ids-per-bag") {
       a.ids_per_bag = static_cast<uint32_t>(std::stoul(value()));
+    } else if (k == "--step-warmup") {
+      a.step_warmup = static_cast<uint32_t>(std::stoul(value()));
     } else if (k == "--steps") {
       a.steps = static_cast<uint32_t>(std::stoul(value()));
     } else if (k == "--lost-keys") {
@@ -125,7 +134,12 @@ Args parse(int argc, char** argv) {
     } else if (k == "--lost-fraction") {
       a.lost_fraction = std::stod(value());
     } else if (k == "--distinct") {
-      a.distinct = true;
+      a.streams = {"distinct"};
+    } else if (k == "--streams") {
+      a.streams = split(value());
+      for (const auto& st : a.streams)
+        if (st != "repeats" && st != "distinct")
+          throw InvalidArgument("--streams: \"" + st + "\" is not repeats or distinct");
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -230,7 +244,7 @@ Timed time_find_or_insert(Table<K>& table, Backend backend,
   return t;
 }
 
-json run_find_or_insert(const Args& a, StreamHandle stream) {
+json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
   std::cerr << "find_or_insert: " << a.warmup + a.calls << " batches of " << a.batch << " Zipf("
             << a.alpha << ") keys over " << a.rows << " ids\n";
   const bench::ZipfSampler zipf(a.rows, a.alpha);
@@ -238,7 +252,7 @@ json run_find_or_insert(const Args& a, StreamHandle stream) {
   std::vector<uint64_t> batch_sizes;
   for (uint32_t b = 0; b < a.warmup + a.calls; ++b) {
     std::vector<K> keys = zipf_keys(zipf, a.batch, a.seed + b);
-    if (a.distinct) {  // each batch's distinct keys, in a random order
+    if (distinct) {  // each batch's distinct keys, in a random order
       std::sort(keys.begin(), keys.end());
       keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
       std::shuffle(keys.begin(), keys.end(), std::mt19937_64(a.seed + b));
@@ -316,13 +330,13 @@ struct StepBatch {
 
 json run_step(const Args& a, StreamHandle stream) {
   const uint64_t n = a.bags * a.ids_per_bag;
-  std::cerr << "step: " << a.warmup + a.steps << " steps of " << a.bags << " bags x "
+  std::cerr << "step: " << a.step_warmup + a.steps << " steps of " << a.bags << " bags x "
             << a.ids_per_bag << " ids, Zipf(" << a.alpha << ") over " << a.rows << " ids\n";
   const bench::ZipfSampler zipf(a.rows, a.alpha);
   std::vector<int64_t> offsets(a.bags + 1);
   for (uint64_t b = 0; b <= a.bags; ++b) offsets[b] = int64_t(b * a.ids_per_bag);
   std::vector<StepBatch> batches;
-  for (uint32_t s = 0; s < a.warmup + a.steps + 1; ++s) {
+  for (uint32_t s = 0; s < a.step_warmup + a.steps + 1; ++s) {
     const std::vector<K> keys = zipf_keys(zipf, n, a.seed + 7919 + s);
     StepBatch b{BackendBuffer<K>(a.backend, n), BackendBuffer<int64_t>(a.backend, a.bags + 1)};
     b.keys.upload(keys.data(), n);
@@ -347,7 +361,7 @@ json run_step(const Args& a, StreamHandle stream) {
   // With prefetch, the next batch is brought up once the step is issued.
   const auto run = [&](Embedding<K>& emb, storage::CachedTable<K>* cached, bool prefetch) {
     std::vector<double> seconds;
-    for (uint32_t s = 0; s < a.warmup + a.steps; ++s) {
+    for (uint32_t s = 0; s < a.step_warmup + a.steps; ++s) {
       const StepBatch& b = batches[s];
       const auto start = Clock::now();
       emb.forward({b.keys.data(), n, b.offsets.data(), a.bags, nullptr, PoolingMode::kSum},
@@ -361,7 +375,7 @@ json run_step(const Args& a, StreamHandle stream) {
       emb.end_step();
       sync_stream(a.backend);
       const double t = std::chrono::duration<double>(Clock::now() - start).count();
-      if (s >= a.warmup) seconds.push_back(t);
+      if (s >= a.step_warmup) seconds.push_back(t);
     }
     return seconds;
   };
@@ -384,7 +398,7 @@ json run_step(const Args& a, StreamHandle stream) {
         auto lower = std::make_shared<storage::HostStorage>(
             // Sized for the keys the run can touch; it grows (doubling) if more come.
             storage::HostStorageOptions{
-                t.dim, round_up(std::min<uint64_t>(a.rows, n * (a.warmup + a.steps + 1)), 128),
+                t.dim, round_up(std::min<uint64_t>(a.rows, n * (a.step_warmup + a.steps + 1)), 128),
                 uint64_t{1} << 34, 0});
         auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower);
         cached = table.get();
@@ -597,6 +611,7 @@ int main(int argc, char** argv) try {
                 {"bags", a.bags},
                 {"ids_per_bag", a.ids_per_bag},
                 {"steps", a.steps},
+                {"step_warmup", a.step_warmup},
                 {"optimizer", "adam"},
                 {"score_policy", "step"},
                 {"lower_tier", "HostStorage"},
@@ -604,7 +619,7 @@ int main(int argc, char** argv) try {
                 {"lost_dim", a.lost_dim},
                 {"lost_batch", a.lost_batch},
                 {"lost_fraction", a.lost_fraction},
-                {"distinct_batches", a.distinct},
+                {"find_or_insert_streams", a.streams},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},
@@ -617,17 +632,19 @@ int main(int argc, char** argv) try {
     return std::find(a.modes.begin(), a.modes.end(), mode) != a.modes.end();
   };
   bool ok = true;
-  if (wants("find_or_insert")) {
-    result["find_or_insert"] = run_find_or_insert(a, stream);
+  for (const std::string& kind : a.streams) {
+    if (!wants("find_or_insert")) break;
+    const bool distinct = kind == "distinct";
+    const std::string name = distinct ? "find_or_insert_distinct" : "find_or_insert";
+    result[name] = run_find_or_insert(a, stream, distinct);
     std::cout << "find_or_insert, dim " << a.dim << ", " << a.batch << " Zipf " << a.alpha
               << " draws over " << a.rows << " ids a call"
-              << (a.distinct ? " (each call: their distinct keys)" : "")
+              << (distinct ? " (each call: their distinct keys)" : " (repeats kept)")
               << " (M keys/s over the timed calls)\n"
-              << "  fraction  caching  peer("
-              << result["find_or_insert"][0]["peer"]["kind"].get<std::string>()
+              << "  fraction  caching  peer(" << result[name][0]["peer"]["kind"].get<std::string>()
               << ")  ratio  hit-rate  rows-up/call  lower-tier-s/call  call-s\n";
     const double calls = a.warmup + a.calls;  // the stats count warm-up calls too
-    for (const auto& c : result["find_or_insert"]) {
+    for (const auto& c : result[name]) {
       const double hits = c["caching"]["hits"], lookups = c["caching"]["lookups"];
       std::cout << "  " << fmt(c["fraction"]) << "      "
                 << fmt(c["caching"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
@@ -645,7 +662,7 @@ int main(int argc, char** argv) try {
               << ", Adam: all in fast memory "
               << fmt(s["all_in_fast_memory"]["step_seconds"].get<double>() * 1e3) << " ms\n"
               << "  fraction  prefetch  step(ms)  over-all-in-fast\n";
-    const double steps = a.warmup + a.steps;  // the stats count warm-up steps too
+    const double steps = a.step_warmup + a.steps;  // the stats count warm-up steps too
     for (const auto& c : s["caching"]) {
       std::cout << "  " << fmt(c["fraction"]) << "      "
                 << (c["prefetch"].get<bool>() ? "yes" : "no ") << "       "
