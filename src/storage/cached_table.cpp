@@ -688,7 +688,7 @@ void CachedTable<K>::prefetch(size_t n, const K* keys, StreamHandle stream, bool
   std::lock_guard lock(mutex_);
   trusted_ = false;  // it may move out what a prefetch_step brought up
   if (options_.score_policy != ScorePolicy::kLfu) {
-    prefetch_device(n, keys, stream, create);
+    prefetch_device(n, keys, stream, create, PrefetchFor::kCaller);
     return;
   }
   settle(stream);
@@ -706,7 +706,7 @@ void CachedTable<K>::prefetch_step(size_t n, const K* keys, StreamHandle stream)
     stats_.prefetched += move_up(n, keys, stream);
     return;
   }
-  trusted_ = prefetch_device(n, keys, stream, true);
+  trusted_ = prefetch_device(n, keys, stream, true, PrefetchFor::kCaller);
 }
 
 template <TableKey K>
@@ -742,9 +742,14 @@ void CachedTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* 
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
   settle(stream);
-  move_up(n, keys,
-          stream);  // rows found below move up with their scores: the contents are unchanged
+  // Rows found below move up with their scores (the contents are unchanged), then one lookup.
+  if (options_.score_policy != ScorePolicy::kLfu) {
+    prefetch_device(n, keys, stream, false, PrefetchFor::kRead);
+  } else {
+    move_up(n, keys, stream);
+  }
   fast_->find_pointers(n, keys, rows, founds, scores, stream);
+  device_->record(detail::Mark::kCallEnd, stream);
 }
 
 // --- writes -----------------------------------------------------------------------------------

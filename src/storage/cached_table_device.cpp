@@ -334,14 +334,15 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
 }
 
 template <TableKey K>
-bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create) {
+bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create,
+                                     PrefetchFor purpose) {
   using detail::Scratch;
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
   const StreamHandle s = d.side_stream();
   install_prefetched(true);
-  if (stream != nullptr) d.order_after(s, stream);  // the keys are ready
-  d.wait(s, detail::Mark::kCallEnd);                // the last call's pins are in place
+  if (stream != nullptr || purpose == PrefetchFor::kRead) d.order_after(s, stream);  // keys ready
+  d.wait(s, detail::Mark::kCallEnd);  // the last call's pins are in place
   drain_pending();
   auto* ptrs = static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), s));
   auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, s));
@@ -420,7 +421,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
       d.synchronize(s);
       std::rethrow_exception(failed);
     }
-    stats_.prefetched += in.size();
+    if (purpose == PrefetchFor::kCaller) stats_.prefetched += in.size();
   }
   d.synchronize(s);  // the next call finds the rows up (and its scratch free)
   return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
@@ -433,13 +434,15 @@ template void CachedTable<int64_t>::settle(StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
-template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool);
+template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool,
+                                                    PrefetchFor);
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);
-template bool CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool);
+template bool CachedTable<uint64_t>::prefetch_device(size_t, const uint64_t*, StreamHandle, bool,
+                                                     PrefetchFor);
 
 }  // namespace dynemb::storage

@@ -184,6 +184,22 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
           for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
           ASSERT_EQ(back(dvalues, n * dim), want);
           ASSERT_EQ(back(ds, n), want_scores);
+          // By address: rows found below move up first; scores stay as they are.
+          BackendBuffer<float*> dptrs(backend, n);
+          backend_zero(backend, ds.data(), n * sizeof(uint64_t));
+          cached.find_pointers(n, dkeys.data(), dptrs.data(), dfound.data(), ds.data());
+          const auto ptrs = back(dptrs, n);
+          const auto found2 = back(dfound, n);
+          std::vector<float> row(dim);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(found2[i], fb[i]) << "find_pointers founds[" << i << "]";
+            if (!fb[i]) continue;
+            ASSERT_NE(ptrs[i], nullptr) << "key " << keys[i];
+            copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+            for (uint32_t c = 0; c < dim; ++c)
+              ASSERT_EQ(row[c], want[i * dim + c]) << "key " << keys[i];
+          }
+          ASSERT_EQ(back(ds, n), want_scores);
         }
       }
       if (policy == ScorePolicy::kStep && rng.chance(0.3)) {

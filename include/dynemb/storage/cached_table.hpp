@@ -172,9 +172,13 @@ class CachedTable final : public Table<K> {
   void find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
                              const uint64_t* scores, float** rows, Miss miss, bool copy_out,
                              StreamHandle stream);
+  // Who a prefetch_device works for: the caller's prefetch (nullptr stream: keys ready now;
+  // counted in prefetched) or a read of the table (always after the caller's stream).
+  enum class PrefetchFor : uint8_t { kCaller, kRead };
   // prefetch on the fast table's memory, on the device's own stream; true when every key of the
   // batch is up afterwards.
-  bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create);
+  bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create,
+                       PrefetchFor purpose);
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
