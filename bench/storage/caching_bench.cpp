@@ -349,6 +349,8 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
 struct StepBatch {
   BackendBuffer<K> keys;
   BackendBuffer<int64_t> offsets;
+  BackendBuffer<K> distinct;  // the batch's distinct keys (what its step looks up; prefetched)
+  size_t num_distinct = 0;
 };
 
 json run_step(const Args& a, StreamHandle stream) {
@@ -361,9 +363,14 @@ json run_step(const Args& a, StreamHandle stream) {
   std::vector<StepBatch> batches;
   for (uint32_t s = 0; s < a.step_warmup + a.steps + 1; ++s) {
     const std::vector<K> keys = zipf_keys(zipf, n, a.seed + 7919 + s);
-    StepBatch b{BackendBuffer<K>(a.backend, n), BackendBuffer<int64_t>(a.backend, a.bags + 1)};
+    std::vector<K> distinct = keys;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    StepBatch b{BackendBuffer<K>(a.backend, n), BackendBuffer<int64_t>(a.backend, a.bags + 1),
+                BackendBuffer<K>(a.backend, distinct.size()), distinct.size()};
     b.keys.upload(keys.data(), n);
     b.offsets.upload(offsets.data(), offsets.size());
+    b.distinct.upload(distinct.data(), distinct.size());
     batches.push_back(std::move(b));
   }
   std::vector<float> grad(a.bags * a.dim);
@@ -392,9 +399,12 @@ json run_step(const Args& a, StreamHandle stream) {
       emb.backward(dgrad.data(), a.dim, stream);
       // The next batch's keys are ready (uploaded before the loop): the prefetch waits for
       // nothing on `stream` and overlaps the step issued there.
-      // New keys get their rows there too, so the next step finds every key up and its lookup
-      // reads nothing back (prefetch_step).
-      if (prefetch && cached != nullptr) cached->prefetch_step(n, batches[s + 1].keys.data());
+      // The next batch's distinct keys (deduplicated when the batch was made) come up, new keys
+      // get their rows there too, so the next step's lookup reads nothing back (prefetch_step).
+      if (prefetch && cached != nullptr) {
+        const StepBatch& next = batches[s + 1];
+        cached->prefetch_step(next.num_distinct, next.distinct.data());
+      }
       emb.end_step();
       sync_stream(a.backend);
       const double t = std::chrono::duration<double>(Clock::now() - start).count();
