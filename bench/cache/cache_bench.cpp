@@ -53,15 +53,21 @@ struct Buffers {
 };
 
 // Runs one query on `batch` (uploaded first); returns the misses. The timing covers the query
-// alone when a clock is given.
+// alone when a clock is given: *seconds by the clock (CUDA events around the call on its
+// stream), *host_seconds the time the call took to return (steady_clock).
 uint64_t query(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& batch,
-               BenchClock& clock, double* seconds) {
+               BenchClock& clock, double* seconds, double* host_seconds = nullptr) {
   const size_t n = batch.keys.size();
   buf.keys.upload(batch.keys.data(), n);
   clock.synchronize();
   if (seconds != nullptr) clock.start();
+  const auto called = std::chrono::steady_clock::now();
   cache.query(n, buf.keys.data(), buf.values.data(), buf.missing.data(), buf.positions.data(),
               buf.count.data(), clock.stream());
+  if (host_seconds != nullptr) {
+    *host_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
+  }
   if (seconds != nullptr) {
     *seconds = clock.stop();
   } else {
@@ -70,6 +76,35 @@ uint64_t query(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& bat
   uint64_t misses = 0;
   buf.count.download(&misses, 1);
   return misses;
+}
+
+// Seconds per call of `calls` queries of `batch` issued back to back on the stream and timed
+// together: the device's time per call where the host issues faster than the device works,
+// the host's otherwise.
+double pipelined_seconds(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& batch,
+                         BenchClock& clock, uint32_t calls) {
+  const size_t n = batch.keys.size();
+  buf.keys.upload(batch.keys.data(), n);
+  clock.synchronize();
+  clock.start();
+  for (uint32_t c = 0; c < calls; ++c) {
+    cache.query(n, buf.keys.data(), buf.values.data(), buf.missing.data(), buf.positions.data(),
+                buf.count.data(), clock.stream());
+  }
+  return clock.stop() / calls;
+}
+
+// The clock's floor: the median of 50 timed 8-byte memsets on the stream (no cache involved).
+double floor_seconds(Backend backend, Buffers& buf, BenchClock& clock) {
+  std::vector<double> seconds;
+  for (int i = 0; i < 50; ++i) {
+    clock.synchronize();
+    clock.start();
+    backend_zero(backend, buf.count.data(), sizeof(uint64_t), clock.stream());
+    seconds.push_back(clock.stop());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
 }
 
 // Puts the last query's `misses` missing keys into the cache with their rows; returns the
@@ -169,7 +204,8 @@ Json run_peer(const CacheBenchConfig& config, uint64_t seed, std::ostream& log) 
   command << std::setprecision(17) << config.peer_binary << " " << config.ids << " " << config.alpha
           << " " << seed << " " << join(config.dims) << " " << join(config.cache_rows) << " "
           << join(config.batches) << " " << config.warm_batches << " " << config.warm_draws << " "
-          << config.timed_batches << " " << out;
+          << config.timed_batches << " " << out << " " << config.peer_raw_timed << " "
+          << config.pipelined_calls;
   log << "running the HugeCTR peer: " << command.str() << "\n";
   const int rc = std::system(command.str().c_str());
   if (rc != 0) return {{"error", "peer exited with status " + std::to_string(rc)}};
@@ -210,6 +246,8 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                       {"warm_batches", config.warm_batches},
                       {"warm_draws", config.warm_draws},
                       {"timed_batches", config.timed_batches},
+                      {"pipelined_calls", config.pipelined_calls},
+                      {"peer_raw_timed", config.peer_raw_timed},
                       {"ways", config.ways},
                       {"validate_keys", false},
                       {"key_type", "int64"},
@@ -218,7 +256,12 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                       {"raw_batch", "`batch` draws as drawn"},
                       {"timing", config.backend == Backend::kCuda
                                      ? "CUDA events around each query call on its stream"
-                                     : "steady_clock around each query call"}};
+                                     : "steady_clock around each query call"},
+                      {"host_us_p50", "steady_clock from the call to its return (no sync)"},
+                      {"pipelined_us",
+                       "distinct cells: pipelined_calls queries of the first batch back to back, "
+                       "timed together, per call"},
+                      {"clock_floor_us", "median of 50 timed 8-byte memsets on the stream"}};
 
   log << "generating keys ...\n";
   const std::vector<KeyBatch> warm_set =
@@ -230,6 +273,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
     raw[size] = raw_batches(spec, 200 + s, config.timed_batches, size);
   }
   Buffers buf(config.backend, max_batch, max_dim);
+  result["clock_floor_us"] = floor_seconds(config.backend, buf, *clock) * 1e6;
 
   Json cells = Json::array();
   Json replaces = Json::array();
@@ -245,12 +289,13 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       for (const uint64_t size : config.batches) {
         for (const char* mode : {"distinct", "raw"}) {
           const auto& batches = std::string(mode) == "distinct" ? distinct[size] : raw[size];
-          std::vector<double> seconds;
+          std::vector<double> seconds, host_seconds;
           uint64_t keys = 0, hits = 0, draws = 0;
           for (size_t b = 0; b < batches.size(); ++b) {
-            double t = 0.0;
-            const uint64_t misses = query(*cache, buf, batches[b], *clock, &t);
+            double t = 0.0, host = 0.0;
+            const uint64_t misses = query(*cache, buf, batches[b], *clock, &t, &host);
             seconds.push_back(t);
+            host_seconds.push_back(host);
             keys += batches[b].keys.size();
             hits += batches[b].keys.size() - misses;
             draws += batches[b].total_draws;
@@ -276,7 +321,13 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                         {{"p50", percentile(seconds, 0.5) * 1e6},
                          {"p90", percentile(seconds, 0.9) * 1e6},
                          {"p99", percentile(seconds, 0.99) * 1e6},
-                         {"max", percentile(seconds, 1.0) * 1e6}}}};
+                         {"max", percentile(seconds, 1.0) * 1e6}}},
+                       {"host_us_p50", percentile(host_seconds, 0.5) * 1e6}};
+          if (config.pipelined_calls > 0 && cell["mode"] == "distinct") {
+            cell["pipelined_us"] =
+                pipelined_seconds(*cache, buf, batches.front(), *clock, config.pipelined_calls) *
+                1e6;
+          }
           if (const auto a = hugectr_anchor(dim, rows, size); a && cell["mode"] == "distinct") {
             cell["hugectr_anchor"] = {{"mkeys_per_s", a->mkeys_per_s}, {"hit_rate", a->hit_rate}};
             cell["ratio_to_hugectr"] = cell["mkeys_per_s"].get<double>() / a->mkeys_per_s;
@@ -386,18 +437,27 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
 }
 
 void report_cache_bench(const Json& result, std::ostream& out) {
+  // host: the call's own time to return; pipe: per call of back-to-back calls (distinct cells).
+  const auto us = [](const Json& cell, const char* key) {
+    std::ostringstream text;
+    if (cell.contains(key)) text << std::fixed << std::setprecision(1) << cell[key].get<double>();
+    return text.str();
+  };
   out << "\n"
       << std::left << std::setw(5) << "dim" << std::setw(10) << "rows" << std::setw(9) << "batch"
-      << std::setw(10) << "mode" << std::right << std::setw(12) << "M keys/s" << std::setw(7)
-      << "hit" << std::setw(11) << "p50 us" << std::setw(11) << "p99 us" << std::setw(16)
-      << "HugeCTR M/s" << std::setw(8) << "ratio"
+      << std::setw(10) << "mode" << std::right << std::setw(10) << "M keys/s" << std::setw(7)
+      << "hit" << std::setw(9) << "p50 us" << std::setw(9) << "p99 us" << std::setw(8) << "host"
+      << std::setw(8) << "pipe" << std::setw(16) << "HugeCTR M/s" << std::setw(18)
+      << "its p50/host/pipe" << std::setw(8) << "ratio"
       << "\n";
   for (const Json& c : result["cells"]) {
-    std::ostringstream peer, ratio;
+    std::ostringstream peer, peer_us, ratio;
     if (c.contains("hugectr_same_run")) {
-      peer << std::fixed << std::setprecision(1)
-           << c["hugectr_same_run"]["mkeys_per_s"].get<double>() << " (" << std::setprecision(2)
-           << c["hugectr_same_run"]["hit_rate"].get<double>() << ")*";
+      const Json& p = c["hugectr_same_run"];
+      peer << std::fixed << std::setprecision(1) << p["mkeys_per_s"].get<double>() << " ("
+           << std::setprecision(2) << p["hit_rate"].get<double>() << ")*";
+      peer_us << std::fixed << std::setprecision(1) << p["latency_us"]["p50"].get<double>() << "/"
+              << us(p, "host_us_p50") << "/" << us(p, "pipelined_us");
       ratio << std::fixed << std::setprecision(2) << c["ratio_to_hugectr_same_run"].get<double>()
             << "x";
     } else if (c.contains("hugectr_anchor")) {
@@ -410,11 +470,16 @@ void report_cache_bench(const Json& result, std::ostream& out) {
     out << std::left << std::setw(5) << c["dim"].get<uint32_t>() << std::setw(10)
         << c["cache_rows"].get<uint64_t>() << std::setw(9) << c["batch"].get<uint64_t>()
         << std::setw(10) << c["mode"].get<std::string>() << std::right << std::fixed
-        << std::setprecision(1) << std::setw(12) << c["mkeys_per_s"].get<double>()
+        << std::setprecision(1) << std::setw(10) << c["mkeys_per_s"].get<double>()
         << std::setprecision(3) << std::setw(7) << c["hit_rate"].get<double>()
-        << std::setprecision(1) << std::setw(11) << c["latency_us"]["p50"].get<double>()
-        << std::setw(11) << c["latency_us"]["p99"].get<double>() << std::setw(16) << peer.str()
-        << std::setw(8) << ratio.str() << "\n";
+        << std::setprecision(1) << std::setw(9) << c["latency_us"]["p50"].get<double>()
+        << std::setw(9) << c["latency_us"]["p99"].get<double>() << std::setw(8)
+        << us(c, "host_us_p50") << std::setw(8) << us(c, "pipelined_us") << std::setw(16)
+        << peer.str() << std::setw(18) << peer_us.str() << std::setw(8) << ratio.str() << "\n";
+  }
+  if (result.contains("clock_floor_us")) {
+    out << "clock floor (one 8-byte memset, timed as a query is): " << std::setprecision(1)
+        << result["clock_floor_us"].get<double>() << " us\n";
   }
   for (const Json& r : result["replace_misses"]) {
     out << "replace of " << r["misses"] << " misses (dim " << r["dim"] << ", " << r["cache_rows"]

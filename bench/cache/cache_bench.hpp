@@ -28,6 +28,8 @@ struct CacheBenchConfig {
   uint32_t warm_batches = 20;      // query-then-replace batches before timing
   uint64_t warm_draws = 1u << 20;  // draws per warm batch (deduplicated)
   uint32_t timed_batches = 18;     // timed query calls per cell, each on a fresh batch
+  // Distinct cells also time this many back-to-back queries of one batch together (0: none).
+  uint32_t pipelined_calls = 20;
   uint32_t ways = 32;
   bool curve = true;                 // the hit rate against capacity
   std::vector<uint64_t> curve_rows;  // empty: 1/8 .. 4x the largest cache_rows, doubling
@@ -37,6 +39,9 @@ struct CacheBenchConfig {
   // A HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) run after dynemb's cells
   // on the same batches (same seed); its figures go beside dynemb's in each cell.
   std::string peer_binary;
+  // Timed calls of the peer per raw cell (HugeCTR takes about a second per raw call of 1M keys);
+  // 0: timed_batches. Its distinct cells take timed_batches.
+  uint32_t peer_raw_timed = 3;
 };
 
 // Runs the benchmark, printing progress to `log`; returns the result document (also written).

@@ -13,8 +13,11 @@ namespace dynemb::cache::detail {
 
 // Throws InvalidArgument when a pointer a call needs for n > 0 keys is null.
 inline void require_buffer(const char* where, const char* name, const void* ptr, size_t n) {
-  require(n == 0 || ptr != nullptr, where, name, "nullptr",
-          "must point to a buffer when n = " + std::to_string(n) + " > 0");
+  // The message is built only on failure: a query makes five of these checks.
+  if (n != 0 && ptr == nullptr) {
+    require(false, where, name, "nullptr",
+            "must point to a buffer when n = " + std::to_string(n) + " > 0");
+  }
 }
 
 // Throws InvalidArgument naming keys[position] when it equals the cache's empty-key sentinel.

@@ -28,6 +28,13 @@ void install(CLI::App& cmd) {
   cmd.add_option("--warm", c->warm_batches, "warm-up batches")->capture_default_str();
   cmd.add_option("--warm-draws", c->warm_draws, "draws per warm-up batch")->capture_default_str();
   cmd.add_option("--timed", c->timed_batches, "timed query calls per cell")->capture_default_str();
+  cmd.add_option("--pipelined", c->pipelined_calls,
+                 "back-to-back queries timed together per distinct cell (0 = none)")
+      ->capture_default_str();
+  cmd.add_option("--peer-raw-timed", c->peer_raw_timed,
+                 "the peer's timed calls per raw cell (0 = --timed; HugeCTR takes ~1 s per raw "
+                 "call of 1M keys)")
+      ->capture_default_str();
   cmd.add_option("--ways", c->ways, "slots per set (32, 64, 128)")->capture_default_str();
   cmd.add_flag("!--no-curve", c->curve, "skip the hit rate against capacity");
   cmd.add_option("--curve-rows", c->curve_rows, "capacities of the curve (default: 1/8 to 4x)");

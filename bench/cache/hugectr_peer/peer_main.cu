@@ -10,6 +10,7 @@
 #include <nv_gpu_cache.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -55,11 +56,19 @@ struct Device {
   cudaEvent_t begin, end;
 };
 
-size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* seconds) {
+// One timed Query as dynemb bench cache times its own: CUDA events around the call on the
+// stream (*seconds), and the time the call took to return (*host_seconds).
+size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* seconds,
+             double* host_seconds = nullptr) {
   const size_t n = b.keys.size();
   check(cudaMemcpy(d.keys, b.keys.data(), n * sizeof(long long), cudaMemcpyHostToDevice), "keys");
   check(cudaEventRecord(d.begin, d.stream), "event");
+  const auto called = std::chrono::steady_clock::now();
   cache.Query(d.keys, n, d.values, d.positions, d.missing, d.count, d.stream);
+  if (host_seconds != nullptr) {
+    *host_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
+  }
   check(cudaEventRecord(d.end, d.stream), "event");
   check(cudaEventSynchronize(d.end), "sync");
   float ms = 0;
@@ -68,6 +77,22 @@ size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* 
   size_t misses = 0;
   check(cudaMemcpy(&misses, d.count, sizeof(misses), cudaMemcpyDeviceToHost), "count");
   return misses;
+}
+
+// Seconds per call of `calls` Query calls of `b` back to back, timed together.
+double pipelined_seconds(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b,
+                         uint32_t calls) {
+  const size_t n = b.keys.size();
+  check(cudaMemcpy(d.keys, b.keys.data(), n * sizeof(long long), cudaMemcpyHostToDevice), "keys");
+  check(cudaEventRecord(d.begin, d.stream), "event");
+  for (uint32_t c = 0; c < calls; ++c) {
+    cache.Query(d.keys, n, d.values, d.positions, d.missing, d.count, d.stream);
+  }
+  check(cudaEventRecord(d.end, d.stream), "event");
+  check(cudaEventSynchronize(d.end), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, d.begin, d.end), "elapsed");
+  return ms * 1e-3 / calls;
 }
 
 void replace_misses(Cache& cache, Device& d, size_t misses, uint32_t dim) {
@@ -94,10 +119,14 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 // usage: hugectr_cache_peer IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT.json
-// (lists comma-separated)
+//        [RAW_TIMED [PIPELINED]]
+// (lists comma-separated; RAW_TIMED: timed calls per raw cell, 0 or absent = TIMED; PIPELINED:
+// back-to-back calls timed together per distinct cell, 0 or absent = none)
 int main(int argc, char** argv) {
-  if (argc != 11) {
-    std::fprintf(stderr, "usage: %s IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT\n",
+  if (argc < 11 || argc > 13) {
+    std::fprintf(stderr,
+                 "usage: %s IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT "
+                 "[RAW_TIMED [PIPELINED]]\n",
                  argv[0]);
     return 2;
   }
@@ -109,13 +138,17 @@ int main(int argc, char** argv) {
   const auto warm_batches = static_cast<uint32_t>(std::stoul(argv[7]));
   const uint64_t warm_draws = std::stoull(argv[8]);
   const auto timed = static_cast<uint32_t>(std::stoul(argv[9]));
+  const auto raw_arg = argc > 11 ? static_cast<uint32_t>(std::stoul(argv[11])) : 0u;
+  const uint32_t raw_timed = raw_arg == 0 ? timed : std::min(raw_arg, timed);
+  const auto pipelined = argc > 12 ? static_cast<uint32_t>(std::stoul(argv[12])) : 0u;
 
   // The same batches as dynemb bench cache draws (stream ids 1, 100 + s, 200 + s).
   const auto warm_set = dynemb::bench::deduplicated_batches(spec, 1, warm_batches, warm_draws);
   std::map<uint64_t, std::vector<dynemb::bench::KeyBatch>> distinct, raw;
   for (size_t s = 0; s < batches.size(); ++s) {
     distinct[batches[s]] = dynemb::bench::distinct_batches(spec, 100 + s, timed, batches[s]);
-    raw[batches[s]] = dynemb::bench::raw_batches(spec, 200 + s, timed, batches[s]);
+    // The first raw_timed of the batches dynemb times (the same draws).
+    raw[batches[s]] = dynemb::bench::raw_batches(spec, 200 + s, raw_timed, batches[s]);
   }
   const uint64_t max_batch =
       std::max(*std::max_element(batches.begin(), batches.end()), warm_draws);
@@ -142,12 +175,13 @@ int main(int argc, char** argv) {
       for (const uint64_t size : batches) {
         for (const char* mode : {"distinct", "raw"}) {
           const auto& list = std::string(mode) == "distinct" ? distinct[size] : raw[size];
-          std::vector<double> seconds;
+          std::vector<double> seconds, host_seconds;
           uint64_t keys = 0, hits = 0;
           for (const auto& b : list) {
-            double t = 0;
-            const size_t misses = query(cache, d, b, &t);
+            double t = 0, host = 0;
+            const size_t misses = query(cache, d, b, &t, &host);
             seconds.push_back(t);
+            host_seconds.push_back(host);
             keys += b.keys.size();
             hits += b.keys.size() - misses;
           }
@@ -159,7 +193,13 @@ int main(int argc, char** argv) {
                << ", \"seconds\": " << total << ", \"mkeys_per_s\": " << keys / total / 1e6
                << ", \"hit_rate\": " << static_cast<double>(hits) / keys
                << ", \"latency_us\": {\"p50\": " << percentile(seconds, 0.5) * 1e6
-               << ", \"p99\": " << percentile(seconds, 0.99) * 1e6 << "}}";
+               << ", \"p99\": " << percentile(seconds, 0.99) * 1e6
+               << "}, \"host_us_p50\": " << percentile(host_seconds, 0.5) * 1e6;
+          if (pipelined > 0 && std::string(mode) == "distinct") {
+            json << ", \"pipelined_us\": "
+                 << pipelined_seconds(cache, d, list.front(), pipelined) * 1e6;
+          }
+          json << "}";
           first = false;
           std::fprintf(stderr, "hugectr dim %lu rows %lu batch %lu %s: %.1f M keys/s, hit %.3f\n",
                        static_cast<unsigned long>(dim), static_cast<unsigned long>(rows),

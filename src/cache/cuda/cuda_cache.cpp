@@ -9,12 +9,12 @@
 #include "backends.hpp"
 #include "cache_checks.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/query_scratch.hpp"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 #include "dynemb/core/cuda/device_info.hpp"
 #include "dynemb/core/error.hpp"
-#include "dynemb/core/hash.hpp"
 
 namespace dynemb::cache::detail {
 namespace {
@@ -66,7 +66,9 @@ CudaCache<K>::CudaCache(const CacheOptions<K>& options, const CacheFootprint& fo
     dynemb::core::cuda::check(
         cudaMemset(view_.stamps, 0, footprint.slots * sizeof(unsigned long long)),
         "make_cache: cudaMemset");
-    grid_limit_ = dynemb::core::cuda::multiprocessors(options.device) * 8;
+    grid_limit_ = dynemb::core::cuda::multiprocessors(options.device) * kMaxBlocksPerSm;
+    scratch_ =
+        std::make_unique<QueryScratch>(static_cast<uint32_t>(fused_query_max_blocks(grid_limit_)));
     launch_clear(view_, nullptr);
     dynemb::core::cuda::check(cudaDeviceSynchronize(), "make_cache: clearing the cache");
   } catch (...) {
@@ -84,6 +86,7 @@ template <CacheKey K>
 void CudaCache<K>::free_buffers() noexcept {
   const dynemb::core::cuda::DeviceGuard on_device(options_.device);
   cudaDeviceSynchronize();
+  scratch_.reset();
   cudaFree(view_.keys);
   cudaFree(view_.stamps);
   cudaFree(view_.values);
@@ -122,16 +125,27 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
   call.keys = keys;
   call.values = values;
   call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
-  if (n <= kFusedMaxKeys) {
+  // A captured call may be replayed with the same tag, so the fused kernel's tagged counts would
+  // be read stale: a graph gets the two-step query.
+  if (n <= kFusedMaxKeys && !stream_is_capturing(s)) {
     // One launch: the kernel compacts its misses itself through per-block counts in `status`,
-    // which it recognizes by this call's tag (stamps are unique, the mix is a bijection).
-    call.tile = fused_query_tile(n, grid_limit_);
-    const dynemb::core::cuda::DeviceArray<TileStatus> status(fused_query_blocks(n, call.tile), s);
+    // which it recognizes by this call's tag: the stamp (unique, below 2^53) with the cache's
+    // random salt, never 0 (the tag of a stream's fresh buffer).
+    while ((call.tag = (call.stamp ^ tag_salt_) & kTileTagMask) == 0) {
+      call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
+    }
+    call.grid_limit = grid_limit_;
+    const uint64_t most_blocks = fused_query_blocks(n, fused_query_tile(n, grid_limit_));
     call.missing_keys = missing_keys;
     call.missing_positions = missing_positions;
     call.miss_count = miss_count;
+    call.status = scratch_->for_stream(s);
+    if (call.status != nullptr && most_blocks <= scratch_->entries()) {
+      launch_query(view_, call, s);
+      return;
+    }
+    const dynemb::core::cuda::DeviceArray<TileStatus> status(most_blocks, s);
     call.status = status.data();
-    call.tag = hash_key_bits(call.stamp ^ tag_salt_);
     launch_query(view_, call, s);
     return;
   }

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
+#include "cuda/query_scratch.hpp"
 #include "cuda/view.hpp"
 #include "dynemb/cache/embedding_cache.hpp"
 
@@ -45,6 +47,7 @@ class CudaCache final : public EmbeddingCache<K> {
   uint32_t grid_limit_ = 0;         // blocks per launch: enough to fill every SM
   std::atomic<uint64_t> clock_{1};  // access stamps are drawn from here; 0 marks a free slot
   uint64_t tag_salt_ = 0;           // random: fused queries' tags differ from other caches' ones
+  std::unique_ptr<QueryScratch> scratch_;  // the fused query's tile counts, per stream
 };
 
 }  // namespace dynemb::cache::detail

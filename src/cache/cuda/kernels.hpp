@@ -10,11 +10,12 @@
 
 namespace dynemb::cache::detail {
 
-// A tile's miss count as the fused query publishes it (query_kernels.cu).
-struct TileStatus {
-  unsigned long long tag;
-  unsigned long long count;
-};
+// A tile's miss count as the fused query publishes it (query_kernels.cu): one 64-bit word, the
+// call's tag above the count, so that one store publishes both and a reader that sees the tag
+// sees the count.
+using TileStatus = unsigned long long;
+inline constexpr int kTileCountBits = 11;  // counts up to kMaxFusedTile
+inline constexpr unsigned long long kTileTagMask = (1ull << (64 - kTileCountBits)) - 1;
 
 // Batches up to this many keys are queried by the fused kernel (one launch, misses compacted in
 // it); larger ones by the query kernel and a separate compaction.
@@ -22,9 +23,15 @@ inline constexpr size_t kFusedMaxKeys = 131072;
 // Keys per block of the fused kernel at most, and per warp at least.
 inline constexpr uint32_t kMaxFusedTile = 1024;
 inline constexpr uint32_t kMinFusedTile = 8;
+static_assert(kMaxFusedTile < (1u << kTileCountBits));
+
+// Blocks of 256 threads an SM holds at most; a cache's grid limit is this many per SM.
+inline constexpr uint32_t kMaxBlocksPerSm = 8;
 
 // The fused kernel's keys per block for n keys: one key per warp while n fills grid_limit
-// blocks that way, more per block beyond.
+// blocks that way, more per block beyond. The launcher passes the blocks of its kernel that are
+// resident at once, so a call runs in one wave of blocks; fused_query_tile(n, the cache's grid
+// limit) is the smallest tile, fused_query_blocks of it the most blocks, of any kernel.
 inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit) {
   const uint64_t spread = (n + grid_limit - 1) / grid_limit;
   return static_cast<uint32_t>(
@@ -33,6 +40,11 @@ inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit) {
 // Its blocks (one TileStatus each).
 inline uint64_t fused_query_blocks(size_t n, uint32_t tile) {
   return (n + tile - 1) / tile;
+}
+// The most blocks a fused query of up to kFusedMaxKeys keys launches.
+inline uint64_t fused_query_max_blocks(uint32_t grid_limit) {
+  const uint64_t widest = (kFusedMaxKeys + kMaxFusedTile - 1) / kMaxFusedTile;
+  return grid_limit > widest ? grid_limit : widest;
 }
 
 // One query's arguments. Fused (status != nullptr): misses go to missing_keys /
@@ -45,13 +57,14 @@ struct QueryCall {
   float* values = nullptr;
   unsigned long long stamp = 0;  // the hits' new access stamp
   uint8_t* missed = nullptr;     // unfused
-  uint32_t grid_limit = 0;       // unfused: blocks at most
+  uint32_t grid_limit = 0;       // blocks at most (kMaxBlocksPerSm per SM)
   K* missing_keys = nullptr;     // fused
   uint64_t* missing_positions = nullptr;
   uint64_t* miss_count = nullptr;
-  TileStatus* status = nullptr;  // fused_query_blocks(n, tile) of them, uninitialized
-  unsigned long long tag = 0;    // unique to the call; never equal to status's prior contents
-  uint32_t tile = 0;
+  // fused_query_blocks(n, fused_query_tile(n, grid_limit)) of them, uninitialized
+  TileStatus* status = nullptr;
+  // Unique to the call among the calls that share `status`, nonzero, at most kTileTagMask.
+  unsigned long long tag = 0;
 };
 
 // Queries call.n keys: rows of hits to values, stamps hits with call.stamp.

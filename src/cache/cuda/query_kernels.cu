@@ -3,6 +3,8 @@
 // kFusedMaxKeys (one launch), a separate compaction for larger ones.
 #include <thrust/iterator/counting_iterator.h>
 
+#include <algorithm>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
@@ -107,11 +109,17 @@ __device__ __forceinline__ T pick(const T (&v)[N], int index) {
   return out;
 }
 
-// Reads the rows of G keys at once (key[g] for g < live; the same in every lane) into out[g]:
-// the versions of all 2G candidate sets, then their keys, then the rows found, then the versions
-// again, each step with every key's loads in flight together. hit[g] says whether key g was
-// found. A key whose sets were being written (an odd version, or one that changed while its row
-// was read) is read again alone with read_from_set, which waits for the writer.
+// Reads the rows of G keys at once (key[g] for g < live; the same in every lane) into out[g] in
+// three round trips to memory, each with every key's loads in flight together:
+// 1. the keys of all 2G candidate sets and, issued after them, the sets' versions (acquire);
+// 2. for a key found in a set whose version was even: its row, its slot's key again and stamp;
+// 3. that set's version again. The row is good when the version did not change and the slot
+//    still held the key: both were read between the two version reads, which no writer crossed.
+// The keys of step 1 are read before the version, so they only say where to look: a key found
+// there is checked in step 2, and a key not found was absent at that moment (writers never remove
+// a stored key for a while; they only erase or evict it). hit[g] says whether key g was found.
+// A key met while a writer held one of its sets (an odd version, or one that changed while its
+// row was read) is read again alone with read_from_set, which waits for the writer.
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
                            float* const (&out)[G], bool (&hit)[G], int lane,
@@ -128,7 +136,17 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
     looked[2 * g] = looked[2 * g + 1] = on;
     hit[g] = false;
   }
-  // 1. The versions: lane i reads set i's.
+  // 1. The keys of every set, then the versions (lane i reads set i's). The version loads come
+  // after the key loads in program order, so the key loads are not held back by their acquire.
+  K slot_key[2 * G][R];
+#pragma unroll
+  for (int i = 0; i < 2 * G; ++i) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      slot_key[i][r] =
+          looked[i] ? load_cg(c.keys + set[i] * c.ways + r * kWarp + lane) : c.empty_key;
+    }
+  }
   uint32_t mine = 0;
   if (lane < 2 * G && pick(looked, lane)) {
     mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
@@ -137,17 +155,6 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   uint32_t before[2 * G];
 #pragma unroll
   for (int i = 0; i < 2 * G; ++i) before[i] = __shfl_sync(kFullMask, mine, i);
-  // 2. The keys of every set whose version is even.
-  K slot_key[2 * G][R];
-#pragma unroll
-  for (int i = 0; i < 2 * G; ++i) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      slot_key[i][r] = looked[i] && (before[i] & 1u) == 0
-                           ? load_cg(c.keys + set[i] * c.ways + r * kWarp + lane)
-                           : c.empty_key;
-    }
-  }
   int way[2 * G];
 #pragma unroll
   for (int i = 0; i < 2 * G; ++i) {
@@ -158,23 +165,33 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
       if (way[i] < 0 && match != 0) way[i] = r * kWarp + __ffs(match) - 1;
     }
   }
-  // 3. The rows of the keys found, staged in registers.
+  // 2. The rows of the keys found, staged in registers; lane g reads key g's slot key and stamp.
   bool again[G];
   int chosen[G];
   uint64_t chosen_slot[G];
   uint32_t chosen_before[G];
+  K slot_key_again = c.empty_key;
+  unsigned long long slot_stamp = 0;
   [[maybe_unused]] float4 staged4[G][C > 0 ? C : 1];
   [[maybe_unused]] float staged[G][C > 0 ? C : 1];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const bool busy = looked[2 * g] && ((before[2 * g] | before[2 * g + 1]) & 1u) != 0;
-    chosen[g] = busy ? -1 : (way[2 * g] >= 0 ? 2 * g : (way[2 * g + 1] >= 0 ? 2 * g + 1 : -1));
-    again[g] = busy;
+    const int found = way[2 * g] >= 0 ? 2 * g : (way[2 * g + 1] >= 0 ? 2 * g + 1 : -1);
+    // A key found needs its own set free; a key found in neither needs both (it may be on its
+    // way into the locked one).
+    const uint32_t versions =
+        found >= 0 ? pick(before, found) : (before[2 * g] | before[2 * g + 1]);
+    again[g] = looked[2 * g] && (versions & 1u) != 0;
+    chosen[g] = again[g] ? -1 : found;
     chosen_slot[g] = 0;
     chosen_before[g] = 0;
     if (chosen[g] < 0) continue;
     chosen_slot[g] = pick(set, chosen[g]) * c.ways + static_cast<uint64_t>(pick(way, chosen[g]));
     chosen_before[g] = pick(before, chosen[g]);
+    if (lane == g) {
+      slot_key_again = load_cg(c.keys + chosen_slot[g]);
+      slot_stamp = stamp_ref(c.stamps + chosen_slot[g]).load(::cuda::memory_order_relaxed);
+    }
     const float* row = c.values + chosen_slot[g] * c.dim;
     if constexpr (V4) {
 #pragma unroll
@@ -190,21 +207,21 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
       }
     }
   }
-  // 4. The versions again (lane g reads key g's set): an unchanged one makes the row good.
+  // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
+  // makes the row good.
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
   __syncwarp();
-  mine = 0;
+  bool mine_good = false;
   if (lane < G && pick(chosen, lane) >= 0) {
     const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
-    mine = version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
+    const uint32_t after = version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
+    mine_good = after == pick(chosen_before, lane) && slot_key_again == pick(key, lane);
   }
-  uint32_t after[G];
-#pragma unroll
-  for (int g = 0; g < G; ++g) after[g] = __shfl_sync(kFullMask, mine, g);
+  const unsigned good = __ballot_sync(kFullMask, mine_good);
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (chosen[g] < 0) continue;
-    if (after[g] != chosen_before[g]) {
+    if (((good >> g) & 1u) == 0) {
       again[g] = true;
       continue;
     }
@@ -221,10 +238,13 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
         if (e < c.dim) out[g][e] = staged[g][k];
       }
     }
-    if (lane == 0) touch_stamp(c.stamps + chosen_slot[g], stamp);
     hit[g] = true;
   }
-  // 5. Keys met during a write, one by one.
+  // The stamp read in step 2 says whether the slot needs the query's (newer) stamp.
+  if (mine_good && slot_stamp < stamp) {
+    stamp_ref(c.stamps + pick(chosen_slot, lane)).store(stamp, ::cuda::memory_order_relaxed);
+  }
+  // 4. Keys met during a write, one by one.
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (!again[g]) continue;
@@ -259,11 +279,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // Queries the keys of one tile per block (tiles of `tile` consecutive keys, one warp per key),
 // then writes the tile's misses in batch order: the block counts its misses, publishes the count
-// in status[block] (count, then the call's tag with release), adds up the counts the blocks
+// in status[block] (one word: the call's tag above the count), adds up the counts the blocks
 // before it published (waiting for each one's tag) and writes its misses after theirs. The last
 // block writes *miss_count and the counters. status needs no initialization: a slot counts only
-// once it holds this call's tag (a 64-bit value drawn per call). Blocks wait only on blocks of
-// lower index, which are dispatched first, so the wait ends even when not all blocks fit at once.
+// once it holds this call's tag (unique among the calls sharing status). Blocks wait only on blocks
+// of lower index, which are dispatched first, so the wait ends even when not all blocks fit at
+// once.
 template <class K, int R, int C, bool V4>
 __global__ void __launch_bounds__(kBlockThreads)
     query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
@@ -277,42 +298,64 @@ __global__ void __launch_bounds__(kBlockThreads)
     typename Reduce::TempStorage reduce;
   } scratch;
   __shared__ uint8_t missed[kMaxFusedTile];
+  __shared__ K tile_keys[kMaxFusedTile];  // the tile's keys, for the list of misses
   __shared__ unsigned long long misses_before;
   const size_t first = static_cast<size_t>(blockIdx.x) * tile;
   const uint32_t count = static_cast<uint32_t>(n - first < tile ? n - first : tile);
   const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const uint32_t warp = threadIdx.x / kWarp;
   unsigned long long sentinels = 0;
-  // Warp w reads keys w, w + 8, w + 16, ... of the tile, G of them at once.
+  // Warp w reads keys w, w + 8, w + 16, ... of the tile: its m-th key is at w + 8 m. The warp
+  // loads them 32 at a time (lane l the (b + l)-th, for a window starting at b), then reads G of
+  // them at once.
   constexpr int G = group_keys<R, C, V4>();
-  for (uint32_t j = threadIdx.x / kWarp; j < count; j += kWarpsPerBlock * G) {
-    const int live = static_cast<int>(
-        min(static_cast<uint32_t>(G), (count - j + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    K key[G];
-    float* out[G];
-    bool hit[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const uint32_t at = j + static_cast<uint32_t>(g) * kWarpsPerBlock;
-      key[g] = g < live ? keys[first + at] : c.empty_key;
-      out[g] = values + (first + (g < live ? at : j)) * c.dim;
-      if (g < live && key[g] == c.empty_key) ++sentinels;
+  const uint32_t warp_keys =
+      warp < count ? (count - warp + kWarpsPerBlock - 1) / kWarpsPerBlock : 0;
+  for (uint32_t b = 0; b < warp_keys; b += kWarp) {
+    const uint32_t window = min(static_cast<uint32_t>(kWarp), warp_keys - b);
+    const uint32_t mine_at = warp + (b + static_cast<uint32_t>(lane)) * kWarpsPerBlock;
+    K mine = c.empty_key;
+    if (static_cast<uint32_t>(lane) < window) {
+      mine = keys[first + mine_at];
+      tile_keys[mine_at] = mine;
+      if (mine == c.empty_key) ++sentinels;
     }
-    if constexpr (C == 0) {
-      const CandidateSets sets = key[0] == c.empty_key
-                                     ? CandidateSets{0, 0}
-                                     : candidate_sets(cache_key_bits(key[0]), c.num_sets);
-      hit[0] = key[0] != c.empty_key &&
-               (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
-                read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
-    } else {
-      read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
-    }
-    if (lane == 0) {
+    for (uint32_t m = 0; m < window; m += G) {
+      const int live = static_cast<int>(min(static_cast<uint32_t>(G), window - m));
+      K key[G];
+      float* out[G];
+      bool hit[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        if (g < live) missed[j + static_cast<uint32_t>(g) * kWarpsPerBlock] = hit[g] ? 0 : 1;
+        const K k = __shfl_sync(kFullMask, mine, static_cast<int>(m) + (g < live ? g : 0));
+        key[g] = g < live ? k : c.empty_key;
+        const uint32_t at =
+            warp + (b + m + static_cast<uint32_t>(g < live ? g : 0)) * kWarpsPerBlock;
+        out[g] = values + (first + at) * c.dim;
+      }
+      if constexpr (C == 0) {
+        const CandidateSets sets = key[0] == c.empty_key
+                                       ? CandidateSets{0, 0}
+                                       : candidate_sets(cache_key_bits(key[0]), c.num_sets);
+        hit[0] = key[0] != c.empty_key &&
+                 (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
+                  read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
+      } else {
+        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const uint32_t at = warp + (b + m + static_cast<uint32_t>(g)) * kWarpsPerBlock;
+          if (g < live) missed[at] = hit[g] ? 0 : 1;
+        }
       }
     }
+  }
+  // Lanes counted sentinels; one add per warp.
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
   __syncthreads();
@@ -329,19 +372,21 @@ __global__ void __launch_bounds__(kBlockThreads)
   uint32_t block_misses = 0;
   Scan(scratch.scan).ExclusiveSum(mine, offset, block_misses);
   if (threadIdx.x == 0) {
-    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[blockIdx.x].count)
-        .store(block_misses, ::cuda::memory_order_relaxed);
-    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[blockIdx.x].tag)
-        .store(tag, ::cuda::memory_order_release);
+    // One word, so no fence: nothing else the readers use is published with it.
+    ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[blockIdx.x])
+        .store((tag << kTileCountBits) | block_misses, ::cuda::memory_order_relaxed);
   }
   __syncthreads();  // the scan's shared memory is reused by the reduction
 
   unsigned long long before = 0;
   for (uint32_t t = threadIdx.x; t < blockIdx.x; t += kBlockThreads) {
-    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device> published(status[t].tag);
-    while (published.load(::cuda::memory_order_acquire) != tag) __nanosleep(32);
-    before += ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(status[t].count)
-                  .load(::cuda::memory_order_relaxed);
+    ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
+    TileStatus word = published.load(::cuda::memory_order_relaxed);
+    while ((word >> kTileCountBits) != tag) {
+      __nanosleep(32);
+      word = published.load(::cuda::memory_order_relaxed);
+    }
+    before += word & ((1ull << kTileCountBits) - 1);
   }
   before = Reduce(scratch.reduce).Sum(before);
   if (threadIdx.x == 0) misses_before = before;
@@ -351,9 +396,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
   for (uint32_t k = 0; k < kFusedItems; ++k) {
     if (flags[k] == 0) continue;
-    const size_t i = first + threadIdx.x * kFusedItems + k;
-    missing_keys[at] = keys[i];
-    missing_positions[at] = i;
+    const uint32_t j = threadIdx.x * kFusedItems + k;
+    missing_keys[at] = tile_keys[j];
+    missing_positions[at] = first + j;
     ++at;
   }
   if (threadIdx.x == 0 && blockIdx.x == gridDim.x - 1) {
@@ -376,14 +421,24 @@ struct LaunchUnfused {
   }
 };
 
-// Launches the fused query kernel of one shape (call.tile keys per block).
+// Launches the fused query kernel of one shape, its tile sized so that all its blocks are
+// resident at once.
 template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    const uint64_t blocks = fused_query_blocks(q.n, q.tile);
+    static const uint32_t resident = [] {
+      int blocks = 0;
+      dynemb::core::cuda::check(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, query_fused_kernel<K, R, C, V4>,
+                                                        kBlockThreads, 0),
+          "EmbeddingCache::query: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+      return static_cast<uint32_t>(std::clamp<int>(blocks, 1, kMaxBlocksPerSm));
+    }();
+    const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident);
+    const uint64_t blocks = fused_query_blocks(q.n, tile);
     query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-        c, q.n, q.tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
-        q.status, q.tag, q.stamp);
+        c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
+        q.tag, q.stamp);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }

@@ -1,0 +1,221 @@
+// The CUDA query's paths against the set of stored keys: every kernel shape (ways 32 / 64 / 128,
+// rows staged as float4s, as floats or not staged) at every size class, a query captured into a
+// CUDA graph and replayed, and queries on more streams than the cache keeps scratch for.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cache/cache_harness.hpp"
+#include "core/test_random.hpp"
+#include "dynemb/table/table.hpp"
+
+namespace dynemb::cache::testing {
+namespace {
+
+using dynemb::testing::TestRng;
+
+void cuda_ok(cudaError_t status) {
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+}
+
+std::vector<int64_t> distinct_keys(TestRng& rng, size_t n) {
+  std::set<int64_t> keys;
+  while (keys.size() < n) keys.insert(static_cast<int64_t>(rng.next() >> 2));
+  std::vector<int64_t> out(keys.begin(), keys.end());
+  std::shuffle(out.begin(), out.end(), rng.engine());
+  return out;
+}
+
+// What a query of `keys` must return when exactly `present` is stored (values start at -7).
+QueryOutput<int64_t> expected(const std::vector<int64_t>& keys, const std::set<int64_t>& present,
+                              uint32_t dim) {
+  QueryOutput<int64_t> want;
+  want.values.assign(keys.size() * dim, -7.0f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (present.count(keys[i]) == 0) {
+      want.missing_keys.push_back(keys[i]);
+      want.missing_positions.push_back(i);
+    } else {
+      const std::vector<float> row = row_of(keys[i], dim);
+      std::copy(row.begin(), row.end(), want.values.begin() + i * dim);
+    }
+  }
+  return want;
+}
+
+// Draws n keys from `pool` (repeats included) with a sentinel key at a random position.
+std::vector<int64_t> batch_of(TestRng& rng, const std::vector<int64_t>& pool, size_t n,
+                              int64_t sentinel) {
+  std::vector<int64_t> keys(n);
+  for (int64_t& k : keys) k = pool[rng.uniform(0, pool.size() - 1)];
+  keys[rng.uniform(0, n - 1)] = sentinel;
+  return keys;
+}
+
+TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  // dim 4 and 128: float4 staging; 36: floats; 300: float4s, 3 a lane; 1100: not staged.
+  for (const uint32_t ways : {32u, 64u, 128u}) {
+    for (const uint32_t dim : {4u, 36u, 128u, 300u, 1100u}) {
+      SCOPED_TRACE("ways " + std::to_string(ways) + ", dim " + std::to_string(dim));
+      CacheOptions<int64_t> options;
+      options.dim = dim;
+      options.ways = ways;
+      options.capacity_rows = 12000;
+      options.validate_keys = false;  // the sentinel in each batch is skipped and counted
+      CacheHarness<int64_t> cache(Backend::kCuda, options);
+      const std::vector<int64_t> pool = distinct_keys(rng, 16000);
+      const std::vector<int64_t> stored(pool.begin(), pool.begin() + 10000);
+      ASSERT_EQ(cache.preload(stored, rows_of(stored, dim)), 0u);
+      const std::set<int64_t> present(stored.begin(), stored.end());
+      uint64_t queried = 0, missed = 0;
+      for (const size_t n : {size_t{1}, size_t{9}, size_t{2048}, size_t{20001}}) {
+        SCOPED_TRACE("batch of " + std::to_string(n));
+        const std::vector<int64_t> keys = batch_of(rng, pool, n, options.empty_key);
+        const QueryOutput<int64_t> got = cache.query(keys);
+        const QueryOutput<int64_t> want = expected(keys, present, dim);
+        ASSERT_EQ(got.missing_keys, want.missing_keys);
+        ASSERT_EQ(got.missing_positions, want.missing_positions);
+        ASSERT_EQ(got.values, want.values);
+        queried += n;
+        missed += want.missing_keys.size();
+      }
+      const CacheStats stats = cache.cache().stats();
+      EXPECT_EQ(stats.misses, missed);
+      EXPECT_EQ(stats.hits, queried - missed);
+      EXPECT_EQ(stats.sentinel_keys, 4u);
+    }
+  }
+}
+
+TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  constexpr uint32_t kDim = 8;
+  CacheOptions<int64_t> options;
+  options.dim = kDim;
+  options.capacity_rows = 12000;
+  options.validate_keys = false;  // a synchronizing check cannot be captured
+  CacheHarness<int64_t> harness(Backend::kCuda, options);
+  EmbeddingCache<int64_t>& cache = harness.cache();
+  const std::vector<int64_t> pool = distinct_keys(rng, 6000);
+  std::vector<int64_t> stored(pool.begin(), pool.begin() + 2000);
+  ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
+  std::set<int64_t> present(stored.begin(), stored.end());
+
+  const std::vector<int64_t> keys = batch_of(rng, pool, 3001, options.empty_key);
+  const size_t n = keys.size();
+  BackendBuffer<int64_t> d_keys(Backend::kCuda, n), d_missing(Backend::kCuda, n);
+  BackendBuffer<uint64_t> d_positions(Backend::kCuda, n), d_count(Backend::kCuda, 1);
+  BackendBuffer<float> d_values(Backend::kCuda, n * kDim);
+  d_keys.upload(keys.data(), n);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cache.query(n, d_keys.data(), d_values.data(), d_missing.data(), d_positions.data(),
+              d_count.data(), stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    if (replay > 0) {  // more keys stored between replays: the answer changes
+      const std::vector<int64_t> more(pool.begin() + 2000 * replay,
+                                      pool.begin() + 2000 * (replay + 1));
+      harness.replace(more, rows_of(more, kDim));
+      present.insert(more.begin(), more.end());
+    }
+    const std::vector<float> fill(n * kDim, -7.0f);
+    d_values.upload(fill.data(), fill.size());
+    cuda_ok(cudaGraphLaunch(exec, stream));
+    cuda_ok(cudaStreamSynchronize(stream));
+    uint64_t count = 0;
+    d_count.download(&count, 1);
+    QueryOutput<int64_t> got;
+    got.values.resize(n * kDim);
+    got.missing_keys.resize(count);
+    got.missing_positions.resize(count);
+    d_values.download(got.values.data(), got.values.size());
+    d_missing.download(got.missing_keys.data(), count);
+    d_positions.download(got.missing_positions.data(), count);
+    const QueryOutput<int64_t> want = expected(keys, present, kDim);
+    EXPECT_EQ(got.missing_keys, want.missing_keys);
+    EXPECT_EQ(got.missing_positions, want.missing_positions);
+    EXPECT_EQ(got.values, want.values);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  constexpr uint32_t kDim = 16;
+  constexpr int kStreams = 80;  // the cache keeps scratch for 64 streams; the rest allocate
+  CacheOptions<int64_t> options;
+  options.dim = kDim;
+  options.capacity_rows = 8000;
+  options.validate_keys = false;
+  CacheHarness<int64_t> harness(Backend::kCuda, options);
+  const std::vector<int64_t> pool = distinct_keys(rng, 8000);
+  const std::vector<int64_t> stored(pool.begin(), pool.begin() + 5000);
+  ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
+  const std::set<int64_t> present(stored.begin(), stored.end());
+  const std::vector<int64_t> keys = batch_of(rng, pool, 2500, options.empty_key);
+  const size_t n = keys.size();
+  const QueryOutput<int64_t> want = expected(keys, present, kDim);
+  BackendBuffer<int64_t> d_keys(Backend::kCuda, n);
+  d_keys.upload(keys.data(), n);
+  // Every stream queries twice (its kept scratch is reused by the second call) into its own
+  // buffers; all calls are queued before any is waited for.
+  struct Out {
+    BackendBuffer<int64_t> missing;
+    BackendBuffer<uint64_t> positions, count;
+    BackendBuffer<float> values;
+  };
+  std::vector<cudaStream_t> streams(kStreams);
+  std::vector<Out> outs;
+  for (int s = 0; s < kStreams; ++s) {
+    cuda_ok(cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking));
+    outs.push_back(Out{BackendBuffer<int64_t>(Backend::kCuda, n),
+                       BackendBuffer<uint64_t>(Backend::kCuda, n),
+                       BackendBuffer<uint64_t>(Backend::kCuda, 1),
+                       BackendBuffer<float>(Backend::kCuda, n * kDim)});
+    const std::vector<float> fill(n * kDim, -7.0f);
+    outs[s].values.upload(fill.data(), fill.size());
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int s = 0; s < kStreams; ++s) {
+      harness.cache().query(n, d_keys.data(), outs[s].values.data(), outs[s].missing.data(),
+                            outs[s].positions.data(), outs[s].count.data(), streams[s]);
+    }
+  }
+  for (int s = 0; s < kStreams; ++s) {
+    SCOPED_TRACE("stream " + std::to_string(s));
+    cuda_ok(cudaStreamSynchronize(streams[s]));
+    uint64_t count = 0;
+    outs[s].count.download(&count, 1);
+    QueryOutput<int64_t> got;
+    got.values.resize(n * kDim);
+    got.missing_keys.resize(count);
+    got.missing_positions.resize(count);
+    outs[s].values.download(got.values.data(), got.values.size());
+    outs[s].missing.download(got.missing_keys.data(), count);
+    outs[s].positions.download(got.missing_positions.data(), count);
+    ASSERT_EQ(got.missing_keys, want.missing_keys);
+    ASSERT_EQ(got.missing_positions, want.missing_positions);
+    ASSERT_EQ(got.values, want.values);
+    cudaStreamDestroy(streams[s]);
+  }
+}
+
+}  // namespace
+}  // namespace dynemb::cache::testing
