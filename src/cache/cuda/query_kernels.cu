@@ -253,26 +253,58 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
 }
 
+// Queries any number of keys, flagging misses in `missed`: each warp takes windows of 32
+// consecutive keys (lane l loads the l-th), reads them G at once, and writes the window's flags
+// together.
 template <class K, int R, int C, bool V4>
 __global__ void __launch_bounds__(kBlockThreads)
     query_kernel(CacheView<K> c, size_t n, const K* __restrict__ keys, float* values,
                  uint8_t* __restrict__ missed, unsigned long long stamp) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const size_t warps = static_cast<size_t>(gridDim.x) * kWarpsPerBlock;
+  constexpr int G = group_keys<R, C, V4>();
   unsigned long long sentinels = 0;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; i < n;
-       i += warps) {
-    const K key = keys[i];
-    bool hit = false;
-    if (key == c.empty_key) {
-      ++sentinels;
-    } else {
-      const CandidateSets sets = candidate_sets(cache_key_bits(key), c.num_sets);
-      float* out = values + i * c.dim;
-      hit = read_from_set<K, R, C, V4>(c, sets.first, key, lane, out, stamp) ||
-            read_from_set<K, R, C, V4>(c, sets.second, key, lane, out, stamp);
+  for (size_t start =
+           (static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kWarp;
+       start < n; start += warps * kWarp) {
+    const uint32_t window = static_cast<uint32_t>(n - start < kWarp ? n - start : kWarp);
+    K mine = c.empty_key;
+    if (static_cast<uint32_t>(lane) < window) {
+      mine = keys[start + lane];
+      if (mine == c.empty_key) ++sentinels;
     }
-    if (lane == 0) missed[i] = hit ? 0 : 1;
+    unsigned hits = 0;  // bit m: the window's m-th key was found
+    for (uint32_t m = 0; m < window; m += G) {
+      const int live = static_cast<int>(min(static_cast<uint32_t>(G), window - m));
+      K key[G];
+      float* out[G];
+      bool hit[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const K k = __shfl_sync(kFullMask, mine, static_cast<int>(m) + (g < live ? g : 0));
+        key[g] = g < live ? k : c.empty_key;
+        out[g] = values + (start + m + static_cast<uint32_t>(g < live ? g : 0)) * c.dim;
+      }
+      if constexpr (C == 0) {
+        const CandidateSets sets = key[0] == c.empty_key
+                                       ? CandidateSets{0, 0}
+                                       : candidate_sets(cache_key_bits(key[0]), c.num_sets);
+        hit[0] = key[0] != c.empty_key &&
+                 (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
+                  read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
+      } else {
+        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (g < live && hit[g]) hits |= 1u << (m + static_cast<uint32_t>(g));
+      }
+    }
+    if (static_cast<uint32_t>(lane) < window) missed[start + lane] = ((hits >> lane) & 1u) ? 0 : 1;
+  }
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
 }
@@ -409,12 +441,25 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// Launches the unfused query kernel of one shape.
+// Blocks of `kernel` (kBlockThreads threads) an SM holds at once, 1 to kMaxBlocksPerSm.
+template <class Kernel>
+uint32_t resident_blocks(Kernel kernel) {
+  int blocks = 0;
+  dynemb::core::cuda::check(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0),
+      "EmbeddingCache::query: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return static_cast<uint32_t>(std::clamp<int>(blocks, 1, kMaxBlocksPerSm));
+}
+
+// Launches the unfused query kernel of one shape: as many blocks as are resident at once, or
+// fewer when the windows of 32 keys run out.
 template <class K, int R, int C, bool V4>
 struct LaunchUnfused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    const size_t blocks =
-        std::min<size_t>((q.n + kWarpsPerBlock - 1) / kWarpsPerBlock, q.grid_limit);
+    static const uint32_t resident = resident_blocks(query_kernel<K, R, C, V4>);
+    const size_t windows = (q.n + kWarp - 1) / kWarp;
+    const size_t blocks = std::min<size_t>((windows + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                                           q.grid_limit / kMaxBlocksPerSm * resident);
     query_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
         c, q.n, q.keys, q.values, q.missed, q.stamp);
     dynemb::core::cuda::check(cudaGetLastError(), "EmbeddingCache::query: query_kernel launch");
@@ -426,14 +471,7 @@ struct LaunchUnfused {
 template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    static const uint32_t resident = [] {
-      int blocks = 0;
-      dynemb::core::cuda::check(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, query_fused_kernel<K, R, C, V4>,
-                                                        kBlockThreads, 0),
-          "EmbeddingCache::query: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-      return static_cast<uint32_t>(std::clamp<int>(blocks, 1, kMaxBlocksPerSm));
-    }();
+    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4>);
     const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident);
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
