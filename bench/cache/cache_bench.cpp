@@ -204,8 +204,11 @@ Json run_peer(const CacheBenchConfig& config, uint64_t seed, std::ostream& log) 
   command << std::setprecision(17) << config.peer_binary << " " << config.ids << " " << config.alpha
           << " " << seed << " " << join(config.dims) << " " << join(config.cache_rows) << " "
           << join(config.batches) << " " << config.warm_batches << " " << config.warm_draws << " "
-          << config.timed_batches << " " << out << " " << config.peer_raw_timed << " "
-          << config.pipelined_calls;
+          << config.timed_batches << " " << out;
+  // The optional arguments only when used, so a peer built before them still runs.
+  if (config.peer_raw_timed != 0 || config.pipelined_calls != 0) {
+    command << " " << config.peer_raw_timed << " " << config.pipelined_calls;
+  }
   log << "running the HugeCTR peer: " << command.str() << "\n";
   const int rc = std::system(command.str().c_str());
   if (rc != 0) return {{"error", "peer exited with status " + std::to_string(rc)}};
