@@ -10,7 +10,10 @@ QueryScratch::~QueryScratch() {
 
 TileStatus* QueryScratch::for_stream(cudaStream_t stream) {
   unsigned long long id = 0;
-  dynemb::core::cuda::check(cudaStreamGetId(stream, &id), "EmbeddingCache::query: cudaStreamGetId");
+  if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+    cudaGetLastError();  // not left for the launch check; the caller allocates instead
+    return nullptr;
+  }
   const std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [known, buffer] : buffers_) {
     if (known == id) return buffer;

@@ -22,8 +22,9 @@ class QueryScratch {
   QueryScratch& operator=(const QueryScratch&) = delete;
 
   // The buffer of `stream` (allocated on its first use, kept until the cache goes), or nullptr
-  // once kMaxStreams streams have one. Calls on one stream run one after another on the device,
-  // so they share its buffer; the call tag tells their counts apart.
+  // once kMaxStreams streams have one (or when the stream's id cannot be read). Calls on one stream
+  // run one after another on the device, so they share its buffer; the call tag tells their counts
+  // apart.
   TileStatus* for_stream(cudaStream_t stream);
   // TileStatus entries per buffer.
   uint32_t entries() const { return entries_; }
