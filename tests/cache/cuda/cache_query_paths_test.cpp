@@ -118,6 +118,9 @@ TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
   BackendBuffer<uint64_t> d_positions(Backend::kCuda, n), d_count(Backend::kCuda, 1);
   BackendBuffer<float> d_values(Backend::kCuda, n * kDim);
   d_keys.upload(keys.data(), n);
+  // A captured query takes the two-step path; one direct call of that path first loads its
+  // kernels, so the capture records launches only.
+  harness.query(batch_of(rng, pool, 140000, options.empty_key));
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
