@@ -226,6 +226,11 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
   if (seed == 0)
     seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   log << "dynemb bench cache: seed " << seed << "\n";
+  const auto began = std::chrono::steady_clock::now();
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  Json wall;  // seconds of each part of the run
   const KeyStreamSpec spec{config.ids, config.alpha, seed};
   auto clock = make_bench_clock(config.backend);
   const uint64_t max_batch =
@@ -357,7 +362,10 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
     }
   }
   if (!config.peer_binary.empty()) {
+    wall["dynemb_cells"] = since(began);
+    const auto peer_began = std::chrono::steady_clock::now();
     const Json peer = run_peer(config, seed, log);
+    wall["peer"] = since(peer_began);
     result["peer_same_run"] = peer;
     if (peer.contains("cells")) {
       for (Json& cell : cells) {
@@ -380,6 +388,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       {"source", "../shared/ANCHORS.md: measured by the project on a lent H100, not in this run"},
       {"raw_batches_mkeys_per_s", {kHugeCtrRawMinMkeys, kHugeCtrRawMaxMkeys}}};
 
+  const auto curve_began = std::chrono::steady_clock::now();
   if (config.curve) {
     std::vector<uint64_t> caps = config.curve_rows;
     if (caps.empty()) {
@@ -434,6 +443,9 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
           ? default_result_path(DYNEMB_SOURCE_DIR, "cache-" + to_string(config.backend),
                                 machine.hostname)
           : config.json_path;
+  wall["curve"] = since(curve_began);
+  wall["total"] = since(began);
+  result["wall_seconds"] = wall;
   write_json_file(path, result);
   result["path"] = path;
   return result;
@@ -480,6 +492,7 @@ void report_cache_bench(const Json& result, std::ostream& out) {
         << us(c, "host_us_p50") << std::setw(8) << us(c, "pipelined_us") << std::setw(16)
         << peer.str() << std::setw(18) << peer_us.str() << std::setw(8) << ratio.str() << "\n";
   }
+  if (result.contains("wall_seconds")) out << "wall seconds: " << result["wall_seconds"] << "\n";
   if (result.contains("clock_floor_us")) {
     out << "clock floor (one 8-byte memset, timed as a query is): " << std::setprecision(1)
         << result["clock_floor_us"].get<double>() << " us\n";
