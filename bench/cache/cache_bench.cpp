@@ -361,8 +361,8 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       }
     }
   }
+  wall["dynemb_cells"] = since(began);
   if (!config.peer_binary.empty()) {
-    wall["dynemb_cells"] = since(began);
     const auto peer_began = std::chrono::steady_clock::now();
     const Json peer = run_peer(config, seed, log);
     wall["peer"] = since(peer_began);
