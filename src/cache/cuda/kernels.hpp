@@ -32,10 +32,10 @@ inline constexpr uint32_t kMaxBlocksPerSm = 8;
 // blocks that way, more per block beyond. The launcher passes the blocks of its kernel that are
 // resident at once, so a call runs in one wave of blocks; fused_query_tile(n, the cache's grid
 // limit) is the smallest tile, fused_query_blocks of it the most blocks, of any kernel.
-inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit) {
+inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit, uint32_t min_tile = kMinFusedTile) {
   const uint64_t spread = (n + grid_limit - 1) / grid_limit;
   return static_cast<uint32_t>(
-      spread < kMinFusedTile ? kMinFusedTile : (spread > kMaxFusedTile ? kMaxFusedTile : spread));
+      spread < min_tile ? min_tile : (spread > kMaxFusedTile ? kMaxFusedTile : spread));
 }
 // Its blocks (one TileStatus each).
 inline uint64_t fused_query_blocks(size_t n, uint32_t tile) {
@@ -65,7 +65,13 @@ struct QueryCall {
   TileStatus* status = nullptr;
   // Unique to the call among the calls that share `status`, nonzero, at most kTileTagMask.
   unsigned long long tag = 0;
+  uint32_t experiment = 0;  // EXPERIMENT (diagnostic, removed before merge): kExp* bits
 };
+
+// EXPERIMENT (diagnostic only, removed before merge): DYNEMB_CACHE_QUERY_EXPERIMENT bits.
+inline constexpr uint32_t kExpNoFence = 1, kExpRelaxedVersion = 2, kExpNoLookback = 4,
+                          kExpEmpty = 8, kExpLookupOnly = 16, kExpHostFast = 32, kExpTile16 = 64,
+                          kExpTile32 = 128, kExpNoStamp = 256;
 
 // Queries call.n keys: rows of hits to values, stamps hits with call.stamp.
 template <class K>

@@ -123,7 +123,7 @@ __device__ __forceinline__ T pick(const T (&v)[N], int index) {
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
                            float* const (&out)[G], bool (&hit)[G], int lane,
-                           unsigned long long stamp) {
+                           unsigned long long stamp, uint32_t experiment = 0) {
   uint64_t set[2 * G];
   bool looked[2 * G];
 #pragma unroll
@@ -149,7 +149,11 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   uint32_t mine = 0;
   if (lane < 2 * G && pick(looked, lane)) {
-    mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
+    if (experiment & kExpRelaxedVersion) {
+      mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_relaxed);
+    } else {
+      mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
+    }
   }
   __syncwarp();
   uint32_t before[2 * G];
@@ -190,7 +194,11 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
     chosen_before[g] = pick(before, chosen[g]);
     if (lane == g) {
       slot_key_again = load_cg(c.keys + chosen_slot[g]);
-      slot_stamp = stamp_ref(c.stamps + chosen_slot[g]).load(::cuda::memory_order_relaxed);
+      if (!(experiment & kExpNoStamp)) {
+        slot_stamp = stamp_ref(c.stamps + chosen_slot[g]).load(::cuda::memory_order_relaxed);
+      } else {
+        slot_stamp = stamp;
+      }
     }
     const float* row = c.values + chosen_slot[g] * c.dim;
     if constexpr (V4) {
@@ -209,7 +217,9 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
   // makes the row good.
-  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  if (!(experiment & kExpNoFence)) {
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  }
   __syncwarp();
   bool mine_good = false;
   if (lane < G && pick(chosen, lane) >= 0) {
@@ -322,7 +332,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
                        float* values, K* __restrict__ missing_keys,
                        uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
-                       TileStatus* status, unsigned long long tag, unsigned long long stamp) {
+                       TileStatus* status, unsigned long long tag, unsigned long long stamp,
+                       uint32_t experiment) {
+  if (experiment & kExpEmpty) return;
   using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
   __shared__ union {
@@ -373,7 +385,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                  (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
                   read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
       } else {
-        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
+        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp, experiment);
       }
       if (lane == 0) {
 #pragma unroll
@@ -390,6 +402,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
+  if (experiment & kExpLookupOnly) return;
   __syncthreads();
 
   uint32_t flags[kFusedItems];
@@ -411,7 +424,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   __syncthreads();  // the scan's shared memory is reused by the reduction
 
   unsigned long long before = 0;
-  for (uint32_t t = threadIdx.x; t < blockIdx.x; t += kBlockThreads) {
+  for (uint32_t t = threadIdx.x; t < ((experiment & kExpNoLookback) ? 0u : blockIdx.x);
+       t += kBlockThreads) {
     ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
     TileStatus word = published.load(::cuda::memory_order_relaxed);
     while ((word >> kTileCountBits) != tag) {
@@ -472,11 +486,15 @@ template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
     static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4>);
-    const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident);
+    const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
+                              : (q.experiment & kExpTile32) ? 32
+                                                            : kMinFusedTile;
+    const uint32_t tile =
+        fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident, min_tile);
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
         c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
-        q.tag, q.stamp);
+        q.tag, q.stamp, q.experiment);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }
