@@ -109,6 +109,23 @@ __device__ __forceinline__ T pick(const T (&v)[N], int index) {
   return out;
 }
 
+// Copies a row this warp just wrote to `from` (each lane its own elements, as read_from_set
+// writes them) to the positions in `copies` (window_out + p * stride for bit p).
+template <bool V4>
+__device__ void copy_to_copies(uint32_t dim, const float* from, unsigned copies, float* window_out,
+                               size_t stride, int lane) {
+  for (; copies != 0; copies &= copies - 1) {
+    float* to = window_out + static_cast<size_t>(__ffs(copies) - 1) * stride;
+    if constexpr (V4) {
+      for (uint32_t e = lane; e < dim / 4; e += kWarp) {
+        reinterpret_cast<float4*>(to)[e] = reinterpret_cast<const float4*>(from)[e];
+      }
+    } else {
+      for (uint32_t e = lane; e < dim; e += kWarp) to[e] = from[e];
+    }
+  }
+}
+
 // Reads the rows of G keys at once (key[g] for g < live; the same in every lane) into out[g] in
 // three round trips to memory, each with every key's loads in flight together:
 // 1. the keys of all 2G candidate sets and, issued after them, the sets' versions (acquire);
@@ -122,8 +139,9 @@ __device__ __forceinline__ T pick(const T (&v)[N], int index) {
 // row was read) is read again alone with read_from_set, which waits for the writer.
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
-                           float* const (&out)[G], bool (&hit)[G], int lane,
-                           unsigned long long stamp, uint32_t experiment = 0) {
+                           float* const (&out)[G], const unsigned (&also)[G], float* window_out,
+                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp,
+                           uint32_t experiment = 0) {
   uint64_t set[2 * G];
   bool looked[2 * G];
 #pragma unroll
@@ -235,18 +253,24 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
       again[g] = true;
       continue;
     }
-    if constexpr (V4) {
+    // The key's own position, then the positions of its copies in the window.
+    float* to = out[g];
+    for (unsigned rest = also[g];; rest &= rest - 1) {
+      if constexpr (V4) {
 #pragma unroll
-      for (int k = 0; k < C; ++k) {
-        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
-        if (e < c.dim / 4) reinterpret_cast<float4*>(out[g])[e] = staged4[g][k];
-      }
-    } else {
+        for (int k = 0; k < C; ++k) {
+          const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+          if (e < c.dim / 4) reinterpret_cast<float4*>(to)[e] = staged4[g][k];
+        }
+      } else {
 #pragma unroll
-      for (int k = 0; k < C; ++k) {
-        const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
-        if (e < c.dim) out[g][e] = staged[g][k];
+        for (int k = 0; k < C; ++k) {
+          const uint32_t e = static_cast<uint32_t>(lane + k * kWarp);
+          if (e < c.dim) to[e] = staged[g][k];
+        }
       }
+      if (rest == 0) break;
+      to = window_out + static_cast<size_t>(__ffs(rest) - 1) * stride;
     }
     hit[g] = true;
   }
@@ -260,7 +284,59 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
     if (!again[g]) continue;
     hit[g] = read_from_set<K, R, C, V4>(c, set[2 * g], key[g], lane, out[g], stamp) ||
              read_from_set<K, R, C, V4>(c, set[2 * g + 1], key[g], lane, out[g], stamp);
+    if (hit[g]) copy_to_copies<V4>(c.dim, out[g], also[g], window_out, stride, lane);
   }
+}
+
+// Reads the keys of a window of up to 32 positions (lane p < window holds the p-th in `mine`;
+// position p's row goes to window_out + p * stride). Copies of a key are read once, by the
+// lowest lane holding it, G keys at once, and its row is written to every copy's position; the
+// key's stamp is refreshed once. Returns the window's hits, a bit per position.
+template <class K, int R, int C, bool V4>
+__device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, float* window_out,
+                                size_t stride, int lane, unsigned long long stamp,
+                                uint32_t experiment) {
+  constexpr int G = group_keys<R, C, V4>();
+  const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
+  const unsigned same = __match_any_sync(kFullMask, mine) & valid;
+  const bool leads = static_cast<uint32_t>(lane) < window && __ffs(same) - 1 == lane;
+  const unsigned leaders = __ballot_sync(kFullMask, leads);
+  const int count = __popc(leaders);
+  unsigned hits = 0;
+  for (int q = 0; q < count; q += G) {
+    const int live = min(G, count - q);
+    K key[G];
+    float* out[G];
+    unsigned copies[G];
+    unsigned also[G];
+    bool hit[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int p = static_cast<int>(__fns(leaders, 0, q + (g < live ? g : 0) + 1));
+      const K k = __shfl_sync(kFullMask, mine, p);
+      copies[g] = __shfl_sync(kFullMask, same, p);
+      key[g] = g < live ? k : c.empty_key;
+      out[g] = window_out + static_cast<size_t>(p) * stride;
+      also[g] = g < live ? copies[g] & ~(1u << p) : 0u;
+    }
+    if constexpr (C == 0) {
+      const CandidateSets sets = key[0] == c.empty_key
+                                     ? CandidateSets{0, 0}
+                                     : candidate_sets(cache_key_bits(key[0]), c.num_sets);
+      hit[0] = key[0] != c.empty_key &&
+               (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
+                read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
+      if (hit[0]) copy_to_copies<V4>(c.dim, out[0], also[0], window_out, stride, lane);
+    } else {
+      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp,
+                                 experiment);
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (g < live && hit[g]) hits |= copies[g];
+    }
+  }
+  return hits;
 }
 
 // Queries any number of keys, flagging misses in `missed`: each warp takes windows of 32
@@ -272,7 +348,6 @@ __global__ void __launch_bounds__(kBlockThreads)
                  uint8_t* __restrict__ missed, unsigned long long stamp) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const size_t warps = static_cast<size_t>(gridDim.x) * kWarpsPerBlock;
-  constexpr int G = group_keys<R, C, V4>();
   unsigned long long sentinels = 0;
   for (size_t start =
            (static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kWarp;
@@ -283,33 +358,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       mine = keys[start + lane];
       if (mine == c.empty_key) ++sentinels;
     }
-    unsigned hits = 0;  // bit m: the window's m-th key was found
-    for (uint32_t m = 0; m < window; m += G) {
-      const int live = static_cast<int>(min(static_cast<uint32_t>(G), window - m));
-      K key[G];
-      float* out[G];
-      bool hit[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const K k = __shfl_sync(kFullMask, mine, static_cast<int>(m) + (g < live ? g : 0));
-        key[g] = g < live ? k : c.empty_key;
-        out[g] = values + (start + m + static_cast<uint32_t>(g < live ? g : 0)) * c.dim;
-      }
-      if constexpr (C == 0) {
-        const CandidateSets sets = key[0] == c.empty_key
-                                       ? CandidateSets{0, 0}
-                                       : candidate_sets(cache_key_bits(key[0]), c.num_sets);
-        hit[0] = key[0] != c.empty_key &&
-                 (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
-                  read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
-      } else {
-        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp);
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        if (g < live && hit[g]) hits |= 1u << (m + static_cast<uint32_t>(g));
-      }
-    }
+    const unsigned hits =
+        read_window<K, R, C, V4>(c, mine, window, values + start * c.dim, c.dim, lane, stamp, 0);
     if (static_cast<uint32_t>(lane) < window) missed[start + lane] = ((hits >> lane) & 1u) ? 0 : 1;
   }
 #pragma unroll
@@ -350,9 +400,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const uint32_t warp = threadIdx.x / kWarp;
   unsigned long long sentinels = 0;
   // Warp w reads keys w, w + 8, w + 16, ... of the tile: its m-th key is at w + 8 m. The warp
-  // loads them 32 at a time (lane l the (b + l)-th, for a window starting at b), then reads G of
-  // them at once.
-  constexpr int G = group_keys<R, C, V4>();
+  // loads them 32 at a time (lane l the (b + l)-th, for a window starting at b) and reads the
+  // window with read_window.
   const uint32_t warp_keys =
       warp < count ? (count - warp + kWarpsPerBlock - 1) / kWarpsPerBlock : 0;
   for (uint32_t b = 0; b < warp_keys; b += kWarp) {
@@ -364,37 +413,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       tile_keys[mine_at] = mine;
       if (mine == c.empty_key) ++sentinels;
     }
-    for (uint32_t m = 0; m < window; m += G) {
-      const int live = static_cast<int>(min(static_cast<uint32_t>(G), window - m));
-      K key[G];
-      float* out[G];
-      bool hit[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const K k = __shfl_sync(kFullMask, mine, static_cast<int>(m) + (g < live ? g : 0));
-        key[g] = g < live ? k : c.empty_key;
-        const uint32_t at =
-            warp + (b + m + static_cast<uint32_t>(g < live ? g : 0)) * kWarpsPerBlock;
-        out[g] = values + (first + at) * c.dim;
-      }
-      if constexpr (C == 0) {
-        const CandidateSets sets = key[0] == c.empty_key
-                                       ? CandidateSets{0, 0}
-                                       : candidate_sets(cache_key_bits(key[0]), c.num_sets);
-        hit[0] = key[0] != c.empty_key &&
-                 (read_from_set<K, R, C, V4>(c, sets.first, key[0], lane, out[0], stamp) ||
-                  read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
-      } else {
-        read_group<K, R, C, V4, G>(c, key, live, out, hit, lane, stamp, experiment);
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const uint32_t at = warp + (b + m + static_cast<uint32_t>(g)) * kWarpsPerBlock;
-          if (g < live) missed[at] = hit[g] ? 0 : 1;
-        }
-      }
-    }
+    // Position p of the window is the tile's key warp + 8 (b + p).
+    const unsigned hits = read_window<K, R, C, V4>(
+        c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
+        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp, experiment);
+    if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
   }
   // Lanes counted sentinels; one add per warp.
 #pragma unroll
