@@ -300,11 +300,20 @@ __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, 
   const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
   const unsigned same = __match_any_sync(kFullMask, mine) & valid;
   const bool leads = static_cast<uint32_t>(lane) < window && __ffs(same) - 1 == lane;
-  const unsigned leaders = __ballot_sync(kFullMask, leads);
-  const int count = __popc(leaders);
+  unsigned leaders = __ballot_sync(kFullMask, leads);  // the lanes still to read
   unsigned hits = 0;
-  for (int q = 0; q < count; q += G) {
-    const int live = min(G, count - q);
+  while (leaders != 0) {
+    // The next G lanes to read (live of them; the rest repeat the first, unread).
+    int pos[G];
+    pos[0] = __ffs(leaders) - 1;
+    leaders &= leaders - 1;
+    int live = 1;
+#pragma unroll
+    for (int g = 1; g < G; ++g) {
+      pos[g] = leaders != 0 ? __ffs(leaders) - 1 : pos[0];
+      if (leaders != 0) ++live;
+      leaders &= leaders - 1;
+    }
     K key[G];
     float* out[G];
     unsigned copies[G];
@@ -312,12 +321,11 @@ __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, 
     bool hit[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const int p = static_cast<int>(__fns(leaders, 0, q + (g < live ? g : 0) + 1));
-      const K k = __shfl_sync(kFullMask, mine, p);
-      copies[g] = __shfl_sync(kFullMask, same, p);
+      const K k = __shfl_sync(kFullMask, mine, pos[g]);
+      copies[g] = __shfl_sync(kFullMask, same, pos[g]);
       key[g] = g < live ? k : c.empty_key;
-      out[g] = window_out + static_cast<size_t>(p) * stride;
-      also[g] = g < live ? copies[g] & ~(1u << p) : 0u;
+      out[g] = window_out + static_cast<size_t>(pos[g]) * stride;
+      also[g] = g < live ? copies[g] & ~(1u << pos[g]) : 0u;
     }
     if constexpr (C == 0) {
       const CandidateSets sets = key[0] == c.empty_key
