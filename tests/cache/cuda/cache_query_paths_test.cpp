@@ -78,21 +78,26 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
       // Up to 131,072 keys: the fused query; beyond: the query and a separate compaction.
       std::vector<size_t> sizes = {1, 9, 2048, 20001};
       if (dim <= 128) sizes.push_back(140000);
+      // Each size twice: keys drawn from the whole pool, and from 40 of its keys (30 stored, 10
+      // not), so that a window of 32 positions holds many copies of a key.
+      const std::vector<int64_t> hot = {pool.begin() + 9970, pool.begin() + 10010};
       for (const size_t n : sizes) {
-        SCOPED_TRACE("batch of " + std::to_string(n));
-        const std::vector<int64_t> keys = batch_of(rng, pool, n, options.empty_key);
-        const QueryOutput<int64_t> got = cache.query(keys);
-        const QueryOutput<int64_t> want = expected(keys, present, dim);
-        ASSERT_EQ(got.missing_keys, want.missing_keys);
-        ASSERT_EQ(got.missing_positions, want.missing_positions);
-        ASSERT_EQ(got.values, want.values);
-        queried += n;
-        missed += want.missing_keys.size();
+        for (const std::vector<int64_t>* from : {&pool, &hot}) {
+          SCOPED_TRACE("batch of " + std::to_string(n) + (from == &hot ? " hot keys" : ""));
+          const std::vector<int64_t> keys = batch_of(rng, *from, n, options.empty_key);
+          const QueryOutput<int64_t> got = cache.query(keys);
+          const QueryOutput<int64_t> want = expected(keys, present, dim);
+          ASSERT_EQ(got.missing_keys, want.missing_keys);
+          ASSERT_EQ(got.missing_positions, want.missing_positions);
+          ASSERT_EQ(got.values, want.values);
+          queried += n;
+          missed += want.missing_keys.size();
+        }
       }
       const CacheStats stats = cache.cache().stats();
       EXPECT_EQ(stats.misses, missed);
       EXPECT_EQ(stats.hits, queried - missed);
-      EXPECT_EQ(stats.sentinel_keys, sizes.size());
+      EXPECT_EQ(stats.sentinel_keys, 2 * sizes.size());
     }
   }
 }
