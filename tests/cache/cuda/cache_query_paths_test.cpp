@@ -80,7 +80,7 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
       if (dim <= 128) sizes.push_back(140000);
       // Each size twice: keys drawn from the whole pool, and from 40 of its keys (30 stored, 10
       // not), so that a window of 32 positions holds many copies of a key.
-      const std::vector<int64_t> hot = {pool.begin() + 9970, pool.begin() + 10010};
+      const std::vector<int64_t> hot(pool.begin() + 9970, pool.begin() + 10010);
       for (const size_t n : sizes) {
         for (const std::vector<int64_t>* from : {&pool, &hot}) {
           SCOPED_TRACE("batch of " + std::to_string(n) + (from == &hot ? " hot keys" : ""));
