@@ -187,6 +187,7 @@ std::unique_ptr<EmbeddingCache<int64_t>> make_bench_cache(const CacheBenchConfig
   options.ways = config.ways;
   options.capacity_bytes = hugectr_bytes(rows, dim);
   options.validate_keys = false;  // no per-call sentinel scan (HugeCTR has none either)
+  options.misses_in_batch_order = config.misses_in_batch_order;
   return cache::make_cache<int64_t>(config.backend, options);
 }
 
@@ -258,6 +259,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                       {"peer_raw_timed", config.peer_raw_timed},
                       {"ways", config.ways},
                       {"validate_keys", false},
+                      {"misses_in_batch_order", config.misses_in_batch_order},
                       {"key_type", "int64"},
                       {"seed", seed},
                       {"distinct_batch", "draws until the batch holds `batch` distinct keys"},

@@ -31,6 +31,9 @@ struct CacheBenchConfig {
   // Distinct cells also time this many back-to-back queries of one batch together (0: none).
   uint32_t pipelined_calls = 20;
   uint32_t ways = 32;
+  // The caches' CacheOptions::misses_in_batch_order: off, a query lists its misses in any order
+  // (each with its position), as HugeCTR's gpu_cache does.
+  bool misses_in_batch_order = false;
   bool curve = true;                 // the hit rate against capacity
   std::vector<uint64_t> curve_rows;  // empty: 1/8 .. 4x the largest cache_rows, doubling
   uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity

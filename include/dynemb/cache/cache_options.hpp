@@ -35,6 +35,11 @@ struct CacheOptions {
   // one (CUDA: one extra kernel and a stream synchronization per call). When false, such keys
   // are skipped (a query reports them missing) and counted in CacheStats::sentinel_keys.
   bool validate_keys = true;
+  // A query lists its missing keys (each with its batch position) in batch order. When false,
+  // the CUDA cache lists those of a batch up to 131,072 keys in the order its thread blocks
+  // finish (in batch order within a block), so no block waits for the ones before it (as
+  // HugeCTR's gpu_cache lists them); the CPU cache keeps batch order.
+  bool misses_in_batch_order = true;
   int device = 0;  // CUDA backend: device ordinal
   bool operator==(const CacheOptions&) const = default;
 };

@@ -140,8 +140,7 @@ __device__ void copy_to_copies(uint32_t dim, const float* from, unsigned copies,
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
                            float* const (&out)[G], const unsigned (&also)[G], float* window_out,
-                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp,
-                           uint32_t experiment = 0) {
+                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp) {
   uint64_t set[2 * G];
   bool looked[2 * G];
 #pragma unroll
@@ -167,11 +166,7 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   uint32_t mine = 0;
   if (lane < 2 * G && pick(looked, lane)) {
-    if (experiment & kExpRelaxedVersion) {
-      mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_relaxed);
-    } else {
-      mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
-    }
+    mine = version_ref(c.versions + pick(set, lane)).load(::cuda::memory_order_acquire);
   }
   __syncwarp();
   uint32_t before[2 * G];
@@ -212,11 +207,7 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
     chosen_before[g] = pick(before, chosen[g]);
     if (lane == g) {
       slot_key_again = load_cg(c.keys + chosen_slot[g]);
-      if (!(experiment & kExpNoStamp)) {
-        slot_stamp = stamp_ref(c.stamps + chosen_slot[g]).load(::cuda::memory_order_relaxed);
-      } else {
-        slot_stamp = stamp;
-      }
+      slot_stamp = stamp_ref(c.stamps + chosen_slot[g]).load(::cuda::memory_order_relaxed);
     }
     const float* row = c.values + chosen_slot[g] * c.dim;
     if constexpr (V4) {
@@ -235,9 +226,7 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
   // makes the row good.
-  if (!(experiment & kExpNoFence)) {
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
-  }
+  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
   __syncwarp();
   bool mine_good = false;
   if (lane < G && pick(chosen, lane) >= 0) {
@@ -294,8 +283,7 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
 // key's stamp is refreshed once. Returns the window's hits, a bit per position.
 template <class K, int R, int C, bool V4>
 __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, float* window_out,
-                                size_t stride, int lane, unsigned long long stamp,
-                                uint32_t experiment) {
+                                size_t stride, int lane, unsigned long long stamp) {
   constexpr int G = group_keys<R, C, V4>();
   const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
   const unsigned same = __match_any_sync(kFullMask, mine) & valid;
@@ -336,8 +324,7 @@ __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, 
                 read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
       if (hit[0]) copy_to_copies<V4>(c.dim, out[0], also[0], window_out, stride, lane);
     } else {
-      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp,
-                                 experiment);
+      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp);
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -367,7 +354,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (mine == c.empty_key) ++sentinels;
     }
     const unsigned hits =
-        read_window<K, R, C, V4>(c, mine, window, values + start * c.dim, c.dim, lane, stamp, 0);
+        read_window<K, R, C, V4>(c, mine, window, values + start * c.dim, c.dim, lane, stamp);
     if (static_cast<uint32_t>(lane) < window) missed[start + lane] = ((hits >> lane) & 1u) ? 0 : 1;
   }
 #pragma unroll
@@ -385,14 +372,15 @@ __global__ void __launch_bounds__(kBlockThreads)
 // once it holds this call's tag (unique among the calls sharing status). Blocks wait only on blocks
 // of lower index, which are dispatched first, so the wait ends even when not all blocks fit at
 // once.
+// With `arrivals` (misses in any order) a block instead takes its place in the list with one atomic
+// add on that word, so no block waits for another.
 template <class K, int R, int C, bool V4>
 __global__ void __launch_bounds__(kBlockThreads)
     query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
                        float* values, K* __restrict__ missing_keys,
                        uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
                        TileStatus* status, unsigned long long tag, unsigned long long stamp,
-                       uint32_t experiment) {
-  if (experiment & kExpEmpty) return;
+                       unsigned long long* arrivals) {
   using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
   __shared__ union {
@@ -424,7 +412,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     // Position p of the window is the tile's key warp + 8 (b + p).
     const unsigned hits = read_window<K, R, C, V4>(
         c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
-        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp, experiment);
+        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp);
     if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
   }
   // Lanes counted sentinels; one add per warp.
@@ -433,7 +421,6 @@ __global__ void __launch_bounds__(kBlockThreads)
     sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
-  if (experiment & kExpLookupOnly) return;
   __syncthreads();
 
   uint32_t flags[kFusedItems];
@@ -447,6 +434,35 @@ __global__ void __launch_bounds__(kBlockThreads)
   uint32_t offset = 0;
   uint32_t block_misses = 0;
   Scan(scratch.scan).ExclusiveSum(mine, offset, block_misses);
+  if (arrivals != nullptr) {
+    // Misses in any order: one atomic add reserves the block's place in the list and counts its
+    // arrival; the block that arrives last writes the totals and leaves the word zero for the
+    // stream's next call (calls on a stream run one after another).
+    if (threadIdx.x == 0) {
+      const unsigned long long arrived =
+          atomicAdd(arrivals, (1ull << kArrivalShift) | block_misses);
+      misses_before = arrived & kArrivalMissMask;
+      if ((arrived >> kArrivalShift) == gridDim.x - 1) {
+        const unsigned long long total = misses_before + block_misses;
+        *miss_count = total;
+        add_count(&c.counters->misses, total);
+        add_count(&c.counters->hits, n - total);
+        ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(*arrivals).store(
+            0, ::cuda::memory_order_relaxed);
+      }
+    }
+    __syncthreads();
+    uint64_t at = misses_before + offset;
+#pragma unroll
+    for (uint32_t k = 0; k < kFusedItems; ++k) {
+      if (flags[k] == 0) continue;
+      const uint32_t j = threadIdx.x * kFusedItems + k;
+      missing_keys[at] = tile_keys[j];
+      missing_positions[at] = first + j;
+      ++at;
+    }
+    return;
+  }
   if (threadIdx.x == 0) {
     // One word, so no fence: nothing else the readers use is published with it.
     ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[blockIdx.x])
@@ -455,8 +471,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   __syncthreads();  // the scan's shared memory is reused by the reduction
 
   unsigned long long before = 0;
-  for (uint32_t t = threadIdx.x; t < ((experiment & kExpNoLookback) ? 0u : blockIdx.x);
-       t += kBlockThreads) {
+  for (uint32_t t = threadIdx.x; t < blockIdx.x; t += kBlockThreads) {
     ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
     TileStatus word = published.load(::cuda::memory_order_relaxed);
     while ((word >> kTileCountBits) != tag) {
@@ -517,15 +532,11 @@ template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
     static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4>);
-    const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
-                              : (q.experiment & kExpTile32) ? 32
-                                                            : kMinFusedTile;
-    const uint32_t tile =
-        fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident, min_tile);
+    const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident);
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
         c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
-        q.tag, q.stamp, q.experiment);
+        q.tag, q.stamp, q.arrivals);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }

@@ -20,11 +20,11 @@ TileStatus* QueryScratch::for_stream(cudaStream_t stream) {
   }
   if (buffers_.size() >= kMaxStreams) return nullptr;
   void* p = nullptr;
-  dynemb::core::cuda::check(cudaMalloc(&p, sizeof(TileStatus) * entries_),
+  const size_t bytes = sizeof(TileStatus) * (entries_ + 1);
+  dynemb::core::cuda::check(cudaMalloc(&p, bytes),
                             "EmbeddingCache::query: cudaMalloc (tile counts)");
-  // Zero tags: no call's tag (a bijective mix of a nonzero stamp) is expected to be 0, and a
-  // stale tag of another call never equals this call's.
-  const cudaError_t cleared = cudaMemset(p, 0, sizeof(TileStatus) * entries_);
+  // Zero tags (no call's tag is 0) and a zero arrival word.
+  const cudaError_t cleared = cudaMemset(p, 0, bytes);
   if (cleared != cudaSuccess) {
     cudaFree(p);
     dynemb::core::cuda::check(cleared, "EmbeddingCache::query: cudaMemset (tile counts)");

@@ -15,7 +15,8 @@ namespace dynemb::cache::detail {
 
 class QueryScratch {
  public:
-  // Buffers of `entries` TileStatus each (the most blocks a fused query launches).
+  // Buffers of `entries` TileStatus each (the most blocks a fused query launches), then the
+  // arrival word of the unordered fused query.
   explicit QueryScratch(uint32_t entries) : entries_(entries) {}
   ~QueryScratch();
   QueryScratch(const QueryScratch&) = delete;

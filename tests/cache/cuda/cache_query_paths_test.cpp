@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/cache_harness.hpp"
@@ -47,6 +48,16 @@ QueryOutput<int64_t> expected(const std::vector<int64_t>& keys, const std::set<i
   return want;
 }
 
+// The misses of a query as (position, key), by position: what an unordered list must hold.
+std::vector<std::pair<uint64_t, int64_t>> by_position(const QueryOutput<int64_t>& q) {
+  std::vector<std::pair<uint64_t, int64_t>> out;
+  for (size_t i = 0; i < q.missing_keys.size(); ++i) {
+    out.emplace_back(q.missing_positions[i], q.missing_keys[i]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // Draws n keys from `pool` (repeats included) with a sentinel key at a random position.
 std::vector<int64_t> batch_of(TestRng& rng, const std::vector<int64_t>& pool, size_t n,
                               int64_t sentinel) {
@@ -61,43 +72,52 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
   TestRng rng;
   // Rows staged as float4s (dims 4, 128; 300: up to 8 a lane, one key at a time), as floats
   // (7, 37: dims not a multiple of 4) or not staged (1100).
-  for (const uint32_t ways : {32u, 64u, 128u}) {
-    for (const uint32_t dim : {4u, 7u, 37u, 128u, 300u, 1100u}) {
-      SCOPED_TRACE("ways " + std::to_string(ways) + ", dim " + std::to_string(dim));
-      CacheOptions<int64_t> options;
-      options.dim = dim;
-      options.ways = ways;
-      options.capacity_rows = 12000;
-      options.validate_keys = false;  // the sentinel in each batch is skipped and counted
-      CacheHarness<int64_t> cache(Backend::kCuda, options);
-      const std::vector<int64_t> pool = distinct_keys(rng, 16000);
-      const std::vector<int64_t> stored(pool.begin(), pool.begin() + 10000);
-      ASSERT_EQ(cache.preload(stored, rows_of(stored, dim)), 0u);
-      const std::set<int64_t> present(stored.begin(), stored.end());
-      uint64_t queried = 0, missed = 0;
-      // Up to 131,072 keys: the fused query; beyond: the query and a separate compaction.
-      std::vector<size_t> sizes = {1, 9, 2048, 20001};
-      if (dim <= 128) sizes.push_back(140000);
-      // Each size twice: keys drawn from the whole pool, and from 40 of its keys (30 stored, 10
-      // not), so that a window of 32 positions holds many copies of a key.
-      const std::vector<int64_t> hot(pool.begin() + 9970, pool.begin() + 10010);
-      for (const size_t n : sizes) {
-        for (const std::vector<int64_t>* from : {&pool, &hot}) {
-          SCOPED_TRACE("batch of " + std::to_string(n) + (from == &hot ? " hot keys" : ""));
-          const std::vector<int64_t> keys = batch_of(rng, *from, n, options.empty_key);
-          const QueryOutput<int64_t> got = cache.query(keys);
-          const QueryOutput<int64_t> want = expected(keys, present, dim);
-          ASSERT_EQ(got.missing_keys, want.missing_keys);
-          ASSERT_EQ(got.missing_positions, want.missing_positions);
-          ASSERT_EQ(got.values, want.values);
-          queried += n;
-          missed += want.missing_keys.size();
+  // Misses listed in batch order, and in any order (then compared by position).
+  for (const bool ordered : {true, false}) {
+    for (const uint32_t ways : {32u, 64u, 128u}) {
+      for (const uint32_t dim : {4u, 7u, 37u, 128u, 300u, 1100u}) {
+        SCOPED_TRACE("ways " + std::to_string(ways) + ", dim " + std::to_string(dim) +
+                     (ordered ? "" : ", misses in any order"));
+        CacheOptions<int64_t> options;
+        options.dim = dim;
+        options.ways = ways;
+        options.misses_in_batch_order = ordered;
+        options.capacity_rows = 12000;
+        options.validate_keys = false;  // the sentinel in each batch is skipped and counted
+        CacheHarness<int64_t> cache(Backend::kCuda, options);
+        const std::vector<int64_t> pool = distinct_keys(rng, 16000);
+        const std::vector<int64_t> stored(pool.begin(), pool.begin() + 10000);
+        ASSERT_EQ(cache.preload(stored, rows_of(stored, dim)), 0u);
+        const std::set<int64_t> present(stored.begin(), stored.end());
+        uint64_t queried = 0, missed = 0;
+        // Up to 131,072 keys: the fused query; beyond: the query and a separate compaction.
+        std::vector<size_t> sizes = {1, 9, 2048, 20001};
+        if (dim <= 128) sizes.push_back(140000);
+        // Each size twice: keys drawn from the whole pool, and from 40 of its keys (30 stored, 10
+        // not), so that a window of 32 positions holds many copies of a key.
+        const std::vector<int64_t> hot(pool.begin() + 9970, pool.begin() + 10010);
+        for (const size_t n : sizes) {
+          for (const std::vector<int64_t>* from : {&pool, &hot}) {
+            SCOPED_TRACE("batch of " + std::to_string(n) + (from == &hot ? " hot keys" : ""));
+            const std::vector<int64_t> keys = batch_of(rng, *from, n, options.empty_key);
+            const QueryOutput<int64_t> got = cache.query(keys);
+            const QueryOutput<int64_t> want = expected(keys, present, dim);
+            if (ordered) {
+              ASSERT_EQ(got.missing_keys, want.missing_keys);
+              ASSERT_EQ(got.missing_positions, want.missing_positions);
+            } else {
+              ASSERT_EQ(by_position(got), by_position(want));
+            }
+            ASSERT_EQ(got.values, want.values);
+            queried += n;
+            missed += want.missing_keys.size();
+          }
         }
+        const CacheStats stats = cache.cache().stats();
+        EXPECT_EQ(stats.misses, missed);
+        EXPECT_EQ(stats.hits, queried - missed);
+        EXPECT_EQ(stats.sentinel_keys, 2 * sizes.size());
       }
-      const CacheStats stats = cache.cache().stats();
-      EXPECT_EQ(stats.misses, missed);
-      EXPECT_EQ(stats.hits, queried - missed);
-      EXPECT_EQ(stats.sentinel_keys, 2 * sizes.size());
     }
   }
 }
@@ -176,6 +196,9 @@ TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
   options.dim = kDim;
   options.capacity_rows = 8000;
   options.validate_keys = false;
+  // Streams with kept scratch list misses in any order (an arrival word per stream); the others
+  // fall back to batch order: compared by position.
+  options.misses_in_batch_order = false;
   CacheHarness<int64_t> harness(Backend::kCuda, options);
   const std::vector<int64_t> pool = distinct_keys(rng, 8000);
   const std::vector<int64_t> stored(pool.begin(), pool.begin() + 5000);
@@ -222,8 +245,7 @@ TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
     outs[s].values.download(got.values.data(), got.values.size());
     outs[s].missing.download(got.missing_keys.data(), count);
     outs[s].positions.download(got.missing_positions.data(), count);
-    ASSERT_EQ(got.missing_keys, want.missing_keys);
-    ASSERT_EQ(got.missing_positions, want.missing_positions);
+    ASSERT_EQ(by_position(got), by_position(want));
     ASSERT_EQ(got.values, want.values);
     cudaStreamDestroy(streams[s]);
   }
