@@ -23,8 +23,10 @@ TileStatus* QueryScratch::for_stream(cudaStream_t stream) {
   const size_t bytes = sizeof(TileStatus) * (entries_ + 1);
   dynemb::core::cuda::check(cudaMalloc(&p, bytes),
                             "EmbeddingCache::query: cudaMalloc (tile counts)");
-  // Zero tags (no call's tag is 0) and a zero arrival word.
-  const cudaError_t cleared = cudaMemset(p, 0, bytes);
+  // Zero tags (no call's tag is 0) and a zero arrival word, in the stream's order: a plain
+  // cudaMemset runs on the legacy stream, which a non-blocking stream does not wait for, so the
+  // stream's first query could read the buffer before it was cleared.
+  const cudaError_t cleared = cudaMemsetAsync(p, 0, bytes, stream);
   if (cleared != cudaSuccess) {
     cudaFree(p);
     dynemb::core::cuda::check(cleared, "EmbeddingCache::query: cudaMemset (tile counts)");
