@@ -251,5 +251,66 @@ TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
   }
 }
 
+// A cache's first query on a fresh non-blocking stream while the legacy stream is busy: the
+// stream's scratch (tile counts, arrival word) must be cleared in that stream's order, or the
+// query reads whatever the allocation held. Freed memory is dirtied first so that it shows.
+TEST(CacheCudaQueryPaths, FirstQueryOnANonBlockingStreamSeesClearedScratch) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  constexpr uint32_t kDim = 8;
+  const std::vector<int64_t> pool = distinct_keys(rng, 4000);
+  const std::vector<int64_t> stored(pool.begin(), pool.begin() + 2000);
+  const std::set<int64_t> present(stored.begin(), stored.end());
+  void* busy = nullptr;
+  cuda_ok(cudaMalloc(&busy, size_t{1} << 30));
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    {
+      void* dirty = nullptr;
+      cuda_ok(cudaMalloc(&dirty, size_t{64} << 20));
+      cuda_ok(cudaMemset(dirty, 0xA5, size_t{64} << 20));
+      cuda_ok(cudaDeviceSynchronize());
+      cuda_ok(cudaFree(dirty));
+    }
+    CacheOptions<int64_t> options;
+    options.dim = kDim;
+    options.capacity_rows = 4000;
+    options.validate_keys = false;
+    options.misses_in_batch_order = round % 2 == 0;
+    CacheHarness<int64_t> harness(Backend::kCuda, options);
+    ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
+    const std::vector<int64_t> keys = batch_of(rng, pool, 2048, options.empty_key);
+    const size_t n = keys.size();
+    BackendBuffer<int64_t> d_keys(Backend::kCuda, n), d_missing(Backend::kCuda, n);
+    BackendBuffer<uint64_t> d_positions(Backend::kCuda, n), d_count(Backend::kCuda, 1);
+    BackendBuffer<float> d_values(Backend::kCuda, n * kDim);
+    d_keys.upload(keys.data(), n);
+    const std::vector<float> fill(n * kDim, -7.0f);
+    d_values.upload(fill.data(), fill.size());
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cuda_ok(cudaMemsetAsync(busy, round, size_t{1} << 30, nullptr));  // the legacy stream, busy
+    harness.cache().query(n, d_keys.data(), d_values.data(), d_missing.data(), d_positions.data(),
+                          d_count.data(), stream);
+    cuda_ok(cudaStreamSynchronize(stream));
+    cuda_ok(cudaDeviceSynchronize());
+    uint64_t count = 0;
+    d_count.download(&count, 1);
+    const QueryOutput<int64_t> want = expected(keys, present, kDim);
+    ASSERT_EQ(count, want.missing_keys.size());
+    QueryOutput<int64_t> got;
+    got.values.resize(n * kDim);
+    got.missing_keys.resize(count);
+    got.missing_positions.resize(count);
+    d_values.download(got.values.data(), got.values.size());
+    d_missing.download(got.missing_keys.data(), count);
+    d_positions.download(got.missing_positions.data(), count);
+    EXPECT_EQ(by_position(got), by_position(want));
+    EXPECT_EQ(got.values, want.values);
+    cudaStreamDestroy(stream);
+  }
+  cudaFree(busy);
+}
+
 }  // namespace
 }  // namespace dynemb::cache::testing
