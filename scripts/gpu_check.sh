@@ -186,7 +186,7 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
       [ -n "${GPU_CHECK_HUGECTR_PEER:-}" ] && peer=(--peer "$GPU_CHECK_HUGECTR_PEER")
       step "dynemb bench cache --backend cuda ${peer[*]}"
       "$program" bench cache --backend cuda "${peer[@]}" --json "$results/cache-cuda-$machine.json" \
-        2>&1 | tail -30
+        2>&1 | tail -45
       rc=${PIPESTATUS[0]}
       record bench_cache $rc
       if [ $rc -eq 0 ] && python3 -c "import matplotlib" 2> /dev/null; then
@@ -197,7 +197,7 @@ if [ "${GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
     caching="$build/bench/storage/dynemb_bench_caching"
     if wants caching && [ -x "$caching" ]; then
       step "dynemb_bench_caching --backend cuda (caching mode against hybrid mode, prefetch step)"
-      "$caching" --backend cuda --json "$results/caching-cuda-$machine.json" 2>&1 | tail -30
+      "$caching" --backend cuda --json "$results/caching-cuda-$machine.json" 2>&1 | tail -40
       record bench_caching "${PIPESTATUS[0]}"
     fi
     if wants fm; then
