@@ -11,6 +11,7 @@
 
 #include "bench/table/machine_info.hpp"
 #include "bench/table/result_file.hpp"
+#include "bench/train/step_graph.hpp"
 #include "bench/train/table_workers.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
@@ -89,6 +90,10 @@ void validate_train_bench_config(const TrainBenchConfig& c) {
   require(c.steps >= 1, w, "--steps", std::to_string(c.steps), "must be >= 1");
   require(!(c.grouped_tables && c.concurrent_tables), w, "--grouped-tables", "set",
           "runs every table on one stream: it cannot be combined with --concurrent-tables");
+  require(!c.graph || (c.grouped_tables && c.host_sync_free && c.backend == Backend::kCuda), w,
+          "--graph", "set",
+          "captures the grouped host-sync-free step on cuda: needs --backend cuda and "
+          "--grouped-tables, without --host-sync");
 }
 
 TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& progress) {
@@ -115,12 +120,17 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   eo.optimizer.kind = config.optimizer;
   eo.optimizer.learning_rate = 1e-3f;
   eo.gradient_check = SafeCheck::kIgnore;
+  eo.value_type = config.value_type;
   const bool grouped = config.grouped_tables;
+  // One host thread drives the collection on one stream: its tables need no cross-stream order
+  // (and a graph capture could not wait on an event recorded outside it).
+  if (grouped) eo.table.thread_safe = false;
   std::vector<std::unique_ptr<Embedding<int64_t>>> tables;
   std::unique_ptr<EmbeddingCollection<int64_t>> collection;
   if (grouped) {
     collection = std::make_unique<EmbeddingCollection<int64_t>>(
         backend, std::vector<EmbeddingOptions>(config.tables, eo));
+    collection->set_host_sync_free(config.host_sync_free);
     r.row_dim = collection->row_dim();
   } else {
     for (uint32_t t = 0; t < config.tables; ++t) {
@@ -256,6 +266,59 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   r.step_seconds = median(step_times);
   r.forward_seconds = median(forward_times);
 
+  if (config.graph) {
+    // The captured step reads its batch from fixed buffers: each replay's batch is copied there
+    // first (on the stream, before the clock starts), as a model's input would be.
+    std::vector<BackendBuffer<int64_t>> fixed;
+    std::vector<EmbeddingBatch<int64_t>> batches;
+    for (uint32_t t = 0; t < config.tables; ++t) {
+      fixed.emplace_back(backend, ids);
+      batches.push_back(
+          {fixed[t].data(), ids, offsets.data(), config.batch, nullptr, PoolingMode::kSum});
+    }
+    auto load = [&](int set) {
+      for (uint32_t t = 0; t < config.tables; ++t) {
+        copy_within_backend(backend, fixed[t].data(), keys[t][set].data(), ids * sizeof(int64_t),
+                            stream);
+      }
+    };
+    load(0);
+    collection->forward(batches, outs[0].data(), config.dim, true, stream);  // warm, not captured
+    collection->backward(all_grads.data(), config.dim, stream);
+    collection->end_step();
+    clock->synchronize();
+    StepGraph step_graph(stream, [&] {
+      collection->forward(batches, outs[0].data(), config.dim, true, stream);
+      collection->backward(all_grads.data(), config.dim, stream);
+    });
+    StepGraph forward_graph(
+        stream, [&] { collection->forward(batches, outs[0].data(), config.dim, true, stream); });
+    r.graph_nodes = step_graph.nodes();
+    std::vector<double> graph_steps, graph_forwards;
+    for (uint32_t s = 0; s < config.steps; ++s) {
+      load(s % kBatchSets);
+      clock->start();
+      step_graph.replay(stream);
+      graph_steps.push_back(clock->stop());
+      collection->end_step();
+    }
+    for (uint32_t s = 0; s < config.steps; ++s) {
+      load(s % kBatchSets);
+      clock->start();
+      forward_graph.replay(stream);
+      graph_forwards.push_back(clock->stop());
+    }
+    r.graph_step_seconds = median(graph_steps);
+    r.graph_forward_seconds = median(graph_forwards);
+    const EmbeddingCollectionStats after = collection->stats();
+    require(after.refused_batches == 0, "bench train", "--graph", "replayed steps",
+            "refused " + std::to_string(after.refused_batches) +
+                " batches (keys wider than "
+                "the warm-up's): the timed work is not a training step");
+    progress << "graph: " << r.graph_nodes << " nodes, step " << r.graph_step_seconds * 1e3
+             << " ms, forward " << r.graph_forward_seconds * 1e3 << " ms\n";
+  }
+
   // Profiled steps: one table after the other, a sync of its stream after every stage, times
   // summed over the tables.
   std::map<std::string, std::vector<double>> stage_samples;
@@ -291,14 +354,17 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   for (auto& [stage, samples] : stage_samples) r.stage_seconds[stage] = median(samples);
 
   const double u = r.unique_per_step;
-  const double dim_bytes = 4.0 * config.dim;
-  r.forward_floor_bytes = double(r.lookups_per_step) * 8 + u * dim_bytes +
+  const double dim_bytes = 4.0 * config.dim;  // a pooled output or gradient row (float32)
+  // An embedding's elements as stored (--value-type).
+  const double value_bytes = 4.0 * value_words(config.value_type, config.dim);
+  r.forward_floor_bytes = double(r.lookups_per_step) * 8 + u * value_bytes +
                           double(config.batch) * config.tables * dim_bytes;
-  // The rows' useful floats (embedding + optimizer state), not the padding align_rows adds:
-  // the floor stays the same whatever the layout.
-  const double useful_row_floats = config.dim + optimizer_state_dim(config.optimizer, config.dim);
+  // The rows' useful bytes (embedding + float32 optimizer state), not the padding align_rows
+  // adds: the floor stays the same whatever the layout.
+  const double useful_row_bytes =
+      value_bytes + 4.0 * optimizer_state_dim(config.optimizer, config.dim);
   r.step_floor_bytes = r.forward_floor_bytes + double(config.batch) * config.tables * dim_bytes +
-                       u * 4.0 * useful_row_floats * 2;
+                       u * useful_row_bytes * 2;
   r.forward_floor_seconds = r.forward_floor_bytes / r.copy_bandwidth;
   r.step_floor_seconds = r.step_floor_bytes / r.copy_bandwidth;
   for (uint32_t t = 0; t < config.tables; ++t) {
@@ -331,6 +397,10 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
   row("step (forward + backward + " + to_string(c.optimizer) + ")", r.step_seconds,
       r.step_floor_seconds);
   row("forward only", r.forward_seconds, r.forward_floor_seconds);
+  if (c.graph) {
+    row("step, CUDA graph replay", r.graph_step_seconds, r.step_floor_seconds);
+    row("forward only, CUDA graph replay", r.graph_forward_seconds, r.forward_floor_seconds);
+  }
   for (const auto& [stage, s] : r.stage_seconds) row("  " + stage + " (profiled)", s, 0.0);
   out << "copy bandwidth " << r.copy_bandwidth / 1e9 << " GB/s (read + written)\n";
 
@@ -354,6 +424,10 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       {"threads", c.threads},
       {"concurrent_tables", c.concurrent_tables},
       {"grouped_tables", c.grouped_tables},
+      {"host_sync_free", c.grouped_tables && c.host_sync_free},
+      {"graph", c.graph},
+      {"value_type", to_string(c.value_type)},
+      {"table_thread_safe", !c.grouped_tables},
       {"key_table_tag", c.grouped_tables ? "none" : "table << 40"},
       {"pooling", "sum"},
       {"gradients", c.grouped_tables ? "one buffer, table after table" : "one buffer per table"},
@@ -373,13 +447,21 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                   {"rows_after", r.rows_after},
                   {"row_dim", r.row_dim}};
   for (const auto& [stage, s] : r.stage_seconds) j["results"]["stages_ms"][stage] = s * 1e3;
-  const std::string path = !c.json_path.empty()
-                               ? c.json_path
-                               : default_result_path(DYNEMB_SOURCE_DIR,
-                                                     "train-" + to_string(c.backend) + "-" +
-                                                         std::to_string(r.lookups_per_step / 1000) +
-                                                         "k" + (c.grouped_tables ? "-grouped" : ""),
-                                                     r.machine.hostname);
+  if (c.graph) {
+    j["results"]["graph_step_ms_median"] = r.graph_step_seconds * 1e3;
+    j["results"]["graph_forward_ms_median"] = r.graph_forward_seconds * 1e3;
+    j["results"]["graph_nodes"] = r.graph_nodes;
+  }
+  const std::string path =
+      !c.json_path.empty()
+          ? c.json_path
+          : default_result_path(
+                DYNEMB_SOURCE_DIR,
+                "train-" + to_string(c.backend) + "-" + std::to_string(r.lookups_per_step / 1000) +
+                    "k" + (c.grouped_tables ? "-grouped" : "") + (c.graph ? "-graph" : "") +
+                    (c.value_type != ValueType::kFloat32 ? "-" + to_string(c.value_type)
+                                                         : std::string()),
+                r.machine.hostname);
   write_json_file(path, j);
   out << "wrote " << path << "\n";
   return path;

@@ -11,6 +11,7 @@
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/results.hpp"
 #include "dynemb/core/options.hpp"
+#include "dynemb/core/value_type.hpp"
 #include "dynemb/ops/optimizer.hpp"
 
 namespace dynemb::bench {
@@ -34,6 +35,14 @@ struct TrainBenchConfig {
   // One EmbeddingCollection over every table on one stream (one dedup, pooling and backward
   // launch for all tables) instead of one Embedding per table; ids carry no table tag.
   bool grouped_tables = false;
+  // Grouped tables: the collection's host-sync-free step (EmbeddingCollection::
+  // set_host_sync_free); off: the step that reads its counts on the host.
+  bool host_sync_free = true;
+  // Grouped tables on CUDA: after the eager timed steps, one training step (and one forward) is
+  // captured into a CUDA graph and replayed for the same number of timed steps.
+  bool graph = false;
+  // What the embeddings' rows are stored as (optimizer state stays float32).
+  ValueType value_type = ValueType::kFloat32;
   uint64_t seed = 0;  // 0 = random
   std::string json_path;
 };
@@ -63,6 +72,10 @@ struct TrainBenchReport {
   // first table's start to the last table's stream done; else CUDA events on the one stream).
   double step_seconds = 0.0;
   double forward_seconds = 0.0;  // median forward-only time (no backward)
+  // --graph: medians of the replayed step and forward graphs (CUDA events on the one stream), and
+  // the step graph's nodes.
+  double graph_step_seconds = 0.0, graph_forward_seconds = 0.0;
+  size_t graph_nodes = 0;
   // Median seconds per stage over profiled steps (a sync after each stage), summed over tables.
   std::map<std::string, double> stage_seconds;
   // Bytes that must move (forward: keys, unique embedding rows read, pooled output written;

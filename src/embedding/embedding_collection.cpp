@@ -19,10 +19,16 @@ using embedding::detail::ensure_buffer;
 
 constexpr const char* kForward = "EmbeddingCollection::forward";
 
-// Words read back with the dedup: combine_table_keys' status, then the step's nonfinite count.
-enum Word : size_t { kNonfinite = ops::detail::kTableKeyStatusWords, kWords };
+// Words read back with the dedup: combine_table_keys' status, then the step's nonfinite count, a
+// host-sync-free step's unique count and the batches such steps refused.
+enum Word : size_t {
+  kNonfinite = ops::detail::kTableKeyStatusWords,
+  kUniqueCount,
+  kRefused,
+  kWords
+};
 // Counts each table keeps in backend memory, kPerTable words a table.
-enum TableCounter : size_t { kRowsCreated, kEvalMisses, kPerTable };
+enum TableCounter : size_t { kRowsCreated, kEvalMisses, kUniqueLookups, kPerTable };
 
 std::string table_field(size_t t, const char* field) {
   return "tables[" + std::to_string(t) + "]." + field;
@@ -82,6 +88,11 @@ struct EmbeddingCollection<K>::Step {
   std::vector<embedding::detail::StepTable<K>> tables;
   std::vector<uint64_t> host_bounds;
   std::vector<size_t> ids_of;  // each table's ids, this step
+  // The host-sync-free step: each table's first id (uploaded when the tables' ids change), its
+  // unique count, the unique keys and the tables' answers in the padded layout (table_keys.hpp).
+  BackendBuffer<uint64_t> id_base, counts, padded_keys;
+  BackendBuffer<float*> padded_rows;
+  std::vector<uint64_t> host_id_base;
 };
 
 template <TableKey K>
@@ -113,6 +124,8 @@ EmbeddingCollection<K>::EmbeddingCollection(Backend backend, std::vector<Embeddi
   s.words = BackendBuffer<uint64_t>(backend, kWords, device);
   s.table_counters = BackendBuffer<uint64_t>(backend, n * kPerTable, device);
   s.bounds = BackendBuffer<uint64_t>(backend, n + 1, device);
+  s.id_base = BackendBuffer<uint64_t>(backend, n + 1, device);
+  s.counts = BackendBuffer<uint64_t>(backend, n, device);
   s.host_bounds.resize(n + 1);
   for (size_t t = 0; t < n; ++t) {
     uint64_t* counters = s.table_counters.data() + t * kPerTable;
@@ -171,7 +184,7 @@ void EmbeddingCollection<K>::throw_if_bad_table(const uint64_t* words) const {
   if (flag == 0) return;
   const uint64_t t = ~uint64_t{0} - flag;
   throw InvalidArgument(std::string(kForward) + ": batches[" + std::to_string(t) +
-                        "].offsets must start at 0 and end at num_ids = " +
+                        "].offsets must start at 0, never decrease and end at num_ids = " +
                         std::to_string(step_->ids_of[t]) + "; no table was changed");
 }
 
@@ -218,6 +231,11 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   ensure_buffer(s.combined_keys, backend_, n, device);
   ensure_buffer(s.unique_combined, backend_, n, device);
   p.begin(n, bags, batches[0].mode, weighted, training);  // every batch's mode (checked above)
+  if (sync_free_ && training && options_.front().gradient_check != SafeCheck::kError &&
+      (seen_keys_ || sync_free_key_bits_ != 0)) {
+    forward_sync_free(batches, {out, out_stride}, stream);
+    return;
+  }
 
   // One dedup over every table's keys, each table's index in the bits above `shift`: the bit
   // width of the keys seen so far (all 64 bits' worth before the first step). A batch with a
@@ -232,8 +250,12 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
             "a key of " + std::to_string(width) + " bits",
             "must fit in " + std::to_string(id_bits) + " bits with " + std::to_string(num_tables) +
                 " tables (the table's index takes the bits above); no table was changed");
+  }
+  if (n > 0) {
     key_width_ = seen_keys_ ? std::max(key_width_, width) : width;
     seen_keys_ = true;
+  }
+  if (table_bits_ > 0) {
     if (width > shift) {
       shift = key_width_;
       u = combine_and_dedup(batches, shift, words, stream);
@@ -258,6 +280,125 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
     stats_[t].lookups += s.ids_of[t];
     stats_[t].unique_lookups += s.host_bounds[t + 1] - s.host_bounds[t];
   }
+}
+
+template <TableKey K>
+void EmbeddingCollection<K>::set_host_sync_free(bool on, uint32_t key_bits) {
+  const uint32_t id_bits = 64 - table_bits_;
+  require(key_bits <= id_bits, "EmbeddingCollection::set_host_sync_free", "key_bits",
+          std::to_string(key_bits),
+          "must be <= " + std::to_string(id_bits) + " with " + std::to_string(tables_.size()) +
+              " tables (the table's index takes the bits above)");
+  sync_free_ = on;
+  sync_free_key_bits_ = key_bits;
+}
+
+template <TableKey K>
+void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>> batches,
+                                               const LookupOutput& output, StreamHandle stream) {
+  Step& s = *step_;
+  embedding::detail::TrainingStep<K>& p = s.pipeline;
+  const EmbeddingOptions& o = options_.front();
+  const size_t num_tables = tables_.size();
+  const size_t n = p.num_ids;
+  const int device = o.table.device;
+  // Keys of at most `width` bits, the table's index above them: the sort covers both.
+  const uint32_t width = std::max<uint32_t>(
+      1, sync_free_key_bits_ != 0 ? sync_free_key_bits_ : std::max<uint32_t>(key_width_, 1));
+  const uint32_t shift = table_bits_ == 0 ? 64 : width;
+  const int end_bit = static_cast<int>(std::min<uint32_t>(64, width + table_bits_));
+
+  // Each table's first id: fixed while the batches keep their sizes (a new layout is uploaded
+  // once the device is idle, before any of this step's work).
+  std::vector<uint64_t> id_base(num_tables + 1, 0);
+  for (size_t t = 0; t < num_tables; ++t) id_base[t + 1] = id_base[t] + s.ids_of[t];
+  if (id_base != s.host_id_base) {
+    backend_synchronize(backend_);
+    copy_to_backend(backend_, s.id_base.data(), id_base.data(), id_base.size() * sizeof(uint64_t));
+    s.host_id_base = id_base;
+  }
+  ensure_buffer(s.padded_keys, backend_, n, device);
+  ensure_buffer(s.padded_rows, backend_, n, device);
+  ensure_buffer(p.found, backend_, n, device);
+  ensure_buffer(p.missing, backend_, n, device);
+
+  backend_zero(backend_, s.words.data(), ops::detail::kTableKeyStatusWords * sizeof(uint64_t),
+               stream);
+  uint64_t bag_base = 0;
+  for (size_t t = 0; t < num_tables; ++t) {
+    const EmbeddingBatch<K>& b = batches[t];
+    ops::detail::combine_table_keys<K>(
+        p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys, b.offsets, b.num_bags,
+        id_base[t], bag_base, s.combined_keys.data(), p.offsets.data(), s.words.data(), stream);
+    if (p.weighted && b.num_ids > 0) {
+      copy_within_backend(backend_, p.weights.data() + id_base[t], b.weights,
+                          b.num_ids * sizeof(float), stream);
+    }
+    bag_base += b.num_bags;
+  }
+  if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
+  uint64_t* unique_count = s.words.data() + kUniqueCount;
+  ops::detail::dedup_grouped_async(
+      p.ops, n, s.combined_keys.data(), s.unique_combined.data(), p.inverse.data(),
+      p.ids_by_row.data(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
+      p.offsets.data(), p.num_bags, end_bit, unique_count, *p.workspace, stream);
+  stage_done("dedup");
+
+  ops::detail::TableSpread spread;
+  spread.n = n;
+  spread.num_tables = static_cast<uint32_t>(num_tables);
+  spread.shift = shift;
+  spread.key_limit = width;
+  spread.unique_count = unique_count;
+  spread.status = s.words.data();
+  spread.unique_combined = s.unique_combined.data();
+  spread.combined_keys = s.combined_keys.data();
+  spread.id_base = s.id_base.data();
+  spread.bounds = s.bounds.data();
+  spread.counts = s.counts.data();
+  // The keys' bits: K is a 64-bit integer, stored as its bit pattern.
+  spread.keys = reinterpret_cast<uint64_t*>(p.unique_keys.data());
+  spread.padded_keys = s.padded_keys.data();
+  spread.counters = s.table_counters.data();
+  spread.counter_stride = kPerTable;
+  spread.unique_index = kUniqueLookups;
+  spread.refused = s.words.data() + kRefused;
+  ops::detail::spread_table_keys(p.ops, spread, stream);
+
+  // Every row of the bound n: the unique rows first, then empty padding.
+  p.prepare_rows(n, true, o.dim, row_dim_, output, kForward, "out");
+  const K* padded_keys = reinterpret_cast<const K*>(s.padded_keys.data());
+  for (size_t t = 0; t < num_tables; ++t) {
+    if (s.ids_of[t] == 0) continue;
+    tables_[t]->find_or_insert_pointers_counted(
+        s.ids_of[t], s.counts.data() + t, padded_keys + id_base[t],
+        s.padded_rows.data() + id_base[t], p.found.data() + id_base[t], stream);
+  }
+  const uint32_t words = value_words(o.value_type, o.dim);
+  const uint32_t stride =
+      p.fallback.prepare(backend_, o.eval_initializer, words, n, device, stream);
+  ops::detail::TableRows rows;
+  rows.padded_rows = s.padded_rows.data();
+  rows.padded_founds = p.found.data();
+  rows.fallback = p.fallback.rows.data();
+  rows.fallback_stride = stride;
+  rows.rows = p.row_ptrs.data();
+  rows.missing = p.missing.data();
+  rows.row_begin = p.row_begin.data();
+  rows.counters = s.table_counters.data();
+  rows.counter_stride = kPerTable;
+  rows.created_index = kRowsCreated;
+  rows.missing_index = kEvalMisses;
+  rows.training = true;
+  ops::detail::gather_table_rows(p.ops, spread, rows, stream);
+  if (stride != 0) {
+    p.ops.fill_initial_rows(n, p.unique_keys.data(), p.missing.data(), true, o.eval_initializer,
+                            p.fallback.rows.data(), words, words, stream);
+  }
+  stage_done("lookup");
+  p.pool(p.feature(o.dim, row_dim_), output, true, stream);
+  stage_done("pool");
+  for (size_t t = 0; t < num_tables; ++t) stats_[t].lookups += s.ids_of[t];
 }
 
 template <TableKey K>
@@ -297,9 +438,11 @@ EmbeddingCollectionStats EmbeddingCollection<K>::stats() const {
   EmbeddingCollectionStats out;
   out.tables = stats_;
   out.nonfinite_gradients = words[kNonfinite] + nonfinite_refused_;
+  out.refused_batches = words[kRefused];
   for (size_t t = 0; t < n; ++t) {
     out.tables[t].rows_created += counters[t * kPerTable + kRowsCreated];
     out.tables[t].eval_misses += counters[t * kPerTable + kEvalMisses];
+    out.tables[t].unique_lookups += counters[t * kPerTable + kUniqueLookups];
     out.tables[t].table = tables_[t]->stats();
   }
   return out;

@@ -20,6 +20,16 @@ void split_table_keys(const OpsBackend& ops, size_t u, const uint64_t* unique_ke
   ops.split_table_keys(u, unique_keys, num_tables, shift, keys, bounds, stream);
 }
 
+void spread_table_keys(const OpsBackend& ops, const TableSpread& spread, StreamHandle stream) {
+  ops.spread_table_keys(spread, stream);
+}
+
+void gather_table_rows(const OpsBackend& ops, const TableSpread& spread, const TableRows& rows,
+                       StreamHandle stream) {
+  if (spread.n == 0) return;
+  ops.gather_table_rows(spread, rows, stream);
+}
+
 template void combine_table_keys<int64_t>(const OpsBackend&, uint32_t, uint32_t, size_t,
                                           const int64_t*, const int64_t*, size_t, uint64_t,
                                           uint64_t, uint64_t*, int64_t*, uint64_t*, StreamHandle);

@@ -19,6 +19,8 @@ struct BenchTrainArgs {
   uint64_t rows = 0, batch = 0, seed = 0;
   double alpha = 0.0;
   bool concurrent_tables = false, sequential_tables = false, grouped_tables = false;
+  bool host_sync = false, graph = false;
+  std::string value_type = "fp32";
   std::string json_path;
 };
 
@@ -42,6 +44,9 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   c.threads = a.threads;
   // Tables side by side: by default on cuda (one stream and host thread per table).
   c.grouped_tables = a.grouped_tables;
+  c.host_sync_free = !a.host_sync;
+  c.graph = a.graph;
+  c.value_type = parse_value_type(a.value_type, "bench train", "--value-type");
   c.concurrent_tables = a.concurrent_tables ||
                         (!a.sequential_tables && !a.grouped_tables && c.backend == Backend::kCuda);
   c.seed = a.seed;
@@ -89,6 +94,14 @@ void install(CLI::App& cmd) {
   cmd.add_flag("--grouped-tables", a->grouped_tables,
                "one EmbeddingCollection over every table, on one stream (one dedup, pooling and "
                "backward launch for all tables)");
+  cmd.add_flag("--host-sync", a->host_sync,
+               "with --grouped-tables: the collection's step that reads its counts on the host "
+               "(default: the host-sync-free step)");
+  cmd.add_flag("--graph", a->graph,
+               "with --grouped-tables on cuda: also capture one step and one forward into CUDA "
+               "graphs and time their replays");
+  cmd.add_option("--value-type", a->value_type, "rows stored as fp32, fp16 or bf16")
+      ->capture_default_str();
   cmd.add_option("--json", a->json_path, "result file (default bench/results/train-...json)");
   cmd.callback([a] {
     const auto config = make_config(*a);

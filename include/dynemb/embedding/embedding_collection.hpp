@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dynemb/embedding/embedding.hpp"
+#include "dynemb/ops/pooling.hpp"
 
 namespace dynemb {
 
@@ -18,6 +19,10 @@ namespace dynemb {
 struct EmbeddingCollectionStats {
   std::vector<EmbeddingStats> tables;
   uint64_t nonfinite_gradients = 0;
+  // Training batches a host-sync-free step refused on the device (offsets that do not start at
+  // 0, decrease or do not end at num_ids; a key wider than the step's key bits): no table was
+  // changed, the output read eval_initializer, the backward updated nothing.
+  uint64_t refused_batches = 0;
 };
 
 // Tables trained as one: every table must have the same dim, optimizer, gradient_check,
@@ -50,6 +55,18 @@ class EmbeddingCollection {
   // rows, as Embedding::backward does for each.
   void backward(const float* grad, uint32_t grad_stride, StreamHandle stream = nullptr);
 
+  // Host-sync-free training steps (docs/embedding.md, "A step without the host"): on, a training
+  // forward issues its work without reading anything on the host (unique counts, offsets checks
+  // and key widths stay on the device; every buffer is sized by the batch's ids), so a step is a
+  // fixed sequence of launches that a CUDA graph can capture once shapes repeat. Batches must then
+  // keep their keys within `key_bits` bits (0: the widest key of the steps so far; until a step
+  // was seen, forwards synchronize as when off); a batch with a wider key or bad offsets is
+  // refused on the device and counted (stats().refused_batches) instead of throwing. Evaluation
+  // and gradient_check = ERROR keep their host reads. Throws InvalidArgument when key_bits is
+  // over 64 - the bits the tables' index takes.
+  void set_host_sync_free(bool on, uint32_t key_bits = 0);
+  bool host_sync_free() const { return sync_free_; }
+
   // Ends a training step for every table (TTL, then the STEP score); returns the rows expired.
   size_t end_step();
 
@@ -81,6 +98,9 @@ class EmbeddingCollection {
                            uint64_t* words, StreamHandle stream);
   // Throws InvalidArgument naming the first table whose offsets combine_table_keys flagged.
   void throw_if_bad_table(const uint64_t* words) const;
+  // The training forward without host reads (set_host_sync_free), after forward's checks.
+  void forward_sync_free(std::span<const EmbeddingBatch<K>> batches, const LookupOutput& output,
+                         StreamHandle stream);
 
   Backend backend_;
   std::vector<EmbeddingOptions> options_;
@@ -88,6 +108,8 @@ class EmbeddingCollection {
   uint32_t table_bits_ = 0;  // bits that hold a table's index (0 for one table)
   uint32_t key_width_ = 0;   // bit width of every key seen so far
   bool seen_keys_ = false;
+  bool sync_free_ = false;
+  uint32_t sync_free_key_bits_ = 0;  // set_host_sync_free's key_bits (0: key_width_)
   std::vector<std::unique_ptr<Table<K>>> tables_;
   std::unique_ptr<Step> step_;
   std::vector<EmbeddingStats> stats_;  // the counts kept on the host

@@ -20,6 +20,8 @@ namespace dynemb {
 
 namespace ops::detail {
 class StepWorkspace;
+struct TableSpread;
+struct TableRows;
 }  // namespace ops::detail
 
 class OpsBackend {
@@ -133,6 +135,18 @@ class OpsBackend {
   virtual void split_table_keys(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                                 uint32_t shift, uint64_t* keys, uint64_t* bounds,
                                 StreamHandle stream) const = 0;
+
+  // dedup_grouped of 64-bit keys without a host read (step_ops.hpp: dedup_grouped_async).
+  virtual void dedup_grouped_async(size_t n, const uint64_t* keys, uint64_t* unique_keys,
+                                   uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
+                                   uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
+                                   int end_bit, uint64_t* unique_count,
+                                   ops::detail::StepWorkspace& workspace,
+                                   StreamHandle stream) const = 0;
+  virtual void spread_table_keys(const ops::detail::TableSpread& spread,
+                                 StreamHandle stream) const = 0;
+  virtual void gather_table_rows(const ops::detail::TableSpread& spread,
+                                 const ops::detail::TableRows& rows, StreamHandle stream) const = 0;
 
   // --- the step workspace's memory (step_workspace.hpp) -----------------------------------------
   // Host memory the backend's asynchronous copies may target (pinned on CUDA); null if none.

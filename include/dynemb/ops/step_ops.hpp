@@ -49,6 +49,17 @@ size_t dedup_grouped(const OpsBackend& ops, size_t n, const K* keys, K* unique_k
                      const char* where, ReadAlong along, StepWorkspace& workspace,
                      StreamHandle stream);
 
+// dedup_grouped of 64-bit keys with nothing read on the host: sorts bits [0, end_bit) only (keys
+// that differ above end_bit are grouped wrongly: the caller refuses such batches itself), writes
+// the unique count u to *unique_count (backend memory), and does not check the offsets (the
+// caller's combine_table_keys does). Entries of row_begin after u are left as they are. No
+// synchronization, no allocation once the workspace has grown to n; capturable in a CUDA graph.
+void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
+                         uint64_t* unique_keys, uint32_t* inverse, uint32_t* ids_by_row,
+                         uint32_t* row_begin, uint32_t* bag_by_row, const int64_t* offsets,
+                         size_t num_bags, int end_bit, uint64_t* unique_count,
+                         StepWorkspace& workspace, StreamHandle stream);
+
 // pooled_lookup of one feature without the data checks (the caller vouches for offsets and
 // indices).
 void pooled_lookup_unchecked(const OpsBackend& ops, const LookupFeature& feature,

@@ -21,7 +21,8 @@ enum TableKeyStatus : size_t { kKeyBitsSeen, kBadTableFlag, kTableKeyStatusWords
 
 // Table `table`'s part of the combined batch: combined_keys[base + i] = key_bits(keys[i]) |
 // table << shift (table 0 adds nothing; shift < 64 otherwise), combined_offsets[bag_base + b] =
-// offsets[b] + base for b in [0, num_bags] (num_bags > 0), and the status words above. No
+// offsets[b] (clamped to [0, n]) + base for b in [0, num_bags] (num_bags > 0), and the status
+// words above (offsets that do not start at 0, decrease or do not end at n flag the table). No
 // synchronization.
 template <TableKey K>
 void combine_table_keys(const OpsBackend& ops, uint32_t table, uint32_t shift, size_t n,
@@ -36,6 +37,57 @@ template <TableKey K>
 void split_table_keys(const OpsBackend& ops, size_t u, const uint64_t* unique_keys,
                       uint32_t num_tables, uint32_t shift, K* keys, uint64_t* bounds,
                       StreamHandle stream);
+
+// The collection's step on counts kept on the device (no host read, capturable in a CUDA graph):
+// after dedup_grouped_async of the n combined keys, each table's unique keys are spread to a
+// padded layout where table t's j-th unique key sits at id_base[t] + j (its ids' range: the
+// unique count of a table is at most its ids), so each table's lookup gets a fixed range and its
+// count in backend memory; the tables' answers are then gathered back to the compact rows
+// [0, u) the pooling and backward read, rows [u, n) being empty padding (no ids, no update).
+struct TableSpread {
+  size_t n = 0;  // ids over all tables
+  uint32_t num_tables = 0;
+  uint32_t shift = 64;                        // where the table bits start (64: one table)
+  uint32_t key_limit = 64;                    // keys of more bits refuse the batch (64: none)
+  const uint64_t* unique_count = nullptr;     // u, from the dedup
+  const uint64_t* status = nullptr;           // combine_table_keys' words
+  const uint64_t* unique_combined = nullptr;  // n: the dedup's unique combined keys (u valid)
+  const uint64_t* combined_keys = nullptr;    // n: each id's combined key (table t's ids in order)
+  const uint64_t* id_base = nullptr;          // num_tables + 1: table t's ids start, id_base[T] = n
+  uint64_t* bounds = nullptr;                 // num_tables + 1: table t's rows [bounds[t], [t+1])
+  uint64_t* counts = nullptr;                 // num_tables: table t's unique keys; 0 if refused
+  uint64_t* keys = nullptr;                   // n: row r's key without table bits (r < u)
+  uint64_t* padded_keys = nullptr;            // n: the padded layout of keys
+  // Per-table counters (backend memory, counter_stride words a table): unique keys added at
+  // unique_index; a refused batch adds 1 to *refused.
+  uint64_t* counters = nullptr;
+  uint32_t counter_stride = 0, unique_index = 0;
+  uint64_t* refused = nullptr;
+};
+
+// The rows the tables found (padded layout: padded_rows, padded_founds) gathered to the compact
+// rows: row r = bounds[t] + j gets padded entry id_base[t] + j for j < counts[t]; a null address
+// becomes fallback + r * fallback_stride and missing[r] (training: created counted where a row
+// was not found before; evaluation: misses counted); rows [u, n) become padding (fallback address,
+// missing, no ids: row_begin[r + 1] = n).
+struct TableRows {
+  float* const* padded_rows = nullptr;
+  const bool* padded_founds = nullptr;
+  float* fallback = nullptr;
+  uint32_t fallback_stride = 0;
+  float** rows = nullptr;
+  bool* missing = nullptr;
+  uint32_t* row_begin = nullptr;
+  uint64_t* counters = nullptr;  // as TableSpread's
+  uint32_t counter_stride = 0, created_index = 0, missing_index = 0;
+  bool training = true;
+};
+
+// The spread above (the bounds, the counts, the keys in both layouts); no synchronization.
+void spread_table_keys(const OpsBackend& ops, const TableSpread& spread, StreamHandle stream);
+// The gather above; no synchronization.
+void gather_table_rows(const OpsBackend& ops, const TableSpread& spread, const TableRows& rows,
+                       StreamHandle stream);
 
 // The table bits of table t's combined keys (0 for t = 0 or shift >= 64).
 DYNEMB_HD uint64_t table_tag(uint32_t table, uint32_t shift) {

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "dynemb/core/key.hpp"
+#include "dynemb/core/memory.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stats.hpp"
 #include "dynemb/core/stream.hpp"
@@ -107,6 +108,20 @@ class Table {
                                         const uint64_t* scores = nullptr,
                                         StreamHandle stream = nullptr) {
     find_or_insert_pointers(n, keys, rows, founds, scores, stream);
+  }
+
+  // find_or_insert_pointers of the first *count keys (count: backend memory, at most n, written
+  // by earlier work on `stream`), for a caller that issues the call without reading the count on
+  // the host (a training step, a CUDA graph); entries from *count on are left as they are. This
+  // default reads the count (synchronizes the device); a backend may read it on the device.
+  virtual void find_or_insert_pointers_counted(size_t n, const uint64_t* count, const K* keys,
+                                               float** rows, bool* founds,
+                                               StreamHandle stream = nullptr) {
+    if (n == 0) return;
+    uint64_t m = 0;
+    backend_synchronize(backend());
+    copy_from_backend(backend(), &m, count, sizeof m);
+    find_or_insert_pointers(m < n ? m : n, keys, rows, founds, nullptr, stream);
   }
 
   // Stores values[i] under keys[i], inserting or overwriting.

@@ -8,6 +8,7 @@
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "dynemb/ops/step_ops.hpp"
+#include "dynemb/ops/table_keys.hpp"
 #include "lookup_validation.hpp"
 
 namespace dynemb::ops::detail {
@@ -62,6 +63,8 @@ void combine_table_keys_cpu(uint32_t table, uint32_t shift, size_t n, const K* k
                             const int64_t* offsets, size_t num_bags, uint64_t base,
                             uint64_t bag_base, uint64_t* combined_keys, int64_t* combined_offsets,
                             uint64_t* status);
+void spread_table_keys_cpu(const TableSpread& spread);
+void gather_table_rows_cpu(const TableSpread& spread, const TableRows& rows);
 template <TableKey K>
 void split_table_keys_cpu(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                           uint32_t shift, K* keys, uint64_t* bounds);

@@ -159,6 +159,24 @@ class CpuOps final : public OpsBackend {
     split_table_keys_cpu(u, unique_keys, num_tables, shift, keys, bounds);
   }
 
+  void dedup_grouped_async(size_t n, const uint64_t* keys, uint64_t* unique_keys, uint32_t* inverse,
+                           uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                           const int64_t* offsets, size_t num_bags, int, uint64_t* unique_count,
+                           StepWorkspace&, StreamHandle) const override {
+    // Every bit is sorted here; the offsets were clamped by combine_table_keys (and checked there).
+    const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
+    group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
+    if (bag_by_row != nullptr) bags_by_row_cpu(n, ids_by_row, offsets, num_bags, bag_by_row);
+    *unique_count = u;
+  }
+  void spread_table_keys(const TableSpread& spread, StreamHandle) const override {
+    spread_table_keys_cpu(spread);
+  }
+  void gather_table_rows(const TableSpread& spread, const TableRows& rows,
+                         StreamHandle) const override {
+    gather_table_rows_cpu(spread, rows);
+  }
+
   void* alloc_host_words(size_t bytes) const override { return std::malloc(bytes); }
   void free_host_words(void* p) const noexcept override { std::free(p); }
   void fill_iota(uint32_t* out, size_t n, StreamHandle) const override {

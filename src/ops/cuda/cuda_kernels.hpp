@@ -9,6 +9,7 @@
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/row_ops.hpp"
 #include "dynemb/ops/step_ops.hpp"
+#include "dynemb/ops/table_keys.hpp"
 #include "lookup_validation.hpp"
 
 namespace dynemb::ops::detail {
@@ -80,6 +81,13 @@ void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* 
 template <TableKey K>
 void split_table_keys_cuda(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                            uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream);
+void spread_table_keys_cuda(const TableSpread& spread, StreamHandle stream);
+void gather_table_rows_cuda(const TableSpread& spread, const TableRows& rows, StreamHandle stream);
+void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_keys,
+                              uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
+                              uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
+                              int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
+                              StreamHandle stream);
 // Page-locked host memory (cudaMallocHost) and its release.
 void* pinned_host_alloc_cuda(size_t bytes);
 void pinned_host_free_cuda(void* p) noexcept;

@@ -162,6 +162,21 @@ class CudaOps final : public OpsBackend {
     split_table_keys_cuda(u, unique_keys, num_tables, shift, keys, bounds, stream);
   }
 
+  void dedup_grouped_async(size_t n, const uint64_t* keys, uint64_t* unique_keys, uint32_t* inverse,
+                           uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
+                           const int64_t* offsets, size_t num_bags, int end_bit,
+                           uint64_t* unique_count, StepWorkspace& workspace,
+                           StreamHandle stream) const override {
+    dedup_grouped_async_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
+                             offsets, num_bags, end_bit, unique_count, workspace, stream);
+  }
+  void spread_table_keys(const TableSpread& spread, StreamHandle stream) const override {
+    spread_table_keys_cuda(spread, stream);
+  }
+  void gather_table_rows(const TableSpread& spread, const TableRows& rows,
+                         StreamHandle stream) const override {
+    gather_table_rows_cuda(spread, rows, stream);
+  }
   void* alloc_host_words(size_t bytes) const override { return pinned_host_alloc_cuda(bytes); }
   void free_host_words(void* p) const noexcept override { pinned_host_free_cuda(p); }
   void fill_iota(uint32_t* out, size_t n, StreamHandle stream) const override {

@@ -376,6 +376,48 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   return unique;
 }
 
+void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_keys,
+                              uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
+                              uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
+                              int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
+                              StreamHandle stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  auto* status = reinterpret_cast<unsigned long long*>(workspace.device_words());
+  core::cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
+                    "dedup_async: cudaMemsetAsync");
+  core::cuda::check(
+      cudaMemsetAsync(status + kZeroWords, 0xFF,
+                      (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
+      "dedup_async: cudaMemsetAsync");
+  if (num_bags == 0) bag_by_row = nullptr;
+  uint32_t* bag_of = bag_by_row != nullptr ? workspace.bag_of(n, stream) : nullptr;
+  // Keys that agree above bit 32 (as the caller's end bit says) are sorted as their low 32 bits.
+  uint32_t* narrow = n > 0 && end_bit <= 32 ? workspace.narrow_keys(n, stream) : nullptr;
+  if (n > 0 || num_bags > 0) {
+    const size_t items = std::max(num_bags + 1, n);
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));
+    batch_status_kernel<<<blocks, kBlock, 0, stream>>>(offsets, num_bags, n, bag_of, keys, n,
+                                                       narrow, status);
+    core::cuda::check_launch("dedup_async: batch_status_kernel");
+  }
+  if (n == 0) {
+    core::cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream),
+                      "dedup_async: cudaMemsetAsync");
+  } else if (narrow != nullptr) {
+    SortPass<uint64_t, uint32_t>(&workspace, stream)
+        .issue(n, narrow, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+               status);
+  } else {
+    SortPass<uint64_t, uint64_t>(&workspace, stream)
+        .issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+               status);
+  }
+  core::cuda::check(cudaMemcpyAsync(unique_count, status + kUnique, sizeof(uint64_t),
+                                    cudaMemcpyDeviceToDevice, stream),
+                    "dedup_async: copy unique count");
+}
+
 template <TableKey K>
 size_t dedup_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inverse, uint32_t* counts,
                   StreamHandle stream_handle) {

@@ -2,6 +2,8 @@
 #include <thrust/binary_search.h>
 #include <thrust/execution_policy.h>
 
+#include <algorithm>
+
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
@@ -30,8 +32,11 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
   }
   if (i <= num_bags) {
     const int64_t o = offsets[i];
-    combined_offsets[bag_base + i] = o + static_cast<int64_t>(base);
-    const bool bad = (i == 0 && o != 0) || (i == num_bags && o != static_cast<int64_t>(n));
+    const int64_t last = static_cast<int64_t>(n);
+    combined_offsets[bag_base + i] =
+        (o < 0 ? 0 : (o > last ? last : o)) + static_cast<int64_t>(base);
+    const bool bad =
+        (i == 0 && o != 0) || (i == num_bags && o != last) || (i > 0 && o < offsets[i - 1]);
     if (bad) atomicMax(status + kBadTableFlag, ~0ull - table);
   }
   for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
@@ -51,7 +56,87 @@ __global__ void split_kernel(size_t u, const uint64_t* unique_keys, uint32_t num
   }
 }
 
+// Whether the combined batch is refused (a flagged table, or a key wider than key_limit).
+__device__ bool spread_refused(const TableSpread& s) {
+  if (s.status[kBadTableFlag] != 0) return true;
+  return s.key_limit < 64 && (s.status[kKeyBitsSeen] >> s.key_limit) != 0;
+}
+
+// split_kernel on a count the device holds: thread i < u strips row i's key, thread t <= T
+// finds table t's first row.
+__global__ void split_counted_kernel(TableSpread s) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t u = *s.unique_count;
+  if (i < u) s.keys[i] = s.unique_combined[i] & id_mask(s.shift);
+  if (i <= s.num_tables) {
+    s.bounds[i] = i == s.num_tables
+                      ? u
+                      : thrust::lower_bound(thrust::seq, s.unique_combined, s.unique_combined + u,
+                                            table_tag(static_cast<uint32_t>(i), s.shift)) -
+                            s.unique_combined;
+  }
+}
+
+// Thread t < T: table t's count and unique counter; the batch's refusal counted once. Threads
+// r < u: row r's key to its padded place (the row's table found by its tag).
+__global__ void spread_kernel(TableSpread s) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool refused = spread_refused(s);
+  if (i < s.num_tables) {
+    const uint64_t count = refused ? 0 : s.bounds[i + 1] - s.bounds[i];
+    s.counts[i] = count;
+    s.counters[i * s.counter_stride + s.unique_index] += count;
+    if (i == 0 && refused) *s.refused += 1;
+  }
+  const size_t u = *s.unique_count;
+  if (refused || i >= u) return;
+  const uint32_t t = s.shift >= 64 ? 0 : static_cast<uint32_t>(s.unique_combined[i] >> s.shift);
+  s.padded_keys[s.id_base[t] + (i - s.bounds[t])] = s.keys[i];
+}
+
+// Thread p < n: padded entry p (its table: the tag of id p's combined key) back to its row; then
+// row p itself when no table answered it (padding, or a refused batch).
+__global__ void gather_kernel(TableSpread s, TableRows r) {
+  const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= s.n) return;
+  const size_t u = *s.unique_count;
+  const uint64_t tag = s.shift >= 64 ? 0 : s.combined_keys[p] >> s.shift;
+  const auto t = static_cast<uint32_t>(tag);
+  if (tag < s.num_tables && p - s.id_base[t] < s.counts[t]) {
+    const uint64_t j = p - s.id_base[t];
+    const uint64_t row = s.bounds[t] + j;
+    float* address = r.padded_rows[p];
+    const bool none = address == nullptr;
+    r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
+    r.missing[row] = none;
+    unsigned long long* counters =
+        reinterpret_cast<unsigned long long*>(r.counters + size_t{t} * r.counter_stride);
+    if (r.training && !none && !r.padded_founds[p]) atomicAdd(counters + r.created_index, 1ull);
+    if (!r.training && none) atomicAdd(counters + r.missing_index, 1ull);
+  }
+  const size_t first = spread_refused(s) ? 0 : u;
+  if (p >= first) {
+    r.rows[p] = r.fallback + p * r.fallback_stride;
+    r.missing[p] = true;
+    if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
+  }
+}
+
 }  // namespace
+
+void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
+  const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
+  split_counted_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
+  core::cuda::check_launch("spread_table_keys: split");
+  spread_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
+  core::cuda::check_launch("spread_table_keys");
+}
+
+void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
+  if (s.n == 0) return;
+  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, r);
+  core::cuda::check_launch("gather_table_rows");
+}
 
 template <TableKey K>
 void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* keys,

@@ -58,6 +58,10 @@ class CudaTable final : public Table<K> {
                                const uint64_t* scores, StreamHandle stream) override;
   void find_or_reserve_pointers(size_t n, const K* keys, float** rows, bool* founds,
                                 const uint64_t* scores, StreamHandle stream) override;
+  // On the device where the table's writes allow it (no growth, no LFU two passes, no ERROR
+  // check): the locked kernel covers min(*count, n) keys; else the base's (reads the count).
+  void find_or_insert_pointers_counted(size_t n, const uint64_t* count, const K* keys, float** rows,
+                                       bool* founds, StreamHandle stream) override;
   void find_or_insert(size_t n, const K* keys, float* values, bool* founds, const uint64_t* scores,
                       StreamHandle stream) override;
   void find_or_insert_given(size_t n, const K* keys, float* values, bool* founds,

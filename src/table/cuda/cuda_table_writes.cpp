@@ -7,6 +7,16 @@
 #include "dynemb/core/cuda/device_guard.hpp"
 
 namespace dynemb::table::cuda {
+namespace {
+
+// Whether `stream` is capturing a CUDA graph.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  core::cuda::check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
 
 template <TableKey K>
 void CudaTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows, bool* founds,
@@ -31,6 +41,25 @@ void CudaTable<K>::find_or_reserve_pointers(size_t n, const K* keys, float** row
   a.scores_in = scores;
   a.init_new_rows = false;
   write("find_or_reserve_pointers", WriteOp::kFindOrInsertPointers, n, keys, a, to_stream(stream));
+}
+
+template <TableKey K>
+void CudaTable<K>::find_or_insert_pointers_counted(size_t n, const uint64_t* count, const K* keys,
+                                                   float** rows, bool* founds,
+                                                   StreamHandle stream) {
+  if (n == 0) return;
+  // Growth, LFU's two passes and ERROR's check read the call's state on the host anyway.
+  const bool on_device = storage_.capacity() >= options_.max_capacity &&
+                         options_.score_policy != ScorePolicy::kLfu && !error_mode();
+  if (!on_device)
+    return Table<K>::find_or_insert_pointers_counted(n, count, keys, rows, founds, stream);
+  require_pointer(rows, "find_or_insert_pointers_counted", "rows");
+  require_pointer(count, "find_or_insert_pointers_counted", "count");
+  WriteArgs a;
+  a.row_ptrs = rows;
+  a.founds = founds;
+  a.n_device = reinterpret_cast<const unsigned long long*>(count);
+  write("find_or_insert_pointers", WriteOp::kFindOrInsertPointers, n, keys, a, to_stream(stream));
 }
 
 template <TableKey K>
@@ -219,7 +248,9 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     // first.
     if (warns) reports_->poll();
     report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
-  } else if (warns) {
+  } else if (warns && !capturing(s)) {
+    // A call captured into a CUDA graph leaves no report (its event could not be waited on);
+    // its counts are in stats() all the same.
     reports_->enqueue(call, a.state, s);
   }
   if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s);
@@ -233,7 +264,8 @@ void CudaTable<K>::refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a,
   // Without a growth nearly every address is still right: each is checked against its slot's
   // key (one load a key) and only the others looked up again.
   if (!grew) {
-    launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s);
+    launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s,
+                           a.n_device);
     return;
   }
   ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);
@@ -273,6 +305,9 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
 
 template void CudaTable<int64_t>::find_or_insert_pointers(size_t, const int64_t*, float**, bool*,
                                                           const uint64_t*, StreamHandle);
+template void CudaTable<int64_t>::find_or_insert_pointers_counted(size_t, const uint64_t*,
+                                                                  const int64_t*, float**, bool*,
+                                                                  StreamHandle);
 template void CudaTable<int64_t>::find_or_reserve_pointers(size_t, const int64_t*, float**, bool*,
                                                            const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::find_or_insert(size_t, const int64_t*, float*, bool*,
@@ -293,6 +328,9 @@ template void CudaTable<int64_t>::accum_or_assign(size_t, const int64_t*, const 
 template void CudaTable<int64_t>::erase(size_t, const int64_t*, StreamHandle);
 template void CudaTable<uint64_t>::find_or_insert_pointers(size_t, const uint64_t*, float**, bool*,
                                                            const uint64_t*, StreamHandle);
+template void CudaTable<uint64_t>::find_or_insert_pointers_counted(size_t, const uint64_t*,
+                                                                   const uint64_t*, float**, bool*,
+                                                                   StreamHandle);
 template void CudaTable<uint64_t>::find_or_reserve_pointers(size_t, const uint64_t*, float**, bool*,
                                                             const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::find_or_insert(size_t, const uint64_t*, float*, bool*,

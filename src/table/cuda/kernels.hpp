@@ -35,9 +35,11 @@ void launch_find(const TableView& table, const ReadArgs& args, cudaStream_t stre
 
 // After a pointer write at a fixed capacity (while *only_if_nonzero, the call's evictions, is
 // not 0): every address rows[i] whose slot no longer holds keys[i] is looked up again (nullptr:
-// not stored); reserved keys are left as they are.
+// not stored); reserved keys are left as they are. n_device (optional): only the first
+// min(*n_device, n) entries.
 void launch_verify_row_ptrs(const TableView& table, const uint64_t* keys, uint64_t n, float** rows,
-                            const unsigned long long* only_if_nonzero, cudaStream_t stream);
+                            const unsigned long long* only_if_nonzero, cudaStream_t stream,
+                            const unsigned long long* n_device = nullptr);
 
 // Adds the number of stored keys to state->count and subtracts it from state->budget.
 void launch_count_size(const TableView& table, CallState* state, cudaStream_t stream);

@@ -92,8 +92,10 @@ __device__ __forceinline__ uint64_t slot_of_row(const TableView& t, const float*
 // or left, or had no address) is looked up again by a scan of the key's bucket, rare enough for
 // one thread.
 __global__ void verify_row_ptrs_kernel(TableView t, const uint64_t* keys, uint64_t n, float** rows,
-                                       const unsigned long long* only_if_nonzero) {
+                                       const unsigned long long* only_if_nonzero,
+                                       const unsigned long long* n_device) {
   if (only_if_nonzero != nullptr && *only_if_nonzero == 0) return;  // the whole grid
+  if (n_device != nullptr && *n_device < n) n = *n_device;
   const uint64_t capacity = t.num_buckets * t.bucket_capacity;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
@@ -218,10 +220,11 @@ void launch_find(const TableView& t, const ReadArgs& a, cudaStream_t stream) {
 }
 
 void launch_verify_row_ptrs(const TableView& t, const uint64_t* keys, uint64_t n, float** rows,
-                            const unsigned long long* only_if_nonzero, cudaStream_t stream) {
+                            const unsigned long long* only_if_nonzero, cudaStream_t stream,
+                            const unsigned long long* n_device) {
   if (n == 0) return;
-  verify_row_ptrs_kernel<<<blocks_for_threads(n, 65535ull * 16), 256, 0, stream>>>(t, keys, n, rows,
-                                                                                   only_if_nonzero);
+  verify_row_ptrs_kernel<<<blocks_for_threads(n, 65535ull * 16), 256, 0, stream>>>(
+      t, keys, n, rows, only_if_nonzero, n_device);
   core::cuda::check(cudaGetLastError(), "verify_row_ptrs_kernel launch");
 }
 
