@@ -28,7 +28,7 @@ enum Word : size_t {
   kWords
 };
 // Counts each table keeps in backend memory, kPerTable words a table.
-enum TableCounter : size_t { kRowsCreated, kEvalMisses, kUniqueLookups, kPerTable };
+enum TableCounter : size_t { kRowsCreated, kEvalMisses, kLookups, kUniqueLookups, kPerTable };
 
 std::string table_field(size_t t, const char* field) {
   return "tables[" + std::to_string(t) + "]." + field;
@@ -361,6 +361,7 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   spread.padded_keys = s.padded_keys.data();
   spread.counters = s.table_counters.data();
   spread.counter_stride = kPerTable;
+  spread.lookups_index = kLookups;
   spread.unique_index = kUniqueLookups;
   spread.refused = s.words.data() + kRefused;
   ops::detail::spread_table_keys(p.ops, spread, stream);
@@ -398,7 +399,7 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   stage_done("lookup");
   p.pool(p.feature(o.dim, row_dim_), output, true, stream);
   stage_done("pool");
-  for (size_t t = 0; t < num_tables; ++t) stats_[t].lookups += s.ids_of[t];
+  // The counts are the device's (a replayed graph adds them too).
 }
 
 template <TableKey K>
@@ -442,6 +443,7 @@ EmbeddingCollectionStats EmbeddingCollection<K>::stats() const {
   for (size_t t = 0; t < n; ++t) {
     out.tables[t].rows_created += counters[t * kPerTable + kRowsCreated];
     out.tables[t].eval_misses += counters[t * kPerTable + kEvalMisses];
+    out.tables[t].lookups += counters[t * kPerTable + kLookups];
     out.tables[t].unique_lookups += counters[t * kPerTable + kUniqueLookups];
     out.tables[t].table = tables_[t]->stats();
   }

@@ -58,10 +58,10 @@ struct TableSpread {
   uint64_t* counts = nullptr;                 // num_tables: table t's unique keys; 0 if refused
   uint64_t* keys = nullptr;                   // n: row r's key without table bits (r < u)
   uint64_t* padded_keys = nullptr;            // n: the padded layout of keys
-  // Per-table counters (backend memory, counter_stride words a table): unique keys added at
-  // unique_index; a refused batch adds 1 to *refused.
+  // Per-table counters (backend memory, counter_stride words a table): ids added at
+  // lookups_index, unique keys at unique_index; a refused batch adds 1 to *refused.
   uint64_t* counters = nullptr;
-  uint32_t counter_stride = 0, unique_index = 0;
+  uint32_t counter_stride = 0, lookups_index = 0, unique_index = 0;
   uint64_t* refused = nullptr;
 };
 

@@ -55,6 +55,7 @@ void spread_table_keys_cpu(const TableSpread& s) {
   for (uint32_t t = 0; t < s.num_tables; ++t) {
     s.counts[t] = refused ? 0 : s.bounds[t + 1] - s.bounds[t];
     s.counters[size_t{t} * s.counter_stride + s.unique_index] += s.counts[t];
+    s.counters[size_t{t} * s.counter_stride + s.lookups_index] += s.id_base[t + 1] - s.id_base[t];
     for (uint64_t j = 0; j < s.counts[t]; ++j) {
       s.padded_keys[s.id_base[t] + j] = s.keys[s.bounds[t] + j];
     }

@@ -86,6 +86,7 @@ __global__ void spread_kernel(TableSpread s) {
     const uint64_t count = refused ? 0 : s.bounds[i + 1] - s.bounds[i];
     s.counts[i] = count;
     s.counters[i * s.counter_stride + s.unique_index] += count;
+    s.counters[i * s.counter_stride + s.lookups_index] += s.id_base[i + 1] - s.id_base[i];
     if (i == 0 && refused) *s.refused += 1;
   }
   const size_t u = *s.unique_count;
