@@ -368,6 +368,7 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
 
   // Every row of the bound n: the unique rows first, then empty padding.
   p.prepare_rows(n, true, o.dim, row_dim_, output, kForward, "out");
+  p.live_rows = unique_count;
   const K* padded_keys = reinterpret_cast<const K*>(s.padded_keys.data());
   for (size_t t = 0; t < num_tables; ++t) {
     if (s.ids_of[t] == 0) continue;

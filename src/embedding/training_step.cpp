@@ -32,6 +32,7 @@ void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool 
   num_bags = bags;
   mode = batch_mode;
   num_unique = 0;
+  live_rows = nullptr;
 }
 
 template <TableKey K>

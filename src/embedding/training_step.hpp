@@ -82,9 +82,11 @@ class TrainingStep {
     return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
   }
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
-    return step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim, row_dim,
-                        num_unique, inverse.data(), num_ids, offsets.data(), num_bags,
-                        weighted ? weights.data() : nullptr, mode, value_type);
+    LookupFeature f = step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim,
+                                   row_dim, num_unique, inverse.data(), num_ids, offsets.data(),
+                                   num_bags, weighted ? weights.data() : nullptr, mode, value_type);
+    f.live_rows = live_rows;
+    return f;
   }
 
   const OpsBackend& ops;  // the backend's ops, chosen once
@@ -111,6 +113,9 @@ class TrainingStep {
   bool pending_backward = false;
   // What the rows' embedding elements are stored as (the owner's value_type).
   ValueType value_type = ValueType::kFloat32;
+  // Backend memory: the unique rows in use when only the device knows them (the rows from there
+  // to num_unique are padding); null when num_unique is the count.
+  const uint64_t* live_rows = nullptr;
 
  private:
   NonfiniteReport nonfinite_report;

@@ -42,6 +42,10 @@ struct LookupFeature {
   // What the rows' `dim` elements are stored as: float32, or 16-bit elements packed two a 32-bit
   // word (row_stride still counts words). Outputs and gradients are float32 either way.
   ValueType value_type = ValueType::kFloat32;
+  // Optional, backend memory: how many of the num_rows rows are in use; the rows from there on
+  // are padding no id refers to, which the fused backward skips (a step sized by its ids, whose
+  // unique count only the device knows: EmbeddingCollection's host-sync-free step).
+  const uint64_t* live_rows = nullptr;
 };
 
 // Where a feature's output goes: SUM/MEAN write bag b at out + b * out_stride; NONE writes id

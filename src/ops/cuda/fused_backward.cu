@@ -110,9 +110,36 @@ __global__ void __launch_bounds__(kBlock, 4)
     optimize_hot_rows<kKind, kVec>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
     return;
   }
-  const size_t row = (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
-  optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
-                                 shared + (threadIdx.x / 32) * grad_stride, row);
+  // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
+  // rows in use and leaves the padding after them.
+  const size_t first =
+      (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
+  if (x.live_rows == nullptr) {
+    optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
+                                   shared + (threadIdx.x / 32) * grad_stride, first);
+    return;
+  }
+  const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
+  const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
+  for (size_t row = first; row < live; row += warps) {
+    optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
+                                   shared + (threadIdx.x / 32) * grad_stride, row);
+    __syncwarp();
+  }
+}
+
+// Cold-row blocks of a launch whose live row count only the device knows: a few waves of the
+// resident blocks (4 a multiprocessor), striding over the rows in use.
+unsigned strided_cold_blocks(size_t num_rows) {
+  static const int multiprocessors = [] {
+    int device = 0, count = 0;
+    core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+    core::cuda::check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+                      "cudaDeviceGetAttribute (multiprocessors)");
+    return count;
+  }();
+  const size_t waves = static_cast<size_t>(multiprocessors) * 4 * 8;
+  return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
 template <OptimizerKind kKind, uint32_t kVec>
@@ -122,8 +149,10 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const uint32_t hot_blocks =
       x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
+  const unsigned cold_blocks =
+      x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
   fused_row_kernel<kKind, kVec>
-      <<<hot_blocks + blocks_for_warps(x.num_rows), kBlock, kWarpsPerBlock * row_bytes, stream>>>(
+      <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
