@@ -130,7 +130,7 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   if (grouped) {
     collection = std::make_unique<EmbeddingCollection<int64_t>>(
         backend, std::vector<EmbeddingOptions>(config.tables, eo));
-    collection->set_host_sync_free(config.host_sync_free);
+    collection->set_host_sync_free(config.host_sync_free, 0, config.lookup_streams);
     r.row_dim = collection->row_dim();
   } else {
     for (uint32_t t = 0; t < config.tables; ++t) {
@@ -425,6 +425,7 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       {"concurrent_tables", c.concurrent_tables},
       {"grouped_tables", c.grouped_tables},
       {"host_sync_free", c.grouped_tables && c.host_sync_free},
+      {"lookup_streams", c.grouped_tables && c.host_sync_free ? c.lookup_streams : 0},
       {"graph", c.graph},
       {"value_type", to_string(c.value_type)},
       {"table_thread_safe", !c.grouped_tables},

@@ -38,6 +38,8 @@ struct TrainBenchConfig {
   // Grouped tables: the collection's host-sync-free step (EmbeddingCollection::
   // set_host_sync_free); off: the step that reads its counts on the host.
   bool host_sync_free = true;
+  // Host-sync-free grouped tables: side streams the tables' lookups run on (1: the one stream).
+  uint32_t lookup_streams = 8;
   // Grouped tables on CUDA: after the eager timed steps, one training step (and one forward) is
   // captured into a CUDA graph and replayed for the same number of timed steps.
   bool graph = false;

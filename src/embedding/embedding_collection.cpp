@@ -93,6 +93,7 @@ struct EmbeddingCollection<K>::Step {
   BackendBuffer<uint64_t> id_base, counts, padded_keys;
   BackendBuffer<float*> padded_rows;
   std::vector<uint64_t> host_id_base;
+  std::unique_ptr<ops::detail::StreamFan> fan;  // the tables' lookup streams (made on first use)
 };
 
 template <TableKey K>
@@ -283,14 +284,19 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
 }
 
 template <TableKey K>
-void EmbeddingCollection<K>::set_host_sync_free(bool on, uint32_t key_bits) {
+void EmbeddingCollection<K>::set_host_sync_free(bool on, uint32_t key_bits,
+                                                uint32_t lookup_streams) {
+  constexpr const char* w = "EmbeddingCollection::set_host_sync_free";
   const uint32_t id_bits = 64 - table_bits_;
-  require(key_bits <= id_bits, "EmbeddingCollection::set_host_sync_free", "key_bits",
-          std::to_string(key_bits),
+  require(key_bits <= id_bits, w, "key_bits", std::to_string(key_bits),
           "must be <= " + std::to_string(id_bits) + " with " + std::to_string(tables_.size()) +
               " tables (the table's index takes the bits above)");
+  require(lookup_streams >= 1 && lookup_streams <= 64, w, "lookup_streams",
+          std::to_string(lookup_streams), "must be in [1, 64]");
   sync_free_ = on;
   sync_free_key_bits_ = key_bits;
+  if (lookup_streams != lookup_streams_) step_->fan.reset();
+  lookup_streams_ = lookup_streams;
 }
 
 template <TableKey K>
@@ -370,12 +376,20 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   p.prepare_rows(n, true, o.dim, row_dim_, output, kForward, "out");
   p.live_rows = unique_count;
   const K* padded_keys = reinterpret_cast<const K*>(s.padded_keys.data());
+  // The tables look up their keys side by side: each on a side stream forked from `stream` and
+  // joined back (parallel branches of a captured graph).
+  const size_t side = std::min<size_t>(lookup_streams_, num_tables);
+  if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
+  ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
+  if (fan != nullptr) fan->fork(stream);
   for (size_t t = 0; t < num_tables; ++t) {
     if (s.ids_of[t] == 0) continue;
+    const StreamHandle table_stream = fan != nullptr ? fan->stream(t % fan->size()) : stream;
     tables_[t]->find_or_insert_pointers_counted(
         s.ids_of[t], s.counts.data() + t, padded_keys + id_base[t],
-        s.padded_rows.data() + id_base[t], p.found.data() + id_base[t], stream);
+        s.padded_rows.data() + id_base[t], p.found.data() + id_base[t], table_stream);
   }
+  if (fan != nullptr) fan->join(stream);
   const uint32_t words = value_words(o.value_type, o.dim);
   const uint32_t stride =
       p.fallback.prepare(backend_, o.eval_initializer, words, n, device, stream);

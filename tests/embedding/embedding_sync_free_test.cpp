@@ -122,7 +122,10 @@ TEST_P(EmbeddingSyncFreeTest, MatchesTheSynchronizingStep) {
     }
     EmbeddingCollection<K> reference(backend, options);
     EmbeddingCollection<K> collection(backend, options);
-    collection.set_host_sync_free(true, declared);
+    // Lookups on the step's stream, or forked to 2-4 side streams.
+    const uint32_t lookup_streams = 1 + static_cast<uint32_t>(rng() % 4);
+    SCOPED_TRACE("lookup_streams " + std::to_string(lookup_streams));
+    collection.set_host_sync_free(true, declared, lookup_streams);
     ASSERT_TRUE(collection.host_sync_free());
 
     std::vector<std::set<K>> seen(num_tables);
@@ -209,6 +212,7 @@ TEST_P(EmbeddingSyncFreeTest, RefusesWideKeysAndBadOffsetsOnTheDevice) {
   for (size_t t = 0; t < 2; ++t) EXPECT_EQ(collection.table(t).size(), 4u);
   EXPECT_EQ(collection.stats().refused_batches, refused);
   EXPECT_THROW(collection.set_host_sync_free(true, 64), InvalidArgument);
+  EXPECT_THROW(collection.set_host_sync_free(true, 16, 0), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EmbeddingSyncFreeTest, dynemb::testing::all_backends(),

@@ -20,6 +20,7 @@ struct BenchTrainArgs {
   double alpha = 0.0;
   bool concurrent_tables = false, sequential_tables = false, grouped_tables = false;
   bool host_sync = false, graph = false;
+  uint32_t lookup_streams = 8;
   std::string value_type = "fp32";
   std::string json_path;
 };
@@ -45,6 +46,7 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   // Tables side by side: by default on cuda (one stream and host thread per table).
   c.grouped_tables = a.grouped_tables;
   c.host_sync_free = !a.host_sync;
+  c.lookup_streams = a.lookup_streams;
   c.graph = a.graph;
   c.value_type = parse_value_type(a.value_type, "bench train", "--value-type");
   c.concurrent_tables = a.concurrent_tables ||
@@ -97,6 +99,10 @@ void install(CLI::App& cmd) {
   cmd.add_flag("--host-sync", a->host_sync,
                "with --grouped-tables: the collection's step that reads its counts on the host "
                "(default: the host-sync-free step)");
+  cmd.add_option("--lookup-streams", a->lookup_streams,
+                 "host-sync-free grouped tables: side streams for the tables' lookups (1 = none)")
+      ->check(unsigned_in(1, 64))
+      ->capture_default_str();
   cmd.add_flag("--graph", a->graph,
                "with --grouped-tables on cuda: also capture one step and one forward into CUDA "
                "graphs and time their replays");

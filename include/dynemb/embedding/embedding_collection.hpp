@@ -62,9 +62,11 @@ class EmbeddingCollection {
   // keep their keys within `key_bits` bits (0: the widest key of the steps so far; until a step
   // was seen, forwards synchronize as when off); a batch with a wider key or bad offsets is
   // refused on the device and counted (stats().refused_batches) instead of throwing. Evaluation
-  // and gradient_check = ERROR keep their host reads. Throws InvalidArgument when key_bits is
-  // over 64 - the bits the tables' index takes.
-  void set_host_sync_free(bool on, uint32_t key_bits = 0);
+  // and gradient_check = ERROR keep their host reads. The tables' lookups run on up to
+  // `lookup_streams` side streams forked from the step's stream and joined back (1: all on it).
+  // Throws InvalidArgument when key_bits is over 64 - the bits the tables' index takes, or
+  // lookup_streams is not in [1, 64].
+  void set_host_sync_free(bool on, uint32_t key_bits = 0, uint32_t lookup_streams = 8);
   bool host_sync_free() const { return sync_free_; }
 
   // Ends a training step for every table (TTL, then the STEP score); returns the rows expired.
@@ -110,6 +112,7 @@ class EmbeddingCollection {
   bool seen_keys_ = false;
   bool sync_free_ = false;
   uint32_t sync_free_key_bits_ = 0;  // set_host_sync_free's key_bits (0: key_width_)
+  uint32_t lookup_streams_ = 8;
   std::vector<std::unique_ptr<Table<K>>> tables_;
   std::unique_ptr<Step> step_;
   std::vector<EmbeddingStats> stats_;  // the counts kept on the host

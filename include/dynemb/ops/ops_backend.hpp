@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "dynemb/core/initializer.hpp"
@@ -15,6 +16,7 @@
 #include "dynemb/ops/optimizer.hpp"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/step_types.hpp"
+#include "dynemb/ops/stream_fan.hpp"
 
 namespace dynemb {
 
@@ -147,6 +149,10 @@ class OpsBackend {
                                  StreamHandle stream) const = 0;
   virtual void gather_table_rows(const ops::detail::TableSpread& spread,
                                  const ops::detail::TableRows& rows, StreamHandle stream) const = 0;
+
+  // Up to `streams` side streams on `device` (stream_fan.hpp); the CPU's has none.
+  virtual std::unique_ptr<ops::detail::StreamFan> make_stream_fan(size_t streams,
+                                                                  int device) const = 0;
 
   // --- the step workspace's memory (step_workspace.hpp) -----------------------------------------
   // Host memory the backend's asynchronous copies may target (pinned on CUDA); null if none.

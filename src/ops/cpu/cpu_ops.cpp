@@ -177,6 +177,18 @@ class CpuOps final : public OpsBackend {
     gather_table_rows_cpu(spread, rows);
   }
 
+  std::unique_ptr<StreamFan> make_stream_fan(size_t, int) const override {
+    // The CPU's work runs on the calling thread: no side streams.
+    class NoFan final : public StreamFan {
+     public:
+      size_t size() const override { return 0; }
+      StreamHandle stream(size_t) const override { return nullptr; }
+      void fork(StreamHandle) override {}
+      void join(StreamHandle) override {}
+    };
+    return std::make_unique<NoFan>();
+  }
+
   void* alloc_host_words(size_t bytes) const override { return std::malloc(bytes); }
   void free_host_words(void* p) const noexcept override { std::free(p); }
   void fill_iota(uint32_t* out, size_t n, StreamHandle) const override {

@@ -177,6 +177,9 @@ class CudaOps final : public OpsBackend {
                          StreamHandle stream) const override {
     gather_table_rows_cuda(spread, rows, stream);
   }
+  std::unique_ptr<StreamFan> make_stream_fan(size_t streams, int device) const override {
+    return make_stream_fan_cuda(streams, device);
+  }
   void* alloc_host_words(size_t bytes) const override { return pinned_host_alloc_cuda(bytes); }
   void free_host_words(void* p) const noexcept override { pinned_host_free_cuda(p); }
   void fill_iota(uint32_t* out, size_t n, StreamHandle stream) const override {

@@ -1,11 +1,14 @@
 // Small device helpers shared by the ops: iota, the bag of each id, the memory pool's release
-// threshold, pinned host words, stream synchronization.
+// threshold, pinned host words, stream synchronization, side streams.
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
 #include "dynemb/core/cuda/check.hpp"
+#include "dynemb/core/cuda/device_guard.hpp"
 
 namespace dynemb::ops::cuda {
 namespace {
@@ -68,6 +71,59 @@ void* pinned_host_alloc_cuda(size_t bytes) {
 
 void pinned_host_free_cuda(void* p) noexcept {
   if (p != nullptr) cudaFreeHost(p);
+}
+
+namespace {
+
+// Non-blocking side streams, an event for the fork and one per side stream for the join.
+class CudaStreamFan final : public StreamFan {
+ public:
+  CudaStreamFan(size_t streams, int device) : device_(device) {
+    core::cuda::DeviceGuard guard(device_);
+    streams_.resize(streams);
+    joins_.resize(streams);
+    for (size_t i = 0; i < streams; ++i) {
+      core::cuda::check(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
+                        "StreamFan: cudaStreamCreate");
+      core::cuda::check(cudaEventCreateWithFlags(&joins_[i], cudaEventDisableTiming),
+                        "StreamFan: cudaEventCreate");
+    }
+    core::cuda::check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming),
+                      "StreamFan: cudaEventCreate");
+  }
+  ~CudaStreamFan() override {
+    core::cuda::DeviceGuard guard(device_);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+    for (cudaEvent_t e : joins_) cudaEventDestroy(e);
+    cudaEventDestroy(fork_);
+  }
+  size_t size() const override { return streams_.size(); }
+  StreamHandle stream(size_t i) const override { return streams_.at(i); }
+  void fork(StreamHandle main) override {
+    core::cuda::check(cudaEventRecord(fork_, ops::cuda::as_stream(main)), "StreamFan: fork");
+    for (cudaStream_t s : streams_) {
+      core::cuda::check(cudaStreamWaitEvent(s, fork_, 0), "StreamFan: fork wait");
+    }
+  }
+  void join(StreamHandle main) override {
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      core::cuda::check(cudaEventRecord(joins_[i], streams_[i]), "StreamFan: join");
+      core::cuda::check(cudaStreamWaitEvent(ops::cuda::as_stream(main), joins_[i], 0),
+                        "StreamFan: join wait");
+    }
+  }
+
+ private:
+  int device_;
+  std::vector<cudaStream_t> streams_;
+  std::vector<cudaEvent_t> joins_;
+  cudaEvent_t fork_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device) {
+  return std::make_unique<CudaStreamFan>(streams, device);
 }
 
 void sync_stream_cuda(StreamHandle stream) {
