@@ -1,6 +1,7 @@
 #include "bench/train/train_bench.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <iomanip>
@@ -130,7 +131,10 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   if (grouped) {
     collection = std::make_unique<EmbeddingCollection<int64_t>>(
         backend, std::vector<EmbeddingOptions>(config.tables, eo));
-    collection->set_host_sync_free(config.host_sync_free, 0, config.lookup_streams);
+    // Ids are below rows_per_table: the step's key bits, declared (no refusal possible).
+    const auto key_bits =
+        static_cast<uint32_t>(std::max<int>(1, std::bit_width(config.rows_per_table - 1)));
+    collection->set_host_sync_free(config.host_sync_free, key_bits, config.lookup_streams);
     r.row_dim = collection->row_dim();
   } else {
     for (uint32_t t = 0; t < config.tables; ++t) {
