@@ -270,7 +270,8 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   r.step_seconds = median(step_times);
   r.forward_seconds = median(forward_times);
 
-  if (config.graph) {
+  // --graph: one step and one forward captured, then replayed on each batch set.
+  auto time_graphs = [&] {
     // The captured step reads its batch from fixed buffers: each replay's batch is copied there
     // first (on the stream, before the clock starts), as a model's input would be.
     std::vector<BackendBuffer<int64_t>> fixed;
@@ -321,6 +322,16 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
                 "the warm-up's): the timed work is not a training step");
     progress << "graph: " << r.graph_nodes << " nodes, step " << r.graph_step_seconds * 1e3
              << " ms, forward " << r.graph_forward_seconds * 1e3 << " ms\n";
+  };
+  // The graph's timings, or (its capture or a replay failed) the error, in the report.
+  if (config.graph) {
+    try {
+      time_graphs();
+    } catch (const std::exception& e) {
+      r.graph_error = e.what();
+      progress << "graph: failed: " << r.graph_error << "\n";
+      synchronize_all();
+    }
   }
 
   // Profiled steps: one table after the other, a sync of its stream after every stage, times
@@ -456,6 +467,7 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
     j["results"]["graph_step_ms_median"] = r.graph_step_seconds * 1e3;
     j["results"]["graph_forward_ms_median"] = r.graph_forward_seconds * 1e3;
     j["results"]["graph_nodes"] = r.graph_nodes;
+    if (!r.graph_error.empty()) j["results"]["graph_error"] = r.graph_error;
   }
   const std::string path =
       !c.json_path.empty()

@@ -78,6 +78,7 @@ struct TrainBenchReport {
   // the step graph's nodes.
   double graph_step_seconds = 0.0, graph_forward_seconds = 0.0;
   size_t graph_nodes = 0;
+  std::string graph_error;  // what stopped the capture or a replay (empty: none)
   // Median seconds per stage over profiled steps (a sync after each stage), summed over tables.
   std::map<std::string, double> stage_seconds;
   // Bytes that must move (forward: keys, unique embedding rows read, pooled output written;
