@@ -441,6 +441,9 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       {"grouped_tables", c.grouped_tables},
       {"host_sync_free", c.grouped_tables && c.host_sync_free},
       {"lookup_streams", c.grouped_tables && c.host_sync_free ? c.lookup_streams : 0},
+      {"key_bits", c.grouped_tables && c.host_sync_free
+                       ? std::max<int>(1, std::bit_width(c.rows_per_table - 1))
+                       : 0},
       {"graph", c.graph},
       {"value_type", to_string(c.value_type)},
       {"table_thread_safe", !c.grouped_tables},
