@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -21,6 +22,35 @@ using K = int64_t;
 void check(cudaError_t e, const char* what) {
   ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
 }
+
+// Captures the work issued on `stream` between construction and end(); a capture an exception
+// leaves open is ended (and its graph dropped) by the destructor, so later tests see no open
+// capture.
+class Capture {
+ public:
+  explicit Capture(cudaStream_t stream) : stream_(stream) {
+    open_ = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+  }
+  ~Capture() {
+    if (!open_) return;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  bool opened() const { return open_; }
+  // Ends the capture; the graph (owned by the caller) or null when the capture failed.
+  cudaGraph_t end() {
+    cudaGraph_t graph = nullptr;
+    open_ = false;
+    if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess) return nullptr;
+    return graph;
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool open_ = false;
+};
 
 template <class T>
 std::vector<T> download(const BackendBuffer<T>& b, size_t n) {
@@ -67,7 +97,10 @@ TEST(EmbeddingCollectionGraph, ReplaysMatchEagerSteps) {
       o.value_type = type;
       o.table.init_capacity = o.table.max_capacity = 1 << 15;
       o.table.score_policy = ScorePolicy::kStep;
+      // Captured calls read no state back: one stream (no cross-stream events), a fixed capacity,
+      // and no ERROR check (which reads the call's state on the host).
       o.table.thread_safe = false;
+      o.table.safe_check = SafeCheck::kWarning;
       o.table.initializer.kind = InitializerKind::kUniform;
       o.table.initializer.seed = rng();
       o.optimizer.kind = OptimizerKind::kAdam;
@@ -109,8 +142,11 @@ TEST(EmbeddingCollectionGraph, ReplaysMatchEagerSteps) {
       grad.upload(g.data(), g.size());
     };
 
-    cudaStream_t stream = nullptr;
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    cudaStream_t created = nullptr;
+    check(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "stream");
+    const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> owned(created,
+                                                                           &cudaStreamDestroy);
+    cudaStream_t stream = owned.get();
     auto eager_step = [&] {
       eager.forward(batches, eager_out.data(), dim, true);
       eager.backward(grad.data(), dim);
@@ -124,10 +160,14 @@ TEST(EmbeddingCollectionGraph, ReplaysMatchEagerSteps) {
 
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "begin capture");
-    graphed.forward(batches, out.data(), dim, true, stream);
-    graphed.backward(grad.data(), dim, stream);
-    check(cudaStreamEndCapture(stream, &graph), "end capture");
+    {
+      Capture capture(stream);
+      ASSERT_TRUE(capture.opened());
+      graphed.forward(batches, out.data(), dim, true, stream);
+      graphed.backward(grad.data(), dim, stream);
+      graph = capture.end();
+    }
+    ASSERT_NE(graph, nullptr) << "the step could not be captured";
     check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
 
     for (int step = 1; step <= 4; ++step) {
@@ -152,7 +192,6 @@ TEST(EmbeddingCollectionGraph, ReplaysMatchEagerSteps) {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
   }
 }
 
