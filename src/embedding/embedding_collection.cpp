@@ -376,9 +376,10 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   p.prepare_rows(n, true, o.dim, row_dim_, output, kForward, "out");
   p.live_rows = unique_count;
   const K* padded_keys = reinterpret_cast<const K*>(s.padded_keys.data());
-  // The tables look up their keys side by side: each on a side stream forked from `stream` and
-  // joined back (parallel branches of a captured graph).
-  const size_t side = std::min<size_t>(lookup_streams_, num_tables);
+  // Captured into a graph, the tables look up their keys side by side: each on a side stream
+  // forked from `stream` and joined back (parallel branches). Issued eagerly, the host is what
+  // bounds the tables' calls, and the fork and join would only add to its work.
+  const size_t side = p.ops.capturing(stream) ? std::min<size_t>(lookup_streams_, num_tables) : 1;
   if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
   ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
   if (fan != nullptr) fan->fork(stream);

@@ -62,8 +62,9 @@ class EmbeddingCollection {
   // keep their keys within `key_bits` bits (0: the widest key of the steps so far; until a step
   // was seen, forwards synchronize as when off); a batch with a wider key or bad offsets is
   // refused on the device and counted (stats().refused_batches) instead of throwing. Evaluation
-  // and gradient_check = ERROR keep their host reads. The tables' lookups run on up to
-  // `lookup_streams` side streams forked from the step's stream and joined back (1: all on it).
+  // and gradient_check = ERROR keep their host reads. In a step being captured into a CUDA graph
+  // the tables' lookups run on up to `lookup_streams` side streams forked from the step's stream
+  // and joined back (1: all on it); an eager step issues them all on its stream.
   // Throws InvalidArgument when key_bits is over 64 - the bits the tables' index takes, or
   // lookup_streams is not in [1, 64].
   void set_host_sync_free(bool on, uint32_t key_bits = 0, uint32_t lookup_streams = 8);

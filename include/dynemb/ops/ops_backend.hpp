@@ -150,6 +150,8 @@ class OpsBackend {
   virtual void gather_table_rows(const ops::detail::TableSpread& spread,
                                  const ops::detail::TableRows& rows, StreamHandle stream) const = 0;
 
+  // Whether `stream`'s work is being captured into a CUDA graph (CPU: never).
+  virtual bool capturing(StreamHandle stream) const = 0;
   // Up to `streams` side streams on `device` (stream_fan.hpp); the CPU's has none.
   virtual std::unique_ptr<ops::detail::StreamFan> make_stream_fan(size_t streams,
                                                                   int device) const = 0;

@@ -177,6 +177,7 @@ class CpuOps final : public OpsBackend {
     gather_table_rows_cpu(spread, rows);
   }
 
+  bool capturing(StreamHandle) const override { return false; }
   std::unique_ptr<StreamFan> make_stream_fan(size_t, int) const override {
     // The CPU's work runs on the calling thread: no side streams.
     class NoFan final : public StreamFan {

@@ -88,6 +88,8 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
                               StreamHandle stream);
+// Whether `stream` is capturing a CUDA graph.
+bool stream_capturing_cuda(StreamHandle stream);
 // Side streams and their events on `device` (stream_fan.hpp).
 std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device);
 // Page-locked host memory (cudaMallocHost) and its release.

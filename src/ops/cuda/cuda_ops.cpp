@@ -177,6 +177,7 @@ class CudaOps final : public OpsBackend {
                          StreamHandle stream) const override {
     gather_table_rows_cuda(spread, rows, stream);
   }
+  bool capturing(StreamHandle stream) const override { return stream_capturing_cuda(stream); }
   std::unique_ptr<StreamFan> make_stream_fan(size_t streams, int device) const override {
     return make_stream_fan_cuda(streams, device);
   }

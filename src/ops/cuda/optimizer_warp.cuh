@@ -76,17 +76,61 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
   }
 }
 
-// update_row of a row whose weights are 16-bit elements (o.value_type): lane l takes elements l,
-// l + 32, ..., two lanes writing the halves of one word apart. Not inlined, so the float32 path of
-// the kernels that call update_row keeps its registers.
+// update_row_elements of a row of kType weights with 4 elements a lane: elements 4 l .. 4 l + 3
+// of each 128, the weights as one 8-byte load and store, the gradient and state as float4s (row
+// 16-byte aligned, dim % 8 == 0 so the state is too). Each element's arithmetic and rounding is
+// update_row_elements', so the rows end bit-identical to it.
+template <OptimizerKind kKind, ValueType kType>
+__device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                       const float* grad, uint32_t dim) {
+  constexpr uint32_t kArrays = element_state_arrays(kKind);
+  float* a = row + value_words(kType, dim);
+  float* b = a + dim;
+  auto* weights = reinterpret_cast<uint16_t*>(row);
+  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
+    const uint2 packed = *reinterpret_cast<const uint2*>(weights + j);
+    const uint16_t old[4] = {
+        static_cast<uint16_t>(packed.x & 0xFFFFu), static_cast<uint16_t>(packed.x >> 16),
+        static_cast<uint16_t>(packed.y & 0xFFFFu), static_cast<uint16_t>(packed.y >> 16)};
+    const float4 g4 = *reinterpret_cast<const float4*>(grad + j);
+    float4 a4{}, b4{};
+    if constexpr (kArrays >= 1) a4 = *reinterpret_cast<const float4*>(a + j);
+    if constexpr (kArrays >= 2) b4 = *reinterpret_cast<const float4*>(b + j);
+    float sa[4] = {a4.x, a4.y, a4.z, a4.w}, sb[4] = {b4.x, b4.y, b4.z, b4.w};
+    const float g[4] = {g4.x, g4.y, g4.z, g4.w};
+    uint16_t bits[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      float w = from_bits16<kType>(old[k]);
+      update_element<kKind>(o, u, w, sa[k], sb[k], g[k]);
+      bits[k] = o.stochastic_rounding
+                    ? to_bits16_stochastic<kType>(w, rounding_bits(w, old[k], j + k))
+                    : to_bits16<kType>(w);
+    }
+    *reinterpret_cast<uint2*>(weights + j) =
+        uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
+              bits[2] | (static_cast<uint32_t>(bits[3]) << 16)};
+    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(a + j) = {sa[0], sa[1], sa[2], sa[3]};
+    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(b + j) = {sb[0], sb[1], sb[2], sb[3]};
+  }
+}
+
+// update_row of a row whose weights are 16-bit elements (o.value_type): with vec4 (see
+// update_packed_row_vec4) 4 elements a lane, else lane l takes elements l, l + 32, ..., two lanes
+// writing the halves of one word apart. Not inlined, so the float32 path of the kernels that call
+// update_row keeps its registers.
 template <OptimizerKind kKind>
 __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float* row,
                                                const float* grad, uint32_t dim,
-                                               const WarpLanes& lanes) {
+                                               const WarpLanes& lanes, bool vec4) {
   const auto typed = [&](auto type) {
     constexpr ValueType kType = decltype(type)::value;
     const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
-    update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
+    if (vec4) {
+      update_packed_row_vec4<kKind, kType>(o, u, row, grad, dim);
+    } else {
+      update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
+    }
     end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
   };
   if (o.value_type == ValueType::kBFloat16) {
@@ -104,7 +148,8 @@ template <OptimizerKind kKind, uint32_t kVec, bool kByAddress>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
   if (o.value_type != ValueType::kFloat32) {
-    update_packed_row<kKind>(o, row, grad, dim, lanes);
+    const bool vec4 = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
+    update_packed_row<kKind>(o, row, grad, dim, lanes, vec4);
     return;
   }
   const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);

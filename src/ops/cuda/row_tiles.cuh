@@ -58,7 +58,19 @@ template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint32_t width,
                                           uint32_t lane, float (&v)[kTileRegs]) {
   if constexpr (Rows::kValueType != ValueType::kFloat32) {
-    // 16-bit elements: read one by one into kVec's layout, converted exactly to float32.
+    // 16-bit elements, converted exactly to float32: a lane's 4 consecutive elements (kVec = 4)
+    // as one 8-byte load where the row allows, else one by one into kVec's layout.
+    if constexpr (kVec == 4) {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + tile + 4 * lane;
+      if (row != nullptr && 4 * lane + 3 < width && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
+        const uint2 packed = *reinterpret_cast<const uint2*>(p);
+        v[0] = from_bits16<Rows::kValueType>(static_cast<uint16_t>(packed.x & 0xFFFFu));
+        v[1] = from_bits16<Rows::kValueType>(static_cast<uint16_t>(packed.x >> 16));
+        v[2] = from_bits16<Rows::kValueType>(static_cast<uint16_t>(packed.y & 0xFFFFu));
+        v[3] = from_bits16<Rows::kValueType>(static_cast<uint16_t>(packed.y >> 16));
+        return;
+      }
+    }
 #pragma unroll
     for (uint32_t q = 0; q < kTileRegs; ++q) {
       const uint32_t j = TileLanes<kVec>::element(lane, q);

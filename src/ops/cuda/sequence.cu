@@ -122,6 +122,13 @@ class CudaStreamFan final : public StreamFan {
 
 }  // namespace
 
+bool stream_capturing_cuda(StreamHandle stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  core::cuda::check(cudaStreamIsCapturing(ops::cuda::as_stream(stream), &status),
+                    "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device) {
   return std::make_unique<CudaStreamFan>(streams, device);
 }
