@@ -136,7 +136,10 @@ class CudaTable final : public Table<K> {
   // batch may have evicted a row this call inserted; then the addresses are looked up again (keys
   // no longer stored get nullptr). Without a growth the lookup runs only if the call evicted a row
   // (the kernel reads the call's eviction count: no host synchronization).
-  void refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a, bool grew, cudaStream_t s);
+  // counted (optional, device memory): the caller's count of keys
+  // (find_or_insert_pointers_counted), at most n.
+  void refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a, bool grew, cudaStream_t s,
+                        const unsigned long long* counted = nullptr);
 
   // Launches `op` over a's batch: grouped by bucket (one tile per bucket, no locks) when the
   // batch is large and its length known on the host, else key by key under bucket locks.

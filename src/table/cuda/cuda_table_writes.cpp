@@ -164,6 +164,9 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   a.keys = bits_of(keys);
   a.n = n;
   a.state = scratch.get();
+  // The caller's count (find_or_insert_pointers_counted), kept apart from the n_device an LFU
+  // table's second pass sets below.
+  const unsigned long long* counted = a.n_device;
   // Caller scores may sit below a group's score bound: from now on evictions scan buckets.
   if (a.scores_in != nullptr) timer_scores_only_ = false;
   a.policy = options_.score_policy;
@@ -253,19 +256,19 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     // its counts are in stats() all the same.
     reports_->enqueue(call, a.state, s);
   }
-  if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s);
+  if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s, counted);
   return st;
 }
 
 template <TableKey K>
 void CudaTable<K>::refresh_row_ptrs(size_t n, const K* keys, const WriteArgs& a, bool grew,
-                                    cudaStream_t s) {
+                                    cudaStream_t s, const unsigned long long* counted) {
   if (!grew && storage_.capacity() < options_.max_capacity) return;
   // Without a growth nearly every address is still right: each is checked against its slot's
   // key (one load a key) and only the others looked up again.
   if (!grew) {
     launch_verify_row_ptrs(storage_.view(), bits_of(keys), n, a.row_ptrs, &a.state->evictions, s,
-                           a.n_device);
+                           counted);
     return;
   }
   ReadArgs r = read_args(n, keys, nullptr, nullptr, nullptr, nullptr, a.row_ptrs);
