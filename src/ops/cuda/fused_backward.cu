@@ -44,18 +44,18 @@ __device__ __forceinline__ float* updated_address(float* const* rows, const bool
 // The warp's update of the row at p (null: none) from its reduced gradient: skipped when the
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
 // does) or when p is null.
-template <OptimizerKind kKind, uint32_t kVec>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
                                      uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (p == nullptr) return;
-  update_row<kKind, kVec, true>(o, p, grad, dim);
+  update_row<kKind, kVec, true, kType, false>(o, p, grad, dim);
 }
 
 // Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
 // order, one thread per element, into shared memory; then the block's first warp updates the
 // row from there.
-template <OptimizerKind kKind, uint32_t kVec>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const HotChunks& h,
                                   float* const* rows, const bool* skip,
                                   unsigned long long* nonfinite, float* grad, uint32_t hot_blocks) {
@@ -65,7 +65,8 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
     add_hot_row(h, row, dim, grad);
     __syncthreads();
     if (threadIdx.x < 32)
-      optimize_reduced_row<kKind, kVec>(o, updated_address(rows, skip, row), grad, dim, nonfinite);
+      optimize_reduced_row<kKind, kVec, kType>(o, updated_address(rows, skip, row), grad, dim,
+                                               nonfinite);
     __syncthreads();
   }
 }
@@ -76,7 +77,7 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
 // together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
 // for the block that updates it.
-template <OptimizerKind kKind, uint32_t kVec>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -92,14 +93,14 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec>(o, p, grad, x.dim, nonfinite);
+  optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
 
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
 // starts first and overlaps the cold rows, which the other blocks take one warp each. Bounds of 4
 // blocks (32 warps) per SM: left to itself, ptxas gave the hot rows' 64 loads in flight 72
 // registers (24 warps); 5 blocks spill.
-template <OptimizerKind kKind, uint32_t kVec>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __global__ void __launch_bounds__(kBlock, 4)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kBlock, 4)
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
   if (blockIdx.x < hot_blocks) {
-    optimize_hot_rows<kKind, kVec>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
+    optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
     return;
   }
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
@@ -115,15 +116,15 @@ __global__ void __launch_bounds__(kBlock, 4)
   const size_t first =
       (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
-                                   shared + (threadIdx.x / 32) * grad_stride, first);
+    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
+                                          shared + (threadIdx.x / 32) * grad_stride, first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
-    optimize_cold_row<kKind, kVec>(o, x, g, groups, h, rows, skip, nonfinite,
-                                   shared + (threadIdx.x / 32) * grad_stride, row);
+    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
+                                          shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
@@ -142,7 +143,7 @@ unsigned strided_cold_blocks(size_t num_rows) {
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
-template <OptimizerKind kKind, uint32_t kVec>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups groups,
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
@@ -151,7 +152,7 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
       x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
   const unsigned cold_blocks =
       x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
-  fused_row_kernel<kKind, kVec>
+  fused_row_kernel<kKind, kVec, kType>
       <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
@@ -182,14 +183,27 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   // 4); the arithmetic is the same either way.
   const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);
   auto* bad = reinterpret_cast<unsigned long long*>(nonfinite);
-  ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
-    constexpr OptimizerKind kKind = decltype(kind)::value;
-    if (vec) {
-      launch_fused<kKind, 4>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
-    } else {
-      launch_fused<kKind, 1>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
-    }
-  });
+  // One kernel per value type: a 16-bit row's update is inlined into its own kernel (an
+  // out-of-line update took the float32 kernel's parameters through a stack frame).
+  const auto launch = [&](auto type) {
+    constexpr ValueType kType = decltype(type)::value;
+    ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
+      constexpr OptimizerKind kKind = decltype(kind)::value;
+      if (vec) {
+        launch_fused<kKind, 4, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
+      } else {
+        launch_fused<kKind, 1, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
+      }
+    });
+  };
+  switch (o.value_type) {
+    case ValueType::kFloat16:
+      return launch(std::integral_constant<ValueType, ValueType::kFloat16>{});
+    case ValueType::kBFloat16:
+      return launch(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+    default:
+      return launch(std::integral_constant<ValueType, ValueType::kFloat32>{});
+  }
 }
 
 }  // namespace dynemb::ops::detail

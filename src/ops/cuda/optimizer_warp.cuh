@@ -115,23 +115,31 @@ __device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdat
   }
 }
 
-// update_row of a row whose weights are 16-bit elements (o.value_type): with vec4 (see
-// update_packed_row_vec4) 4 elements a lane, else lane l takes elements l, l + 32, ..., two lanes
-// writing the halves of one word apart. Not inlined, so the float32 path of the kernels that call
-// update_row keeps its registers.
+// update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
+// elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
+// word apart.
+template <OptimizerKind kKind, ValueType kType>
+__device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
+                                                 const float* grad, uint32_t dim,
+                                                 const WarpLanes& lanes, bool vec4) {
+  const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
+  if (vec4) {
+    update_packed_row_vec4<kKind, kType>(o, u, row, grad, dim);
+  } else {
+    update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
+  }
+  end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
+}
+
+// update_typed_row for a kernel compiled for float32 rows that meets 16-bit ones (o.value_type).
+// Not inlined, so the float32 path of the kernels that call update_row keeps its registers.
 template <OptimizerKind kKind>
 __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float* row,
                                                const float* grad, uint32_t dim,
                                                const WarpLanes& lanes, bool vec4) {
   const auto typed = [&](auto type) {
     constexpr ValueType kType = decltype(type)::value;
-    const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
-    if (vec4) {
-      update_packed_row_vec4<kKind, kType>(o, u, row, grad, dim);
-    } else {
-      update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
-    }
-    end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
+    update_typed_row<kKind, kType>(o, row, grad, dim, lanes, vec4);
   };
   if (o.value_type == ValueType::kBFloat16) {
     typed(std::integral_constant<ValueType, ValueType::kBFloat16>{});
@@ -144,25 +152,36 @@ __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float*
 // kVec = 4: float4 lanes (grad 16-byte aligned, dim % 4 == 0; the row too unless kByAddress, where
 // a row not 16-byte aligned takes the per-element path); 1: lane l takes elements l, l + 32, ....
 // Both paths do the same arithmetic per element.
-template <OptimizerKind kKind, uint32_t kVec, bool kByAddress>
+// kType: the rows' value type when the kernel is compiled for it (the 16-bit update inlined).
+// kTypeAtRunTime (with kType float32, the default): the rows may also hold 16-bit weights
+// (o.value_type), updated out of line; a kernel compiled per value type passes false, so its
+// float32 form carries no call (whose frame cost it registers and spills).
+template <OptimizerKind kKind, uint32_t kVec, bool kByAddress,
+          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
-  if (o.value_type != ValueType::kFloat32) {
-    const bool vec4 = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
-    update_packed_row<kKind>(o, row, grad, dim, lanes, vec4);
-    return;
-  }
-  const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
-  if constexpr (kVec == 4) {
-    if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-      update_row_vec4<kKind>(o, u, row, grad, dim);
+  const bool vec4_packed = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  if constexpr (kType != ValueType::kFloat32) {
+    update_typed_row<kKind, kType>(o, row, grad, dim, lanes, vec4_packed);
+  } else {
+    if constexpr (kTypeAtRunTime) {
+      if (o.value_type != ValueType::kFloat32) {
+        update_packed_row<kKind>(o, row, grad, dim, lanes, vec4_packed);
+        return;
+      }
+    }
+    const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
+    if constexpr (kVec == 4) {
+      if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+        update_row_vec4<kKind>(o, u, row, grad, dim);
+      } else {
+        update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+      }
     } else {
       update_row_elements<kKind>(o, u, row, grad, dim, lanes);
     }
-  } else {
-    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+    end_row_update(o, u, row, dim, lanes);
   }
-  end_row_update(o, u, row, dim, lanes);
 }
 
 // Calls f(std::integral_constant<OptimizerKind, kind>{}) for the optimizer kind `kind`, so a
