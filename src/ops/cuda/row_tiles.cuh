@@ -101,6 +101,33 @@ __device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint3
 // Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
 // t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
 // elements. Loads are issued kUnroll terms ahead of their additions.
+// A lane's 4 consecutive 16-bit elements (kVec = 4's layout) of tile [tile, tile + width) of
+// `row`, as their bits: one 8-byte load where the row allows, else one by one (0 bits, +0.0, for
+// a null row or past width).
+template <ValueType kType>
+__device__ __forceinline__ uint2 load_packed4(const float* row, uint32_t tile, uint32_t width,
+                                              uint32_t lane) {
+  const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + tile + 4 * lane;
+  if (row != nullptr && 4 * lane + 3 < width && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
+    return *reinterpret_cast<const uint2*>(p);
+  }
+  uint32_t bits[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (uint32_t q = 0; q < 4; ++q) {
+    if (row != nullptr && 4 * lane + q < width) bits[q] = p[q];
+  }
+  return uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)};
+}
+
+// The four elements of load_packed4's bits, converted exactly to float32.
+template <ValueType kType>
+__device__ __forceinline__ void unpack4(uint2 packed, float (&v)[kTileRegs]) {
+  v[0] = from_bits16<kType>(static_cast<uint16_t>(packed.x & 0xFFFFu));
+  v[1] = from_bits16<kType>(static_cast<uint16_t>(packed.x >> 16));
+  v[2] = from_bits16<kType>(static_cast<uint16_t>(packed.y & 0xFFFFu));
+  v[3] = from_bits16<kType>(static_cast<uint16_t>(packed.y >> 16));
+}
+
 template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
                                           typename Rows::Handle h_t, float f_t, const Rows& rows,
@@ -108,6 +135,27 @@ __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t coun
   constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
   uint32_t t = 0;
+  if constexpr (Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
+    // 16-bit rows move half the bytes a load: twice the terms in flight (their bits held
+    // packed, so as many registers as float32's), added in the same order.
+    constexpr uint32_t kPackedUnroll = 2 * kUnroll;
+    for (; t + kPackedUnroll <= count; t += kPackedUnroll) {
+      uint2 packed[kPackedUnroll];
+      float f[kPackedUnroll];
+#pragma unroll
+      for (uint32_t u = 0; u < kPackedUnroll; ++u) {
+        const typename Rows::Handle h = shuffle(h_t, t + u);
+        f[u] = __shfl_sync(0xFFFFFFFFu, f_t, t + u);
+        packed[u] = load_packed4<Rows::kValueType>(rows.at(h), tile, width, lane);
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < kPackedUnroll; ++u) {
+        float v[kTileRegs];
+        unpack4<Rows::kValueType>(packed[u], v);
+        add_scaled(acc, f[u], v);
+      }
+    }
+  }
   for (; t + kUnroll <= count; t += kUnroll) {
     float v[kUnroll][kTileRegs];
     float f[kUnroll];
