@@ -53,6 +53,11 @@ struct TableOptions {
   // of their rows) with about this many keys in flight at once, so that the host rows reached at
   // once lie close together (docs/cuda_table.md, "Hybrid tables"); 0: as many as the GPU holds.
   uint32_t host_keys_in_flight = 8192;
+  // CUDA backend: a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
+  // assign call of at least this many keys (no caller scores, not LFU) runs once per distinct
+  // key and hands the result to every copy, so that many copies of a hot key do not serialize
+  // on its bucket lock (docs/cuda_table.md, "Copies of a key in one call"); max: never.
+  uint64_t coalesce_copies_min_batch = uint64_t{1} << 14;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.
