@@ -1,8 +1,9 @@
 // The CUDA table's writes on batches that repeat keys: a batch of Zipf(s) draws over `ids` ids
 // (the hot ids repeated thousands of times, as raw training batches are), and the same batch's
-// distinct keys, with TableOptions::coalesce_copies_min_batch at its default (one op per
-// distinct key, docs/cuda_table.md "Copies of a key in one call") and off (every copy takes its
-// bucket lock). Prints M keys/s per cell (keys of the batch, copies included) and writes JSON.
+// distinct keys, with TableOptions::coalesce_copies_min_batch at 2^14 (one op per distinct key,
+// docs/cuda_table.md "Copies of a key in one call"; the hybrid default) and off (every copy takes
+// its bucket lock; the HBM-only default). Prints M keys/s per cell (keys of the batch, copies
+// included) and writes JSON.
 //
 // Usage: dynemb_bench_copies [--dim 64] [--capacity N] [--hbm-budget-gb G] [--batch 262144]
 //                            [--ids 2097152] [--zipf 1.05] [--repeats 3] [--seed N] [--json F]
@@ -138,7 +139,7 @@ std::vector<Cell> run(const Params& p, bool coalesce, const std::vector<uint64_t
   o.safe_check = dynemb::SafeCheck::kIgnore;
   if (p.hbm_budget_gb > 0)
     o.max_hbm_for_values = static_cast<uint64_t>(p.hbm_budget_gb * double(uint64_t{1} << 30));
-  if (!coalesce) o.coalesce_copies_min_batch = std::numeric_limits<uint64_t>::max();
+  o.coalesce_copies_min_batch = coalesce ? uint64_t{1} << 14 : std::numeric_limits<uint64_t>::max();
   auto table = dynemb::make_table<uint64_t>(Backend::kCuda, o);
 
   std::vector<Cell> cells;

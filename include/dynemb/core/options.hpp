@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "dynemb/core/initializer.hpp"
@@ -56,8 +57,10 @@ struct TableOptions {
   // CUDA backend: a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
   // assign call of at least this many keys (no caller scores, not LFU) runs once per distinct
   // key and hands the result to every copy, so that many copies of a hot key do not serialize
-  // on its bucket lock (docs/cuda_table.md, "Copies of a key in one call"); max: never.
-  uint64_t coalesce_copies_min_batch = uint64_t{1} << 14;
+  // on its bucket lock; it costs such a call an owner search and one host synchronization
+  // (docs/cuda_table.md, "Copies of a key in one call"). Unset: 2^14 on a table with rows in
+  // host memory (hybrid), never on an HBM-only one; max: never.
+  std::optional<uint64_t> coalesce_copies_min_batch;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

@@ -1,6 +1,8 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
+#include <limits>
+
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
 #include "cuda/duplicate_keys.hpp"
@@ -179,7 +181,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   // Copies of a key: the op runs on one owner per distinct key, the copies take its result
   // after the call (docs/cuda_table.md, "Copies of a key in one call").
   std::optional<KeyOwners> owners;
-  if (coalesces_copies(op, a, n)) {
+  if (coalesces_copies(op, a, n, s)) {
     owners =
         find_key_owners(a.keys, nullptr, n,
                         /*last_wins=*/op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign, s);
@@ -266,15 +268,24 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
 }
 
 template <TableKey K>
-bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n) const {
+bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
+                                    cudaStream_t s) const {
   const bool op_fits = op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
                        op == WriteOp::kFindOrInsertPointers || op == WriteOp::kInsertOrAssign ||
                        op == WriteOp::kAssign;
   // LFU counts every copy and caller scores may differ between copies: those keep the op per
   // copy, as does a call that takes the grouped (batch-order) form.
-  return op_fits && a.scores_in == nullptr && options_.score_policy != ScorePolicy::kLfu &&
-         a.subset == nullptr && n >= options_.coalesce_copies_min_batch &&
-         n < options_.grouped_write_min_batch && n < (uint64_t{1} << 31);
+  const uint64_t min_batch = options_.coalesce_copies_min_batch.value_or(
+      storage_.view().host_values != nullptr ? kCoalesceCopiesMinBatch
+                                             : std::numeric_limits<uint64_t>::max());
+  if (!op_fits || a.scores_in != nullptr || options_.score_policy == ScorePolicy::kLfu ||
+      a.subset != nullptr || n < min_batch || n >= options_.grouped_write_min_batch ||
+      n >= (uint64_t{1} << 31))
+    return false;
+  // The owners' count is read on the host: not while the stream is being captured.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  core::cuda::check(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
+  return capture == cudaStreamCaptureStatusNone;
 }
 
 template <TableKey K>

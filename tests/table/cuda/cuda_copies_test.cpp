@@ -33,7 +33,9 @@ TableOptions copies_options(bool hybrid) {
   o.score_policy = ScorePolicy::kStep;
   o.safe_check = SafeCheck::kIgnore;
   o.num_threads = 1;  // the CPU table applies the batch in order
+  // A hybrid table coalesces calls of 2^14 keys or more by default; an HBM-only one when asked.
   if (hybrid) o.max_hbm_for_values = o.max_capacity / 8 * kDim * sizeof(float);
+  if (!hybrid) o.coalesce_copies_min_batch = uint64_t{1} << 14;
   return o;
 }
 
