@@ -19,16 +19,20 @@ namespace {
 using core::cuda::DeviceArray;
 
 // Slot of `key` in the set (inserting it when `insert`): linear probing from its hash. The set
-// has at least twice as many slots as keys, so a free slot is always found.
+// has at least twice as many slots as keys, so a free slot is always found. A slot's key never
+// changes once set, so a plain read that sees a key is exact; only an empty slot takes the CAS
+// (copies of a hot key mostly read).
 __device__ uint64_t slot_of(unsigned long long* slot_keys, uint64_t mask, uint64_t key,
                             bool insert) {
   uint64_t s = hash_key_bits(key) & mask;
   while (true) {
-    const unsigned long long seen =
-        insert ? atomicCAS(slot_keys + s, static_cast<unsigned long long>(kEmptyKey),
-                           static_cast<unsigned long long>(key))
-               : slot_keys[s];
-    if (seen == key || (insert && seen == kEmptyKey)) return s;
+    unsigned long long seen = __ldcg(slot_keys + s);
+    if (insert && seen == kEmptyKey) {
+      seen = atomicCAS(slot_keys + s, static_cast<unsigned long long>(kEmptyKey),
+                       static_cast<unsigned long long>(key));
+      if (seen == kEmptyKey) return s;
+    }
+    if (seen == key) return s;
     s = (s + 1) & mask;
   }
 }
@@ -46,10 +50,12 @@ __global__ void claim_kernel(const uint64_t* keys, const uint32_t* order, uint64
   const uint64_t key = keys[i];
   if (key >= kFirstReservedKey) return;  // reserved keys go through the op one by one
   const uint64_t s = slot_of(slot_keys, mask, key, true);
+  // The held position only moves one way: skip the atomic when it is already past i.
+  const uint32_t held = __ldcg(slot_owner + s);
   if (last_wins) {
-    atomicMax(slot_owner + s, i + 1);  // 0 = none yet
+    if (held < i + 1) atomicMax(slot_owner + s, i + 1);  // 0 = none yet
   } else {
-    atomicMin(slot_owner + s, i);
+    if (held > i) atomicMin(slot_owner + s, i);
   }
 }
 
