@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "dynemb/core/initializer.hpp"
@@ -53,6 +54,14 @@ struct TableOptions {
   // of their rows) with about this many keys in flight at once, so that the host rows reached at
   // once lie close together (docs/cuda_table.md, "Hybrid tables"); 0: as many as the GPU holds.
   uint32_t host_keys_in_flight = 8192;
+  // CUDA backend: a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
+  // assign call of at least this many keys (no caller scores, not LFU) runs once per distinct
+  // key and hands the result to every copy, so that many copies of a hot key do not serialize
+  // on its bucket lock; it costs such a call an owner search and one host synchronization
+  // (docs/cuda_table.md, "Copies of a key in one call"). Unset: 2^14 on a table with rows in
+  // host memory (hybrid), never on an HBM-only one (there it halves a distinct batch's speed and
+  // makes a raw Zipf batch ~500x faster: set it when batches repeat hot ids); max: never.
+  std::optional<uint64_t> coalesce_copies_min_batch;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

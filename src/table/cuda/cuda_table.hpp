@@ -132,6 +132,10 @@ class CudaTable final : public Table<K> {
   CallState write(const char* call, WriteOp op, size_t n, const K* keys, WriteArgs a,
                   cudaStream_t s);
 
+  // Whether a write of n keys on stream s runs once per distinct key
+  // (TableOptions::coalesce_copies_min_batch and the ops and scores it covers).
+  bool coalesces_copies(WriteOp op, const WriteArgs& a, size_t n, cudaStream_t s) const;
+
   // After find_or_insert_pointers: a growth moved rows, and at max capacity a later key of the
   // batch may have evicted a row this call inserted; then the addresses are looked up again (keys
   // no longer stored get nullptr). Without a growth the lookup runs only if the call evicted a row

@@ -1,8 +1,11 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
+#include <limits>
+
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
+#include "cuda/duplicate_keys.hpp"
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 
@@ -207,6 +210,26 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     a.n_device = &a.state->missed;
   }
 
+  // Copies of a key: the op runs on one owner per distinct key, the copies take its result
+  // after the call (docs/cuda_table.md, "Copies of a key in one call").
+  std::optional<KeyOwners> owners;
+  if (coalesces_copies(op, a, n, s)) {
+    owners =
+        find_key_owners(a.keys, nullptr, n,
+                        /*last_wins=*/op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign, s);
+    unsigned long long distinct = 0;
+    core::cuda::check(cudaMemcpyAsync(&distinct, owners->count.data(), sizeof(distinct),
+                                      cudaMemcpyDeviceToHost, s),
+                      "cudaMemcpyAsync (distinct keys)");
+    core::cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (distinct keys)");
+    if (distinct >= n) {
+      owners.reset();  // no copies: the batch as given
+    } else {
+      a.subset = owners->owners.data();
+      a.n = distinct;
+    }
+  }
+
   DeviceArray<uint32_t> deferred[2];
   a.growable = op_inserts(op) && storage_.capacity() < options_.max_capacity;
   if (a.growable) {
@@ -241,6 +264,24 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     launch_write_op(op, a, s);
     have_state = false;
   }
+  if (owners) {
+    // Every copy takes its owner's output; if the call refused a key, the copies go through the
+    // op one by one instead (an owner's key may then be missing; a length only the device knows).
+    DeviceArray<uint32_t> redo(n, s);
+    DeviceArray<unsigned long long> redo_count(1, s);
+    core::cuda::check(cudaMemsetAsync(redo_count.data(), 0, sizeof(unsigned long long), s),
+                      "cudaMemsetAsync (copies to redo)");
+    give_copies_owner_results(*owners, n, storage_.view().dim, a.values_out, a.row_ptrs, a.founds,
+                              a.state, redo.data(), redo_count.data(), s);
+    a.subset = redo.data();
+    a.n = n;
+    a.n_device = redo_count.data();
+    a.growable = false;
+    a.deferred_out = nullptr;
+    a.keys_in_flight = 0;
+    launch_write_op(op, a, s);
+    have_state = false;
+  }
   // WARNING without a state read already: the warnings are logged at a later call (no
   // synchronization); ERROR and insert_and_evict (which returns a count) read it now.
   const bool must_read = error_mode() || op == WriteOp::kInsertAndEvict;
@@ -258,6 +299,27 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   }
   if (op == WriteOp::kFindOrInsertPointers) refresh_row_ptrs(n, keys, a, grew, s, counted);
   return st;
+}
+
+template <TableKey K>
+bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
+                                    cudaStream_t s) const {
+  const bool op_fits = op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
+                       op == WriteOp::kFindOrInsertPointers || op == WriteOp::kInsertOrAssign ||
+                       op == WriteOp::kAssign;
+  // LFU counts every copy and caller scores may differ between copies: those keep the op per
+  // copy, as does a call that takes the grouped (batch-order) form.
+  const uint64_t min_batch = options_.coalesce_copies_min_batch.value_or(
+      storage_.view().host_values != nullptr ? kCoalesceCopiesMinBatch
+                                             : std::numeric_limits<uint64_t>::max());
+  if (!op_fits || a.scores_in != nullptr || options_.score_policy == ScorePolicy::kLfu ||
+      a.subset != nullptr || n < min_batch || n >= options_.grouped_write_min_batch ||
+      n >= (uint64_t{1} << 31))
+    return false;
+  // The owners' count is read on the host: not while the stream is being captured.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  core::cuda::check(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
+  return capture == cudaStreamCaptureStatusNone;
 }
 
 template <TableKey K>
