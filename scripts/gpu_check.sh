@@ -17,7 +17,7 @@
 #        `dynemb bench dedup --backend cuda`)
 #        GPU_CHECK_MEMCHECK_FILTER, GPU_CHECK_RACECHECK_FILTER  gtest filters of the sanitizer runs
 #        GPU_CHECK_SANITIZE_TIMEOUT  seconds per sanitizer run (default 300)
-#        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run (a device call is
+#        GPU_CHECK_TOOLS="memcheck racecheck"  the sanitizer tools to run ("" runs none; a device call is
 #        limited to 10 minutes: run them in separate calls there)
 #        GPU_CHECK_SKIP_PYTHON=1    skip scripts/gpu_check_python.sh (dynemb._C for the machine's
 #                                   python3, tests/python with CUDA, bench/torch_step.py)
@@ -93,7 +93,7 @@ racecheck_filter="${GPU_CHECK_RACECHECK_FILTER:-CudaTable.Duplicate*:CudaPointer
 # sanitizer runs: racecheck loses track of their launches ("failure to track a kernel launch").
 sanitize_timeout="${GPU_CHECK_SANITIZE_TIMEOUT:-300}"
 if command -v compute-sanitizer > /dev/null; then
-  for tool in ${GPU_CHECK_TOOLS:-memcheck racecheck}; do
+  for tool in ${GPU_CHECK_TOOLS-memcheck racecheck}; do
     filter="$memcheck_filter"
     [ "$tool" = racecheck ] && filter="$racecheck_filter"
     step "compute-sanitizer --tool $tool ($filter)"
