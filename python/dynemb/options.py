@@ -148,6 +148,7 @@ class DynamicEmbTableOptions:
     num_threads: int = 0
     deterministic_backward: bool = True
     stochastic_rounding: bool = False
+    coalesce_copies_min_batch: Optional[int] = None
 
 
 class EmbOptimType(enum.Enum):
@@ -359,6 +360,14 @@ def to_embedding_options(
     t.initializer = _initializer(options.initializer_args, num_embeddings, f"{where}.initializer_args")
     t.num_threads = int(options.num_threads)
     t.device = int(options.device_id) if options.device_id is not None else device_index
+    if options.coalesce_copies_min_batch is not None:
+        c = options.coalesce_copies_min_batch
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise _C.InvalidArgument(
+                f"{where}: DynamicEmbTableOptions.coalesce_copies_min_batch = {c!r}, must be an "
+                "int >= 0 (or None: the table's default)"
+            )
+        t.coalesce_copies_min_batch = c
     hbm = int(options.global_hbm_for_values or options.local_hbm_for_values)
     if hbm > 0:
         t.max_hbm_for_values = hbm

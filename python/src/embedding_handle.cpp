@@ -348,7 +348,8 @@ void register_embedding(py::module_& m) {
       .def_readwrite("initializer", &TableOptions::initializer)
       .def_readwrite("num_threads", &TableOptions::num_threads)
       .def_readwrite("device", &TableOptions::device)
-      .def_readwrite("max_hbm_for_values", &TableOptions::max_hbm_for_values);
+      .def_readwrite("max_hbm_for_values", &TableOptions::max_hbm_for_values)
+      .def_readwrite("coalesce_copies_min_batch", &TableOptions::coalesce_copies_min_batch);
   py::class_<OptimizerOptions>(m, "OptimizerOptions")
       .def(py::init<>())
       .def_readwrite("kind", &OptimizerOptions::kind)

@@ -101,6 +101,24 @@ def test_options_not_available_yet_raise_at_construction(field, value):
         DynamicEmbeddingBag(100, 4, table_options=opts)
 
 
+@pytest.mark.parametrize("value", [-1, 1.5, True, "16384"])
+def test_bad_coalesce_copies_min_batch_names_the_field(value):
+    opts = dynemb.DynamicEmbTableOptions(coalesce_copies_min_batch=value)
+    with pytest.raises(dynemb.InvalidArgument, match="coalesce_copies_min_batch"):
+        DynamicEmbeddingBag(100, 4, table_options=opts)
+
+
+def test_coalesce_copies_min_batch_reaches_the_table_options():
+    from dynemb.options import to_embedding_options
+
+    unset = to_embedding_options(dynemb.DynamicEmbTableOptions(), 4, 100, None, 0, "t")
+    assert unset.table.coalesce_copies_min_batch is None
+    for value in (0, 16384, 2**63):
+        e = to_embedding_options(
+            dynemb.DynamicEmbTableOptions(coalesce_copies_min_batch=value), 4, 100, None, 0, "t")
+        assert e.table.coalesce_copies_min_batch == value
+
+
 def test_out_of_range_options_name_the_field():
     with pytest.raises(dynemb.InvalidArgument, match="bucket_capacity"):
         DynamicEmbeddingBag(100, 4, table_options=dynemb.DynamicEmbTableOptions(bucket_capacity=3))
