@@ -17,6 +17,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/embedding/embedding_collection.hpp"
+#include "embedding/table_contents.hpp"
 #include "ops/backend_vectors.hpp"
 
 namespace dynemb {
@@ -27,25 +28,8 @@ using ops_test::upload;
 
 using K = int64_t;
 
-// Rows and scores a table holds for `keys`.
-struct Contents {
-  std::vector<float> rows;
-  std::vector<uint8_t> found;
-  std::vector<uint64_t> scores;
-};
-
-Contents contents(Backend backend, Table<K>& table, const std::vector<K>& keys) {
-  const uint32_t d = table.dim();
-  auto k = upload(backend, keys);
-  BackendBuffer<float> rows(backend, keys.size() * d + 1);
-  BackendBuffer<uint8_t> found(backend, keys.size() + 1);
-  BackendBuffer<uint64_t> scores(backend, keys.size() + 1);
-  table.find(keys.size(), k.data(), rows.data(), reinterpret_cast<bool*>(found.data()),
-             scores.data(), nullptr);
-  backend_synchronize(backend);
-  return {download(rows, keys.size() * d), download(found, keys.size()),
-          download(scores, keys.size())};
-}
+using embedding_test::Contents;
+using embedding_test::contents;
 
 EmbeddingOptions table_options(uint32_t dim, uint64_t seed, ScorePolicy policy) {
   EmbeddingOptions o;
