@@ -9,6 +9,7 @@
 #include "dynemb/checkpoint/checkpoint.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/table/table.hpp"
+#include "stats_dict.hpp"
 
 namespace dynemb::python {
 
@@ -151,25 +152,8 @@ py::dict CollectionTable::stats() const {
     size = t.size();
     load = t.load_factor();
   }
-  const EmbeddingStats& e = s.tables.at(index_);
-  py::dict d;
-  d["size"] = size;
-  d["capacity"] = t.capacity();
-  d["load_factor"] = load;
-  d["lookups"] = e.lookups;
-  d["unique_lookups"] = e.unique_lookups;
-  d["rows_created"] = e.rows_created;
-  d["admission_pending"] = e.admission_pending;
-  d["eval_misses"] = e.eval_misses;
-  d["expired"] = e.expired;
-  d["nonfinite_gradients"] = s.nonfinite_gradients;  // over the collection's tables
-  d["evictions"] = e.table.evictions;
-  d["refused"] = e.table.refused;
-  d["reserved_keys"] = e.table.reserved_keys;
-  d["rehashes"] = e.table.rehashes;
-  d["erased"] = e.table.erased;
-  d["score"] = t.score();
-  return d;
+  // nonfinite_gradients: over the collection's tables
+  return table_stats_dict(s.tables.at(index_), s.nonfinite_gradients, size, load, t);
 }
 
 void register_collection(py::module_& m) {

@@ -10,6 +10,7 @@
 #include "dynemb/core/error.hpp"
 #include "dynemb/storage/cached_table.hpp"
 #include "dynemb/table/table.hpp"
+#include "stats_dict.hpp"
 #include "storage_binding.hpp"
 
 namespace dynemb::python {
@@ -272,25 +273,7 @@ py::dict EmbeddingHandle::stats() const {
     size = embedding_->table().size();
     load = embedding_->table().load_factor();
   }
-  const Table<int64_t>& t = embedding_->table();
-  py::dict d;
-  d["size"] = size;
-  d["capacity"] = t.capacity();
-  d["load_factor"] = load;
-  d["lookups"] = s.lookups;
-  d["unique_lookups"] = s.unique_lookups;
-  d["rows_created"] = s.rows_created;
-  d["admission_pending"] = s.admission_pending;
-  d["eval_misses"] = s.eval_misses;
-  d["expired"] = s.expired;
-  d["nonfinite_gradients"] = s.nonfinite_gradients;
-  d["evictions"] = s.table.evictions;
-  d["refused"] = s.table.refused;
-  d["reserved_keys"] = s.table.reserved_keys;
-  d["rehashes"] = s.table.rehashes;
-  d["erased"] = s.table.erased;
-  d["score"] = t.score();
-  return d;
+  return table_stats_dict(s, s.nonfinite_gradients, size, load, embedding_->table());
 }
 
 void register_embedding(py::module_& m) {

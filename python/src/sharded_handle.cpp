@@ -17,6 +17,7 @@
 #include "dynemb/dist/sharded_checkpoint.hpp"
 #include "dynemb/ops/optimizer.hpp"
 #include "python_communicator.hpp"
+#include "stats_dict.hpp"
 
 namespace dynemb::python {
 
@@ -151,26 +152,9 @@ py::list ShardedHandle::stats() const {
   }
   py::list list;
   for (size_t t = 0; t < num_tables(); ++t) {
-    const EmbeddingStats& e = s.tables.at(t);
-    const Table<int64_t>& table = collection_->local().table(t);
-    py::dict d;
-    d["size"] = sizes[t];
-    d["capacity"] = table.capacity();
-    d["load_factor"] = loads[t];
-    d["lookups"] = e.lookups;
-    d["unique_lookups"] = e.unique_lookups;
-    d["rows_created"] = e.rows_created;
-    d["admission_pending"] = e.admission_pending;
-    d["eval_misses"] = e.eval_misses;
-    d["expired"] = e.expired;
-    d["nonfinite_gradients"] = s.nonfinite_gradients;  // over the collection's tables
-    d["evictions"] = e.table.evictions;
-    d["refused"] = e.table.refused;
-    d["reserved_keys"] = e.table.reserved_keys;
-    d["rehashes"] = e.table.rehashes;
-    d["erased"] = e.table.erased;
-    d["score"] = table.score();
-    list.append(d);
+    // nonfinite_gradients: over the collection's tables
+    list.append(table_stats_dict(s.tables.at(t), s.nonfinite_gradients, sizes[t], loads[t],
+                                 collection_->local().table(t)));
   }
   return list;
 }
