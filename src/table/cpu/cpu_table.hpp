@@ -9,9 +9,11 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "cpu/ab_switches.hpp"
 #include "cpu/bucket_storage.hpp"
 #include "cpu/lock_stripes.hpp"
 #include "cpu/refusal_log.hpp"
+#include "cpu/reserved_keys.hpp"
 #include "cpu/score_clock.hpp"
 #include "cpu/slot_budget.hpp"
 #include "cpu/spin_lock.hpp"
@@ -94,17 +96,27 @@ class CpuTable final : public Table<K> {
   static constexpr size_t kFullBucketPrefetchBytes = 4096;
   // Batches at least this long are split over the pool.
   static constexpr size_t kParallelMin = 16384;
+  // Keys per pool task, and the most tasks per thread: tasks small enough that the threads
+  // finish together (a 2^20-key batch on 16 threads makes 512 tasks of 2048 keys, well under a
+  // millisecond each), large enough that handing one out costs next to nothing.
+  static constexpr size_t kTaskKeys = 2048;
+  static constexpr size_t kMaxTasksPerThread = 64;
 
   // Throws InvalidArgument when `ptr` is null while n > 0.
   static void require_pointer(const void* ptr, const char* call, const char* argument);
   // find without the pointer checks; `call` names the operation in errors.
   void find_rows(const char* call, size_t n, const K* keys, float* values, bool* founds,
                  uint64_t* scores);
-  // find_pointers without the checks: rows[i] (and founds[i], scores[i] when set).
-  void find_row_pointers(const char* call, size_t n, const K* keys, float** rows, bool* founds,
-                         uint64_t* scores);
-  // ERROR: throws on the first reserved key. Otherwise counts (and, WARNING, logs) them.
+  // find_pointers without the checks: rows[i] (and founds[i], scores[i] when set); reserved
+  // keys are noted in `reserved` when set.
+  void find_row_pointers(size_t n, const K* keys, float** rows, bool* founds, uint64_t* scores,
+                         ReservedKeys* reserved);
+  // ERROR: throws on the first reserved key (in parallel for large batches), nothing changed.
+  // WARNING / IGNORE: nothing here; the call's workers note the reserved keys they skip in a
+  // ReservedKeys, and report_reserved publishes them.
   void screen_reserved(const char* call, size_t n, const K* keys);
+  // Adds the reserved keys a call skipped to stats() and, WARNING, logs them once.
+  void report_reserved(const char* call, const K* keys, const ReservedKeys& reserved);
 
   // Calls visit(key, storage) with key.bucket locked for every non-reserved key, and
   // on_reserved(i) for reserved ones; grows and retries a key whose visit asks for it.
@@ -113,6 +125,9 @@ class CpuTable final : public Table<K> {
   // probe and visit, by now mostly from cache. Large batches run on the pool.
   template <Access access, class Visit, class OnReserved>
   void for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved);
+  // Calls fn(begin, end) over ranges covering [0, n), on the pool for large n.
+  template <class Fn>
+  void for_key_ranges(size_t n, Fn&& fn);
   template <Access access, class Visit, class OnReserved>
   void visit_range(size_t begin, size_t end, const K* keys, Visit& visit, OnReserved& on_reserved);
 
@@ -151,16 +166,24 @@ class CpuTable final : public Table<K> {
 // ---- the batch driver ------------------------------------------------------------------------
 
 template <TableKey K>
-template <Access access, class Visit, class OnReserved>
-void CpuTable<K>::for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved) {
+template <class Fn>
+void CpuTable<K>::for_key_ranges(size_t n, Fn&& fn) {
   const uint32_t threads = pool_.threads();
   if (n < kParallelMin || threads == 1) {
-    visit_range<access>(0, n, keys, visit, on_reserved);
+    fn(size_t{0}, n);
     return;
   }
-  const size_t tasks = std::min<size_t>(threads * 4, n / (kParallelMin / 4));
-  pool_.run(tasks, [&](size_t t) {
-    visit_range<access>(n * t / tasks, n * (t + 1) / tasks, keys, visit, on_reserved);
+  const size_t tasks = ab_flags() & kAbLegacySplit
+                           ? std::min<size_t>(threads * 4, n / (kParallelMin / 4))
+                           : std::min<size_t>(threads * kMaxTasksPerThread, n / kTaskKeys);
+  pool_.run(tasks, [&](size_t t) { fn(n * t / tasks, n * (t + 1) / tasks); });
+}
+
+template <TableKey K>
+template <Access access, class Visit, class OnReserved>
+void CpuTable<K>::for_keys(size_t n, const K* keys, Visit&& visit, OnReserved&& on_reserved) {
+  for_key_ranges(n, [&](size_t begin, size_t end) {
+    visit_range<access>(begin, end, keys, visit, on_reserved);
   });
 }
 

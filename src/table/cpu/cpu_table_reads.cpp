@@ -20,6 +20,7 @@ template <TableKey K>
 void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* values, bool* founds,
                             uint64_t* scores) {
   screen_reserved(call, n, keys);
+  ReservedKeys reserved;
   const size_t dim = options_.dim;
   for_keys<Access::kRead>(
       n, keys,
@@ -34,8 +35,10 @@ void CpuTable<K>::find_rows(const char* call, size_t n, const K* keys, float* va
         return Step::kDone;
       },
       [&](size_t i) {
+        reserved.note(i);
         if (founds) founds[i] = false;
       });
+  report_reserved(call, keys, reserved);
 }
 
 template <TableKey K>
@@ -45,12 +48,14 @@ void CpuTable<K>::find_pointers(size_t n, const K* keys, float** rows, bool* fou
   require_pointer(keys, "find_pointers", "keys");
   require_pointer(rows, "find_pointers", "rows");
   screen_reserved("find_pointers", n, keys);
-  find_row_pointers("find_pointers", n, keys, rows, founds, scores);
+  ReservedKeys reserved;
+  find_row_pointers(n, keys, rows, founds, scores, &reserved);
+  report_reserved("find_pointers", keys, reserved);
 }
 
 template <TableKey K>
-void CpuTable<K>::find_row_pointers(const char*, size_t n, const K* keys, float** rows,
-                                    bool* founds, uint64_t* scores) {
+void CpuTable<K>::find_row_pointers(size_t n, const K* keys, float** rows, bool* founds,
+                                    uint64_t* scores, ReservedKeys* reserved) {
   for_keys<Access::kRead>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage& s) {
@@ -61,6 +66,7 @@ void CpuTable<K>::find_row_pointers(const char*, size_t n, const K* keys, float*
         return Step::kDone;
       },
       [&](size_t i) {
+        if (reserved) reserved->note(i);
         rows[i] = nullptr;
         if (founds) founds[i] = false;
       });
@@ -92,13 +98,18 @@ void CpuTable<K>::contains(size_t n, const K* keys, bool* founds, StreamHandle) 
   require_pointer(keys, "contains", "keys");
   require_pointer(founds, "contains", "founds");
   screen_reserved("contains", n, keys);
+  ReservedKeys reserved;
   for_keys<Access::kRead>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage&) {
         founds[k.index] = k.probe.found >= 0;
         return Step::kDone;
       },
-      [&](size_t i) { founds[i] = false; });
+      [&](size_t i) {
+        reserved.note(i);
+        founds[i] = false;
+      });
+  report_reserved("contains", keys, reserved);
 }
 
 template void CpuTable<int64_t>::find(size_t, const int64_t*, float*, bool*, uint64_t*,
@@ -108,8 +119,8 @@ template size_t CpuTable<int64_t>::find_with_misses(size_t, const int64_t*, floa
 template void CpuTable<int64_t>::contains(size_t, const int64_t*, bool*, StreamHandle);
 template void CpuTable<int64_t>::find_pointers(size_t, const int64_t*, float**, bool*, uint64_t*,
                                                StreamHandle);
-template void CpuTable<int64_t>::find_row_pointers(const char*, size_t, const int64_t*, float**,
-                                                   bool*, uint64_t*);
+template void CpuTable<int64_t>::find_row_pointers(size_t, const int64_t*, float**, bool*,
+                                                   uint64_t*, ReservedKeys*);
 template void CpuTable<uint64_t>::find(size_t, const uint64_t*, float*, bool*, uint64_t*,
                                        StreamHandle);
 template size_t CpuTable<uint64_t>::find_with_misses(size_t, const uint64_t*, float*, uint64_t*,
@@ -117,7 +128,7 @@ template size_t CpuTable<uint64_t>::find_with_misses(size_t, const uint64_t*, fl
 template void CpuTable<uint64_t>::contains(size_t, const uint64_t*, bool*, StreamHandle);
 template void CpuTable<uint64_t>::find_pointers(size_t, const uint64_t*, float**, bool*, uint64_t*,
                                                 StreamHandle);
-template void CpuTable<uint64_t>::find_row_pointers(const char*, size_t, const uint64_t*, float**,
-                                                    bool*, uint64_t*);
+template void CpuTable<uint64_t>::find_row_pointers(size_t, const uint64_t*, float**, bool*,
+                                                    uint64_t*, ReservedKeys*);
 
 }  // namespace dynemb::table::cpu

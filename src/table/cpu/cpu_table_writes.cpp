@@ -57,10 +57,15 @@ void CpuTable<K>::run_upserts(const char* call, size_t n, const K* keys, const u
   screen_reserved(call, n, keys);
   const ScoreInputs in = clock_.for_call(scores);
   RefusalLog refusals(std::is_signed_v<K>);
+  ReservedKeys reserved;
   for_keys<Access::kWrite>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage& s) { return upsert(k, s, in, refusals, hooks); },
-      [&](size_t i) { hooks.reserved(i); });
+      [&](size_t i) {
+        reserved.note(i);
+        hooks.reserved(i);
+      });
+  report_reserved(call, keys, reserved);
   refused_.fetch_add(refusals.count(), std::memory_order_relaxed);
   // A call that hands refused rows back (insert_and_evict) never throws for them: the throw
   // would lose its count. ERROR degrades to WARNING there (docs/table_contract.md).
@@ -173,7 +178,7 @@ void CpuTable<K>::find_or_insert_pointers(size_t n, const K* keys, float** rows,
   // A growth moved rows, or an eviction may have dropped a row this call inserted: the
   // addresses are looked up again (keys no longer stored get nullptr).
   if (rehashes_.load() != rehashes || evictions_.load() != evictions) {
-    find_row_pointers("find_or_insert_pointers", n, keys, rows, nullptr, nullptr);
+    find_row_pointers(n, keys, rows, nullptr, nullptr, nullptr);
   }
 }
 
@@ -245,6 +250,7 @@ void CpuTable<K>::assign(size_t n, const K* keys, const float* values, const uin
   require_pointer(keys, "assign", "keys");
   require_pointer(values, "assign", "values");
   screen_reserved("assign", n, keys);
+  ReservedKeys reserved;
   const ScoreInputs in = clock_.for_call(scores);
   const size_t dim = options_.dim;
   for_keys<Access::kWrite>(
@@ -259,7 +265,8 @@ void CpuTable<K>::assign(size_t n, const K* keys, const float* values, const uin
         }
         return Step::kDone;
       },
-      [](size_t) {});
+      [&](size_t i) { reserved.note(i); });
+  report_reserved("assign", keys, reserved);
 }
 
 template <TableKey K>
@@ -268,13 +275,15 @@ void CpuTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores,
   require_pointer(keys, "assign_scores", "keys");
   require_pointer(scores, "assign_scores", "scores");
   screen_reserved("assign_scores", n, keys);
+  ReservedKeys reserved;
   for_keys<Access::kRead>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage& s) {
         if (k.probe.found >= 0) s.score(k.bucket, k.probe.found) = scores[k.index];
         return Step::kDone;
       },
-      [](size_t) {});
+      [&](size_t i) { reserved.note(i); });
+  report_reserved("assign_scores", keys, reserved);
 }
 
 template <TableKey K>
@@ -282,6 +291,7 @@ void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
   if (n == 0) return;
   require_pointer(keys, "erase", "keys");
   screen_reserved("erase", n, keys);
+  ReservedKeys reserved;
   for_keys<Access::kRead>(
       n, keys,
       [&](const KeyAt& k, const BucketStorage& s) {
@@ -291,7 +301,8 @@ void CpuTable<K>::erase(size_t n, const K* keys, StreamHandle) {
         }
         return Step::kDone;
       },
-      [](size_t) {});
+      [&](size_t i) { reserved.note(i); });
+  report_reserved("erase", keys, reserved);
 }
 
 template void CpuTable<int64_t>::find_or_insert_pointers(size_t, const int64_t*, float**, bool*,
