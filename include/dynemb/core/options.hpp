@@ -41,6 +41,10 @@ struct TableOptions {
   InitializerOptions initializer{};
   // CPU backend: worker threads for large batches (0 = all hardware threads).
   uint32_t num_threads = 0;
+  // CPU backend: fault in a new storage's memory (at construction and growth, on those worker
+  // threads) so that no call pays the kernel's first-touch page faults; false: pages are taken
+  // when a call first writes them.
+  bool prefault_host_memory = true;
   // CUDA backend: device ordinal, HBM byte budget for values (the rest goes to pinned host
   // memory: hybrid mode), and whether calls lock against each other (off for one stream).
   int device = 0;

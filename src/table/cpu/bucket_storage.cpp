@@ -30,4 +30,12 @@ void BucketStorage::clear() {
   std::memset(ctrl_.data(), kCtrlEmpty, ctrl_.size());
 }
 
+void BucketStorage::fault_in(uint64_t first, uint64_t last) const {
+  const uint64_t begin = first * bucket_capacity_;
+  const uint64_t end = last * bucket_capacity_;
+  ctrl_.fault_in_elements(begin, end);
+  entries_.fault_in_elements(begin, end);
+  values_.fault_in_elements(begin * dim_, end * dim_);
+}
+
 }  // namespace dynemb::table::cpu

@@ -229,6 +229,10 @@ class BucketStorage {
   // Empties every bucket (capacity kept).
   void clear();
 
+  // Faults in the memory of buckets [first, last) (before the storage is shared: ranges that
+  // partition the buckets may run on several threads).
+  void fault_in(uint64_t first, uint64_t last) const;
+
  private:
   // Writes one control byte through an atomic store of its 64-bit word.
   void set_ctrl(uint64_t b, uint32_t slot, uint8_t value) const {

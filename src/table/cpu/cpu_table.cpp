@@ -47,7 +47,16 @@ CpuTable<K>::CpuTable(const TableOptions& options)
       locks_(options.max_capacity / options.bucket_capacity),
       storage_(new_storage(options, options.init_capacity, "CpuTable: init_capacity")),
       grow_threshold_(threshold_of(options.max_load_factor, options.init_capacity)),
-      capacity_(options.init_capacity) {}
+      capacity_(options.init_capacity) {
+  fault_in(*storage_);
+}
+
+template <TableKey K>
+void CpuTable<K>::fault_in(const BucketStorage& s) {
+  if (!options_.prefault_host_memory) return;
+  for_bucket_ranges(s.num_buckets(),
+                    [&](uint64_t first, uint64_t last) { s.fault_in(first, last); });
+}
 
 template <TableKey K>
 void CpuTable<K>::require_pointer(const void* ptr, const char* call, const char* argument) {
@@ -126,6 +135,7 @@ void CpuTable<K>::grow_locked() {
       new_storage(options_, new_capacity,
                   "CpuTable: growth (max_capacity = " + std::to_string(options_.max_capacity) +
                       ") to capacity");
+  fault_in(*to);
   uint64_t dropped = 0;
   if (new_buckets == 2 * from.num_buckets()) {
     for_bucket_ranges(from.num_buckets(), [&](uint64_t first, uint64_t last) {

@@ -146,6 +146,9 @@ class CpuTable final : public Table<K> {
   // One growth step; the caller holds mutex_ exclusively.
   void grow_locked();
 
+  // Faults in a new storage's memory on the pool (options_.prefault_host_memory).
+  void fault_in(const BucketStorage& s);
+
   // Calls fn(first, last) over bucket ranges, in parallel for large tables.
   template <class Fn>
   void for_bucket_ranges(uint64_t num_buckets, Fn&& fn);

@@ -1,6 +1,7 @@
 #include "cpu/large_array.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <new>
 
@@ -22,6 +23,18 @@ void unmap(void* ptr, size_t bytes) noexcept {
   if (ptr == nullptr) return;
   munmap(ptr, bytes);
   count_unmapped(bytes);
+}
+
+void fault_in(void* base, size_t begin, size_t end) noexcept {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t first = (begin + page - 1) / page * page;
+  const size_t last = (end + page - 1) / page * page;
+  if (base == nullptr || first >= last) return;
+  auto* p = static_cast<unsigned char*>(base);
+  // The kernel fills the page tables in one call (Linux 5.14+); else one write per page.
+  if (madvise(p + first, last - first, MADV_POPULATE_WRITE) == 0) return;
+  for (size_t at = first; at < last; at += page)
+    *reinterpret_cast<volatile unsigned char*>(p + at) = 0;
 }
 
 }  // namespace dynemb::table::cpu

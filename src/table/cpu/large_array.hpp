@@ -13,6 +13,10 @@ namespace dynemb::table::cpu {
 void* map_zeroed(size_t bytes);
 // Unmaps what map_zeroed returned (nullptr is a no-op).
 void unmap(void* ptr, size_t bytes) noexcept;
+// Faults in (writable, zeroed) the pages of a map_zeroed mapping whose first byte lies in
+// [begin, end) bytes from `base`: ranges that partition a mapping fault each page once, so they
+// may run on several threads at once.
+void fault_in(void* base, size_t begin, size_t end) noexcept;
 
 template <class T>
 class LargeArray {
@@ -35,6 +39,10 @@ class LargeArray {
   T* data() const { return data_; }
   size_t size() const { return count_; }
   T& operator[](size_t i) const { return data_[i]; }
+  // Faults in the pages that elements [first, last) start (see fault_in).
+  void fault_in_elements(size_t first, size_t last) const {
+    cpu::fault_in(data_, first * sizeof(T), last * sizeof(T));
+  }
 
  private:
   void swap(LargeArray& o) noexcept {

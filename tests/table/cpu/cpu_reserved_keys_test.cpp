@@ -59,17 +59,17 @@ Batch draw_batch(std::mt19937_64& rng, size_t n, size_t reserved) {
   return b;
 }
 
-TEST(CpuReservedKeys, PooledErrorScreenNamesTheFirstReservedKeyAndChangesNothing) {
+TEST(CpuReservedKeysPooling, PooledErrorScreenNamesTheFirstReservedKeyAndChangesNothing) {
   const uint64_t seed = std::random_device{}();
-  std::printf("CpuReservedKeys seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::printf("CpuReservedKeysPooling seed=%llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   auto table = make_table<uint64_t>(Backend::kCpu, pooled_options(SafeCheck::kError));
   const Batch b = draw_batch(rng, 60000, 1 + rng() % 5);
   std::vector<float> rows(b.keys.size() * kDim, 1.0f);
   std::vector<uint8_t> founds(b.keys.size());
   auto* found = reinterpret_cast<bool*>(founds.data());
-  const std::string first = "keys[" + std::to_string(b.positions.front()) + "] = " +
-                            std::to_string(b.keys[b.positions.front()]);
+  const std::string first = "keys[" + std::to_string(b.positions.front()) +
+                            "] = " + std::to_string(b.keys[b.positions.front()]);
   auto expect_refused = [&](const char* name, auto&& call) {
     SCOPED_TRACE(name);
     try {
@@ -92,9 +92,9 @@ TEST(CpuReservedKeys, PooledErrorScreenNamesTheFirstReservedKeyAndChangesNothing
   expect_refused("erase", [&] { table->erase(n, b.keys.data()); });
 }
 
-TEST(CpuReservedKeys, PooledWarningSkipsCountsAndNamesTheFirstReservedKey) {
+TEST(CpuReservedKeysPooling, PooledWarningSkipsCountsAndNamesTheFirstReservedKey) {
   const uint64_t seed = std::random_device{}();
-  std::printf("CpuReservedKeys seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::printf("CpuReservedKeysPooling seed=%llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   for (SafeCheck mode : {SafeCheck::kWarning, SafeCheck::kIgnore}) {
     SCOPED_TRACE(to_string(mode));
@@ -127,8 +127,8 @@ TEST(CpuReservedKeys, PooledWarningSkipsCountsAndNamesTheFirstReservedKey) {
       continue;
     }
     ASSERT_EQ(warnings.messages().size(), 3u);
-    const std::string first = "keys[" + std::to_string(b.positions.front()) + "] = " +
-                              std::to_string(b.keys[b.positions.front()]);
+    const std::string first = "keys[" + std::to_string(b.positions.front()) +
+                              "] = " + std::to_string(b.keys[b.positions.front()]);
     const std::string more = "and " + std::to_string(count - 1) + " more";
     for (const std::string& m : warnings.messages()) {
       EXPECT_NE(m.find(first), std::string::npos) << m;
