@@ -65,27 +65,7 @@ void CpuTable<K>::require_pointer(const void* ptr, const char* call, const char*
 
 template <TableKey K>
 void CpuTable<K>::screen_reserved(const char* call, size_t n, const K* keys) {
-  const bool legacy = (ab_flags() & kAbLegacyScreen) != 0;
-  if (options_.safe_check != SafeCheck::kError && !legacy) return;
-  if (legacy) {
-    size_t count = 0;
-    size_t first = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (!is_reserved_key(keys[i])) continue;
-      if (count++ == 0) first = i;
-      if (options_.safe_check == SafeCheck::kError) break;
-    }
-    if (count == 0) return;
-    if (options_.safe_check != SafeCheck::kError) {
-      reserved_keys_.fetch_add(count, std::memory_order_relaxed);
-      if (options_.safe_check == SafeCheck::kWarning) {
-        warn(std::string(call) + ": keys[" + std::to_string(first) + "] = " +
-             key_text(keys[first]) + ", a reserved key (bit pattern >= 0xFFFFFFFFFFFFFFF0) and " +
-             std::to_string(count - 1) + " more were skipped");
-      }
-      return;
-    }
-  }
+  if (options_.safe_check != SafeCheck::kError) return;
   // Each range stops at its first reserved key, or where an earlier one was found already.
   std::atomic<size_t> first{n};
   for_key_ranges(n, [&](size_t begin, size_t end) {
@@ -107,7 +87,7 @@ void CpuTable<K>::screen_reserved(const char* call, size_t n, const K* keys) {
 template <TableKey K>
 void CpuTable<K>::report_reserved(const char* call, const K* keys, const ReservedKeys& reserved) {
   const uint64_t count = reserved.count();
-  if (count == 0 || (ab_flags() & kAbLegacyScreen) != 0) return;
+  if (count == 0) return;
   reserved_keys_.fetch_add(count, std::memory_order_relaxed);
   if (options_.safe_check != SafeCheck::kWarning) return;
   const size_t first = reserved.first();

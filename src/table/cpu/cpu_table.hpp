@@ -9,7 +9,6 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "cpu/ab_switches.hpp"
 #include "cpu/bucket_storage.hpp"
 #include "cpu/lock_stripes.hpp"
 #include "cpu/refusal_log.hpp"
@@ -176,9 +175,7 @@ void CpuTable<K>::for_key_ranges(size_t n, Fn&& fn) {
     fn(size_t{0}, n);
     return;
   }
-  const size_t tasks = ab_flags() & kAbLegacySplit
-                           ? std::min<size_t>(threads * 4, n / (kParallelMin / 4))
-                           : std::min<size_t>(threads * kMaxTasksPerThread, n / kTaskKeys);
+  const size_t tasks = std::min<size_t>(threads * kMaxTasksPerThread, n / kTaskKeys);
   pool_.run(tasks, [&](size_t t) { fn(n * t / tasks, n * (t + 1) / tasks); });
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cpu/ab_switches.hpp"
 #include "dynemb/core/initializer.hpp"
 
 namespace dynemb::table::cpu {
@@ -43,11 +42,7 @@ inline void write_initial_row(const InitializerOptions& init, uint64_t key_bits,
       break;
     }
     case InitializerKind::kConstant:
-      if (ab_flags() & kAbLegacyInit) {
-        for (uint32_t j = 0; j < drawn; ++j) row[j] = initial_value(init, key_bits, j);
-      } else {
-        std::fill(row, row + drawn, init.value);
-      }
+      std::fill(row, row + drawn, init.value);
       break;
     default:
       for (uint32_t j = 0; j < drawn; ++j) row[j] = initial_value(init, key_bits, j);
