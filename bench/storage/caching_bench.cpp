@@ -233,6 +233,32 @@ std::shared_ptr<storage::HostStorage> host_tier(uint32_t dim, uint64_t rows, boo
   return tier;
 }
 
+// The device path's host time by phase, in ms per timed call (CachingStats::phases; the calls
+// include warm-up and prefetch calls).
+json phases_ms(const storage::CachingStats& s) {
+  const storage::CachingPhaseTimes& p = s.phases;
+  const double calls = p.calls > 0 ? double(p.calls) : 1.0;
+  const auto ms = [&](uint64_t ns) { return double(ns) * 1e-6 / calls; };
+  return {{"calls", p.calls},
+          {"lookup", ms(p.lookup_ns)},
+          {"misses", ms(p.misses_ns)},
+          {"lower_read", ms(p.lower_read_ns)},
+          {"move_up", ms(p.move_up_ns)},
+          {"write_down", ms(p.write_down_ns)},
+          {"outputs", ms(p.outputs_ns)},
+          {"total", ms(p.total_ns)}};
+}
+
+std::string phases_line(const json& p) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3) << "    ms a call (" << p["calls"] << " calls): lookup "
+    << p["lookup"].get<double>() << ", misses " << p["misses"].get<double>() << ", lower read "
+    << p["lower_read"].get<double>() << ", move up " << p["move_up"].get<double>()
+    << ", write down " << p["write_down"].get<double>() << ", outputs "
+    << p["outputs"].get<double>() << ", total " << p["total"].get<double>() << "\n";
+  return o.str();
+}
+
 // --- find_or_insert: caching against hybrid ---------------------------------------------------
 
 struct Timed {
@@ -311,6 +337,7 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
                          {"rows_down", s.rows_down},
                          {"lower_wait_s", double(s.lower_wait_ns) * 1e-9},
                          {"lower_evicted", s.lower.evicted},
+                         {"phases_ms_per_call", phases_ms(s)},
                          {"rows", cached.size()}};
     }
     {
@@ -453,6 +480,7 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"unsynced_calls", st.unsynced_calls},
                        {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
+                       {"phases_ms_per_call", phases_ms(st)},
                        {"lower_wait_s", double(st.lower_wait_ns) * 1e-9}});
     }
   }
@@ -683,7 +711,8 @@ int main(int argc, char** argv) try {
                 << fmt(c["caching_over_peer"]) << "x  " << fmt(lookups > 0 ? hits / lookups : 0, 3)
                 << "  " << c["caching"]["rows_up"].get<double>() / calls << "  "
                 << fmt(c["caching"]["lower_wait_s"].get<double>() / calls, 4) << "  "
-                << fmt(median(c["caching"]["seconds"].get<std::vector<double>>()), 4) << "\n";
+                << fmt(median(c["caching"]["seconds"].get<std::vector<double>>()), 4) << "\n"
+                << phases_line(c["caching"]["phases_ms_per_call"]);
     }
   }
   if (wants("step")) {
@@ -703,7 +732,8 @@ int main(int argc, char** argv) try {
                 << c["rows_down"].get<double>() / steps << " / "
                 << c["new_rows"].get<double>() / steps << ", lower tier "
                 << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step, "
-                << c["unsynced_calls"] << " lookups without a sync\n";
+                << c["unsynced_calls"] << " lookups without a sync\n"
+                << phases_line(c["phases_ms_per_call"]);
     }
   }
   if (wants("lost")) {

@@ -11,6 +11,7 @@
 #include "dynemb/core/memory.hpp"
 #include "dynemb/core/score.hpp"
 #include "flat_index.hpp"
+#include "phase_clock.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage {
@@ -461,6 +462,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   // Every buffer is the device side's scratch: copies are staged and ordered on `stream`.
   using detail::Scratch;
   detail::TierDevice& d = *device_;
+  detail::PhaseClock clock;
   const size_t t = touch_keys.size();
   const size_t m = keys.size();
   K* dtouch = nullptr;
@@ -493,9 +495,12 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     while (initial != nullptr && upload > 0 && (*initial)[upload - 1]) --upload;
     d.upload(drows, rows, upload * dim_ * sizeof(float), stream);
     if (initial != nullptr) {  // new rows drawn where they go, not on the host
+      // The new rows at the end are drawn from the keys already up; any others by index.
+      d.initial_rows_from(upload, m, reinterpret_cast<const uint64_t*>(dkeys), options_.initializer,
+                          dim_, drows, stream);
       std::vector<uint32_t> at;
       std::vector<uint64_t> new_keys;
-      for (size_t i = 0; i < m; ++i) {
+      for (size_t i = 0; i < upload; ++i) {
         if (!(*initial)[i]) continue;
         at.push_back(static_cast<uint32_t>(i));
         new_keys.push_back(bits(keys[i]));
@@ -508,9 +513,10 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                          stream);  // pins the call's keys already in the fast tier
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
     fast_->assign_scores(m, dkeys, dscores, stream);
-    d.download(ev_keys.data(), dek, evicted * sizeof(K), stream);
-    d.download(ev_rows, dev, evicted * dim_ * sizeof(float), stream);
-    d.download(ev_scores.data(), des, evicted * sizeof(uint64_t), stream);
+    d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
+                      {ev_rows, dev, evicted * dim_ * sizeof(float)},
+                      {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                     stream);
     // An entry evicted and then stored again by the same call (its old row) has not left.
     if (evicted > 0) {
       std::unique_ptr<bool[]> still(new bool[evicted]);
@@ -604,7 +610,9 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   stats_.evictions_written += evicted;
   if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
   ev_scores.resize(evicted);
+  clock.lap(stats_.phases.move_up_ns);
   write_down(put_keys, ev_rows, ev_scores, erase_keys, false);
+  clock.lap(stats_.phases.write_down_ns);
 }
 
 // --- reads ------------------------------------------------------------------------------------

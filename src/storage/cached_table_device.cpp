@@ -14,6 +14,7 @@
 #include "dynemb/core/key.hpp"
 #include "dynemb/storage/cached_table.hpp"
 #include "flat_index.hpp"
+#include "phase_clock.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage {
@@ -146,6 +147,9 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
           "must be < 2^31");
   detail::TierDevice& d = *device_;
   const TableOptions& o = options_;
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  phases.calls += 1;
   install_prefetched(false);
   const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
   // After prefetch_step, an address call trusts that its keys are all up: nothing read back.
@@ -183,6 +187,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     stats_.lookups += n;
     stats_.unsynced_calls += 1;
     d.record(detail::Mark::kCallEnd, stream);
+    clock.lap(phases.lookup_ns);
+    clock.total(phases.total_ns);
     return;
   }
   // 1. One lookup where the rows live; nothing changes yet.
@@ -194,6 +200,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   fast_->find_pointers(n, keys, ptrs, found, nullptr, stream);
   Misses m;
   d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, stream);
+  clock.lap(phases.lookup_ns);
   stats_.hits += n - m.positions.size();
   stats_.lookups += n - m.positions.size();
   if (m.positions.empty()) {  // every key in the fast tier: no host work
@@ -207,6 +214,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
       fast_->assign_scores(n, keys, call_scores, stream);
     }
     d.record(detail::Mark::kCallEnd, stream);
+    clock.lap(phases.outputs_ns);
+    clock.total(phases.total_ns);
     return;
   }
   // 2. The misses: read below (or new rows), moved up in one batch.
@@ -215,9 +224,12 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   // push a hit out while the misses go in (its slot then holds another key's row).
   if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
   const size_t u = m.unique.size();
+  const size_t missed = m.positions.size();
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
+  clock.lap(phases.misses_ns);
   float* urows = read_below(m.unique, below, uscores);
+  clock.lap(phases.lower_read_ns);
   // Row slots: the rows found below first, then the new ones (drawn on the device, they need no
   // upload). Key k's row is at urows + slot[k] * dim.
   std::vector<uint32_t> slot(u);
@@ -282,6 +294,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     gather_scores(d, last_positions(d, n, keys, hits, stream), scores, now, out, stream);
   };
   std::vector<K> left;  // keys of this call that went down (their bucket was full of the call's)
+  clock.lap(phases.misses_ns);
   try {
     commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores,
            initial.empty() ? nullptr : &initial);
@@ -289,15 +302,24 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     fast_->assign_scores(n, keys, call_scores, stream);
     throw;
   }
+  clock.skip();  // commit timed its move_up and write_down phases
   if (rows != nullptr) {
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
   } else {
     fast_->assign_scores(n, keys, call_scores, stream);
-    if (copy_out) {  // the rows now in the fast tier go out from there
-      fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
-      d.copy_rows_out(n, ptrs, dim_, values, stream);
+    if (copy_out) {  // the missed positions' rows, now in the fast tier, go out from there
+      // list_misses left the missed positions and keys in the fast table's memory (commit
+      // lists no misses).
+      const auto* mpos = static_cast<const uint32_t*>(
+          d.scratch(Scratch::kMissPositions, n * sizeof(uint32_t), stream));
+      const auto* mkeys =
+          static_cast<const K*>(d.scratch(Scratch::kMissKeys, n * sizeof(uint64_t), stream));
+      auto* mptrs =
+          static_cast<float**>(d.scratch(Scratch::kMissPointers, missed * sizeof(float*), stream));
+      fast_->find_pointers(missed, mkeys, mptrs, nullptr, nullptr, stream);
+      d.copy_rows_to(missed, mpos, mptrs, dim_, values, stream);
     }
   }
   const std::unordered_set<uint64_t> went_down(left.begin(), left.end());
@@ -331,6 +353,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     report_created();
   }
   d.record(detail::Mark::kCallEnd, stream);
+  clock.lap(phases.outputs_ns);
+  clock.total(phases.total_ns);
 }
 
 template <TableKey K>
@@ -340,6 +364,9 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
   const StreamHandle s = d.side_stream();
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  phases.calls += 1;
   install_prefetched(true);
   if (stream != nullptr || purpose == PrefetchFor::kRead) d.order_after(s, stream);  // keys ready
   d.wait(s, detail::Mark::kCallEnd);  // the last call's pins are in place
@@ -350,6 +377,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   fast_->find_pointers(n, keys, ptrs, found, current, s);
   Misses m;
   d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, s);
+  clock.lap(phases.lookup_ns);
   group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
   const uint64_t refused_before = stats_.prefetch_refused;
   bool complete = true;  // every key of the batch is up (no reserved key skipped, none refused)
@@ -357,7 +385,9 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   const size_t u = m.unique.size();
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
+  clock.lap(phases.misses_ns);
   float* urows = read_below(m.unique, below, uscores);
+  clock.lap(phases.lower_read_ns);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
   // new rows (scored now; the next call gives every key its score). The rows found below move
   // to the front of urows, the new ones (drawn on the device: no upload) follow.
@@ -400,22 +430,25 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
       gather_scores(d, last_positions(d, n, keys, hits, s), current, now, out, s);
     };
     std::exception_ptr failed;  // the lower tier failed (the rows wait pending)
+    clock.lap(phases.misses_ns);
     try {
       commit(in, urows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores,
              created.empty() ? nullptr : &initial);
     } catch (...) {
       failed = std::current_exception();
     }
+    clock.skip();  // commit timed its move_up and write_down phases
     // Every key gets its score back (also when the write down failed).
-    std::vector<uint32_t> at;
-    std::vector<uint64_t> at_scores;
+    // At every missed position (list_misses left them in the fast table's memory); a key that
+    // did not come up is not in the fast table, so its score there changes nothing.
+    std::vector<uint64_t> at_scores(m.positions.size(), 0);
     for (size_t j = 0; j < m.positions.size(); ++j) {
       const int64_t k = m.index[j];
-      if (k < 0 || (!below[k] && !create)) continue;
-      at.push_back(m.positions[j]);
-      at_scores.push_back(uscores[k]);
+      if (k >= 0 && (below[k] || create)) at_scores[j] = uscores[k];
     }
-    d.scatter(at.size(), at.data(), at_scores.data(), sizeof(uint64_t), current, s);
+    const auto* mpos =
+        static_cast<const uint32_t*>(d.scratch(Scratch::kMissPositions, n * sizeof(uint32_t), s));
+    d.scatter_to(at_scores.size(), mpos, at_scores.data(), sizeof(uint64_t), current, s);
     fast_->assign_scores(n, keys, current, s);
     if (failed) {
       d.synchronize(s);
@@ -424,6 +457,8 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     if (purpose == PrefetchFor::kCaller) stats_.prefetched += in.size();
   }
   d.synchronize(s);  // the next call finds the rows up (and its scratch free)
+  clock.lap(phases.outputs_ns);
+  clock.total(phases.total_ns);
   return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -35,6 +36,11 @@ enum class Scratch : uint8_t {
   kHeldKeys,
   kHeldScores,
   kCreated,
+  kMissPositions,  // list_misses: the missed positions, then their keys
+  kMissKeys,
+  kMissCount,
+  kSelectTemp,
+  kMissPointers,  // addresses of the missed positions' rows
   kCount
 };
 
@@ -73,11 +79,21 @@ class TierDevice {
   // dst[i] = value for i < n, ordered on `stream`.
   virtual void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle stream) = 0;
   // Appends to `positions` the i < n where found[i] is false, in order, and their keys (8-byte
-  // bit patterns) to `keys`; returns how many. CUDA: one small read (a synchronization of
-  // `stream`) when nothing is missing, two otherwise.
+  // bit patterns) to `keys`; returns how many. The positions and keys also stay in the fast
+  // table's memory, in the scratch of kMissPositions and kMissKeys (n entries each; valid until
+  // the next list_misses). CUDA: one small read (a synchronization of `stream`) when nothing is
+  // missing, two otherwise.
   virtual size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
                              std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
                              StreamHandle stream) = 0;
+  // Copies parts.size() pieces of the fast table's memory to the host with one wait; done when
+  // this returns (CUDA: synchronizes `stream` once).
+  struct Part {
+    void* host;
+    const void* src;
+    size_t bytes;
+  };
+  virtual void download_parts(std::initializer_list<Part> parts, StreamHandle stream) = 0;
   // host_out[j] = the `elem_bytes` bytes at src + positions[j] * elem_bytes (j < m); done when
   // this returns. elem_bytes is a multiple of 4.
   virtual void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
@@ -86,6 +102,10 @@ class TierDevice {
   // `stream`. elem_bytes is 1 or a multiple of 4.
   virtual void scatter(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
                        void* dst, StreamHandle stream) = 0;
+  // dst + positions[j] * elem_bytes = the j-th element of `host_src` (j < m), with `positions` in
+  // the fast table's memory; ordered on `stream`. elem_bytes is 1 or a multiple of 4.
+  virtual void scatter_to(size_t m, const uint32_t* positions, const void* host_src,
+                          size_t elem_bytes, void* dst, StreamHandle stream) = 0;
   // flags[i] = false where keys[i] is one of sorted[0, m) (ascending); ordered on `stream`.
   virtual void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m,
                               bool* flags, StreamHandle stream) = 0;
@@ -94,6 +114,15 @@ class TierDevice {
   virtual void initial_rows(size_t m, const uint32_t* index, const uint64_t* keys,
                             const InitializerOptions& init, uint32_t dim, float* rows,
                             StreamHandle stream) = 0;
+  // Rows [first, m) of `rows` (dim words each) = the initializer's rows of keys[first, m) (both in
+  // the fast table's memory); ordered on `stream`.
+  virtual void initial_rows_from(size_t first, size_t m, const uint64_t* keys,
+                                 const InitializerOptions& init, uint32_t dim, float* rows,
+                                 StreamHandle stream) = 0;
+  // values + positions[j] * dim = *rows[j] (dim floats) where rows[j] is not null (j < m; positions
+  // and rows in the fast table's memory); ordered on `stream`.
+  virtual void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
+                            float* values, StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;

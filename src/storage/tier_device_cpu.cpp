@@ -37,14 +37,37 @@ class CpuTierDevice final : public TierDevice {
   size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
                      std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
                      StreamHandle) override {
+    auto* dpos = static_cast<uint32_t*>(scratch(Scratch::kMissPositions, n * 4, nullptr));
+    auto* dkeys = static_cast<uint64_t*>(scratch(Scratch::kMissKeys, n * 8, nullptr));
     size_t count = 0;
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;
       positions.push_back(static_cast<uint32_t>(i));
       keys_out.push_back(keys[i]);
+      dpos[count] = static_cast<uint32_t>(i);
+      dkeys[count] = keys[i];
       ++count;
     }
     return count;
+  }
+  void download_parts(std::initializer_list<Part> parts, StreamHandle) override {
+    for (const Part& p : parts)
+      if (p.bytes > 0 && p.host != p.src) std::memmove(p.host, p.src, p.bytes);
+  }
+  void scatter_to(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
+                  void* dst, StreamHandle stream) override {
+    scatter(m, positions, host_src, elem_bytes, dst, stream);
+  }
+  void initial_rows_from(size_t first, size_t m, const uint64_t* keys,
+                         const InitializerOptions& init, uint32_t dim, float* rows,
+                         StreamHandle) override {
+    for (size_t j = first; j < m; ++j) fill_initial_row(init, keys[j], rows + j * dim, dim);
+  }
+  void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
+                    float* values, StreamHandle) override {
+    for (size_t j = 0; j < m; ++j)
+      if (rows[j] != nullptr)
+        std::memcpy(values + size_t{positions[j]} * dim, rows[j], dim * sizeof(float));
   }
   void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
               void* host_out, StreamHandle) override {

@@ -22,6 +22,20 @@ namespace detail {
 class TierDevice;
 }
 
+// Host wall time of the caching table's device-path calls (find_or_insert*, prefetch*), by phase,
+// in nanoseconds, cumulative: where a call's time goes. A phase that ends by waiting for the
+// device includes the device work issued before it (docs/storage.md, "Where a call's time goes").
+struct CachingPhaseTimes {
+  uint64_t calls = 0;          // device-path calls timed (prefetches included)
+  uint64_t lookup_ns = 0;      // the fast-tier lookup and the miss list read back
+  uint64_t misses_ns = 0;      // the misses' distinct keys, slots, new rows and scores (host)
+  uint64_t lower_read_ns = 0;  // the misses read from the lower tier (and pending rows)
+  uint64_t move_up_ns = 0;     // rows up, insert_and_evict, evictions read back and sorted out
+  uint64_t write_down_ns = 0;  // evictions written to the lower tier
+  uint64_t outputs_ns = 0;     // rows, founds, addresses and scores handed out, scores restored
+  uint64_t total_ns = 0;       // the calls, whole
+};
+
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
 struct CachingStats {
   uint64_t lookups = 0;     // keys per call, summed (distinct ones; on the device path a key
@@ -46,6 +60,7 @@ struct CachingStats {
   uint64_t lower_failures = 0;    // lower-tier calls that threw
   uint64_t pending_rows = 0;      // rows held in host memory until the lower tier takes them
   uint64_t lower_wait_ns = 0;     // time spent waiting for the lower tier
+  CachingPhaseTimes phases{};     // the device path's time by phase
   TableStats fast{};              // the fast table's own counts
   StorageStats lower{};           // the lower tier's own counts
 };

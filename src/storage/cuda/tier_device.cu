@@ -45,12 +45,38 @@ __global__ void fill_kernel(size_t n, uint64_t value, uint64_t* dst) {
     dst[i] = value;
 }
 
-// out[j] = keys[positions[j]].
-__global__ void gather_keys_kernel(size_t m, const uint32_t* positions, const uint64_t* keys,
-                                   uint64_t* out) {
+// out[j] = keys[positions[j]] for j < *count (the count only the device knows yet).
+__global__ void gather_keys_kernel(const uint32_t* count, const uint32_t* positions,
+                                   const uint64_t* keys, uint64_t* out) {
+  const size_t m = *count;
   for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m;
        j += size_t{gridDim.x} * blockDim.x)
     out[j] = keys[positions[j]];
+}
+
+// values + positions[j] * dim = *rows[j] for rows[j] != nullptr: a warp per row.
+__global__ void copy_rows_to_kernel(size_t m, const uint32_t* positions, float* const* rows,
+                                    uint32_t dim, float* values) {
+  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
+  const uint32_t lane = threadIdx.x % 32;
+  for (size_t j = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; j < m; j += warps) {
+    const float* row = rows[j];
+    if (row == nullptr) continue;
+    float* out = values + size_t{positions[j]} * dim;
+    for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
+  }
+}
+
+// Rows [first, m) = the initial rows of keys[first, m): a thread per word.
+__global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t* keys,
+                                         InitializerOptions init, uint32_t dim, uint32_t* rows) {
+  const size_t total = (m - first) * dim;
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
+       t += size_t{gridDim.x} * blockDim.x) {
+    const size_t j = first + t / dim;
+    const uint32_t w = static_cast<uint32_t>(t % dim);
+    rows[j * dim + w] = initial_word(init, keys[j], w);
+  }
 }
 
 // Element j of `words` words: out[j] = src[positions[j]] (gather) or dst[positions[j]] = in[j]
@@ -142,8 +168,9 @@ struct Pinned {
     if (want <= bytes) return;
     if (data != nullptr) cudaFreeHost(data);
     data = nullptr;
+    // Doubling: a size that creeps up call by call reallocates a few times, not at every call.
+    const size_t size = std::max({want, bytes * 2, size_t{1} << 20});
     bytes = 0;
-    const size_t size = std::max(want, size_t{1} << 20);
     check(cudaHostAlloc(&data, size, cudaHostAllocDefault), "CachedTable: cudaHostAlloc (staging)");
     bytes = size;
   }
@@ -223,8 +250,9 @@ class CudaTierDevice final : public TierDevice {
     if (s.used + need > s.up.bytes) {
       if (s.pending) check(cudaEventSynchronize(s.last_copy), "CachedTable: staging");
       s.pending = false;
+      // Grown to hold what was staged since it started over: a call's uploads then fit whole.
+      s.up.reserve(s.used + need);
       s.used = 0;
-      s.up.reserve(need);
     }
     char* region = static_cast<char*>(s.up.data) + s.used;
     std::memcpy(region, host, bytes);
@@ -272,40 +300,111 @@ class CudaTierDevice final : public TierDevice {
     if (n == 0) return 0;
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
-    DeviceArray<uint32_t> picked(n, stream);
-    DeviceArray<uint32_t> count(1, stream);
+    auto* picked = static_cast<uint32_t*>(scratch(Scratch::kMissPositions, n * 4, stream_handle));
+    auto* missed = static_cast<uint64_t*>(scratch(Scratch::kMissKeys, n * 8, stream_handle));
+    auto* count = static_cast<uint32_t*>(scratch(Scratch::kMissCount, 4, stream_handle));
     const thrust::counting_iterator<uint32_t> all(0);
     size_t temp_bytes = 0;
-    check(cub::DeviceSelect::If(nullptr, temp_bytes, all, picked.data(), count.data(),
-                                static_cast<int>(n), NotFound{found}, stream),
+    check(cub::DeviceSelect::If(nullptr, temp_bytes, all, picked, count, static_cast<int>(n),
+                                NotFound{found}, stream),
           "CachedTable: DeviceSelect::If (size)");
-    DeviceArray<uint8_t> temp(temp_bytes, stream);
-    check(cub::DeviceSelect::If(temp.data(), temp_bytes, all, picked.data(), count.data(),
-                                static_cast<int>(n), NotFound{found}, stream),
+    void* temp = scratch(Scratch::kSelectTemp, temp_bytes, stream_handle);
+    check(cub::DeviceSelect::If(temp, temp_bytes, all, picked, count, static_cast<int>(n),
+                                NotFound{found}, stream),
           "CachedTable: DeviceSelect::If");
-    uint32_t m = 0;
-    download(&m, count.data(), sizeof(m), stream_handle);
-    if (m == 0) return 0;
-    DeviceArray<uint64_t> missed(m, stream);
-    gather_keys_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, picked.data(), keys, missed.data());
+    // The keys are gathered before the count comes back: one wait for the count, one for the lists.
+    gather_keys_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, picked, keys, missed);
     check_launch("CachedTable: gather keys");
+    uint32_t m = 0;
+    download(&m, count, sizeof(m), stream_handle);
+    if (m == 0) return 0;
     const size_t at = positions.size();
     positions.resize(at + m);
     keys_out.resize(keys_out.size() + m);
     StreamStaging& s = staging(stream_handle);
     s.down.reserve(size_t{m} * (sizeof(uint32_t) + sizeof(uint64_t)));
     char* base = static_cast<char*>(s.down.data);
-    check(cudaMemcpyAsync(base, missed.data(), size_t{m} * sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                          stream),
-          "CachedTable: download misses");
-    check(cudaMemcpyAsync(base + size_t{m} * sizeof(uint64_t), picked.data(),
-                          size_t{m} * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream),
+    check(
+        cudaMemcpyAsync(base, missed, size_t{m} * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream),
+        "CachedTable: download misses");
+    check(cudaMemcpyAsync(base + size_t{m} * sizeof(uint64_t), picked, size_t{m} * sizeof(uint32_t),
+                          cudaMemcpyDeviceToHost, stream),
           "CachedTable: download miss positions");
     core::cuda::sync(stream, "CachedTable: list misses");
     std::memcpy(keys_out.data() + keys_out.size() - m, base, size_t{m} * sizeof(uint64_t));
     std::memcpy(positions.data() + at, base + size_t{m} * sizeof(uint64_t),
                 size_t{m} * sizeof(uint32_t));
     return m;
+  }
+
+  void download_parts(std::initializer_list<Part> parts, StreamHandle stream_handle) override {
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    StreamStaging& s = staging(stream_handle);
+    size_t staged = 0;
+    for (const Part& p : parts)
+      if (p.bytes > 0 && !in_host_rows(p.host, p.bytes)) staged += (p.bytes + 255) / 256 * 256;
+    s.down.reserve(staged);
+    char* base = static_cast<char*>(s.down.data);
+    size_t offset = 0;
+    bool any = false;
+    for (const Part& p : parts) {
+      if (p.bytes == 0) continue;
+      any = true;
+      void* to = p.host;
+      if (!in_host_rows(p.host, p.bytes)) {
+        to = base + offset;
+        offset += (p.bytes + 255) / 256 * 256;
+      }
+      check(cudaMemcpyAsync(to, p.src, p.bytes, cudaMemcpyDeviceToHost, stream),
+            "CachedTable: download");
+    }
+    if (!any) return;
+    core::cuda::sync(stream, "CachedTable: download");
+    offset = 0;
+    for (const Part& p : parts) {
+      if (p.bytes == 0 || in_host_rows(p.host, p.bytes)) continue;
+      std::memcpy(p.host, base + offset, p.bytes);
+      offset += (p.bytes + 255) / 256 * 256;
+    }
+  }
+
+  void scatter_to(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
+                  void* dst, StreamHandle stream_handle) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    DeviceArray<uint8_t> in(m * elem_bytes, stream);
+    upload(in.data(), host_src, m * elem_bytes, stream_handle);
+    if (elem_bytes == 1) {
+      scatter_bytes_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, positions, in.data(),
+                                                                 static_cast<uint8_t*>(dst));
+    } else {
+      const uint32_t words = static_cast<uint32_t>(elem_bytes / 4);
+      scatter_words_kernel<<<blocks_for(m * words), kBlock, 0, stream>>>(
+          m, positions, reinterpret_cast<const uint32_t*>(in.data()), words,
+          static_cast<uint32_t*>(dst));
+    }
+    check_launch("CachedTable: scatter");
+  }
+
+  void initial_rows_from(size_t first, size_t m, const uint64_t* keys,
+                         const InitializerOptions& init, uint32_t dim, float* rows,
+                         StreamHandle stream) override {
+    if (first >= m) return;
+    core::cuda::DeviceGuard guard(device_);
+    initial_rows_from_kernel<<<blocks_for((m - first) * dim), kBlock, 0, as_stream(stream)>>>(
+        first, m, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
+    check_launch("CachedTable: initial rows");
+  }
+
+  void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
+                    float* values, StreamHandle stream) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    copy_rows_to_kernel<<<blocks_for(m * 32), kBlock, 0, as_stream(stream)>>>(m, positions, rows,
+                                                                              dim, values);
+    check_launch("CachedTable: copy rows to positions");
   }
 
   void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,
