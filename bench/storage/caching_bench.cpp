@@ -243,7 +243,8 @@ json phases_ms(const storage::CachingStats& s) {
           {"lookup", ms(p.lookup_ns)},
           {"misses", ms(p.misses_ns)},
           {"lower_read", ms(p.lower_read_ns)},
-          {"move_up", ms(p.move_up_ns)},
+          {"insert", ms(p.insert_ns)},
+          {"evicted", ms(p.evicted_ns)},
           {"write_down", ms(p.write_down_ns)},
           {"outputs", ms(p.outputs_ns)},
           {"total", ms(p.total_ns)}};
@@ -253,9 +254,9 @@ std::string phases_line(const json& p) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(3) << "    ms a call (" << p["calls"] << " calls): lookup "
     << p["lookup"].get<double>() << ", misses " << p["misses"].get<double>() << ", lower read "
-    << p["lower_read"].get<double>() << ", move up " << p["move_up"].get<double>()
-    << ", write down " << p["write_down"].get<double>() << ", outputs "
-    << p["outputs"].get<double>() << ", total " << p["total"].get<double>() << "\n";
+    << p["lower_read"].get<double>() << ", insert " << p["insert"].get<double>() << ", evicted "
+    << p["evicted"].get<double>() << ", write down " << p["write_down"].get<double>()
+    << ", outputs " << p["outputs"].get<double>() << ", total " << p["total"].get<double>() << "\n";
   return o.str();
 }
 

@@ -512,6 +512,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     fast_->assign_scores(m, dkeys, dpinned,
                          stream);  // pins the call's keys already in the fast tier
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
+    clock.lap(stats_.phases.insert_ns);
     fast_->assign_scores(m, dkeys, dscores, stream);
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
                       {ev_rows, dev, evicted * dim_ * sizeof(float)},
@@ -610,7 +611,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   stats_.evictions_written += evicted;
   if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
   ev_scores.resize(evicted);
-  clock.lap(stats_.phases.move_up_ns);
+  clock.lap(m > 0 ? stats_.phases.evicted_ns : stats_.phases.insert_ns);
   write_down(put_keys, ev_rows, ev_scores, erase_keys, false);
   clock.lap(stats_.phases.write_down_ns);
 }

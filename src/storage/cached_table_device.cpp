@@ -57,21 +57,16 @@ void group_misses(Misses& m, SafeCheck mode, const char* where) {
 
 constexpr uint32_t kNotInBatch = ~0u;
 
-// The last batch position of each of `want` (keys of the batch): reads the batch's keys back
-// (only when a call's own misses pushed some of its hits out: rare).
+// The last batch position of each of `want` (keys of the batch), found on the device (only when
+// a call's own misses pushed some of its hits out: rare).
 template <TableKey K>
 std::vector<uint32_t> last_positions(detail::TierDevice& d, size_t n, const K* keys,
                                      const std::vector<K>& want, StreamHandle stream) {
-  std::vector<K> all(n);
-  d.download(all.data(), keys, n * sizeof(K), stream);
-  std::unordered_map<K, uint32_t> last;
-  last.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) last[all[i]] = static_cast<uint32_t>(i);
+  std::vector<uint64_t> bits(want.size());
+  for (size_t w = 0; w < want.size(); ++w) bits[w] = key_bits(want[w]);
   std::vector<uint32_t> at(want.size());
-  for (size_t w = 0; w < want.size(); ++w) {
-    const auto it = last.find(want[w]);
-    at[w] = it != last.end() ? it->second : kNotInBatch;
-  }
+  d.last_positions(n, reinterpret_cast<const uint64_t*>(keys), bits.size(), bits.data(), at.data(),
+                   stream);
   return at;
 }
 
@@ -302,7 +297,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     fast_->assign_scores(n, keys, call_scores, stream);
     throw;
   }
-  clock.skip();  // commit timed its move_up and write_down phases
+  clock.skip();  // commit timed its insert, evicted and write_down phases
   if (rows != nullptr) {
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
@@ -437,7 +432,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     } catch (...) {
       failed = std::current_exception();
     }
-    clock.skip();  // commit timed its move_up and write_down phases
+    clock.skip();  // commit timed its insert, evicted and write_down phases
     // Every key gets its score back (also when the write down failed).
     // At every missed position (list_misses left them in the fast table's memory); a key that
     // did not come up is not in the fast table, so its score there changes nothing.

@@ -106,6 +106,10 @@ class TierDevice {
   // the fast table's memory; ordered on `stream`. elem_bytes is 1 or a multiple of 4.
   virtual void scatter_to(size_t m, const uint32_t* positions, const void* host_src,
                           size_t elem_bytes, void* dst, StreamHandle stream) = 0;
+  // at[j] = the last i < n with keys[i] == want[j], or ~0u when there is none (j < m; keys in the
+  // fast table's memory, want and at on the host); done when this returns.
+  virtual void last_positions(size_t n, const uint64_t* keys, size_t m, const uint64_t* want,
+                              uint32_t* at, StreamHandle stream) = 0;
   // flags[i] = false where keys[i] is one of sorted[0, m) (ascending); ordered on `stream`.
   virtual void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m,
                               bool* flags, StreamHandle stream) = 0;

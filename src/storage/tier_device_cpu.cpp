@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dynemb/core/error.hpp"
+#include "flat_index.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage::detail {
@@ -82,6 +83,18 @@ class CpuTierDevice final : public TierDevice {
     auto* d = static_cast<char*>(dst);
     for (size_t j = 0; j < m; ++j)
       std::memcpy(d + size_t{positions[j]} * elem_bytes, s + j * elem_bytes, elem_bytes);
+  }
+  void last_positions(size_t n, const uint64_t* keys, size_t m, const uint64_t* want, uint32_t* at,
+                      StreamHandle) override {
+    FlatIndex index(m);
+    for (size_t j = 0; j < m; ++j) {
+      index.emplace(want[j], static_cast<uint32_t>(j));
+      at[j] = ~0u;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t j = index.find(keys[i]);
+      if (j != FlatIndex::kAbsent) at[j] = static_cast<uint32_t>(i);
+    }
   }
   void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m, bool* flags,
                       StreamHandle) override {

@@ -30,7 +30,8 @@ struct CachingPhaseTimes {
   uint64_t lookup_ns = 0;      // the fast-tier lookup and the miss list read back
   uint64_t misses_ns = 0;      // the misses' distinct keys, slots, new rows and scores (host)
   uint64_t lower_read_ns = 0;  // the misses read from the lower tier (and pending rows)
-  uint64_t move_up_ns = 0;     // rows up, insert_and_evict, evictions read back and sorted out
+  uint64_t insert_ns = 0;      // rows up, pins and insert_and_evict, until its count is read
+  uint64_t evicted_ns = 0;     // the evictions read back and sorted out
   uint64_t write_down_ns = 0;  // evictions written to the lower tier
   uint64_t outputs_ns = 0;     // rows, founds, addresses and scores handed out, scores restored
   uint64_t total_ns = 0;       // the calls, whole

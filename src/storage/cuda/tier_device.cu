@@ -127,6 +127,25 @@ __global__ void clear_flags_of_kernel(size_t n, const uint64_t* keys, const uint
   }
 }
 
+// For each i < n whose key is want_sorted[j]: at[order[j]] = max(at[order[j]], i + 1).
+__global__ void last_positions_kernel(size_t n, const uint64_t* keys, const uint64_t* want_sorted,
+                                      const uint32_t* order, size_t m, uint32_t* at) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint64_t key = keys[i];
+    size_t lo = 0, hi = m;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (want_sorted[mid] < key) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo < m && want_sorted[lo] == key) atomicMax(at + order[lo], static_cast<uint32_t>(i + 1));
+  }
+}
+
 // *count += the i < n with found[i] false.
 __global__ void count_missing_kernel(size_t n, const bool* found, unsigned long long* count) {
   unsigned long long mine = 0;
@@ -441,6 +460,32 @@ class CudaTierDevice final : public TierDevice {
           static_cast<uint32_t*>(dst));
     }
     check_launch("CachedTable: scatter");
+  }
+
+  void last_positions(size_t n, const uint64_t* keys, size_t m, const uint64_t* want, uint32_t* at,
+                      StreamHandle stream_handle) override {
+    if (m == 0) return;
+    std::fill(at, at + m, ~0u);
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    std::vector<uint32_t> order(m);
+    for (size_t j = 0; j < m; ++j) order[j] = static_cast<uint32_t>(j);
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t x, uint32_t y) { return want[x] < want[y]; });
+    std::vector<uint64_t> sorted(m);
+    for (size_t j = 0; j < m; ++j) sorted[j] = want[order[j]];
+    DeviceArray<uint64_t> dsorted(m, stream);
+    DeviceArray<uint32_t> dorder(m, stream);
+    DeviceArray<uint32_t> dat(m, stream);
+    upload(dsorted.data(), sorted.data(), m * sizeof(uint64_t), stream_handle);
+    upload(dorder.data(), order.data(), m * sizeof(uint32_t), stream_handle);
+    check(cudaMemsetAsync(dat.data(), 0, m * sizeof(uint32_t), stream), "CachedTable: memset");
+    last_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, dsorted.data(),
+                                                                dorder.data(), m, dat.data());
+    check_launch("CachedTable: last positions");
+    download(at, dat.data(), m * sizeof(uint32_t), stream_handle);
+    for (size_t j = 0; j < m; ++j) at[j] = at[j] == 0 ? ~0u : at[j] - 1;
   }
 
   void clear_flags_of(size_t n, const uint64_t* keys, const uint64_t* sorted, size_t m, bool* flags,
