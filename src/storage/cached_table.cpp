@@ -514,16 +514,20 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
     clock.lap(stats_.phases.insert_ns);
     fast_->assign_scores(m, dkeys, dscores, stream);
+    // An entry evicted and then stored again by the same call (its old row) has not left: which
+    // are still in comes back with the evictions (one wait).
+    std::unique_ptr<bool[]> still(new bool[std::max<size_t>(evicted, 1)]);
+    bool* dstill = nullptr;
+    if (evicted > 0) {
+      dstill = static_cast<bool*>(d.scratch(Scratch::kStill, evicted, stream));
+      fast_->contains(evicted, dek, dstill, stream);
+    }
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
                       {ev_rows, dev, evicted * dim_ * sizeof(float)},
-                      {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                      {ev_scores.data(), des, evicted * sizeof(uint64_t)},
+                      {still.get(), dstill, evicted}},
                      stream);
-    // An entry evicted and then stored again by the same call (its old row) has not left.
     if (evicted > 0) {
-      std::unique_ptr<bool[]> still(new bool[evicted]);
-      auto* dstill = static_cast<bool*>(d.scratch(Scratch::kStill, evicted, stream));
-      fast_->contains(evicted, dek, dstill, stream);
-      d.download(still.get(), dstill, evicted, stream);
       size_t kept = 0;
       for (size_t e = 0; e < evicted; ++e) {
         if (still[e]) continue;
