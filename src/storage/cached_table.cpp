@@ -475,7 +475,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   float* ev_rows = d.host_rows(detail::HostRows::kEvicted, std::max<size_t>(m, 1) * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
-  detail::FlatIndex index(m + t);  // the call's keys (filled when rows went in)
+  detail::FlatIndex index(0);      // the call's keys (built when some of them left: see below)
   std::vector<uint8_t> left_flag;  // per index: the key left the fast tier
   size_t pinned_left = 0;          // keys the caller pinned (its hits) that left
   if (m > 0) {
@@ -544,14 +544,24 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     // then its new row pushed out or refused): it goes down once, with the call's row; a key of
     // the call refused (a bucket full of the call's own keys) carries the pinned score: it goes
     // down with its real one; keys the caller pinned outside this commit (a call's hits) too.
-    for (size_t i = 0; i < m; ++i) index.emplace(bits(keys[i]), static_cast<uint32_t>(i));
-    for (size_t i = 0; i < t; ++i) index.emplace(bits(touch_keys[i]), static_cast<uint32_t>(m + i));
-    left_flag.assign(m + t, 0);
+    // Every one of these left with a pinned score (the call's keys went in pinned, the touched
+    // and the caller's were pinned before): without such an eviction (the usual case) there is
+    // nothing to sort out and no index to build.
+    const bool pinned_left_fast =
+        std::any_of(ev_scores.begin(), ev_scores.begin() + evicted,
+                    [&](uint64_t score) { return score >= kPinnedBelowHeld; });
+    if (pinned_left_fast) {
+      index = detail::FlatIndex(m + t);
+      for (size_t i = 0; i < m; ++i) index.emplace(bits(keys[i]), static_cast<uint32_t>(i));
+      for (size_t i = 0; i < t; ++i)
+        index.emplace(bits(touch_keys[i]), static_cast<uint32_t>(m + i));
+      left_flag.assign(m + t, 0);
+    }
     std::vector<K> other;
     std::vector<size_t> other_at;
     std::vector<float> drawn(dim_);
     size_t kept = 0;
-    for (size_t e = 0; e < evicted; ++e) {
+    for (size_t e = 0; e < evicted && pinned_left_fast; ++e) {
       const uint32_t at = index.find(bits(ev_keys[e]));
       const float* src = ev_rows + e * dim_;
       uint64_t score = ev_scores[e];
@@ -578,7 +588,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
       if (src != dst) std::copy(src, src + dim_, dst);  // kept <= e: never overlapping ahead
       ++kept;
     }
-    evicted = kept;
+    if (pinned_left_fast) evicted = kept;
     pinned_left = other.size();
     if (!other.empty()) {
       std::vector<uint64_t> other_scores(other.size());
@@ -599,6 +609,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   }
   // Rows moved up leave the lower tier, unless they went straight back down.
   const auto left = [&](K key) {
+    if (left_flag.empty()) return false;  // nothing of the call left (no index built)
     const uint32_t at = index.find(bits(key));
     return at != detail::FlatIndex::kAbsent && left_flag[at];
   };
