@@ -320,18 +320,18 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   const std::unordered_set<uint64_t> went_down(left.begin(), left.end());
   // 3. Outputs at the missed positions: the row (copy out) and whether the key existed before
   // that position (below, or an earlier position of this call).
-  std::vector<uint32_t> at, out_at;
+  std::vector<uint32_t> out_at;
   std::vector<float> out_rows;
-  std::unique_ptr<bool[]> out_found(new bool[m.positions.size()]);
+  std::unique_ptr<bool[]> out_found(new bool[missed]);
   std::vector<uint8_t> seen(u, 0);
-  size_t k_out = 0;
-  for (size_t j = 0; j < m.positions.size(); ++j) {
+  for (size_t j = 0; j < missed; ++j) {
     const int64_t k = m.index[j];
+    out_found[j] = false;
     if (k < 0) continue;  // a skipped reserved key: no row, not found
-    at.push_back(m.positions[j]);
-    out_found[k_out++] = below[k] || seen[k];
+    out_found[j] = below[k] || seen[k];
     seen[k] = 1;
-    if (copy_out && went_down.count(m.unique[k])) {  // not in the fast tier: from the host
+    if (copy_out && !went_down.empty() && went_down.count(m.unique[k])) {
+      // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
       float* row = urows + size_t{slot[k]} * dim_;
       if (!initial.empty() && initial[slot[k]])  // drawn on the device: again here
@@ -343,8 +343,11 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     d.scatter(out_at.size(), out_at.data(), out_rows.data(), dim_ * sizeof(float), values, stream);
   }
   if (founds != nullptr) {
+    // At every missed position (list_misses left them in the fast table's memory).
+    const auto* mpos = static_cast<const uint32_t*>(
+        d.scratch(Scratch::kMissPositions, n * sizeof(uint32_t), stream));
     d.copy(founds, found, n, stream);
-    d.scatter(at.size(), at.data(), out_found.get(), 1, founds, stream);
+    d.scatter_to(missed, mpos, out_found.get(), 1, founds, stream);
     report_created();
   }
   d.record(detail::Mark::kCallEnd, stream);
