@@ -22,37 +22,52 @@ namespace {
 
 constexpr uint64_t kPinned = ~0ull;
 
-// The misses of a batch: their distinct keys in first-seen order, and for each missed position
-// the index of its key among them (or -1 for a skipped reserved key).
+// The misses of a batch: their distinct usable keys, and for each missed position the index of
+// its key among them (or -1 for a skipped reserved key).
 struct Misses {
-  std::vector<uint32_t> positions;  // batch positions not found in the fast tier, in order
-  std::vector<uint64_t> keys;       // their keys
-  std::vector<uint64_t> unique;     // the distinct usable ones
-  std::vector<int64_t> index;       // per missed position: its key's index in unique, or -1
-  std::vector<uint32_t> last;       // per unique key: its last batch position
+  std::vector<uint32_t> positions;    // batch positions not found in the fast tier, in order
+  std::vector<uint64_t> unique;       // the distinct usable keys at them
+  std::vector<int64_t> index;         // per missed position: its key's index in unique, or -1
+  std::vector<uint32_t> first, last;  // per unique key: its first and last batch position
 };
 
-// Distinct usable missed keys; a reserved key throws in ERROR mode (nothing changed yet) and is
-// skipped otherwise.
+// The distinct usable missed keys of a miss list: a reserved key throws in ERROR mode (naming
+// its first position; nothing changed yet) and is skipped otherwise.
 template <TableKey K>
-void group_misses(Misses& m, SafeCheck mode, const char* where) {
-  detail::FlatIndex seen(m.keys.size());
-  m.index.assign(m.keys.size(), -1);
-  for (size_t j = 0; j < m.keys.size(); ++j) {
-    if (is_reserved_key(static_cast<K>(m.keys[j]))) {
-      require(mode != SafeCheck::kError, where,
-              ("keys[" + std::to_string(m.positions[j]) + "]").c_str(), std::to_string(m.keys[j]),
-              "is a reserved key (>= 0xFFFFFFFFFFFFFFF0)");
-      continue;
+Misses group_misses(detail::TierDevice::MissList&& list, SafeCheck mode, const char* where) {
+  Misses m;
+  m.positions = std::move(list.positions);
+  m.index.assign(list.index.begin(), list.index.end());
+  std::vector<uint8_t> reserved;  // per distinct key, once there is a reserved one
+  size_t first_reserved = 0;
+  for (size_t k = 0; k < list.unique.size(); ++k) {
+    if (!is_reserved_key(static_cast<K>(list.unique[k]))) continue;
+    if (reserved.empty()) {
+      reserved.assign(list.unique.size(), 0);
+      first_reserved = k;
     }
-    const uint32_t k = seen.emplace(m.keys[j], static_cast<uint32_t>(m.unique.size()));
-    if (k == m.unique.size()) {
-      m.unique.push_back(m.keys[j]);
-      m.last.push_back(m.positions[j]);
-    }
-    m.index[j] = k;
-    m.last[k] = m.positions[j];
+    reserved[k] = 1;
+    if (list.first[k] < list.first[first_reserved]) first_reserved = k;
   }
+  if (reserved.empty()) {
+    m.unique = std::move(list.unique);
+    m.first = std::move(list.first);
+    m.last = std::move(list.last);
+    return m;
+  }
+  require(mode != SafeCheck::kError, where,
+          ("keys[" + std::to_string(list.first[first_reserved]) + "]").c_str(),
+          std::to_string(list.unique[first_reserved]), "is a reserved key (>= 0xFFFFFFFFFFFFFFF0)");
+  std::vector<int64_t> remap(list.unique.size(), -1);
+  for (size_t k = 0; k < list.unique.size(); ++k) {
+    if (reserved[k]) continue;
+    remap[k] = static_cast<int64_t>(m.unique.size());
+    m.unique.push_back(list.unique[k]);
+    m.first.push_back(list.first[k]);
+    m.last.push_back(list.last[k]);
+  }
+  for (int64_t& k : m.index) k = remap[k];
+  return m;
 }
 
 constexpr uint32_t kNotInBatch = ~0u;
@@ -193,12 +208,12 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
           : static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), stream));
   auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
   fast_->find_pointers(n, keys, ptrs, found, nullptr, stream);
-  Misses m;
-  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, stream);
+  detail::TierDevice::MissList list;
+  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, list, stream);
   clock.lap(phases.lookup_ns);
-  stats_.hits += n - m.positions.size();
-  stats_.lookups += n - m.positions.size();
-  if (m.positions.empty()) {  // every key in the fast tier: no host work
+  stats_.hits += n - list.positions.size();
+  stats_.lookups += n - list.positions.size();
+  if (list.positions.empty()) {  // every key in the fast tier: no host work
     if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
@@ -214,7 +229,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     return;
   }
   // 2. The misses: read below (or new rows), moved up in one batch.
-  group_misses<K>(m, o.safe_check, "CachedTable::find_or_insert");
+  const Misses m = group_misses<K>(std::move(list), o.safe_check, "CachedTable::find_or_insert");
   // The hits' rows go out now: a bucket holding more of the call's keys than it has slots may
   // push a hit out while the misses go in (its slot then holds another key's row).
   if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
@@ -238,9 +253,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   for (size_t k = 0; k < u; ++k)
     if (!below[k]) slot[k] = placed++;
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
-  std::vector<uint32_t> first(u, ~0u);
-  for (size_t j = 0; j < m.positions.size(); ++j)
-    if (m.index[j] >= 0 && first[m.index[j]] == ~0u) first[m.index[j]] = m.positions[j];
+  const std::vector<uint32_t>& first = m.first;
   std::vector<uint32_t> fresh_at;
   std::vector<size_t> fresh;
   for (size_t k = 0; k < u; ++k) {
@@ -373,10 +386,10 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, s));
   auto* current = static_cast<uint64_t*>(d.scratch(Scratch::kCallScores, n * sizeof(uint64_t), s));
   fast_->find_pointers(n, keys, ptrs, found, current, s);
-  Misses m;
-  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, m.positions, m.keys, s);
+  detail::TierDevice::MissList list;
+  d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, list, s);
   clock.lap(phases.lookup_ns);
-  group_misses<K>(m, options_.safe_check, "CachedTable::prefetch");
+  const Misses m = group_misses<K>(std::move(list), options_.safe_check, "CachedTable::prefetch");
   const uint64_t refused_before = stats_.prefetch_refused;
   bool complete = true;  // every key of the batch is up (no reserved key skipped, none refused)
   for (const int64_t k : m.index) complete = complete && k >= 0;

@@ -41,6 +41,14 @@ enum class Scratch : uint8_t {
   kMissCount,
   kSelectTemp,
   kMissPointers,  // addresses of the missed positions' rows
+  kMissOrder,     // list_misses' sort of the missed keys: 0..m-1, then sorted
+  kSortedKeys,
+  kSortedOrder,
+  kRuns,        // per sorted key: 1 + the index of its distinct key
+  kMissIndex,   // per missed position: its distinct key's index
+  kMissUnique,  // per distinct key: the key, its first and last position
+  kMissFirst,
+  kMissLast,
   kCount
 };
 
@@ -78,14 +86,21 @@ class TierDevice {
   virtual void copy(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
   // dst[i] = value for i < n, ordered on `stream`.
   virtual void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle stream) = 0;
-  // Appends to `positions` the i < n where found[i] is false, in order, and their keys (8-byte
-  // bit patterns) to `keys`; returns how many. The positions and keys also stay in the fast
-  // table's memory, in the scratch of kMissPositions and kMissKeys (n entries each; valid until
-  // the next list_misses). CUDA: one small read (a synchronization of `stream`) when nothing is
-  // missing, two otherwise.
-  virtual size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
-                             std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
-                             StreamHandle stream) = 0;
+  // The misses of a batch: the positions i < n where found[i] is false (in order), the distinct
+  // keys at them (8-byte bit patterns; first-seen order on the CPU, key order on CUDA), for each
+  // missed position the index of its key among them, and for each distinct key its first and
+  // last position. The positions and their keys also stay in the fast table's memory, in the
+  // scratch of kMissPositions and kMissKeys (n entries each; valid until the next list_misses).
+  // CUDA: the distinct keys are sorted out on the device; one small read (a synchronization of
+  // `stream`) when nothing is missing, two otherwise.
+  struct MissList {
+    std::vector<uint32_t> positions;
+    std::vector<uint32_t> index;  // per missed position
+    std::vector<uint64_t> unique;
+    std::vector<uint32_t> first, last;  // per distinct key
+  };
+  virtual void list_misses(size_t n, const uint64_t* keys, const bool* found, MissList& out,
+                           StreamHandle stream) = 0;
   // Copies parts.size() pieces of the fast table's memory to the host with one wait; done when
   // this returns (CUDA: synchronizes `stream` once).
   struct Part {

@@ -35,21 +35,29 @@ class CpuTierDevice final : public TierDevice {
   void fill(size_t n, uint64_t value, uint64_t* dst, StreamHandle) override {
     for (size_t i = 0; i < n; ++i) dst[i] = value;
   }
-  size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
-                     std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
-                     StreamHandle) override {
+  void list_misses(size_t n, const uint64_t* keys, const bool* found, MissList& out,
+                   StreamHandle) override {
     auto* dpos = static_cast<uint32_t*>(scratch(Scratch::kMissPositions, n * 4, nullptr));
     auto* dkeys = static_cast<uint64_t*>(scratch(Scratch::kMissKeys, n * 8, nullptr));
+    out = MissList{};
+    FlatIndex seen(0);
     size_t count = 0;
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;
-      positions.push_back(static_cast<uint32_t>(i));
-      keys_out.push_back(keys[i]);
-      dpos[count] = static_cast<uint32_t>(i);
+      const auto at = static_cast<uint32_t>(i);
+      dpos[count] = at;
       dkeys[count] = keys[i];
       ++count;
+      out.positions.push_back(at);
+      const uint32_t k = seen.emplace(keys[i], static_cast<uint32_t>(out.unique.size()));
+      if (k == out.unique.size()) {
+        out.unique.push_back(keys[i]);
+        out.first.push_back(at);
+        out.last.push_back(at);
+      }
+      out.index.push_back(k);
+      out.last[k] = at;
     }
-    return count;
   }
   void download_parts(std::initializer_list<Part> parts, StreamHandle) override {
     for (const Part& p : parts)

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <map>
 #include <mutex>
@@ -52,6 +54,42 @@ __global__ void gather_keys_kernel(const uint32_t* count, const uint32_t* positi
   for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m;
        j += size_t{gridDim.x} * blockDim.x)
     out[j] = keys[positions[j]];
+}
+
+// out[j] = j for j < *count.
+__global__ void iota_kernel(const uint32_t* count, uint32_t* out) {
+  const size_t m = *count;
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m;
+       j += size_t{gridDim.x} * blockDim.x)
+    out[j] = static_cast<uint32_t>(j);
+}
+
+// heads[i] = 1 where sorted[i] starts a run of equal keys, else 0.
+__global__ void run_heads_kernel(size_t m, const uint64_t* sorted, uint32_t* heads) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < m;
+       i += size_t{gridDim.x} * blockDim.x)
+    heads[i] = i == 0 || sorted[i] != sorted[i - 1] ? 1u : 0u;
+}
+
+// From the sorted missed keys (stable: a run's order values ascend) and runs[i] = 1 + the run's
+// index: each missed entry's distinct index, and each distinct key with its first and last batch
+// position; *distinct = the number of runs.
+__global__ void distinct_kernel(size_t m, const uint64_t* sorted, const uint32_t* order,
+                                const uint32_t* runs, const uint32_t* positions, uint32_t* index,
+                                uint64_t* unique, uint32_t* first, uint32_t* last,
+                                uint32_t* distinct) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < m;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint32_t r = runs[i] - 1;
+    const uint32_t j = order[i];
+    index[j] = r;
+    if (i == 0 || sorted[i] != sorted[i - 1]) {
+      unique[r] = sorted[i];
+      first[r] = positions[j];
+    }
+    if (i == m - 1 || sorted[i + 1] != sorted[i]) last[r] = positions[j];
+    if (i == m - 1) *distinct = r + 1;
+  }
 }
 
 // values + positions[j] * dim = *rows[j] for rows[j] != nullptr: a warp per row.
@@ -313,47 +351,82 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: fill");
   }
 
-  size_t list_misses(size_t n, const uint64_t* keys, const bool* found,
-                     std::vector<uint32_t>& positions, std::vector<uint64_t>& keys_out,
-                     StreamHandle stream_handle) override {
-    if (n == 0) return 0;
+  void list_misses(size_t n, const uint64_t* keys, const bool* found, MissList& out,
+                   StreamHandle stream_handle) override {
+    out = MissList{};
+    if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
-    auto* picked = static_cast<uint32_t*>(scratch(Scratch::kMissPositions, n * 4, stream_handle));
-    auto* missed = static_cast<uint64_t*>(scratch(Scratch::kMissKeys, n * 8, stream_handle));
-    auto* count = static_cast<uint32_t*>(scratch(Scratch::kMissCount, 4, stream_handle));
+    const auto buffer = [&](Scratch slot, size_t bytes) {
+      return scratch(slot, bytes, stream_handle);
+    };
+    auto* picked = static_cast<uint32_t*>(buffer(Scratch::kMissPositions, n * 4));
+    auto* missed = static_cast<uint64_t*>(buffer(Scratch::kMissKeys, n * 8));
+    auto* count = static_cast<uint32_t*>(buffer(Scratch::kMissCount, 8));
+    auto* order = static_cast<uint32_t*>(buffer(Scratch::kMissOrder, n * 4));
     const thrust::counting_iterator<uint32_t> all(0);
     size_t temp_bytes = 0;
     check(cub::DeviceSelect::If(nullptr, temp_bytes, all, picked, count, static_cast<int>(n),
                                 NotFound{found}, stream),
           "CachedTable: DeviceSelect::If (size)");
-    void* temp = scratch(Scratch::kSelectTemp, temp_bytes, stream_handle);
+    void* temp = buffer(Scratch::kSelectTemp, temp_bytes);
     check(cub::DeviceSelect::If(temp, temp_bytes, all, picked, count, static_cast<int>(n),
                                 NotFound{found}, stream),
           "CachedTable: DeviceSelect::If");
-    // The keys are gathered before the count comes back: one wait for the count, one for the lists.
+    // Issued before the count comes back: the missed keys, and their order to sort.
     gather_keys_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, picked, keys, missed);
+    iota_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, order);
     check_launch("CachedTable: gather keys");
     uint32_t m = 0;
     download(&m, count, sizeof(m), stream_handle);
-    if (m == 0) return 0;
-    const size_t at = positions.size();
-    positions.resize(at + m);
-    keys_out.resize(keys_out.size() + m);
-    StreamStaging& s = staging(stream_handle);
-    s.down.reserve(size_t{m} * (sizeof(uint32_t) + sizeof(uint64_t)));
-    char* base = static_cast<char*>(s.down.data);
-    check(
-        cudaMemcpyAsync(base, missed, size_t{m} * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream),
-        "CachedTable: download misses");
-    check(cudaMemcpyAsync(base + size_t{m} * sizeof(uint64_t), picked, size_t{m} * sizeof(uint32_t),
-                          cudaMemcpyDeviceToHost, stream),
-          "CachedTable: download miss positions");
-    core::cuda::sync(stream, "CachedTable: list misses");
-    std::memcpy(keys_out.data() + keys_out.size() - m, base, size_t{m} * sizeof(uint64_t));
-    std::memcpy(positions.data() + at, base + size_t{m} * sizeof(uint64_t),
-                size_t{m} * sizeof(uint32_t));
-    return m;
+    if (m == 0) return;
+    // The distinct missed keys: sorted with their order (stable), runs of equal keys numbered.
+    auto* sorted = static_cast<uint64_t*>(buffer(Scratch::kSortedKeys, size_t{m} * 8));
+    auto* sorted_order = static_cast<uint32_t*>(buffer(Scratch::kSortedOrder, size_t{m} * 4));
+    auto* runs = static_cast<uint32_t*>(buffer(Scratch::kRuns, size_t{m} * 4));
+    auto* index = static_cast<uint32_t*>(buffer(Scratch::kMissIndex, size_t{m} * 4));
+    auto* unique = static_cast<uint64_t*>(buffer(Scratch::kMissUnique, size_t{m} * 8));
+    auto* first = static_cast<uint32_t*>(buffer(Scratch::kMissFirst, size_t{m} * 4));
+    auto* last = static_cast<uint32_t*>(buffer(Scratch::kMissLast, size_t{m} * 4));
+    temp_bytes = 0;
+    check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, missed, sorted, order, sorted_order,
+                                          static_cast<int>(m), 0, 64, stream),
+          "CachedTable: DeviceRadixSort::SortPairs (size)");
+    size_t scan_bytes = 0;
+    check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, runs, index, static_cast<int>(m),
+                                        stream),
+          "CachedTable: DeviceScan::InclusiveSum (size)");
+    temp = buffer(Scratch::kSelectTemp, std::max(temp_bytes, scan_bytes));
+    check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, missed, sorted, order, sorted_order,
+                                          static_cast<int>(m), 0, 64, stream),
+          "CachedTable: DeviceRadixSort::SortPairs");
+    run_heads_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, sorted, runs);
+    check_launch("CachedTable: run heads");
+    // Heads in `runs`, summed into `index` (as scratch), then distinct_kernel writes `index`
+    // from `runs` = that sum: copy it back first.
+    check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, runs, index, static_cast<int>(m), stream),
+          "CachedTable: DeviceScan::InclusiveSum");
+    check(cudaMemcpyAsync(runs, index, size_t{m} * 4, cudaMemcpyDeviceToDevice, stream),
+          "CachedTable: runs");
+    distinct_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, sorted, sorted_order, runs, picked,
+                                                          index, unique, first, last, count + 1);
+    check_launch("CachedTable: distinct misses");
+    out.positions.resize(m);
+    out.index.resize(m);
+    out.unique.resize(m);
+    out.first.resize(m);
+    out.last.resize(m);
+    uint32_t distinct = 0;
+    download_parts({{out.positions.data(), picked, size_t{m} * 4},
+                    {out.index.data(), index, size_t{m} * 4},
+                    {out.unique.data(), unique, size_t{m} * 8},
+                    {out.first.data(), first, size_t{m} * 4},
+                    {out.last.data(), last, size_t{m} * 4},
+                    {&distinct, count + 1, 4}},
+                   stream_handle);
+    out.unique.resize(distinct);
+    out.first.resize(distinct);
+    out.last.resize(distinct);
   }
 
   void download_parts(std::initializer_list<Part> parts, StreamHandle stream_handle) override {
