@@ -11,6 +11,8 @@
 
 #include "core/backend_test.hpp"
 #include "core/test_random.hpp"
+#include "dynemb/core/error.hpp"
+#include "dynemb/core/key.hpp"
 #include "dynemb/core/memory.hpp"
 #include "dynemb/storage/cached_table.hpp"
 #include "dynemb/storage/host_storage.hpp"
@@ -361,6 +363,74 @@ TEST_P(CachedDevice, AStepBeyondItsPrefetchGetsNoRowForTheRest) {
   s = cached.caching_stats();
   EXPECT_EQ(s.unsynced_calls, 1u);
   EXPECT_EQ(s.unserved, beyond.size());
+}
+
+// Reserved keys among a batch's misses (with copies of the other keys): ERROR refuses the call,
+// naming the first position holding one, and changes nothing; IGNORE skips them (not found, their
+// rows left as given) while the other keys get the rows and founds of one CPU table.
+TEST_P(CachedDevice, ReservedKeysAmongTheMissesAreRefusedOrSkipped) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 8;
+  for (const SafeCheck mode : {SafeCheck::kError, SafeCheck::kIgnore}) {
+    SCOPED_TRACE(mode == SafeCheck::kError ? "ERROR" : "IGNORE");
+    TableOptions fo;
+    fo.dim = dim;
+    fo.init_capacity = fo.max_capacity = 256;
+    fo.bucket_capacity = 32;
+    fo.max_load_factor = 1.0;
+    fo.score_policy = ScorePolicy::kStep;
+    fo.safe_check = mode;
+    fo.initializer.kind = InitializerKind::kUniform;
+    fo.initializer.seed = 5;
+    auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+    CachedTable<K> cached(backend, fo, lower);
+    TableOptions bo = fo;
+    bo.init_capacity = bo.max_capacity = 4096;
+    bo.safe_check = SafeCheck::kIgnore;
+    auto big = make_table<K>(Backend::kCpu, bo);
+    // A batch of 400 draws of 150 keys, two reserved keys at random positions (one repeated).
+    const size_t n = 400;
+    std::vector<K> keys = draw_keys(rng, n, 150, false);
+    const K reserved_a = static_cast<K>(kFirstReservedKey + rng.uniform(0, 15));
+    const K reserved_b = static_cast<K>(kFirstReservedKey + rng.uniform(0, 15));
+    std::vector<size_t> at{rng.uniform(0, n - 1), rng.uniform(0, n - 1), rng.uniform(0, n - 1)};
+    keys[at[0]] = reserved_a;
+    keys[at[1]] = reserved_b;
+    keys[at[2]] = reserved_a;
+    const size_t first_reserved = *std::min_element(at.begin(), at.end());
+    std::vector<float> rows(n * dim);
+    for (auto& v : rows) v = static_cast<float>(rng.uniform(0, 4000)) / 16.0f;
+    const auto dkeys = on(backend, keys);
+    auto dvalues = on(backend, rows);
+    BackendBuffer<bool> dfound(backend, n);
+    if (mode == SafeCheck::kError) {
+      try {
+        cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+        FAIL() << "a reserved key was accepted";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("keys[" + std::to_string(first_reserved) + "]"), std::string::npos)
+            << what;
+      }
+      EXPECT_EQ(cached.size(), 0u) << "the refused call stored rows";
+      EXPECT_EQ(back(dvalues, n * dim), rows) << "the refused call wrote rows out";
+      continue;
+    }
+    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+    std::vector<float> want = rows;
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert(n, keys.data(), want.data(), fb.get());
+    const auto found = back(dfound, n);
+    const auto got = back(dvalues, n * dim);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "] (key " << keys[i] << ")";
+      for (uint32_t c = 0; c < dim; ++c)
+        ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+    }
+    EXPECT_FALSE(found[at[0]] || found[at[1]] || found[at[2]]);
+    EXPECT_EQ(cached.size(), big->size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CachedDevice, all_backends(), backend_name);
