@@ -88,8 +88,11 @@ struct CachedTable<K>::Prefetch {
 
 template <TableKey K>
 CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
-                            std::shared_ptr<Storage> lower)
-    : backend_(backend), dim_(fast.dim), lower_(std::move(lower)) {
+                            std::shared_ptr<Storage> lower, const CachingOptions& caching)
+    : backend_(backend), dim_(fast.dim), caching_(caching), lower_(std::move(lower)) {
+  require(caching.filter_log2_bits >= 10 && caching.filter_log2_bits <= 32, "CachedTable",
+          "caching.filter_log2_bits", std::to_string(caching.filter_log2_bits),
+          "must be in [10, 32]");
   require(lower_ != nullptr, "CachedTable", "lower", "nullptr", "must be a Storage");
   require(lower_->row_dim() == fast.dim, "CachedTable", "lower->row_dim()",
           std::to_string(lower_->row_dim()),
@@ -106,6 +109,18 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   internal.init_capacity = internal.max_capacity;
   fast_ = make_table<K>(backend, internal);
   device_ = detail::make_tier_device(backend, fast.device);
+  if (caching_.private_store) {
+    device_->filter_reset(caching_.filter_log2_bits, nullptr);
+    // The store's keys so far (read once): they may be below.
+    ScanCursor cursor;
+    constexpr size_t kChunk = 4096;
+    std::vector<uint64_t> keys(kChunk), scores(kChunk);
+    std::vector<float> rows(kChunk * dim_);
+    while (!cursor.done()) {
+      const size_t got = lower_->scan(cursor, kChunk, keys.data(), rows.data(), scores.data());
+      device_->filter_add_host(got, keys.data(), nullptr);
+    }
+  }
 }
 
 template <TableKey K>
@@ -408,12 +423,15 @@ typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& 
 
 template <TableKey K>
 float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                                  std::vector<uint64_t>& scores) {
+                                  std::vector<uint64_t>& scores,
+                                  const std::vector<uint8_t>* maybe) {
   const size_t u = keys.size();
   below.assign(u, 0);
   float* rows = device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u, 1) * dim_);
   scores.assign(u, 0);
-  if (pending_.empty()) {  // straight into place
+  const bool filtered =
+      maybe != nullptr && std::find(maybe->begin(), maybe->end(), 0) != maybe->end();
+  if (pending_.empty() && !filtered) {  // straight into place
     std::unique_ptr<bool[]> got(new bool[std::max<size_t>(u, 1)]);
     lower_call(stats_, [&] { lower_->find(u, keys.data(), rows, scores.data(), got.get()); });
     for (size_t j = 0; j < u; ++j) below[j] = got[j];
@@ -422,6 +440,10 @@ float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector
   std::vector<uint64_t> ask;
   std::vector<size_t> ask_at;
   for (size_t j = 0; j < u; ++j) {
+    if (filtered && !(*maybe)[j]) {  // never written below: stored nowhere
+      stats_.filtered += 1;
+      continue;
+    }
     const auto p = pending_.find(keys[j]);
     if (p != pending_.end() && !p->second.erased) {
       below[j] = 1;
@@ -433,6 +455,12 @@ float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector
     ask_at.push_back(j);
   }
   if (ask.empty()) return rows;
+  if (ask.size() == u) {  // every key asked: straight into place
+    std::unique_ptr<bool[]> got(new bool[u]);
+    lower_call(stats_, [&] { lower_->find(u, keys.data(), rows, scores.data(), got.get()); });
+    for (size_t j = 0; j < u; ++j) below[j] = got[j];
+    return rows;
+  }
   std::vector<float> got_rows(ask.size() * dim_);
   std::vector<uint64_t> got_scores(ask.size());
   std::unique_ptr<bool[]> got(new bool[ask.size()]);
@@ -513,6 +541,9 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                          stream);  // pins the call's keys already in the fast tier
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
     clock.lap(stats_.phases.insert_ns);
+    // What leaves may be below from now on (a private store's filter).
+    if (caching_.private_store)
+      d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
     fast_->assign_scores(m, dkeys, dscores, stream);
     // An entry evicted and then stored again by the same call (its old row) has not left: which
     // are still in comes back with the evictions (one wait).
@@ -1094,6 +1125,7 @@ void CachedTable<K>::clear(StreamHandle stream) {
   settle(stream);
   if (prefetch_) prefetch_->cleared = true;
   lower_call(stats_, [&] { lower_->clear(); });
+  if (caching_.private_store) device_->filter_reset(caching_.filter_log2_bits, stream);
   pending_.clear();
   shadowed_.clear();
   fast_->clear(stream);
@@ -1255,6 +1287,8 @@ void CachedTable<K>::flush() {
     const size_t got =
         fast_->export_batch(offset, std::min(kChunk, fc - offset), kb.data(), vb.data(), sb.data());
     if (got == 0) continue;
+    if (caching_.private_store)  // a flushed copy is below too
+      device_->filter_add(got, reinterpret_cast<const uint64_t*>(kb.data()), nullptr);
     to_host(backend_, hk.data(), kb.data(), got);
     to_host(backend_, rows.data(), vb.data(), got * dim_);
     to_host(backend_, scores.data(), sb.data(), got);

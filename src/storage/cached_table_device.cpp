@@ -29,6 +29,7 @@ struct Misses {
   std::vector<uint64_t> unique;       // the distinct usable keys at them
   std::vector<int64_t> index;         // per missed position: its key's index in unique, or -1
   std::vector<uint32_t> first, last;  // per unique key: its first and last batch position
+  std::vector<uint8_t> maybe_below;   // per unique key: it may be stored below (the filter)
 };
 
 // The distinct usable missed keys of a miss list: a reserved key throws in ERROR mode (naming
@@ -53,6 +54,7 @@ Misses group_misses(detail::TierDevice::MissList&& list, SafeCheck mode, const c
     m.unique = std::move(list.unique);
     m.first = std::move(list.first);
     m.last = std::move(list.last);
+    m.maybe_below = std::move(list.maybe_below);
     return m;
   }
   require(mode != SafeCheck::kError, where,
@@ -65,6 +67,7 @@ Misses group_misses(detail::TierDevice::MissList&& list, SafeCheck mode, const c
     m.unique.push_back(list.unique[k]);
     m.first.push_back(list.first[k]);
     m.last.push_back(list.last[k]);
+    m.maybe_below.push_back(list.maybe_below[k]);
   }
   for (int64_t& k : m.index) k = remap[k];
   return m;
@@ -238,7 +241,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
   clock.lap(phases.misses_ns);
-  float* urows = read_below(m.unique, below, uscores);
+  float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Row slots: the rows found below first, then the new ones (drawn on the device, they need no
   // upload). Key k's row is at urows + slot[k] * dim.
@@ -397,7 +400,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
   clock.lap(phases.misses_ns);
-  float* urows = read_below(m.unique, below, uscores);
+  float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
   // new rows (scored now; the next call gives every key its score). The rows found below move

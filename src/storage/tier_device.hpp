@@ -49,6 +49,7 @@ enum class Scratch : uint8_t {
   kMissUnique,  // per distinct key: the key, its first and last position
   kMissFirst,
   kMissLast,
+  kMissMaybe,  // per distinct key: the filter's answer
   kCount
 };
 
@@ -98,9 +99,17 @@ class TierDevice {
     std::vector<uint32_t> index;  // per missed position
     std::vector<uint64_t> unique;
     std::vector<uint32_t> first, last;  // per distinct key
+    std::vector<uint8_t> maybe_below;   // per distinct key: the filter's answer (all 1 without)
   };
   virtual void list_misses(size_t n, const uint64_t* keys, const bool* found, MissList& out,
                            StreamHandle stream) = 0;
+  // The filter of keys that may be below (a private store's, CachingOptions): 2^log2_bits bits
+  // in the fast table's memory, all clear; from then on list_misses answers maybe_below from it.
+  virtual void filter_reset(uint32_t log2_bits, StreamHandle stream) = 0;
+  // Marks n keys (8-byte bit patterns in the fast table's memory, or on the host) as maybe below;
+  // ordered on `stream`.
+  virtual void filter_add(size_t n, const uint64_t* keys, StreamHandle stream) = 0;
+  virtual void filter_add_host(size_t n, const uint64_t* keys, StreamHandle stream) = 0;
   // Copies parts.size() pieces of the fast table's memory to the host with one wait; done when
   // this returns (CUDA: synchronizes `stream` once).
   struct Part {

@@ -6,6 +6,7 @@
 
 #include "dynemb/core/error.hpp"
 #include "flat_index.hpp"
+#include "key_filter.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage::detail {
@@ -57,6 +58,26 @@ class CpuTierDevice final : public TierDevice {
       }
       out.index.push_back(k);
       out.last[k] = at;
+    }
+    out.maybe_below.assign(out.unique.size(), 1);
+    if (filter_.empty()) return;
+    for (size_t k = 0; k < out.unique.size(); ++k)
+      out.maybe_below[k] = filter_may_hold(filter_.data(), filter_log2_, out.unique[k]) ? 1 : 0;
+  }
+  void filter_reset(uint32_t log2_bits, StreamHandle) override {
+    filter_log2_ = log2_bits;
+    filter_.assign(std::max<size_t>((size_t{1} << log2_bits) / 64, 1), 0);
+  }
+  void filter_add(size_t n, const uint64_t* keys, StreamHandle stream) override {
+    filter_add_host(n, keys, stream);
+  }
+  void filter_add_host(size_t n, const uint64_t* keys, StreamHandle) override {
+    if (filter_.empty()) return;
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t a = 0, b = 0;
+      filter_bits(keys[i], filter_log2_, a, b);
+      filter_[a >> 6] |= uint64_t{1} << (a & 63);
+      filter_[b >> 6] |= uint64_t{1} << (b & 63);
     }
   }
   void download_parts(std::initializer_list<Part> parts, StreamHandle) override {
@@ -134,6 +155,8 @@ class CpuTierDevice final : public TierDevice {
   std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
   std::array<std::vector<float>, static_cast<size_t>(HostRows::kCount)> rows_;
   uint64_t count_ = 0;
+  std::vector<uint64_t> filter_;  // empty: no filter
+  uint32_t filter_log2_ = 0;
 };
 
 }  // namespace

@@ -91,9 +91,12 @@ class CachedDevice : public BackendTest {};
 TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
   const Backend backend = GetParam();
   TestRng rng;
-  for (const ScorePolicy policy : {ScorePolicy::kCustomized, ScorePolicy::kStep}) {
+  for (const auto& [policy, private_store] :
+       {std::pair{ScorePolicy::kCustomized, false}, std::pair{ScorePolicy::kStep, false},
+        std::pair{ScorePolicy::kCustomized, true}, std::pair{ScorePolicy::kStep, true}}) {
     const uint32_t dim = std::vector<uint32_t>{3, 8, 40}[rng.uniform(0, 2)];
-    SCOPED_TRACE("policy " + to_string(policy) + ", dim " + std::to_string(dim));
+    SCOPED_TRACE("policy " + to_string(policy) + ", dim " + std::to_string(dim) +
+                 (private_store ? ", private store" : ""));
     TableOptions fo;
     fo.dim = dim;
     fo.init_capacity = fo.max_capacity = 512;
@@ -104,7 +107,8 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     fo.initializer.kind = InitializerKind::kUniform;
     fo.initializer.seed = 77;
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-    CachedTable<K> cached(backend, fo, lower);
+    // A small filter: many keys never written below share bits with some that were.
+    CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 12});
     TableOptions bo = fo;
     bo.init_capacity = bo.max_capacity = 1 << 15;
     bo.bucket_capacity = 128;
@@ -239,7 +243,73 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     EXPECT_GT(s.lower_hits, 0u);
     EXPECT_GT(s.prefetched, 0u);
     EXPECT_EQ(s.batch_evicted, 0u);
+    if (private_store) EXPECT_GT(s.filtered, 0u) << "the filter never spared a read";
+    if (!private_store) EXPECT_EQ(s.filtered, 0u);
   }
+}
+
+// A private store's filter starts with the store's rows (a scan at construction) and learns every
+// row written down, so no stored row is shadowed by a new one: find_or_insert over a store filled
+// beforehand and a fast tier much smaller than the keys gives one big table's rows and founds.
+TEST_P(CachedDevice, PrivateStoreFilterKnowsTheStoresRowsAndEveryWriteDown) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 6;
+  TableOptions fo;
+  fo.dim = dim;
+  fo.init_capacity = fo.max_capacity = 128;
+  fo.bucket_capacity = 32;
+  fo.max_load_factor = 1.0;
+  fo.score_policy = ScorePolicy::kStep;
+  fo.initializer.kind = InitializerKind::kUniform;
+  fo.initializer.seed = 9;
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 1 << 14;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+  // 600 rows stored before the table exists, in the store and in the big table.
+  const uint64_t space = 3000;
+  const std::vector<K> before = draw_keys(rng, 600, space, true);
+  std::vector<uint64_t> before_bits(before.begin(), before.end());
+  std::vector<float> before_rows(before.size() * dim);
+  for (auto& v : before_rows) v = static_cast<float>(rng.uniform(0, 4000)) / 8.0f;
+  std::vector<uint64_t> before_scores(before.size(), 1);
+  lower->insert_or_assign(before.size(), before_bits.data(), before_rows.data(),
+                          before_scores.data());
+  big->insert_or_assign(before.size(), before.data(), before_rows.data(), before_scores.data());
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 11});
+  for (int round = 0; round < 60; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::vector<K> keys = draw_keys(rng, rng.uniform(1, 300), space, false);
+    const size_t n = keys.size();
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float> dvalues(backend, n * dim);
+    BackendBuffer<bool> dfound(backend, n);
+    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+    std::vector<float> want(n * dim);
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert(n, keys.data(), want.data(), fb.get());
+    const auto found = back(dfound, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+    ASSERT_EQ(back(dvalues, n * dim), want);
+    cached.advance_step();
+    big->advance_step();
+  }
+  size_t seen = 0;
+  std::vector<float> row(dim);
+  std::unique_ptr<bool[]> fb(new bool[1]);
+  cached.for_each([&](K key, std::span<const float> got, uint64_t) {
+    ++seen;
+    big->find(1, &key, row.data(), fb.get(), nullptr);
+    ASSERT_TRUE(fb[0]) << "key " << key;
+    ASSERT_EQ(std::vector<float>(got.begin(), got.end()), row) << "key " << key;
+  });
+  EXPECT_EQ(seen, big->size());
+  const storage::CachingStats s = cached.caching_stats();
+  EXPECT_GT(s.filtered, 0u);
+  EXPECT_GT(s.lower_hits, 0u);
+  EXPECT_GT(s.evictions_written, 0u);
 }
 
 // Batches many times larger than the fast tier rewrite rows it holds: a key whose old row is

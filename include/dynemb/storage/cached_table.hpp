@@ -37,6 +37,18 @@ struct CachingPhaseTimes {
   uint64_t total_ns = 0;       // the calls, whole
 };
 
+// Options of a caching table beyond its fast tier's.
+struct CachingOptions {
+  // The lower tier is this table's alone: nothing else writes it while the table uses it. The
+  // table then keeps, in the fast tier's memory, a filter of the keys that may be below (every key
+  // it writes down, and the store's keys at construction, read once by a scan), so a missed key
+  // the filter has never seen gets its new row without a lower-tier read (docs/storage.md,
+  // "Keys stored nowhere"). A row another writer puts below meanwhile may be shadowed by a new
+  // one; leave it false for a shared store.
+  bool private_store = false;
+  uint32_t filter_log2_bits = 27;  // the filter's size (16 MiB); in [10, 32]
+};
+
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
 struct CachingStats {
   uint64_t lookups = 0;     // keys per call, summed (distinct ones; on the device path a key
@@ -45,6 +57,7 @@ struct CachingStats {
   uint64_t misses = 0;      // ... not in the fast tier
   uint64_t lower_hits = 0;  // misses found in the lower tier
   uint64_t new_rows = 0;    // misses given a new row (initializer or the caller's)
+  uint64_t filtered = 0;  // misses a private store's filter showed stored nowhere (not read below)
   uint64_t prefetched = 0;  // rows brought up by prefetch()
   uint64_t rows_up = 0;     // rows moved from the lower tier into the fast tier
   uint64_t bytes_up = 0;
@@ -82,7 +95,9 @@ class CachedTable final : public Table<K> {
  public:
   // `fast` shapes the fast tier, allocated at its max_capacity; lower->row_dim() must equal
   // fast.dim. Throws InvalidArgument otherwise.
-  CachedTable(Backend backend, const TableOptions& fast, std::shared_ptr<Storage> lower);
+  // `caching`: see CachingOptions (InvalidArgument for a filter size out of range).
+  CachedTable(Backend backend, const TableOptions& fast, std::shared_ptr<Storage> lower,
+              const CachingOptions& caching = {});
   ~CachedTable() override;
 
   // --- caching ---
@@ -207,8 +222,10 @@ class CachedTable final : public Table<K> {
   // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
   // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows,
   // row j at j * dim; rows of keys not found are unspecified).
+  // `maybe` (when not null): per key, whether it may be below (the filter's answer); keys that
+  // may not are not asked.
   float* read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                    std::vector<uint64_t>& scores);
+                    std::vector<uint64_t>& scores, const std::vector<uint8_t>* maybe = nullptr);
   // Moves the keys' rows found below into the fast tier with their scores; returns how many.
   size_t move_up(size_t n, const K* keys, StreamHandle stream);
   // Moves a finished prefetch_async's rows up (waiting for it when `wait`).
@@ -241,6 +258,7 @@ class CachedTable final : public Table<K> {
 
   Backend backend_;
   uint32_t dim_;
+  CachingOptions caching_;
   TableOptions options_;  // as given (the fast table is CUSTOMIZED and IGNORE: see the .cpp)
   mutable std::atomic<uint64_t> clock_{0};  // the STEP step, CUSTOMIZED score, last TIMESTAMP
   std::unique_ptr<Table<K>> fast_;
@@ -264,8 +282,9 @@ class CachedTable final : public Table<K> {
 // A caching table as a Table pointer (for Embedding's table factory).
 template <TableKey K>
 std::unique_ptr<Table<K>> make_cached_table(Backend backend, const TableOptions& fast,
-                                            std::shared_ptr<Storage> lower) {
-  return std::make_unique<CachedTable<K>>(backend, fast, std::move(lower));
+                                            std::shared_ptr<Storage> lower,
+                                            const CachingOptions& caching = {}) {
+  return std::make_unique<CachedTable<K>>(backend, fast, std::move(lower), caching);
 }
 
 }  // namespace dynemb::storage

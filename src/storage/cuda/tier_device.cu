@@ -17,6 +17,7 @@
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 #include "dynemb/core/initializer.hpp"
+#include "key_filter.hpp"
 #include "tier_device.hpp"
 
 namespace dynemb::storage::detail {
@@ -90,6 +91,28 @@ __global__ void distinct_kernel(size_t m, const uint64_t* sorted, const uint32_t
     if (i == m - 1 || sorted[i + 1] != sorted[i]) last[r] = positions[j];
     if (i == m - 1) *distinct = r + 1;
   }
+}
+
+// Sets the filter bits of keys[i < n].
+__global__ void filter_add_kernel(size_t n, const uint64_t* keys, unsigned long long* words,
+                                  uint32_t log2_bits) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    uint64_t a = 0, b = 0;
+    filter_bits(keys[i], log2_bits, a, b);
+    atomicOr(words + (a >> 6), 1ull << (a & 63));
+    atomicOr(words + (b >> 6), 1ull << (b & 63));
+  }
+}
+
+// maybe[k] = whether unique[k] may be in the filter, k < *count.
+__global__ void filter_maybe_kernel(const uint32_t* count, const uint64_t* unique,
+                                    const unsigned long long* words, uint32_t log2_bits,
+                                    uint8_t* maybe) {
+  const size_t m = *count;
+  for (size_t k = blockIdx.x * size_t{blockDim.x} + threadIdx.x; k < m;
+       k += size_t{gridDim.x} * blockDim.x)
+    maybe[k] = filter_may_hold(reinterpret_cast<const uint64_t*>(words), log2_bits, unique[k]);
 }
 
 // values + positions[j] * dim = *rows[j] for rows[j] != nullptr: a warp per row.
@@ -267,6 +290,7 @@ class CudaTierDevice final : public TierDevice {
     for (auto& e : marks_) cudaEventDestroy(e);
     cudaEventDestroy(order_);
     if (count_device_ != nullptr) cudaFree(count_device_);
+    if (filter_ != nullptr) cudaFree(filter_);
     cudaStreamDestroy(side_);
   }
 
@@ -411,6 +435,14 @@ class CudaTierDevice final : public TierDevice {
     distinct_kernel<<<blocks_for(m), kBlock, 0, stream>>>(m, sorted, sorted_order, runs, picked,
                                                           index, unique, first, last, count + 1);
     check_launch("CachedTable: distinct misses");
+    uint8_t* maybe = nullptr;
+    if (filter_ != nullptr) {
+      maybe = static_cast<uint8_t*>(buffer(Scratch::kMissMaybe, m));
+      filter_maybe_kernel<<<blocks_for(m), kBlock, 0, stream>>>(count + 1, unique, filter_,
+                                                                filter_log2_, maybe);
+      check_launch("CachedTable: filter");
+    }
+    out.maybe_below.assign(m, 1);
     out.positions.resize(m);
     out.index.resize(m);
     out.unique.resize(m);
@@ -422,11 +454,45 @@ class CudaTierDevice final : public TierDevice {
                     {out.unique.data(), unique, size_t{m} * 8},
                     {out.first.data(), first, size_t{m} * 4},
                     {out.last.data(), last, size_t{m} * 4},
-                    {&distinct, count + 1, 4}},
+                    {&distinct, count + 1, 4},
+                    {out.maybe_below.data(), maybe, maybe != nullptr ? size_t{m} : 0}},
                    stream_handle);
+    out.maybe_below.resize(distinct);
     out.unique.resize(distinct);
     out.first.resize(distinct);
     out.last.resize(distinct);
+  }
+
+  void filter_reset(uint32_t log2_bits, StreamHandle stream) override {
+    core::cuda::DeviceGuard guard(device_);
+    const size_t words = std::max<size_t>((size_t{1} << log2_bits) / 64, 1);
+    if (filter_ != nullptr && filter_log2_ != log2_bits) {
+      core::cuda::sync(as_stream(stream), "CachedTable: filter");
+      check(cudaFree(filter_), "CachedTable: cudaFree (filter)");
+      filter_ = nullptr;
+    }
+    if (filter_ == nullptr)
+      check(cudaMalloc(&filter_, words * sizeof(unsigned long long)),
+            "CachedTable: cudaMalloc (filter)");
+    filter_log2_ = log2_bits;
+    check(cudaMemsetAsync(filter_, 0, words * sizeof(unsigned long long), as_stream(stream)),
+          "CachedTable: filter");
+  }
+
+  void filter_add(size_t n, const uint64_t* keys, StreamHandle stream) override {
+    if (filter_ == nullptr || n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    filter_add_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, filter_,
+                                                                       filter_log2_);
+    check_launch("CachedTable: filter add");
+  }
+
+  void filter_add_host(size_t n, const uint64_t* keys, StreamHandle stream) override {
+    if (filter_ == nullptr || n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    DeviceArray<uint64_t> dkeys(n, as_stream(stream));
+    upload(dkeys.data(), keys, n * sizeof(uint64_t), stream);
+    filter_add(n, dkeys.data(), stream);
   }
 
   void download_parts(std::initializer_list<Part> parts, StreamHandle stream_handle) override {
@@ -667,6 +733,8 @@ class CudaTierDevice final : public TierDevice {
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
   cudaEvent_t order_ = nullptr;
   unsigned long long* count_device_ = nullptr;
+  unsigned long long* filter_ = nullptr;  // the filter of keys that may be below (or none)
+  uint32_t filter_log2_ = 0;
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
   std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
   std::map<StreamHandle, StreamStaging> staging_;
