@@ -16,7 +16,8 @@
 // Prints a table and writes JSON (machine, GPU, commit, date, every parameter, the peer in the
 // same run). Usage: dynemb_bench_caching [--backend cuda|cpu] [--modes find_or_insert,step,lost]
 //   [--rows N] [--dim D] [--batch B] [--alpha A] [--fractions 0.1,0.5] [--calls C] [--warmup W]
-//   [--streams repeats,distinct | --distinct] [--bags B] [--ids-per-bag I] [--steps S]
+//   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B] [--ids-per-bag
+//   I] [--steps S]
 //   [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
 //   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
@@ -77,6 +78,9 @@ struct Args {
   // find_or_insert streams: "repeats" (the Zipf draws as they come) and "distinct" (each call's
   // distinct keys, as a step's lookup after its dedup).
   std::vector<std::string> streams{"repeats", "distinct"};
+  // Lower tiers the caching table treats as "shared" (the default) and as its own ("private":
+  // CachingOptions::private_store, a filter of the keys that may be below).
+  std::vector<std::string> stores{"shared", "private"};
   std::string json_path;
 };
 
@@ -143,6 +147,11 @@ Args parse(int argc, char** argv) {
       for (const auto& st : a.streams)
         if (st != "repeats" && st != "distinct")
           throw InvalidArgument("--streams: \"" + st + "\" is not repeats or distinct");
+    } else if (k == "--stores") {
+      a.stores = split(value());
+      for (const auto& st : a.stores)
+        if (st != "shared" && st != "private")
+          throw InvalidArgument("--stores: \"" + st + "\" is not shared or private");
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -318,28 +327,33 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
   for (const double f : a.fractions) {
     json cell{{"fraction", f}};
     const uint64_t fast_rows = round_up(std::max<uint64_t>(uint64_t(f * double(a.rows)), 128), 128);
-    {
+    for (const std::string& store : a.stores) {
       TableOptions fast;
       fast.dim = a.dim;
       fast.init_capacity = fast.max_capacity = fast_rows;
       fast.max_load_factor = 1.0;
       fast.score_policy = ScorePolicy::kStep;
       auto lower = host_tier(a.dim, 2 * a.rows, a.touch);  // every id fits under load 0.5
-      storage::CachedTable<K> cached(a.backend, fast, lower);
+      storage::CachedTable<K> cached(a.backend, fast, lower,
+                                     storage::CachingOptions{store == "private"});
       const Timed t = time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values,
                                           founds, stream);
       const storage::CachingStats s = cached.caching_stats();
-      cell["caching"] = {{"fast_rows", fast_rows},
-                         {"keys_per_second", t.keys_per_second()},
-                         {"seconds", t.seconds},
-                         {"lookups", s.lookups},
-                         {"hits", s.hits},
-                         {"rows_up", s.rows_up},
-                         {"rows_down", s.rows_down},
-                         {"lower_wait_s", double(s.lower_wait_ns) * 1e-9},
-                         {"lower_evicted", s.lower.evicted},
-                         {"phases_ms_per_call", phases_ms(s)},
-                         {"rows", cached.size()}};
+      cell[store == "private" ? "caching_private_store" : "caching"] = {
+          {"fast_rows", fast_rows},
+          {"private_store", store == "private"},
+          {"keys_per_second", t.keys_per_second()},
+          {"seconds", t.seconds},
+          {"lookups", s.lookups},
+          {"hits", s.hits},
+          {"rows_up", s.rows_up},
+          {"rows_down", s.rows_down},
+          {"new_rows", s.new_rows},
+          {"filtered", s.filtered},
+          {"lower_wait_s", double(s.lower_wait_ns) * 1e-9},
+          {"lower_evicted", s.lower.evicted},
+          {"phases_ms_per_call", phases_ms(s)},
+          {"rows", cached.size()}};
     }
     {
       TableOptions t;
@@ -365,8 +379,12 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
           {"evictions", table->stats().evictions},
           {"rows", table->size(stream)}};
     }
-    const double c = cell["caching"]["keys_per_second"], p = cell["peer"]["keys_per_second"];
-    cell["caching_over_peer"] = p > 0 ? c / p : 0.0;
+    const double p = cell["peer"]["keys_per_second"];
+    for (const char* name : {"caching", "caching_private_store"}) {
+      if (!cell.contains(name)) continue;
+      const double c = cell[name]["keys_per_second"];
+      cell[std::string(name) + "_over_peer"] = p > 0 ? c / p : 0.0;
+    }
     cells.push_back(cell);
   }
   return cells;
@@ -448,7 +466,9 @@ json run_step(const Args& a, StreamHandle stream) {
   }
   json cells = json::array();
   for (const double f : a.fractions) {
-    for (const bool prefetch : {true, false}) {
+    for (const auto& [prefetch, store] :
+         {std::pair<bool, std::string>{true, "shared"}, {true, "private"}, {false, "shared"}}) {
+      if (std::find(a.stores.begin(), a.stores.end(), store) == a.stores.end()) continue;
       const uint64_t fast_rows =
           round_up(std::max<uint64_t>(uint64_t(f * double(a.rows)), 128), 128);
       storage::CachedTable<K>* cached = nullptr;
@@ -458,7 +478,8 @@ json run_step(const Args& a, StreamHandle stream) {
         fast.max_load_factor = 1.0;
         // Sized for half the ids (it grows, doubling, if more rows come down).
         auto lower = host_tier(t.dim, a.rows / 2, a.touch);
-        auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower);
+        auto table = std::make_unique<storage::CachedTable<K>>(
+            backend, fast, lower, storage::CachingOptions{store == "private"});
         cached = table.get();
         return table;
       });
@@ -467,6 +488,7 @@ json run_step(const Args& a, StreamHandle stream) {
       const double big = result["all_in_fast_memory"]["step_seconds"];
       cells.push_back({{"fraction", f},
                        {"prefetch", prefetch},
+                       {"private_store", store == "private"},
                        {"fast_rows", fast_rows},
                        {"step_seconds", median(s)},
                        {"seconds", s},
@@ -478,6 +500,7 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"rows_down", st.rows_down},
                        {"batch_evicted", st.batch_evicted},
                        {"new_rows", st.new_rows},
+                       {"filtered", st.filtered},
                        {"unsynced_calls", st.unsynced_calls},
                        {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
@@ -680,6 +703,7 @@ int main(int argc, char** argv) try {
                 {"lost_batch", a.lost_batch},
                 {"lost_fraction", a.lost_fraction},
                 {"find_or_insert_streams", a.streams},
+                {"stores", a.stores},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},
@@ -705,15 +729,21 @@ int main(int argc, char** argv) try {
               << ")  ratio  hit-rate  rows-up/call  lower-tier-s/call  call-s\n";
     const double calls = a.warmup + a.calls;  // the stats count warm-up calls too
     for (const auto& c : result[name]) {
-      const double hits = c["caching"]["hits"], lookups = c["caching"]["lookups"];
-      std::cout << "  " << fmt(c["fraction"]) << "      "
-                << fmt(c["caching"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
-                << fmt(c["peer"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
-                << fmt(c["caching_over_peer"]) << "x  " << fmt(lookups > 0 ? hits / lookups : 0, 3)
-                << "  " << c["caching"]["rows_up"].get<double>() / calls << "  "
-                << fmt(c["caching"]["lower_wait_s"].get<double>() / calls, 4) << "  "
-                << fmt(median(c["caching"]["seconds"].get<std::vector<double>>()), 4) << "\n"
-                << phases_line(c["caching"]["phases_ms_per_call"]);
+      for (const char* v : {"caching", "caching_private_store"}) {
+        if (!c.contains(v)) continue;
+        const double hits = c[v]["hits"], lookups = c[v]["lookups"];
+        std::cout << "  " << fmt(c["fraction"]) << "      "
+                  << fmt(c[v]["keys_per_second"].get<double>() / 1e6, 1) << "     "
+                  << fmt(c["peer"]["keys_per_second"].get<double>() / 1e6, 1) << "     "
+                  << fmt(c[std::string(v) + "_over_peer"]) << "x  "
+                  << fmt(lookups > 0 ? hits / lookups : 0, 3) << "  "
+                  << c[v]["rows_up"].get<double>() / calls << "  "
+                  << fmt(c[v]["lower_wait_s"].get<double>() / calls, 4) << "  "
+                  << fmt(median(c[v]["seconds"].get<std::vector<double>>()), 4)
+                  << (std::string(v) == "caching" ? "  (shared store)" : "  (private store)")
+                  << "\n"
+                  << phases_line(c[v]["phases_ms_per_call"]);
+      }
     }
   }
   if (wants("step")) {
@@ -726,7 +756,8 @@ int main(int argc, char** argv) try {
     const double steps = a.step_warmup + a.steps;  // the stats count warm-up steps too
     for (const auto& c : s["caching"]) {
       std::cout << "  " << fmt(c["fraction"]) << "      "
-                << (c["prefetch"].get<bool>() ? "yes" : "no ") << "       "
+                << (c["prefetch"].get<bool>() ? "yes" : "no ")
+                << (c["private_store"].get<bool>() ? " (private)" : " (shared) ") << "  "
                 << fmt(c["step_seconds"].get<double>() * 1e3) << "     "
                 << fmt(c["over_all_in_fast_memory"]) << "x  rows up/down/new a step "
                 << c["rows_up"].get<double>() / steps << " / "
@@ -753,13 +784,17 @@ int main(int argc, char** argv) try {
   for (const char* name : {"find_or_insert", "find_or_insert_distinct"}) {
     if (!result.contains(name)) continue;
     for (const auto& c : result[name]) {
-      const double ratio = c["caching_over_peer"];
-      bars.push_back({{"bar", "caching find_or_insert >= 5x the peer"},
-                      {"stream", std::string(name) == "find_or_insert" ? "repeats" : "distinct"},
-                      {"fraction", c["fraction"]},
-                      {"peer", c["peer"]["kind"]},
-                      {"measured", ratio},
-                      {"met", ratio >= 5.0}});
+      for (const char* v : {"caching", "caching_private_store"}) {
+        if (!c.contains(v)) continue;
+        const double ratio = c[std::string(v) + "_over_peer"];
+        bars.push_back({{"bar", "caching find_or_insert >= 5x the peer"},
+                        {"stream", std::string(name) == "find_or_insert" ? "repeats" : "distinct"},
+                        {"store", std::string(v) == "caching" ? "shared" : "private"},
+                        {"fraction", c["fraction"]},
+                        {"peer", c["peer"]["kind"]},
+                        {"measured", ratio},
+                        {"met", ratio >= 5.0}});
+      }
     }
   }
   if (result.contains("step")) {
@@ -767,6 +802,7 @@ int main(int argc, char** argv) try {
       if (!c["prefetch"].get<bool>()) continue;
       const double ratio = c["over_all_in_fast_memory"];
       bars.push_back({{"bar", "step with prefetch <= 1.3x the step with every row in fast memory"},
+                      {"store", c["private_store"].get<bool>() ? "private" : "shared"},
                       {"fraction", c["fraction"]},
                       {"measured", ratio},
                       {"met", ratio <= 1.3}});
@@ -776,6 +812,7 @@ int main(int argc, char** argv) try {
   for (const auto& b : bars) {
     std::cout << "bar: " << b["bar"].get<std::string>() << " (fraction " << fmt(b["fraction"])
               << (b.contains("stream") ? ", " + b["stream"].get<std::string>() : std::string())
+              << ", " << b["store"].get<std::string>() << " store"
               << "): measured " << fmt(b["measured"]) << "x, "
               << (b["met"].get<bool>() ? "met" : "NOT met") << "\n";
   }
