@@ -16,9 +16,8 @@
 // Prints a table and writes JSON (machine, GPU, commit, date, every parameter, the peer in the
 // same run). Usage: dynemb_bench_caching [--backend cuda|cpu] [--modes find_or_insert,step,lost]
 //   [--rows N] [--dim D] [--batch B] [--alpha A] [--fractions 0.1,0.5] [--calls C] [--warmup W]
-//   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B] [--ids-per-bag
-//   I] [--steps S]
-//   [--step-warmup W]
+//   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B]
+//   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
 //   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
 #include <nlohmann/json.hpp>
