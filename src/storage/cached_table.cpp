@@ -483,7 +483,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                             const std::vector<uint64_t>& touch_scores,
                             const std::vector<K>& moved_up, std::vector<K>* left_fast,
                             StreamHandle stream, bool below_held, const RealScores* pinned_hits,
-                            const std::vector<uint8_t>* initial) {
+                            const std::vector<uint8_t>* initial, bool absent) {
   constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
   // The call's keys are pinned (highest score) while its rows go in, so the fast tier's
   // policy picks its victims among the other keys; then every key gets its real score.
@@ -537,8 +537,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                      stream);
     }
     d.upload(dscores, scores.data(), m * sizeof(uint64_t), stream);
-    fast_->assign_scores(m, dkeys, dpinned,
-                         stream);  // pins the call's keys already in the fast tier
+    if (!absent)  // pins the call's keys already in the fast tier
+      fast_->assign_scores(m, dkeys, dpinned, stream);
     evicted = fast_->insert_and_evict(m, dkeys, drows, dpinned, dek, dev, des, stream);
     clock.lap(stats_.phases.insert_ns);
     // What leaves may be below from now on (a private store's filter).

@@ -308,7 +308,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   clock.lap(phases.misses_ns);
   try {
     commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores,
-           initial.empty() ? nullptr : &initial);
+           initial.empty() ? nullptr : &initial, /*absent=*/true);
   } catch (...) {  // the lower tier failed (the rows wait pending): no key stays pinned
     fast_->assign_scores(n, keys, call_scores, stream);
     throw;
@@ -431,7 +431,8 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   stats_.lower_hits += up.size();
   stats_.new_rows += created.size();
   created_.insert(created_.end(), created.begin(), created.end());  // since the last call
-  std::sort(created_.begin(), created_.end());
+  if (!std::is_sorted(created_.begin(), created_.end()))            // CUDA lists the misses sorted
+    std::sort(created_.begin(), created_.end());
   if (!in.empty()) {
     // The batch's keys already in the fast tier stay (pinned) while its rows come up; then
     // every key has its score back (held keys keep "pinned", their score now).
@@ -447,7 +448,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     clock.lap(phases.misses_ns);
     try {
       commit(in, urows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores,
-             created.empty() ? nullptr : &initial);
+             created.empty() ? nullptr : &initial, /*absent=*/true);
     } catch (...) {
       failed = std::current_exception();
     }

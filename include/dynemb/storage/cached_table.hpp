@@ -238,12 +238,13 @@ class CachedTable final : public Table<K> {
   // Stores rows (keys[i] -> rows + i * dim, scores[i]) in the fast tier with the call's keys
   // pinned, gives touch_keys their scores, and writes every row that left down (erasing below
   // the moved_up keys that stayed); `initial` marks rows drawn on the device instead of read from
-  // `rows`, `pinned_hits` gives the real scores of keys the caller pinned.
+  // `rows`, `pinned_hits` gives the real scores of keys the caller pinned; `absent`: none of
+  // `keys` is in the fast tier (the device path's misses), so there is nothing to pin first.
   void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
               const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
               const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
               bool below_held = false, const RealScores* pinned_hits = nullptr,
-              const std::vector<uint8_t>* initial = nullptr);
+              const std::vector<uint8_t>* initial = nullptr, bool absent = false);
   // Writes put_keys.size() rows (put_rows: row-major) and the erases down, or keeps them
   // pending when the lower tier fails (rethrowing while it stays down).
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
