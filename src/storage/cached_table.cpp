@@ -600,6 +600,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
         if (left_flag[at]) continue;  // its second leaving: sent once
         left_flag[at] = 1;
         if (at < m) {
+          if (left_fast != nullptr) left_fast->push_back(keys[at]);
           src = rows + size_t{at} * dim_;
           if (initial != nullptr && (*initial)[at]) {  // drawn on the device: again here
             fill_initial_row(options_.initializer, bits(keys[at]), drawn.data(), dim_);
@@ -655,7 +656,6 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   stats_.rows_up += moved_up.size();
   stats_.bytes_up += moved_up.size() * (dim_ * sizeof(float) + sizeof(uint64_t));
   stats_.evictions_written += evicted;
-  if (left_fast != nullptr) left_fast->assign(ev_keys.begin(), ev_keys.begin() + evicted);
   ev_scores.resize(evicted);
   clock.lap(m > 0 ? stats_.phases.evicted_ns : stats_.phases.insert_ns);
   write_down(put_keys, ev_rows, ev_scores, erase_keys, false);

@@ -364,6 +364,46 @@ TEST_P(CachedDevice, BatchesLargerThanTheFastTierKeepTheirNewRows) {
   EXPECT_EQ(lower->repeated, 0u) << "a write down carried a key twice";
 }
 
+// A batch of new keys larger than the fast tier: the rows of the keys pushed straight back down
+// still come out (the initializer's rows, as one big table gives them), none found.
+TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 5;
+  TableOptions fo;
+  fo.dim = dim;
+  fo.init_capacity = fo.max_capacity = 64;
+  fo.bucket_capacity = 16;
+  fo.max_load_factor = 1.0;
+  fo.score_policy = ScorePolicy::kStep;
+  fo.initializer.kind = InitializerKind::kUniform;
+  fo.initializer.seed = 21;
+  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+  CachedTable<K> cached(backend, fo, lower);
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 4096;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  const std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
+  const size_t n = keys.size();
+  const auto dkeys = on(backend, keys);
+  BackendBuffer<float> dvalues(backend, n * dim);
+  BackendBuffer<bool> dfound(backend, n);
+  cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+  std::vector<float> want(n * dim);
+  std::unique_ptr<bool[]> fb(new bool[n]);
+  big->find_or_insert(n, keys.data(), want.data(), fb.get());
+  const auto found = back(dfound, n);
+  const auto got = back(dvalues, n * dim);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_FALSE(found[i]) << "founds[" << i << "]";
+    for (uint32_t c = 0; c < dim; ++c)
+      ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+  }
+  EXPECT_GT(cached.caching_stats().batch_evicted, 0u) << "no key went straight down";
+  EXPECT_EQ(cached.size(), n);
+}
+
 // After prefetch_step the next address call reads nothing back: the keys the prefetch brought up
 // (or created) are served as by a synchronizing call; a key beyond it gets no row and is counted.
 TEST_P(CachedDevice, AStepBeyondItsPrefetchGetsNoRowForTheRest) {

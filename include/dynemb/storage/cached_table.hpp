@@ -240,6 +240,7 @@ class CachedTable final : public Table<K> {
   // the moved_up keys that stayed); `initial` marks rows drawn on the device instead of read from
   // `rows`, `pinned_hits` gives the real scores of keys the caller pinned; `absent`: none of
   // `keys` is in the fast tier (the device path's misses), so there is nothing to pin first.
+  // `left_fast` (when not null) gets the keys of `keys` that left the fast tier again.
   void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
               const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
               const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
