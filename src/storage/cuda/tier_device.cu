@@ -1,6 +1,6 @@
 // TierDevice on the CUDA backend: scratch in device memory kept across calls, host copies staged
 // through pinned memory and issued asynchronously on the caller's stream, the batch passes as
-// kernels, and a non-blocking stream of the table's own for prefetch.
+// kernels, and a non-blocking stream of the table's own (the highest priority) for prefetch.
 #include <cuda_runtime_api.h>
 #include <thrust/iterator/counting_iterator.h>
 
@@ -275,7 +275,12 @@ class CudaTierDevice final : public TierDevice {
  public:
   explicit CudaTierDevice(int device) : device_(device) {
     core::cuda::DeviceGuard guard(device_);
-    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "CachedTable: stream");
+    // The highest priority: a prefetch's short kernels (each waited for on the host) run as soon
+    // as a block frees up, instead of queueing behind a training step's long kernels.
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "CachedTable: stream priorities");
+    check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest),
+          "CachedTable: stream");
     for (auto& e : marks_)
       check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "CachedTable: event");
     check(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming), "CachedTable: event");
