@@ -1,6 +1,7 @@
 #include "dynemb/storage/host_storage.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,20 @@ TableOptions host_table_options(const HostStorageOptions& o) {
 
 HostStorage::HostStorage(const HostStorageOptions& options)
     : row_dim_(options.row_dim),
-      table_(make_table<uint64_t>(Backend::kCpu, host_table_options(options))) {}
+      table_(make_table<uint64_t>(Backend::kCpu, host_table_options(options))),
+      pool_(options.num_threads) {}
+
+void HostStorage::in_pieces(size_t n, const std::function<void(size_t, size_t)>& f) {
+  // Pieces of at least 1024 rows, two a thread: a caching table's misses (thousands to tens of
+  // thousands of rows) use every core, where the table alone would run them on one or a few.
+  constexpr size_t kMinPiece = 1024;
+  const size_t pieces = std::min<size_t>(size_t{pool_.threads()} * 2, n / kMinPiece);
+  if (pieces <= 1) {
+    f(0, n);
+    return;
+  }
+  pool_.run(pieces, [&](size_t p) { f(n * p / pieces, n * (p + 1) / pieces); });
+}
 
 HostStorage::~HostStorage() = default;
 
@@ -43,7 +57,10 @@ std::string HostStorage::describe() const {
 void HostStorage::find(size_t n, const uint64_t* keys, float* values, uint64_t* scores,
                        bool* founds) {
   if (n == 0) return;
-  table_->find(n, keys, values, founds, scores);
+  in_pieces(n, [&](size_t begin, size_t end) {
+    table_->find(end - begin, keys + begin, values + begin * row_dim_, founds + begin,
+                 scores + begin);
+  });
   size_t found = 0;
   for (size_t i = 0; i < n; ++i) found += founds[i] ? 1 : 0;
   std::lock_guard lock(mutex_);
@@ -61,13 +78,19 @@ void HostStorage::write(size_t n_put, const uint64_t* put_keys, const float* put
   require(n_erase == 0 || erase_keys, "HostStorage::write", "erase_keys", "nullptr",
           "must be non-null when n_erase = " + std::to_string(n_erase));
   // Erase first, then put: a key in both lists ends up stored.
-  if (n_erase > 0) table_->erase(n_erase, erase_keys);
-  size_t evicted = 0;
+  if (n_erase > 0) {
+    in_pieces(n_erase,
+              [&](size_t begin, size_t end) { table_->erase(end - begin, erase_keys + begin); });
+  }
+  std::atomic<size_t> evicted{0};
   if (n_put > 0) {
     std::vector<uint64_t> ev_keys(n_put);
     // A full table evicts its lowest scores (or refuses the new row): both leave the store.
-    evicted = table_->insert_and_evict(n_put, put_keys, put_values, put_scores, ev_keys.data(),
-                                       nullptr, nullptr);
+    in_pieces(n_put, [&](size_t begin, size_t end) {
+      evicted +=
+          table_->insert_and_evict(end - begin, put_keys + begin, put_values + begin * row_dim_,
+                                   put_scores + begin, ev_keys.data() + begin, nullptr, nullptr);
+    });
   }
   std::lock_guard lock(mutex_);
   stats_.writes += 1;

@@ -1,9 +1,11 @@
 // The default lower tier: rows in host memory, in a CPU table (make_table(Backend::kCpu)).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 
+#include "dynemb/core/thread_pool.hpp"
 #include "dynemb/storage/storage.hpp"
 #include "dynemb/table/table.hpp"
 
@@ -15,11 +17,12 @@ struct HostStorageOptions {
   uint64_t init_rows = 1 << 16;    // slots at creation (rounded up to whole buckets)
   uint64_t max_rows = 1ull << 30;  // growth stops here; when full, the lowest-score rows are
                                    // evicted (counted in stats().evicted)
-  uint32_t num_threads = 0;        // CPU table worker threads (0 = all)
+  uint32_t num_threads = 0;        // threads of the table and of the store's batches (0 = all)
 };
 
 // A Storage over a CPU table with exact stored scores (CUSTOMIZED policy). Reserved keys
-// (>= kFirstReservedKey) are InvalidArgument.
+// (>= kFirstReservedKey) are InvalidArgument. A batch of a few thousand rows or more is split
+// over the store's threads (the table's own loops spread only much larger batches).
 class HostStorage final : public Storage {
  public:
   explicit HostStorage(const HostStorageOptions& options);
@@ -41,8 +44,12 @@ class HostStorage final : public Storage {
   Table<uint64_t>& table() { return *table_; }
 
  private:
+  // Calls f(begin, end) for pieces of [0, n), on the pool's threads when n is large enough.
+  void in_pieces(size_t n, const std::function<void(size_t, size_t)>& f);
+
   uint32_t row_dim_;
   std::unique_ptr<Table<uint64_t>> table_;
+  core::ThreadPool pool_;
   mutable std::mutex mutex_;  // guards stats_ and orders writes with scans
   StorageStats stats_{};
 };

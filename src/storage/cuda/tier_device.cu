@@ -249,7 +249,7 @@ struct Pinned {
     if (data != nullptr) cudaFreeHost(data);
     data = nullptr;
     // Doubling: a size that creeps up call by call reallocates a few times, not at every call.
-    const size_t size = std::max({want, bytes * 2, size_t{1} << 20});
+    const size_t size = std::max({want, bytes * 2, size_t{8} << 20});
     bytes = 0;
     check(cudaHostAlloc(&data, size, cudaHostAllocDefault), "CachedTable: cudaHostAlloc (staging)");
     bytes = size;
@@ -336,8 +336,7 @@ class CudaTierDevice final : public TierDevice {
     if (s.used + need > s.up.bytes) {
       if (s.pending) check(cudaEventSynchronize(s.last_copy), "CachedTable: staging");
       s.pending = false;
-      // Grown to hold what was staged since it started over: a call's uploads then fit whole.
-      s.up.reserve(s.used + need);
+      s.up.reserve(need);  // grows (doubling) only for a copy larger than the arena
       s.used = 0;
     }
     char* region = static_cast<char*>(s.up.data) + s.used;
