@@ -483,7 +483,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
                             const std::vector<uint64_t>& touch_scores,
                             const std::vector<K>& moved_up, std::vector<K>* left_fast,
                             StreamHandle stream, bool below_held, const RealScores* pinned_hits,
-                            const std::vector<uint8_t>* initial, bool absent) {
+                            const std::vector<uint8_t>* initial, bool absent,
+                            const std::vector<uint32_t>* rows_at) {
   constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
   // The call's keys are pinned (highest score) while its rows go in, so the fast tier's
   // policy picks its victims among the other keys; then every key gets its real score.
@@ -521,7 +522,13 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     // Rows drawn on the device at the end of the list are not uploaded.
     size_t upload = m;
     while (initial != nullptr && upload > 0 && (*initial)[upload - 1]) --upload;
-    d.upload(drows, rows, upload * dim_ * sizeof(float), stream);
+    if (rows_at != nullptr) {  // the rows read where they are (no compaction on the host)
+      require(rows_at->size() == upload, "CachedTable::commit", "rows_at->size()",
+              std::to_string(rows_at->size()), "must equal the rows not drawn on the device");
+      d.gather_host_rows(upload, rows_at->data(), rows, dim_, drows, stream);
+    } else {
+      d.upload(drows, rows, upload * dim_ * sizeof(float), stream);
+    }
     if (initial != nullptr) {  // new rows drawn where they go, not on the host
       // The new rows at the end are drawn from the keys already up; any others by index.
       d.initial_rows_from(upload, m, reinterpret_cast<const uint64_t*>(dkeys), options_.initializer,
@@ -601,7 +608,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
         left_flag[at] = 1;
         if (at < m) {
           if (left_fast != nullptr) left_fast->push_back(keys[at]);
-          src = rows + size_t{at} * dim_;
+          src = rows +
+                size_t{rows_at != nullptr && at < rows_at->size() ? (*rows_at)[at] : at} * dim_;
           if (initial != nullptr && (*initial)[at]) {  // drawn on the device: again here
             fill_initial_row(options_.initializer, bits(keys[at]), drawn.data(), dim_);
             src = drawn.data();

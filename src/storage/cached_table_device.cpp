@@ -244,17 +244,21 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Row slots: the rows found below first, then the new ones (drawn on the device, they need no
-  // upload). Key k's row is at urows + slot[k] * dim.
+  // upload; kGiven's are the caller's). Key k's row stays at urows + k * dim, where the lower tier
+  // put it: rows_at lists the rows the device reads, in slot order (no compaction on the host).
   std::vector<uint32_t> slot(u);
+  std::vector<uint32_t> rows_at;
   uint32_t placed = 0;
   for (size_t k = 0; k < u; ++k) {
     if (!below[k]) continue;
-    if (placed != k)
-      std::memcpy(urows + size_t{placed} * dim_, urows + k * dim_, dim_ * sizeof(float));
+    rows_at.push_back(static_cast<uint32_t>(k));
     slot[k] = placed++;
   }
-  for (size_t k = 0; k < u; ++k)
-    if (!below[k]) slot[k] = placed++;
+  for (size_t k = 0; k < u; ++k) {
+    if (below[k]) continue;
+    if (miss == Miss::kGiven) rows_at.push_back(static_cast<uint32_t>(k));
+    slot[k] = placed++;
+  }
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
   const std::vector<uint32_t>& first = m.first;
   std::vector<uint32_t> fresh_at;
@@ -268,8 +272,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     std::vector<float> given(fresh.size() * dim_);
     d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
     for (size_t f = 0; f < fresh.size(); ++f)
-      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
-                urows + size_t{slot[fresh[f]]} * dim_);
+      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_, urows + fresh[f] * dim_);
   }
   // kInitialize: new rows are drawn on the device as they go in (commit's `initial`).
   std::vector<uint8_t> initial;
@@ -308,7 +311,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   clock.lap(phases.misses_ns);
   try {
     commit(ukeys, urows, uscores, {}, {}, up, &left, stream, false, &hit_scores,
-           initial.empty() ? nullptr : &initial, /*absent=*/true);
+           initial.empty() ? nullptr : &initial, /*absent=*/true, &rows_at);
   } catch (...) {  // the lower tier failed (the rows wait pending): no key stays pinned
     fast_->assign_scores(n, keys, call_scores, stream);
     throw;
@@ -349,7 +352,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     if (copy_out && !went_down.empty() && went_down.count(m.unique[k])) {
       // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
-      float* row = urows + size_t{slot[k]} * dim_;
+      float* row = urows + k * dim_;
       if (!initial.empty() && initial[slot[k]])  // drawn on the device: again here
         fill_initial_row(o.initializer, m.unique[k], row, dim_);
       out_rows.insert(out_rows.end(), row, row + dim_);
@@ -403,17 +406,18 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
-  // new rows (scored now; the next call gives every key its score). The rows found below move
-  // to the front of urows, the new ones (drawn on the device: no upload) follow.
+  // new rows (scored now; the next call gives every key its score). The rows found below go
+  // first, read by the device where the lower tier put them (rows_at), the new ones (drawn on the
+  // device: no upload) follow.
   std::vector<K> in, up;
+  std::vector<uint32_t> rows_at;
   std::vector<uint64_t> in_scores;
   std::vector<uint64_t> created;
   std::vector<uint8_t> initial;  // per `in`: a new row, drawn on the device as it goes in
   const uint64_t now = clock_now();
   for (size_t k = 0; k < u; ++k) {
     if (!below[k]) continue;
-    if (in.size() != k)
-      std::memcpy(urows + in.size() * dim_, urows + k * dim_, dim_ * sizeof(float));
+    rows_at.push_back(static_cast<uint32_t>(k));
     in.push_back(static_cast<K>(m.unique[k]));
     up.push_back(in.back());
     initial.push_back(0);
@@ -448,7 +452,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
     clock.lap(phases.misses_ns);
     try {
       commit(in, urows, in_scores, {}, {}, up, nullptr, s, true, &hit_scores,
-             created.empty() ? nullptr : &initial, /*absent=*/true);
+             created.empty() ? nullptr : &initial, /*absent=*/true, &rows_at);
     } catch (...) {
       failed = std::current_exception();
     }

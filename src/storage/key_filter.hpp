@@ -10,8 +10,7 @@
 namespace dynemb::storage::detail {
 
 // The two bit positions of `key` (independent of the fast table's bucket hash).
-DYNEMB_HD void filter_bits(uint64_t key, uint32_t log2_bits, uint64_t& first,
-                                  uint64_t& second) {
+DYNEMB_HD void filter_bits(uint64_t key, uint32_t log2_bits, uint64_t& first, uint64_t& second) {
   const uint64_t h = hash_key_bits(key ^ 0x6A09E667F3BCC909ull);
   const uint64_t mask = (uint64_t{1} << log2_bits) - 1;
   first = h & mask;

@@ -83,6 +83,11 @@ class TierDevice {
   // Copies `bytes` of the fast table's memory to the host; done when this returns (CUDA:
   // synchronizes `stream`).
   virtual void download(void* host, const void* src, size_t bytes, StreamHandle stream) = 0;
+  // Row p of `dst` (the fast table's memory, dim words each) = row index[p] of `host` (host_rows
+  // memory, read where it is: on CUDA by the kernel, through unified addressing), p < m; `index`
+  // on the host. `host` must stay unchanged until `stream` is done with it.
+  virtual void gather_host_rows(size_t m, const uint32_t* index, const float* host, uint32_t dim,
+                                float* dst, StreamHandle stream) = 0;
   // Copies within the fast table's memory, ordered on `stream`.
   virtual void copy(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
   // dst[i] = value for i < n, ordered on `stream`.

@@ -30,6 +30,12 @@ class CpuTierDevice final : public TierDevice {
   void download(void* host, const void* src, size_t bytes, StreamHandle) override {
     if (bytes > 0 && host != src) std::memmove(host, src, bytes);
   }
+  void gather_host_rows(size_t m, const uint32_t* index, const float* host, uint32_t dim,
+                        float* dst, StreamHandle) override {
+    for (size_t p = 0; p < m; ++p)
+      if (dst + p * dim != host + size_t{index[p]} * dim)
+        std::memmove(dst + p * dim, host + size_t{index[p]} * dim, dim * sizeof(float));
+  }
   void copy(void* dst, const void* src, size_t bytes, StreamHandle) override {
     if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
   }

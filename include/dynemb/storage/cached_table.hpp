@@ -241,11 +241,14 @@ class CachedTable final : public Table<K> {
   // `rows`, `pinned_hits` gives the real scores of keys the caller pinned; `absent`: none of
   // `keys` is in the fast tier (the device path's misses), so there is nothing to pin first.
   // `left_fast` (when not null) gets the keys of `keys` that left the fast tier again.
+  // `rows_at` (when not null): key i's row is row rows_at[i] of `rows` (host_rows memory, read
+  // in place by the device), for the keys before the rows drawn on the device.
   void commit(const std::vector<K>& keys, const float* rows, const std::vector<uint64_t>& scores,
               const std::vector<K>& touch_keys, const std::vector<uint64_t>& touch_scores,
               const std::vector<K>& moved_up, std::vector<K>* left_fast, StreamHandle stream,
               bool below_held = false, const RealScores* pinned_hits = nullptr,
-              const std::vector<uint8_t>* initial = nullptr, bool absent = false);
+              const std::vector<uint8_t>* initial = nullptr, bool absent = false,
+              const std::vector<uint32_t>* rows_at = nullptr);
   // Writes put_keys.size() rows (put_rows: row-major) and the erases down, or keeps them
   // pending when the lower tier fails (rethrowing while it stays down).
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,

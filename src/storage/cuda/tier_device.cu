@@ -115,6 +115,17 @@ __global__ void filter_maybe_kernel(const uint32_t* count, const uint64_t* uniqu
     maybe[k] = filter_may_hold(reinterpret_cast<const uint64_t*>(words), log2_bits, unique[k]);
 }
 
+// Row p of dst = row index[p] of host (pinned host memory, read over the bus): a thread a word.
+__global__ void gather_host_rows_kernel(size_t m, const uint32_t* index, const uint32_t* host,
+                                        uint32_t dim, uint32_t* dst) {
+  const size_t total = m * dim;
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
+       t += size_t{gridDim.x} * blockDim.x) {
+    const size_t p = t / dim, w = t % dim;
+    dst[t] = host[size_t{index[p]} * dim + w];
+  }
+}
+
 // values + positions[j] * dim = *rows[j] for rows[j] != nullptr: a warp per row.
 __global__ void copy_rows_to_kernel(size_t m, const uint32_t* positions, float* const* rows,
                                     uint32_t dim, float* values) {
@@ -363,6 +374,29 @@ class CudaTierDevice final : public TierDevice {
           "CachedTable: download");
     core::cuda::sync(as_stream(stream), "CachedTable: download");
     std::memcpy(host, s.down.data, bytes);
+  }
+
+  void gather_host_rows(size_t m, const uint32_t* index, const float* host, uint32_t dim,
+                        float* dst, StreamHandle stream_handle) override {
+    if (m == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    uint32_t top = 0;
+    for (size_t p = 0; p < m; ++p) top = std::max(top, index[p]);
+    if (!in_host_rows(host, (size_t{top} + 1) * dim * sizeof(float))) {
+      // Not pinned: gathered on the host, then one copy.
+      std::vector<float> rows(m * dim);
+      for (size_t p = 0; p < m; ++p)
+        std::memcpy(rows.data() + p * dim, host + size_t{index[p]} * dim, dim * sizeof(float));
+      upload(dst, rows.data(), rows.size() * sizeof(float), stream_handle);
+      return;
+    }
+    DeviceArray<uint32_t> dindex(m, stream);
+    upload(dindex.data(), index, m * sizeof(uint32_t), stream_handle);
+    gather_host_rows_kernel<<<blocks_for(m * dim), kBlock, 0, stream>>>(
+        m, dindex.data(), reinterpret_cast<const uint32_t*>(host), dim,
+        reinterpret_cast<uint32_t*>(dst));
+    check_launch("CachedTable: gather host rows");
   }
 
   void copy(void* dst, const void* src, size_t bytes, StreamHandle stream) override {
