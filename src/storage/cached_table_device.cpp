@@ -3,17 +3,14 @@
 // lives, list only the misses on the host, read them below and move them up in one batch; rows
 // of keys found in the fast tier never leave it.
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
 #include "dynemb/storage/cached_table.hpp"
-#include "flat_index.hpp"
 #include "phase_clock.hpp"
 #include "tier_device.hpp"
 
