@@ -553,19 +553,21 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
       d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
     fast_->assign_scores(m, dkeys, dscores, stream);
     // An entry evicted and then stored again by the same call (its old row) has not left: which
-    // are still in comes back with the evictions (one wait).
+    // are still in comes back with the evictions (one wait). Keys that were all absent cannot be
+    // (a key's only insert is its own, and what it pushes out leaves).
     std::unique_ptr<bool[]> still(new bool[std::max<size_t>(evicted, 1)]);
+    std::fill(still.get(), still.get() + evicted, false);
     bool* dstill = nullptr;
-    if (evicted > 0) {
+    if (evicted > 0 && !absent) {
       dstill = static_cast<bool*>(d.scratch(Scratch::kStill, evicted, stream));
       fast_->contains(evicted, dek, dstill, stream);
     }
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
                       {ev_rows, dev, evicted * dim_ * sizeof(float)},
                       {ev_scores.data(), des, evicted * sizeof(uint64_t)},
-                      {still.get(), dstill, evicted}},
+                      {still.get(), dstill, dstill != nullptr ? evicted : 0}},
                      stream);
-    if (evicted > 0) {
+    if (evicted > 0 && dstill != nullptr) {
       size_t kept = 0;
       for (size_t e = 0; e < evicted; ++e) {
         if (still[e]) continue;
