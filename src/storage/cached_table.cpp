@@ -423,15 +423,17 @@ typename CachedTable<K>::Resolved CachedTable<K>::resolve(const std::vector<K>& 
 
 template <TableKey K>
 float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                                  std::vector<uint64_t>& scores,
+                                  std::vector<uint64_t>& scores, std::vector<uint32_t>& row_of,
                                   const std::vector<uint8_t>* maybe) {
   const size_t u = keys.size();
   below.assign(u, 0);
-  float* rows = device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u, 1) * dim_);
   scores.assign(u, 0);
+  row_of.resize(u);
+  for (size_t j = 0; j < u; ++j) row_of[j] = static_cast<uint32_t>(j);
   const bool filtered =
       maybe != nullptr && std::find(maybe->begin(), maybe->end(), 0) != maybe->end();
   if (pending_.empty() && !filtered) {  // straight into place
+    float* rows = device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u, 1) * dim_);
     std::unique_ptr<bool[]> got(new bool[std::max<size_t>(u, 1)]);
     lower_call(stats_, [&] { lower_->find(u, keys.data(), rows, scores.data(), got.get()); });
     for (size_t j = 0; j < u; ++j) below[j] = got[j];
@@ -444,35 +446,39 @@ float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector
       stats_.filtered += 1;
       continue;
     }
-    const auto p = pending_.find(keys[j]);
-    if (p != pending_.end() && !p->second.erased) {
-      below[j] = 1;
-      scores[j] = p->second.score;
-      std::copy(p->second.row.begin(), p->second.row.end(), rows + j * dim_);
-      continue;
+    if (!pending_.empty()) {
+      const auto p = pending_.find(keys[j]);
+      if (p != pending_.end() && !p->second.erased) {
+        below[j] = 1;
+        scores[j] = p->second.score;
+        continue;  // its row is copied in below, once the buffer is sized
+      }
     }
     ask.push_back(keys[j]);
     ask_at.push_back(j);
   }
-  if (ask.empty()) return rows;
-  if (ask.size() == u) {  // every key asked: straight into place
-    std::unique_ptr<bool[]> got(new bool[u]);
-    lower_call(stats_, [&] { lower_->find(u, keys.data(), rows, scores.data(), got.get()); });
-    for (size_t j = 0; j < u; ++j) below[j] = got[j];
-    return rows;
+  // The keys asked read into rows [u, u + asked) (one batch, no copy); pending rows into row j.
+  float* rows =
+      device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u + ask.size(), 1) * dim_);
+  if (!pending_.empty()) {
+    for (size_t j = 0; j < u; ++j) {
+      if (!below[j]) continue;
+      const Pending& p = pending_.at(keys[j]);
+      std::copy(p.row.begin(), p.row.end(), rows + j * dim_);
+    }
   }
-  std::vector<float> got_rows(ask.size() * dim_);
+  if (ask.empty()) return rows;
   std::vector<uint64_t> got_scores(ask.size());
   std::unique_ptr<bool[]> got(new bool[ask.size()]);
   lower_call(stats_, [&] {
-    lower_->find(ask.size(), ask.data(), got_rows.data(), got_scores.data(), got.get());
+    lower_->find(ask.size(), ask.data(), rows + u * dim_, got_scores.data(), got.get());
   });
   for (size_t a = 0; a < ask.size(); ++a) {
     if (!got[a]) continue;
     const size_t j = ask_at[a];
     below[j] = 1;
     scores[j] = got_scores[a];
-    std::copy(got_rows.begin() + a * dim_, got_rows.begin() + (a + 1) * dim_, rows + j * dim_);
+    row_of[j] = static_cast<uint32_t>(u + a);
   }
   return rows;
 }

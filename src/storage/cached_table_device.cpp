@@ -238,7 +238,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
   clock.lap(phases.misses_ns);
-  float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
+  std::vector<uint32_t> row_of;  // per unique key: its row in urows
+  float* urows = read_below(m.unique, below, uscores, row_of, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Row slots: the rows found below first, then the new ones (drawn on the device, they need no
   // upload; kGiven's are the caller's). Key k's row stays at urows + k * dim, where the lower tier
@@ -248,12 +249,12 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   uint32_t placed = 0;
   for (size_t k = 0; k < u; ++k) {
     if (!below[k]) continue;
-    rows_at.push_back(static_cast<uint32_t>(k));
+    rows_at.push_back(row_of[k]);
     slot[k] = placed++;
   }
   for (size_t k = 0; k < u; ++k) {
     if (below[k]) continue;
-    if (miss == Miss::kGiven) rows_at.push_back(static_cast<uint32_t>(k));
+    if (miss == Miss::kGiven) rows_at.push_back(row_of[k]);
     slot[k] = placed++;
   }
   // New rows: the caller's (kGiven, from the first position of the key) or the initializer's.
@@ -269,7 +270,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     std::vector<float> given(fresh.size() * dim_);
     d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
     for (size_t f = 0; f < fresh.size(); ++f)
-      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_, urows + fresh[f] * dim_);
+      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
+                urows + size_t{row_of[fresh[f]]} * dim_);
   }
   // kInitialize: new rows are drawn on the device as they go in (commit's `initial`).
   std::vector<uint8_t> initial;
@@ -349,7 +351,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     if (copy_out && !went_down.empty() && went_down.count(m.unique[k])) {
       // not in the fast tier: from the host
       out_at.push_back(m.positions[j]);
-      float* row = urows + k * dim_;
+      float* row = urows + size_t{row_of[k]} * dim_;
       if (!initial.empty() && initial[slot[k]])  // drawn on the device: again here
         fill_initial_row(o.initializer, m.unique[k], row, dim_);
       out_rows.insert(out_rows.end(), row, row + dim_);
@@ -400,7 +402,8 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   std::vector<uint8_t> below;
   std::vector<uint64_t> uscores;
   clock.lap(phases.misses_ns);
-  float* urows = read_below(m.unique, below, uscores, &m.maybe_below);
+  std::vector<uint32_t> row_of;  // per unique key: its row in urows
+  float* urows = read_below(m.unique, below, uscores, row_of, &m.maybe_below);
   clock.lap(phases.lower_read_ns);
   // Rows found below move up with their scores; with `create`, keys stored nowhere come in with
   // new rows (scored now; the next call gives every key its score). The rows found below go
@@ -414,7 +417,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   const uint64_t now = clock_now();
   for (size_t k = 0; k < u; ++k) {
     if (!below[k]) continue;
-    rows_at.push_back(static_cast<uint32_t>(k));
+    rows_at.push_back(row_of[k]);
     in.push_back(static_cast<K>(m.unique[k]));
     up.push_back(in.back());
     initial.push_back(0);

@@ -220,12 +220,13 @@ class CachedTable final : public Table<K> {
   // forgets which rows the last prefetch created.
   void settle(StreamHandle stream);
   // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
-  // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows,
-  // row j at j * dim; rows of keys not found are unspecified).
-  // `maybe` (when not null): per key, whether it may be below (the filter's answer); keys that
-  // may not are not asked.
+  // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows): key
+  // j's row is row row_of[j] (j, or past the first keys.size() rows for a key read in a partial
+  // read); rows of keys not found are unspecified. `maybe` (when not null): per key, whether it
+  // may be below (the filter's answer); keys that may not are not asked.
   float* read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
-                    std::vector<uint64_t>& scores, const std::vector<uint8_t>* maybe = nullptr);
+                    std::vector<uint64_t>& scores, std::vector<uint32_t>& row_of,
+                    const std::vector<uint8_t>* maybe = nullptr);
   // Moves the keys' rows found below into the fast tier with their scores; returns how many.
   size_t move_up(size_t n, const K* keys, StreamHandle stream);
   // Moves a finished prefetch_async's rows up (waiting for it when `wait`).
