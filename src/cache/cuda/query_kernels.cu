@@ -140,7 +140,8 @@ __device__ void copy_to_copies(uint32_t dim, const float* from, unsigned copies,
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
                            float* const (&out)[G], const unsigned (&also)[G], float* window_out,
-                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp) {
+                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp,
+                           uint32_t experiment) {
   uint64_t set[2 * G];
   bool looked[2 * G];
 #pragma unroll
@@ -226,13 +227,20 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
   // makes the row good.
-  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  if (!(experiment & kExpNoFence)) {
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  }
   __syncwarp();
   bool mine_good = false;
   if (lane < G && pick(chosen, lane) >= 0) {
-    const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
-    const uint32_t after = version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
-    mine_good = after == pick(chosen_before, lane) && slot_key_again == pick(key, lane);
+    if (experiment & kExpNoValidate) {
+      mine_good = true;
+    } else {
+      const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
+      const uint32_t after =
+          version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
+      mine_good = after == pick(chosen_before, lane) && slot_key_again == pick(key, lane);
+    }
   }
   const unsigned good = __ballot_sync(kFullMask, mine_good);
 #pragma unroll
@@ -283,7 +291,8 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
 // key's stamp is refreshed once. Returns the window's hits, a bit per position.
 template <class K, int R, int C, bool V4>
 __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, float* window_out,
-                                size_t stride, int lane, unsigned long long stamp) {
+                                size_t stride, int lane, unsigned long long stamp,
+                                uint32_t experiment = 0) {
   constexpr int G = group_keys<R, C, V4>();
   const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
   const unsigned same = __match_any_sync(kFullMask, mine) & valid;
@@ -324,7 +333,8 @@ __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, 
                 read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
       if (hit[0]) copy_to_copies<V4>(c.dim, out[0], also[0], window_out, stride, lane);
     } else {
-      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp);
+      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp,
+                                 experiment);
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -364,6 +374,66 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
 }
 
+// The end of a fused query's block whose tile holds at most 32 keys, run by one warp (lane l
+// holds the tile's key l): the misses' count is one ballot, and the block's place in the list is
+// taken as the block-wide path takes it (one atomic add on `arrivals`, or the tagged counts of the
+// blocks before it in `status`). The last block writes *miss_count and the counters.
+template <class K>
+__device__ void list_small_tile_misses(const CacheView<K>& c, size_t n, size_t first,
+                                       uint32_t count, const uint8_t* missed, const K* tile_keys,
+                                       K* missing_keys, uint64_t* missing_positions,
+                                       uint64_t* miss_count, TileStatus* status,
+                                       unsigned long long tag, unsigned long long* arrivals,
+                                       int lane) {
+  const bool miss = static_cast<uint32_t>(lane) < count && missed[lane] != 0;
+  const unsigned flags = __ballot_sync(kFullMask, miss);
+  const unsigned long long block_misses = static_cast<unsigned>(__popc(flags));
+  unsigned long long before = 0;
+  bool last = false;
+  if (arrivals != nullptr) {
+    unsigned long long arrived = 0;
+    if (lane == 0) arrived = atomicAdd(arrivals, (1ull << kArrivalShift) | block_misses);
+    arrived = __shfl_sync(kFullMask, arrived, 0);
+    before = arrived & kArrivalMissMask;
+    last = (arrived >> kArrivalShift) == gridDim.x - 1;
+    if (last && lane == 0) {
+      // Every block has arrived: the word is left zero for the stream's next call.
+      ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(*arrivals).store(
+          0, ::cuda::memory_order_relaxed);
+    }
+  } else {
+    if (lane == 0) {
+      ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[blockIdx.x])
+          .store((tag << kTileCountBits) | block_misses, ::cuda::memory_order_relaxed);
+    }
+    for (uint32_t t = static_cast<uint32_t>(lane); t < blockIdx.x; t += kWarp) {
+      ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
+      TileStatus word = published.load(::cuda::memory_order_relaxed);
+      while ((word >> kTileCountBits) != tag) {
+        __nanosleep(32);
+        word = published.load(::cuda::memory_order_relaxed);
+      }
+      before += word & ((1ull << kTileCountBits) - 1);
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      before += __shfl_xor_sync(kFullMask, before, offset);
+    }
+    last = blockIdx.x == gridDim.x - 1;
+  }
+  if (miss) {
+    const uint64_t at = before + static_cast<unsigned>(__popc(flags & ((1u << lane) - 1u)));
+    missing_keys[at] = tile_keys[lane];
+    missing_positions[at] = first + static_cast<uint32_t>(lane);
+  }
+  if (last && lane == 0) {
+    const unsigned long long total = before + block_misses;
+    *miss_count = total;
+    add_count(&c.counters->misses, total);
+    add_count(&c.counters->hits, n - total);
+  }
+}
+
 // Queries the keys of one tile per block (tiles of `tile` consecutive keys, one warp per key),
 // then writes the tile's misses in batch order: the block counts its misses, publishes the count
 // in status[block] (one word: the call's tag above the count), adds up the counts the blocks
@@ -380,7 +450,8 @@ __global__ void __launch_bounds__(kBlockThreads)
                        float* values, K* __restrict__ missing_keys,
                        uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
                        TileStatus* status, unsigned long long tag, unsigned long long stamp,
-                       unsigned long long* arrivals) {
+                       unsigned long long* arrivals, uint32_t experiment) {
+  if (experiment & kExpEmpty) return;
   using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
   __shared__ union {
@@ -412,7 +483,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     // Position p of the window is the tile's key warp + 8 (b + p).
     const unsigned hits = read_window<K, R, C, V4>(
         c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
-        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp);
+        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp, experiment);
     if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
   }
   // Lanes counted sentinels; one add per warp.
@@ -421,7 +492,16 @@ __global__ void __launch_bounds__(kBlockThreads)
     sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
+  if (experiment & kExpLookupOnly) return;
   __syncthreads();
+  if (tile <= static_cast<uint32_t>(kWarp) && !(experiment & kExpOldEpilogue)) {
+    // A tile of at most 32 keys: one warp lists its misses (one ballot, no block-wide scan).
+    if (warp == 0) {
+      list_small_tile_misses(c, n, first, count, missed, tile_keys, missing_keys, missing_positions,
+                             miss_count, status, tag, arrivals, lane);
+    }
+    return;
+  }
 
   uint32_t flags[kFusedItems];
   uint32_t mine = 0;
@@ -532,11 +612,15 @@ template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
     static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4>);
-    const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident);
+    const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
+                              : (q.experiment & kExpTile32) ? 32
+                                                            : kMinFusedTile;
+    const uint32_t tile =
+        fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident, min_tile);
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
         c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
-        q.tag, q.stamp, q.arrivals);
+        q.tag, q.stamp, q.arrivals, q.experiment);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }

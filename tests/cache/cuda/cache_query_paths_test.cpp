@@ -90,8 +90,10 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
         ASSERT_EQ(cache.preload(stored, rows_of(stored, dim)), 0u);
         const std::set<int64_t> present(stored.begin(), stored.end());
         uint64_t queried = 0, missed = 0;
-        // Up to 131,072 keys: the fused query; beyond: the query and a separate compaction.
-        std::vector<size_t> sizes = {1, 9, 2048, 20001};
+        // Up to 131,072 keys: the fused query (tiles of at most 32 keys list their misses with
+        // one warp: 1 to 12001 keys on an H100; tiles over 32 keys, 40001 keys on up to 156 SMs,
+        // with the whole block); beyond: the query and a separate compaction.
+        std::vector<size_t> sizes = {1, 9, 2048, 12001, 40001};
         if (dim <= 128) sizes.push_back(140000);
         // Each size twice: keys drawn from the whole pool, and from 40 of its keys (30 stored, 10
         // not), so that a window of 32 positions holds many copies of a key.
