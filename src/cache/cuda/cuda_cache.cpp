@@ -160,7 +160,8 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
     call.missing_keys = missing_keys;
     call.missing_positions = missing_positions;
     call.miss_count = miss_count;
-    call.status = scratch_->for_stream(s);
+    call.status = (experiment & kExpStreamMemo) ? scratch_->for_stream_remembered(s)
+                                                : scratch_->for_stream(s);
     if (call.status != nullptr && most_blocks <= scratch_->entries()) {
       // The stream's arrival word follows its tile counts.
       if (!options_.misses_in_batch_order) call.arrivals = call.status + scratch_->entries();
