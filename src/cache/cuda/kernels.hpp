@@ -74,7 +74,8 @@ struct QueryCall {
 // EXPERIMENT (diagnostic only, removed before merge): DYNEMB_CACHE_QUERY_EXPERIMENT bits.
 inline constexpr uint32_t kExpEmpty = 1, kExpHostFast = 2, kExpLookupOnly = 4, kExpNoFence = 8,
                           kExpNoValidate = 16, kExpOldEpilogue = 32, kExpTile16 = 64,
-                          kExpTile32 = 128, kExpNoCaptureCheck = 256, kExpStreamMemo = 512;
+                          kExpTile32 = 128, kExpNoCaptureCheck = 256, kExpStreamMemo = 512,
+                          kExpG4 = 1024;
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses
 // listed below.

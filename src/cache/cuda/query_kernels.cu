@@ -289,11 +289,10 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
 // position p's row goes to window_out + p * stride). Copies of a key are read once, by the
 // lowest lane holding it, G keys at once, and its row is written to every copy's position; the
 // key's stamp is refreshed once. Returns the window's hits, a bit per position.
-template <class K, int R, int C, bool V4>
+template <class K, int R, int C, bool V4, int G = group_keys<R, C, V4>()>
 __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, float* window_out,
                                 size_t stride, int lane, unsigned long long stamp,
                                 uint32_t experiment = 0) {
-  constexpr int G = group_keys<R, C, V4>();
   const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
   const unsigned same = __match_any_sync(kFullMask, mine) & valid;
   const bool leads = static_cast<uint32_t>(lane) < window && __ffs(same) - 1 == lane;
@@ -444,7 +443,7 @@ __device__ void list_small_tile_misses(const CacheView<K>& c, size_t n, size_t f
 // once.
 // With `arrivals` (misses in any order) a block instead takes its place in the list with one atomic
 // add on that word, so no block waits for another.
-template <class K, int R, int C, bool V4>
+template <class K, int R, int C, bool V4, int G>
 __global__ void __launch_bounds__(kBlockThreads)
     query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
                        float* values, K* __restrict__ missing_keys,
@@ -481,7 +480,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (mine == c.empty_key) ++sentinels;
     }
     // Position p of the window is the tile's key warp + 8 (b + p).
-    const unsigned hits = read_window<K, R, C, V4>(
+    const unsigned hits = read_window<K, R, C, V4, G>(
         c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
         static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp, experiment);
     if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
@@ -611,16 +610,37 @@ struct LaunchUnfused {
 template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4>);
+    if constexpr (R == 1 && C == 1 && V4) {
+      // EXPERIMENT: 4 keys of a warp read at once.
+      if (q.experiment & kExpG4) {
+        static const uint32_t resident4 = resident_blocks(query_fused_kernel<K, R, C, V4, 4>);
+        const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
+                                  : (q.experiment & kExpTile32) ? 32
+                                                                : kMinFusedTile;
+        const uint32_t tile =
+            fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident4, min_tile);
+        const uint64_t blocks = fused_query_blocks(q.n, tile);
+        query_fused_kernel<K, R, C, V4, 4>
+            <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+                c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
+                q.status, q.tag, q.stamp, q.arrivals, q.experiment);
+        dynemb::core::cuda::check(cudaGetLastError(),
+                                  "EmbeddingCache::query: query_fused_kernel launch");
+        return;
+      }
+    }
+    constexpr int kKeysAtOnce = group_keys<R, C, V4>();
+    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4, kKeysAtOnce>);
     const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
                               : (q.experiment & kExpTile32) ? 32
                                                             : kMinFusedTile;
     const uint32_t tile =
         fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident, min_tile);
     const uint64_t blocks = fused_query_blocks(q.n, tile);
-    query_fused_kernel<K, R, C, V4><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-        c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
-        q.tag, q.stamp, q.arrivals, q.experiment);
+    query_fused_kernel<K, R, C, V4, kKeysAtOnce>
+        <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+            c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
+            q.status, q.tag, q.stamp, q.arrivals, q.experiment);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }
