@@ -40,16 +40,22 @@ float row_value(int64_t key, uint32_t j) {
 
 // Device (or host) buffers sized for the largest call.
 struct Buffers {
+  Backend backend;
   BackendBuffer<int64_t> keys, missing;
   BackendBuffer<uint64_t> positions, count;
   BackendBuffer<float> values, rows;
   Buffers(Backend b, uint64_t max_keys, uint32_t max_dim)
-      : keys(b, max_keys),
+      : backend(b),
+        keys(b, max_keys),
         missing(b, max_keys),
         positions(b, max_keys),
         count(b, 1),
         values(b, max_keys * max_dim),
         rows(b, max_keys * max_dim) {}
+  // Waits until what was uploaded has arrived: a cudaMemcpy from pageable memory may return
+  // before its DMA is done, and the benchmark's stream (non-blocking) is not ordered after it, so
+  // a call could read part of the previous batch (the HugeCTR peer does the same).
+  void settle() const { backend_synchronize(backend); }
 };
 
 // Runs one query on `batch` (uploaded first); returns the misses. The timing covers the query
@@ -59,6 +65,7 @@ uint64_t query(EmbeddingCache<int64_t>& cache, Buffers& buf, const KeyBatch& bat
                BenchClock& clock, double* seconds, double* host_seconds = nullptr) {
   const size_t n = batch.keys.size();
   buf.keys.upload(batch.keys.data(), n);
+  buf.settle();
   clock.synchronize();
   if (seconds != nullptr) clock.start();
   const auto called = std::chrono::steady_clock::now();
@@ -85,6 +92,7 @@ double pipelined_seconds(EmbeddingCache<int64_t>& cache, Buffers& buf, const Key
                          BenchClock& clock, uint32_t calls) {
   const size_t n = batch.keys.size();
   buf.keys.upload(batch.keys.data(), n);
+  buf.settle();
   clock.synchronize();
   clock.start();
   for (uint32_t c = 0; c < calls; ++c) {
@@ -120,6 +128,7 @@ double replace_misses(EmbeddingCache<int64_t>& cache, Buffers& buf, uint64_t mis
     for (uint32_t j = 0; j < dim; ++j) rows[i * dim + j] = row_value(keys[i], j);
   }
   buf.rows.upload(rows.data(), rows.size());
+  buf.settle();
   clock.synchronize();
   if (timed) clock.start();
   cache.replace(misses, buf.missing.data(), buf.rows.data(), clock.stream());

@@ -56,12 +56,20 @@ struct Device {
   cudaEvent_t begin, end;
 };
 
+// Uploads from pageable memory, then waits until the copy has arrived (cudaMemcpy may return
+// before its DMA is done, and the non-blocking stream is not ordered after it), as dynemb bench
+// cache does.
+void upload(void* to, const void* from, size_t bytes, const char* what) {
+  check(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice), what);
+  check(cudaDeviceSynchronize(), what);
+}
+
 // One timed Query as dynemb bench cache times its own: CUDA events around the call on the
 // stream (*seconds), and the time the call took to return (*host_seconds).
 size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* seconds,
              double* host_seconds = nullptr) {
   const size_t n = b.keys.size();
-  check(cudaMemcpy(d.keys, b.keys.data(), n * sizeof(long long), cudaMemcpyHostToDevice), "keys");
+  upload(d.keys, b.keys.data(), n * sizeof(long long), "keys");
   check(cudaEventRecord(d.begin, d.stream), "event");
   const auto called = std::chrono::steady_clock::now();
   cache.Query(d.keys, n, d.values, d.positions, d.missing, d.count, d.stream);
@@ -83,7 +91,7 @@ size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* 
 double pipelined_seconds(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b,
                          uint32_t calls) {
   const size_t n = b.keys.size();
-  check(cudaMemcpy(d.keys, b.keys.data(), n * sizeof(long long), cudaMemcpyHostToDevice), "keys");
+  upload(d.keys, b.keys.data(), n * sizeof(long long), "keys");
   check(cudaEventRecord(d.begin, d.stream), "event");
   for (uint32_t c = 0; c < calls; ++c) {
     cache.Query(d.keys, n, d.values, d.positions, d.missing, d.count, d.stream);
@@ -104,8 +112,7 @@ void replace_misses(Cache& cache, Device& d, size_t misses, uint32_t dim) {
   for (size_t i = 0; i < misses; ++i) {
     for (uint32_t j = 0; j < dim; ++j) rows[i * dim + j] = row_value(keys[i], j);
   }
-  check(cudaMemcpy(d.rows, rows.data(), rows.size() * sizeof(float), cudaMemcpyHostToDevice),
-        "rows");
+  upload(d.rows, rows.data(), rows.size() * sizeof(float), "rows");
   cache.Replace(d.missing, misses, d.rows, d.stream);
   check(cudaStreamSynchronize(d.stream), "replace");
 }

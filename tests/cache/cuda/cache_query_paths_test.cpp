@@ -124,6 +124,50 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
   }
 }
 
+// The benchmark's warm-up on a cache four times the key set: batches of up to 131,072 distinct
+// keys (one fused launch, misses listed in any order) overlapping earlier batches, each queried,
+// then its misses replaced. Every key is stored once, none is evicted, and all hit afterwards.
+TEST(CacheCudaQueryPaths, UnorderedMissListsFillALargeCacheWithoutLoss) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  for (const uint32_t dim : {32u, 128u}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    CacheOptions<int64_t> options;
+    options.dim = dim;
+    options.capacity_rows = 1200000;
+    options.misses_in_batch_order = false;
+    options.validate_keys = false;
+    CacheHarness<int64_t> cache(Backend::kCuda, options);
+    const std::vector<int64_t> pool = distinct_keys(rng, 300000);
+    std::set<int64_t> stored;
+    for (int b = 0; b < 8; ++b) {
+      SCOPED_TRACE("batch " + std::to_string(b));
+      // Distinct keys, a third of them from the 20,000 first of the pool (mostly stored by then).
+      std::set<int64_t> drawn;
+      const size_t want = rng.uniform(60000, 131072);
+      while (drawn.size() < want) {
+        drawn.insert(pool[rng.chance(0.33) ? rng.uniform(0, 19999) : rng.uniform(0, 299999)]);
+      }
+      std::vector<int64_t> keys(drawn.begin(), drawn.end());
+      std::shuffle(keys.begin(), keys.end(), rng.engine());
+      const QueryOutput<int64_t> got = cache.query(keys);
+      ASSERT_EQ(by_position(got), by_position(expected(keys, stored, dim)));
+      cache.replace(got.missing_keys, rows_of(got.missing_keys, dim));
+      stored.insert(got.missing_keys.begin(), got.missing_keys.end());
+    }
+    EXPECT_EQ(cache.cache().stats().evicted, 0u);
+    EXPECT_EQ(cache.cache().size(), stored.size());
+    const std::vector<int64_t> all(stored.begin(), stored.end());
+    for (size_t first = 0; first < all.size(); first += 100000) {
+      const std::vector<int64_t> part(all.begin() + first,
+                                      all.begin() + std::min(all.size(), first + 100000));
+      const QueryOutput<int64_t> again = cache.query(part);
+      ASSERT_TRUE(again.missing_keys.empty()) << again.missing_keys.size() << " stored keys missed";
+      ASSERT_EQ(again.values, rows_of(part, dim));
+    }
+  }
+}
+
 TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
   TestRng rng;
