@@ -405,14 +405,29 @@ __device__ void list_small_tile_misses(const CacheView<K>& c, size_t n, size_t f
       ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[blockIdx.x])
           .store((tag << kTileCountBits) | block_misses, ::cuda::memory_order_relaxed);
     }
-    for (uint32_t t = static_cast<uint32_t>(lane); t < blockIdx.x; t += kWarp) {
-      ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
-      TileStatus word = published.load(::cuda::memory_order_relaxed);
-      while ((word >> kTileCountBits) != tag) {
-        __nanosleep(32);
-        word = published.load(::cuda::memory_order_relaxed);
+    // The counts of the blocks before, kLoads a lane in flight at once (one round trip for up
+    // to 256 blocks before this one).
+    constexpr uint32_t kLoads = 8;
+    for (uint32_t base = 0; base < blockIdx.x; base += kLoads * kWarp) {
+      TileStatus word[kLoads];
+#pragma unroll
+      for (uint32_t i = 0; i < kLoads; ++i) {
+        const uint32_t t = base + i * kWarp + static_cast<uint32_t>(lane);
+        word[i] = t < blockIdx.x
+                      ? ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[t]).load(
+                            ::cuda::memory_order_relaxed)
+                      : tag << kTileCountBits;
       }
-      before += word & ((1ull << kTileCountBits) - 1);
+#pragma unroll
+      for (uint32_t i = 0; i < kLoads; ++i) {
+        const uint32_t t = base + i * kWarp + static_cast<uint32_t>(lane);
+        while ((word[i] >> kTileCountBits) != tag) {
+          __nanosleep(32);
+          word[i] = ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device>(status[t]).load(
+              ::cuda::memory_order_relaxed);
+        }
+        before += word[i] & ((1ull << kTileCountBits) - 1);
+      }
     }
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
