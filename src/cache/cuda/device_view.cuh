@@ -40,6 +40,19 @@ stamp_ref(unsigned long long* s) {
   return ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>(*s);
 }
 
+// Orders the loads before it (a row read between two reads of a set's version) before the loads
+// after it (the second read): an acquire fence. PTX 8.6 (CUDA 12.8) has it on sm_90 as
+// fence.acquire, which need not wait for this thread's stores as the fence.acq_rel that
+// ::cuda::atomic_thread_fence(acquire) emits does.
+__device__ __forceinline__ void acquire_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+  asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+#endif
+}
+
 // Called by one lane: waits until the set's version is even, then makes it odd (acquire).
 __device__ __forceinline__ void lock_set(uint32_t* version) {
   auto v = version_ref(version);

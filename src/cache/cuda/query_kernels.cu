@@ -65,7 +65,7 @@ __device__ bool read_from_set(const CacheView<K>& c, uint64_t set, K key, int la
       for (uint32_t e = lane; e < c.dim; e += kWarp) out[e] = __ldcg(row + e);
     }
     // The row's loads complete before the version is read again.
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+    acquire_fence();
     __syncwarp();
     uint32_t after = 0;
     if (lane == 0) after = version_ref(version).load(::cuda::memory_order_relaxed);
@@ -227,8 +227,10 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
   // makes the row good.
-  if (!(experiment & kExpNoFence)) {
+  if (experiment & kExpAcqRelFence) {
     ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  } else if (!(experiment & kExpNoFence)) {
+    acquire_fence();
   }
   __syncwarp();
   bool mine_good = false;
@@ -626,6 +628,21 @@ template <class K, int R, int C, bool V4>
 struct LaunchFused {
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
     if constexpr (R == 1 && C == 1 && V4) {
+      // EXPERIMENT: 1 key of a warp read at a time, for tiles of one key a warp.
+      if ((q.experiment & kExpG1) && q.n <= kMinFusedTile * static_cast<size_t>(q.grid_limit)) {
+        static const uint32_t resident1 = resident_blocks(query_fused_kernel<K, R, C, V4, 1>);
+        const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident1);
+        if (tile == kMinFusedTile) {
+          const uint64_t blocks = fused_query_blocks(q.n, tile);
+          query_fused_kernel<K, R, C, V4, 1>
+              <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+                  c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
+                  q.status, q.tag, q.stamp, q.arrivals, q.experiment);
+          dynemb::core::cuda::check(cudaGetLastError(),
+                                    "EmbeddingCache::query: query_fused_kernel launch");
+          return;
+        }
+      }
       // EXPERIMENT: 4 keys of a warp read at once.
       if (q.experiment & kExpG4) {
         static const uint32_t resident4 = resident_blocks(query_fused_kernel<K, R, C, V4, 4>);
