@@ -75,7 +75,8 @@ struct QueryCall {
 inline constexpr uint32_t kExpEmpty = 1, kExpHostFast = 2, kExpLookupOnly = 4, kExpNoFence = 8,
                           kExpNoValidate = 16, kExpOldEpilogue = 32, kExpTile16 = 64,
                           kExpTile32 = 128, kExpNoCaptureCheck = 256, kExpStreamMemo = 512,
-                          kExpG4 = 1024, kExpAcqRelFence = 2048, kExpG1 = 4096;
+                          kExpG4 = 1024, kExpAcqRelFence = 2048, kExpG1 = 4096,
+                          kExpDriverLaunch = 8192;
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses
 // listed below.
