@@ -126,29 +126,15 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
   call.keys = keys;
   call.values = values;
   call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
-  // EXPERIMENT (diagnostic only, removed before merge).
+  // EXPERIMENT (removed before the merge): bit 8192 launches the fused query with cuLaunchKernel.
   static const uint32_t experiment = [] {
     const char* v = std::getenv("DYNEMB_CACHE_QUERY_EXPERIMENT");
     return v == nullptr ? 0u : static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
   }();
   call.experiment = experiment;
-  if ((experiment & kExpHostFast) && n <= kFusedMaxKeys) {
-    while ((call.tag = (call.stamp ^ tag_salt_) & kTileTagMask) == 0) {
-      call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
-    }
-    call.grid_limit = grid_limit_;
-    call.missing_keys = missing_keys;
-    call.missing_positions = missing_positions;
-    call.miss_count = miss_count;
-    if (fast_status_ == nullptr) fast_status_ = scratch_->for_stream(s);
-    call.status = fast_status_;
-    if (!options_.misses_in_batch_order) call.arrivals = call.status + scratch_->entries();
-    launch_query(view_, call, s);
-    return;
-  }
   // A captured call may be replayed with the same tag, so the fused kernel's tagged counts would
   // be read stale: a graph gets the two-step query.
-  if (n <= kFusedMaxKeys && ((experiment & kExpNoCaptureCheck) || !stream_is_capturing(s))) {
+  if (n <= kFusedMaxKeys && !stream_is_capturing(s)) {
     // One launch: the kernel compacts its misses itself through per-block counts in `status`,
     // which it recognizes by this call's tag: the stamp (unique, below 2^53) with the cache's
     // random salt, never 0 (the tag of a stream's fresh buffer).
@@ -160,8 +146,7 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
     call.missing_keys = missing_keys;
     call.missing_positions = missing_positions;
     call.miss_count = miss_count;
-    call.status = (experiment & kExpStreamMemo) ? scratch_->for_stream_remembered(s)
-                                                : scratch_->for_stream(s);
+    call.status = scratch_->for_stream(s);
     if (call.status != nullptr && most_blocks <= scratch_->entries()) {
       // The stream's arrival word follows its tile counts.
       if (!options_.misses_in_batch_order) call.arrivals = call.status + scratch_->entries();

@@ -48,7 +48,6 @@ class CudaCache final : public EmbeddingCache<K> {
   std::atomic<uint64_t> clock_{1};  // access stamps are drawn from here; 0 marks a free slot
   uint64_t tag_salt_ = 0;           // random: fused queries' tags differ from other caches' ones
   std::unique_ptr<QueryScratch> scratch_;  // the fused query's tile counts, per stream
-  TileStatus* fast_status_ = nullptr;      // EXPERIMENT (diagnostic, removed before merge)
 };
 
 }  // namespace dynemb::cache::detail

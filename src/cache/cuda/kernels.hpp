@@ -32,10 +32,10 @@ inline constexpr uint32_t kMaxBlocksPerSm = 8;
 // blocks that way, more per block beyond. The launcher passes the blocks of its kernel that are
 // resident at once, so a call runs in one wave of blocks; fused_query_tile(n, the cache's grid
 // limit) is the smallest tile, fused_query_blocks of it the most blocks, of any kernel.
-inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit, uint32_t min_tile = kMinFusedTile) {
+inline uint32_t fused_query_tile(size_t n, uint32_t grid_limit) {
   const uint64_t spread = (n + grid_limit - 1) / grid_limit;
   return static_cast<uint32_t>(
-      spread < min_tile ? min_tile : (spread > kMaxFusedTile ? kMaxFusedTile : spread));
+      spread < kMinFusedTile ? kMinFusedTile : (spread > kMaxFusedTile ? kMaxFusedTile : spread));
 }
 // Its blocks (one TileStatus each).
 inline uint64_t fused_query_blocks(size_t n, uint32_t tile) {
@@ -71,12 +71,8 @@ struct QueryCall {
   uint32_t experiment = 0;  // EXPERIMENT (diagnostic, removed before merge): kExp* bits
 };
 
-// EXPERIMENT (diagnostic only, removed before merge): DYNEMB_CACHE_QUERY_EXPERIMENT bits.
-inline constexpr uint32_t kExpEmpty = 1, kExpHostFast = 2, kExpLookupOnly = 4, kExpNoFence = 8,
-                          kExpNoValidate = 16, kExpOldEpilogue = 32, kExpTile16 = 64,
-                          kExpTile32 = 128, kExpNoCaptureCheck = 256, kExpStreamMemo = 512,
-                          kExpG4 = 1024, kExpAcqRelFence = 2048, kExpG1 = 4096,
-                          kExpDriverLaunch = 8192;
+// EXPERIMENT (removed before the merge): DYNEMB_CACHE_QUERY_EXPERIMENT bit.
+inline constexpr uint32_t kExpDriverLaunch = 8192;
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses
 // listed below.

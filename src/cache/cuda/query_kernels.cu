@@ -143,8 +143,7 @@ __device__ void copy_to_copies(uint32_t dim, const float* from, unsigned copies,
 template <class K, int R, int C, bool V4, int G>
 __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
                            float* const (&out)[G], const unsigned (&also)[G], float* window_out,
-                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp,
-                           uint32_t experiment) {
+                           size_t stride, bool (&hit)[G], int lane, unsigned long long stamp) {
   uint64_t set[2 * G];
   bool looked[2 * G];
 #pragma unroll
@@ -230,22 +229,13 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
   }
   // 3. The versions again (lane g reads key g's set): unchanged, with the key still in its slot,
   // makes the row good.
-  if (experiment & kExpAcqRelFence) {
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
-  } else if (!(experiment & kExpNoFence)) {
-    acquire_fence();
-  }
+  acquire_fence();
   __syncwarp();
   bool mine_good = false;
   if (lane < G && pick(chosen, lane) >= 0) {
-    if (experiment & kExpNoValidate) {
-      mine_good = true;
-    } else {
-      const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
-      const uint32_t after =
-          version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
-      mine_good = after == pick(chosen_before, lane) && slot_key_again == pick(key, lane);
-    }
+    const uint64_t set_of_row = pick(chosen_slot, lane) / c.ways;
+    const uint32_t after = version_ref(c.versions + set_of_row).load(::cuda::memory_order_relaxed);
+    mine_good = after == pick(chosen_before, lane) && slot_key_again == pick(key, lane);
   }
   const unsigned good = __ballot_sync(kFullMask, mine_good);
 #pragma unroll
@@ -296,8 +286,7 @@ __device__ void read_group(const CacheView<K>& c, const K (&key)[G], int live,
 // key's stamp is refreshed once. Returns the window's hits, a bit per position.
 template <class K, int R, int C, bool V4, int G = group_keys<R, C, V4>()>
 __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, float* window_out,
-                                size_t stride, int lane, unsigned long long stamp,
-                                uint32_t experiment = 0) {
+                                size_t stride, int lane, unsigned long long stamp) {
   const unsigned valid = window >= static_cast<uint32_t>(kWarp) ? kFullMask : (1u << window) - 1u;
   const unsigned same = __match_any_sync(kFullMask, mine) & valid;
   const bool leads = static_cast<uint32_t>(lane) < window && __ffs(same) - 1 == lane;
@@ -337,8 +326,7 @@ __device__ unsigned read_window(const CacheView<K>& c, K mine, uint32_t window, 
                 read_from_set<K, R, C, V4>(c, sets.second, key[0], lane, out[0], stamp));
       if (hit[0]) copy_to_copies<V4>(c.dim, out[0], also[0], window_out, stride, lane);
     } else {
-      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp,
-                                 experiment);
+      read_group<K, R, C, V4, G>(c, key, live, out, also, window_out, stride, hit, lane, stamp);
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -469,8 +457,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                        float* values, K* __restrict__ missing_keys,
                        uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
                        TileStatus* status, unsigned long long tag, unsigned long long stamp,
-                       unsigned long long* arrivals, uint32_t experiment) {
-  if (experiment & kExpEmpty) return;
+                       unsigned long long* arrivals) {
   using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
   using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
   __shared__ union {
@@ -502,7 +489,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     // Position p of the window is the tile's key warp + 8 (b + p).
     const unsigned hits = read_window<K, R, C, V4, G>(
         c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
-        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp, experiment);
+        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp);
     if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
   }
   // Lanes counted sentinels; one add per warp.
@@ -511,9 +498,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     sentinels += __shfl_xor_sync(kFullMask, sentinels, offset);
   }
   if (lane == 0) add_count(&c.counters->sentinel_keys, sentinels);
-  if (experiment & kExpLookupOnly) return;
   __syncthreads();
-  if (tile <= static_cast<uint32_t>(kWarp) && !(experiment & kExpOldEpilogue)) {
+  if (tile <= static_cast<uint32_t>(kWarp)) {
     // A tile of at most 32 keys: one warp lists its misses (one ballot, no block-wide scan).
     if (warp == 0) {
       list_small_tile_misses(c, n, first, count, missed, tile_keys, missing_keys, missing_positions,
@@ -645,63 +631,26 @@ struct LaunchUnfused {
 };
 
 // Launches the fused query kernel of one shape, its tile sized so that all its blocks are
-// resident at once.
+// resident at once. A call whose tiles hold one key a warp (up to 8 keys a block: calls of up to
+// about 3K keys on an H100) takes the kernel that reads one key of a warp at a time: it holds
+// fewer registers and runs fewer instructions than the one reading two keys at once, which only
+// pays where a warp has keys to pair (a 2K-key call took about 1 us less on an H100).
 template <class K, int R, int C, bool V4>
 struct LaunchFused {
-  static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    if constexpr (R == 1 && C == 1 && V4) {
-      // EXPERIMENT: 1 key of a warp read at a time, for tiles of one key a warp.
-      if ((q.experiment & kExpG1) && q.n <= kMinFusedTile * static_cast<size_t>(q.grid_limit)) {
-        static const uint32_t resident1 = resident_blocks(query_fused_kernel<K, R, C, V4, 1>);
-        const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident1);
-        if (tile == kMinFusedTile) {
-          const uint64_t blocks = fused_query_blocks(q.n, tile);
-          query_fused_kernel<K, R, C, V4, 1>
-              <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-                  c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
-                  q.status, q.tag, q.stamp, q.arrivals, q.experiment);
-          dynemb::core::cuda::check(cudaGetLastError(),
-                                    "EmbeddingCache::query: query_fused_kernel launch");
-          return;
-        }
-      }
-      // EXPERIMENT: 4 keys of a warp read at once.
-      if (q.experiment & kExpG4) {
-        static const uint32_t resident4 = resident_blocks(query_fused_kernel<K, R, C, V4, 4>);
-        const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
-                                  : (q.experiment & kExpTile32) ? 32
-                                                                : kMinFusedTile;
-        const uint32_t tile =
-            fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident4, min_tile);
-        const uint64_t blocks = fused_query_blocks(q.n, tile);
-        query_fused_kernel<K, R, C, V4, 4>
-            <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-                c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
-                q.status, q.tag, q.stamp, q.arrivals, q.experiment);
-        dynemb::core::cuda::check(cudaGetLastError(),
-                                  "EmbeddingCache::query: query_fused_kernel launch");
-        return;
-      }
-    }
-    constexpr int kKeysAtOnce = group_keys<R, C, V4>();
-    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4, kKeysAtOnce>);
-    const uint32_t min_tile = (q.experiment & kExpTile16)   ? 16
-                              : (q.experiment & kExpTile32) ? 32
-                                                            : kMinFusedTile;
-    const uint32_t tile =
-        fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident, min_tile);
+  template <int G>
+  static void launch(const CacheView<K>& c, const QueryCall<K>& q, uint32_t tile,
+                     cudaStream_t stream) {
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     if (q.experiment & kExpDriverLaunch) {
       static const CUfunction function = [] {
         cudaFunction_t f = nullptr;
-        dynemb::core::cuda::check(
-            cudaGetFuncBySymbol(
-                &f, reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, kKeysAtOnce>)),
-            "cudaGetFuncBySymbol");
+        dynemb::core::cuda::check(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(
+                                                              &query_fused_kernel<K, R, C, V4, G>)),
+                                  "cudaGetFuncBySymbol");
         return reinterpret_cast<CUfunction>(f);
       }();
-      const DriverLaunch launch = driver_launch();
-      if (launch != nullptr) {
+      const DriverLaunch driver = driver_launch();
+      if (driver != nullptr) {
         CacheView<K> view = c;
         size_t n = q.n;
         uint32_t t = tile;
@@ -713,23 +662,33 @@ struct LaunchFused {
         TileStatus* status = q.status;
         unsigned long long tag = q.tag, stamp = q.stamp;
         unsigned long long* arrivals = q.arrivals;
-        uint32_t experiment = q.experiment;
         void* args[] = {
-            &view,       &n,      &t,   &keys,  &values,   &missing_keys, &missing_positions,
-            &miss_count, &status, &tag, &stamp, &arrivals, &experiment};
-        if (launch(function, static_cast<unsigned>(blocks), 1, 1, kBlockThreads, 1, 1, 0,
+            &view,       &n,      &t,   &keys,  &values,  &missing_keys, &missing_positions,
+            &miss_count, &status, &tag, &stamp, &arrivals};
+        if (driver(function, static_cast<unsigned>(blocks), 1, 1, kBlockThreads, 1, 1, 0,
                    reinterpret_cast<CUstream>(stream), args, nullptr) != CUDA_SUCCESS) {
           throw std::runtime_error("EmbeddingCache::query: cuLaunchKernel failed");
         }
         return;
       }
     }
-    query_fused_kernel<K, R, C, V4, kKeysAtOnce>
-        <<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
-            c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
-            q.status, q.tag, q.stamp, q.arrivals, q.experiment);
+    query_fused_kernel<K, R, C, V4, G><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+        c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
+        q.tag, q.stamp, q.arrivals);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
+  }
+
+  static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
+    constexpr int kKeysAtOnce = group_keys<R, C, V4>();
+    if constexpr (kKeysAtOnce > 1) {
+      static const uint32_t resident_one = resident_blocks(query_fused_kernel<K, R, C, V4, 1>);
+      const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident_one);
+      if (tile <= static_cast<uint32_t>(kWarpsPerBlock)) return launch<1>(c, q, tile, stream);
+    }
+    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4, kKeysAtOnce>);
+    launch<kKeysAtOnce>(c, q, fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident),
+                        stream);
   }
 };
 

@@ -2,33 +2,7 @@
 
 #include "dynemb/core/cuda/check.hpp"
 
-#include <atomic>
-
 namespace dynemb::cache::detail {
-namespace {
-
-std::atomic<uint64_t> next_scratch_serial{1};
-
-// A host thread's last answer of for_stream.
-struct StreamMemo {
-  uint64_t serial = 0;
-  cudaStream_t stream = nullptr;
-  TileStatus* buffer = nullptr;
-};
-
-}  // namespace
-
-QueryScratch::QueryScratch(uint32_t entries)
-    : entries_(entries), serial_(next_scratch_serial.fetch_add(1, std::memory_order_relaxed)) {}
-
-TileStatus* QueryScratch::for_stream_remembered(cudaStream_t stream) {
-  thread_local StreamMemo memo;
-  // cudaStreamPerThread names another stream in each thread; the memo is per thread anyway.
-  if (memo.serial == serial_ && memo.stream == stream) return memo.buffer;
-  TileStatus* buffer = for_stream(stream);
-  if (buffer != nullptr) memo = StreamMemo{serial_, stream, buffer};
-  return buffer;
-}
 
 QueryScratch::~QueryScratch() {
   for (const auto& [id, buffer] : buffers_) cudaFree(buffer);

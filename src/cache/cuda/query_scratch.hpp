@@ -17,7 +17,7 @@ class QueryScratch {
  public:
   // Buffers of `entries` TileStatus each (the most blocks a fused query launches), then the
   // arrival word of the unordered fused query.
-  explicit QueryScratch(uint32_t entries);
+  explicit QueryScratch(uint32_t entries) : entries_(entries) {}
   ~QueryScratch();
   QueryScratch(const QueryScratch&) = delete;
   QueryScratch& operator=(const QueryScratch&) = delete;
@@ -27,9 +27,6 @@ class QueryScratch {
   // run one after another on the device, so they share its buffer; the call tag tells their counts
   // apart.
   TileStatus* for_stream(cudaStream_t stream);
-  // for_stream, remembered per host thread for the last stream it asked about (no
-  // cudaStreamGetId while a thread keeps querying on one stream). EXPERIMENT.
-  TileStatus* for_stream_remembered(cudaStream_t stream);
   // TileStatus entries per buffer.
   uint32_t entries() const { return entries_; }
 
@@ -38,7 +35,6 @@ class QueryScratch {
 
  private:
   uint32_t entries_;
-  uint64_t serial_;  // unique to this scratch in the process (a thread's memo names it)
   std::mutex mutex_;
   // (cudaStreamGetId, buffer): stream ids are never reused, unlike stream handles.
   std::vector<std::pair<unsigned long long, TileStatus*>> buffers_;
