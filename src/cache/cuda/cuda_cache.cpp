@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -126,12 +125,6 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
   call.keys = keys;
   call.values = values;
   call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
-  // EXPERIMENT (removed before the merge): bit 8192 launches the fused query with cuLaunchKernel.
-  static const uint32_t experiment = [] {
-    const char* v = std::getenv("DYNEMB_CACHE_QUERY_EXPERIMENT");
-    return v == nullptr ? 0u : static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
-  }();
-  call.experiment = experiment;
   // A captured call may be replayed with the same tag, so the fused kernel's tagged counts would
   // be read stale: a graph gets the two-step query.
   if (n <= kFusedMaxKeys && !stream_is_capturing(s)) {

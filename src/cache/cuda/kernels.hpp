@@ -68,11 +68,7 @@ struct QueryCall {
   // Fused, misses in any order (misses_in_batch_order off): the stream's arrival word (zero
   // between calls; the call's last block leaves it zero), else nullptr (batch order).
   unsigned long long* arrivals = nullptr;
-  uint32_t experiment = 0;  // EXPERIMENT (diagnostic, removed before merge): kExp* bits
 };
-
-// EXPERIMENT (removed before the merge): DYNEMB_CACHE_QUERY_EXPERIMENT bit.
-inline constexpr uint32_t kExpDriverLaunch = 8192;
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses
 // listed below.

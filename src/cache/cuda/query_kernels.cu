@@ -3,16 +3,14 @@
 // kFusedMaxKeys (one launch), a separate compaction for larger ones.
 #include <thrust/iterator/counting_iterator.h>
 
-#include <cuda.h>
-
 #include <algorithm>
-#include <stdexcept>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
 
 #include "cuda/device_view.cuh"
+#include "cuda/driver_launch.hpp"
 #include "cuda/kernels.hpp"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
@@ -596,25 +594,6 @@ uint32_t resident_blocks(Kernel kernel) {
   return static_cast<uint32_t>(std::clamp<int>(blocks, 1, kMaxBlocksPerSm));
 }
 
-// cuLaunchKernel from the driver (through the runtime's entry-point query, so nothing links
-// libcuda), or nullptr. EXPERIMENT: the runtime's cudaLaunchKernel adds its own work per launch.
-using DriverLaunch = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  unsigned, unsigned, CUstream, void**, void**);
-DriverLaunch driver_launch() {
-  static const DriverLaunch fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<DriverLaunch>(nullptr);
-    }
-    return reinterpret_cast<DriverLaunch>(p);
-  }();
-  return fn;
-}
-
 // Launches the unfused query kernel of one shape: as many blocks as are resident at once, or
 // fewer when the windows of 32 keys run out.
 template <class K, int R, int C, bool V4>
@@ -641,36 +620,28 @@ struct LaunchFused {
   static void launch(const CacheView<K>& c, const QueryCall<K>& q, uint32_t tile,
                      cudaStream_t stream) {
     const uint64_t blocks = fused_query_blocks(q.n, tile);
-    if (q.experiment & kExpDriverLaunch) {
-      static const CUfunction function = [] {
-        cudaFunction_t f = nullptr;
-        dynemb::core::cuda::check(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(
-                                                              &query_fused_kernel<K, R, C, V4, G>)),
-                                  "cudaGetFuncBySymbol");
-        return reinterpret_cast<CUfunction>(f);
-      }();
-      const DriverLaunch driver = driver_launch();
-      if (driver != nullptr) {
-        CacheView<K> view = c;
-        size_t n = q.n;
-        uint32_t t = tile;
-        const K* keys = q.keys;
-        float* values = q.values;
-        K* missing_keys = q.missing_keys;
-        uint64_t* missing_positions = q.missing_positions;
-        uint64_t* miss_count = q.miss_count;
-        TileStatus* status = q.status;
-        unsigned long long tag = q.tag, stamp = q.stamp;
-        unsigned long long* arrivals = q.arrivals;
-        void* args[] = {
-            &view,       &n,      &t,   &keys,  &values,  &missing_keys, &missing_positions,
-            &miss_count, &status, &tag, &stamp, &arrivals};
-        if (driver(function, static_cast<unsigned>(blocks), 1, 1, kBlockThreads, 1, 1, 0,
-                   reinterpret_cast<CUstream>(stream), args, nullptr) != CUDA_SUCCESS) {
-          throw std::runtime_error("EmbeddingCache::query: cuLaunchKernel failed");
-        }
-        return;
-      }
+    // Through the driver where it can be found: the runtime's launch adds about 0.5-1 us of host
+    // time, most of a 2K-key call's (docs/cache.md, "What a small query costs").
+    static const CUfunction function =
+        driver_function(reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G>));
+    if (function != nullptr) {
+      // The kernel's parameters, in order.
+      CacheView<K> view = c;
+      size_t n = q.n;
+      const K* keys = q.keys;
+      float* values = q.values;
+      K* missing_keys = q.missing_keys;
+      uint64_t* missing_positions = q.missing_positions;
+      uint64_t* miss_count = q.miss_count;
+      TileStatus* status = q.status;
+      unsigned long long tag = q.tag, stamp = q.stamp;
+      unsigned long long* arrivals = q.arrivals;
+      void* args[] = {
+          &view,       &n,      &tile, &keys,  &values,  &missing_keys, &missing_positions,
+          &miss_count, &status, &tag,  &stamp, &arrivals};
+      launch_through_driver(function, static_cast<unsigned>(blocks), kBlockThreads, args, stream,
+                            "EmbeddingCache::query: query_fused_kernel launch");
+      return;
     }
     query_fused_kernel<K, R, C, V4, G><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
         c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
