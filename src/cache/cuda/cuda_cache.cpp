@@ -125,6 +125,7 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
   call.keys = keys;
   call.values = values;
   call.stamp = clock_.fetch_add(1, std::memory_order_relaxed);
+  call.device = options_.device;
   // A captured call may be replayed with the same tag, so the fused kernel's tagged counts would
   // be read stale: a graph gets the two-step query.
   if (n <= kFusedMaxKeys && !stream_is_capturing(s)) {

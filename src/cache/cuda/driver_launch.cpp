@@ -38,6 +38,17 @@ CUfunction driver_function(const void* kernel) {
   return reinterpret_cast<CUfunction>(f);
 }
 
+CUfunction DriverKernel::on(int device) {
+  if (device < 0 || device >= kDevices) return nullptr;
+  uintptr_t known = functions_[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    const CUfunction found = driver_function(kernel_);
+    known = found == nullptr ? 1 : reinterpret_cast<uintptr_t>(found);
+    functions_[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 1 ? nullptr : reinterpret_cast<CUfunction>(known);
+}
+
 void launch_through_driver(CUfunction function, unsigned blocks, unsigned threads, void** args,
                            cudaStream_t stream, const char* what) {
   const CUresult result = driver_launch()(function, blocks, 1, 1, threads, 1, 1, 0,

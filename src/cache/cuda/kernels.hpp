@@ -68,6 +68,7 @@ struct QueryCall {
   // Fused, misses in any order (misses_in_batch_order off): the stream's arrival word (zero
   // between calls; the call's last block leaves it zero), else nullptr (batch order).
   unsigned long long* arrivals = nullptr;
+  int device = 0;  // the cache's device (current during the call)
 };
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses

@@ -622,8 +622,8 @@ struct LaunchFused {
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     // Through the driver where it can be found: the runtime's launch adds about 0.5-1 us of host
     // time, most of a 2K-key call's (docs/cache.md, "What a small query costs").
-    static const CUfunction function =
-        driver_function(reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G>));
+    static DriverKernel kernel(reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G>));
+    const CUfunction function = kernel.on(q.device);
     if (function != nullptr) {
       // The kernel's parameters, in order.
       CacheView<K> view = c;
