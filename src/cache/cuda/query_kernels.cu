@@ -92,7 +92,8 @@ __device__ bool read_from_set(const CacheView<K>& c, uint64_t set, K key, int la
 
 // Keys a warp of the fused kernel reads at once: 2 while the staged rows take at most 8 floats a
 // lane and a set at most 2 keys a lane (more keys in flight cost more registers than they win in
-// occupancy); 1 for rows copied unstaged (C == 0).
+// occupancy); 1 for rows copied unstaged (C == 0). The fused query's launcher takes 1 for tiles
+// of one key a warp, where a warp has no second key to pair.
 template <int R, int C, bool V4>
 constexpr int group_keys() {
   constexpr int floats = C * (V4 ? 4 : 1);
