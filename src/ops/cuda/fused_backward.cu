@@ -3,6 +3,8 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -44,18 +46,18 @@ __device__ __forceinline__ float* updated_address(float* const* rows, const bool
 // The warp's update of the row at p (null: none) from its reduced gradient: skipped when the
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
 // does) or when p is null.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
 __device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
                                      uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (p == nullptr) return;
-  update_row<kKind, kVec, true, kType, false>(o, p, grad, dim);
+  update_row<kKind, kVec, true, kType, false, kStream>(o, p, grad, dim);
 }
 
 // Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
 // order, one thread per element, into shared memory; then the block's first warp updates the
 // row from there.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
 __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const HotChunks& h,
                                   float* const* rows, const bool* skip,
                                   unsigned long long* nonfinite, float* grad, uint32_t hot_blocks) {
@@ -65,8 +67,8 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
     add_hot_row(h, row, dim, grad);
     __syncthreads();
     if (threadIdx.x < 32)
-      optimize_reduced_row<kKind, kVec, kType>(o, updated_address(rows, skip, row), grad, dim,
-                                               nonfinite);
+      optimize_reduced_row<kKind, kVec, kType, kStream>(o, updated_address(rows, skip, row), grad,
+                                                        dim, nonfinite);
     __syncthreads();
   }
 }
@@ -77,7 +79,7 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
 // together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
 // for the block that updates it.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -86,21 +88,22 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = updated_address(rows, skip, row);
   if (p != nullptr) {
-    const size_t row_bytes =
-        (value_words(o.value_type, x.dim) + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
+    const size_t row_bytes = (value_words(o.value_type, x.dim) +
+                              optimizer_state_words(kKind, x.dim, state_value_type(o))) *
+                             sizeof(float);
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
+  optimize_reduced_row<kKind, kVec, kType, kStream>(o, p, grad, x.dim, nonfinite);
 }
 
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
 // starts first and overlaps the cold rows, which the other blocks take one warp each. Bounds of 4
 // blocks (32 warps) per SM: left to itself, ptxas gave the hot rows' 64 loads in flight 72
 // registers (24 warps); 5 blocks spill.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
 __global__ void __launch_bounds__(kBlock, 4)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
@@ -108,7 +111,8 @@ __global__ void __launch_bounds__(kBlock, 4)
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
   if (blockIdx.x < hot_blocks) {
-    optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
+    optimize_hot_rows<kKind, kVec, kType, kStream>(o, x.dim, h, rows, skip, nonfinite, shared,
+                                                   hot_blocks);
     return;
   }
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
@@ -116,21 +120,32 @@ __global__ void __launch_bounds__(kBlock, 4)
   const size_t first =
       (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, first);
+    optimize_cold_row<kKind, kVec, kType, kStream>(o, x, g, groups, h, rows, skip, nonfinite,
+                                                   shared + (threadIdx.x / 32) * grad_stride,
+                                                   first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
-    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, row);
+    optimize_cold_row<kKind, kVec, kType, kStream>(o, x, g, groups, h, rows, skip, nonfinite,
+                                                   shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
 
 // Cold-row blocks of a launch whose live row count only the device knows: a few waves of the
 // resident blocks (4 a multiprocessor), striding over the rows in use.
+// Whether the rows' lines are marked evict-first (cache_hints.cuh): only when the environment
+// sets DYNEMB_FUSED_STREAM_ROWS=1 (an experiment's switch, docs/ops.md).
+bool stream_rows() {
+  static const bool on = [] {
+    const char* v = std::getenv("DYNEMB_FUSED_STREAM_ROWS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
 unsigned strided_cold_blocks(size_t num_rows) {
   static const int multiprocessors = [] {
     int device = 0, count = 0;
@@ -143,7 +158,7 @@ unsigned strided_cold_blocks(size_t num_rows) {
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
 void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups groups,
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
@@ -152,7 +167,7 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
       x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
   const unsigned cold_blocks =
       x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
-  fused_row_kernel<kKind, kVec, kType>
+  fused_row_kernel<kKind, kVec, kType, kStream>
       <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
@@ -189,10 +204,15 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     constexpr ValueType kType = decltype(type)::value;
     ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
       constexpr OptimizerKind kKind = decltype(kind)::value;
-      if (vec) {
-        launch_fused<kKind, 4, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
+      if (vec && stream_rows()) {
+        launch_fused<kKind, 4, kType, true>(o, x, groups, g, h, rows, skip, bad, grad_stride,
+                                            stream);
+      } else if (vec) {
+        launch_fused<kKind, 4, kType, false>(o, x, groups, g, h, rows, skip, bad, grad_stride,
+                                             stream);
       } else {
-        launch_fused<kKind, 1, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
+        launch_fused<kKind, 1, kType, false>(o, x, groups, g, h, rows, skip, bad, grad_stride,
+                                             stream);
       }
     });
   };

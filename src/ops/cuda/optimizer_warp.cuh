@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/cache_hints.cuh"
 #include "cuda/launch.cuh"
 #include "dynemb/ops/optimizer.hpp"
 
@@ -55,48 +56,95 @@ __device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned lon
 }
 
 // The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
-// 128-element tile of w, the state arrays and the gradient.
-template <OptimizerKind kKind>
+// 128-element tile of w, the state arrays and the gradient. kStream: the row's lines are loaded
+// and stored evict-first (cache_hints.cuh).
+template <OptimizerKind kKind, bool kStream = false>
 __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
                                 const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    float4 w = *reinterpret_cast<const float4*>(row + j);
+    auto* w4 = reinterpret_cast<float4*>(row + j);
+    auto* a4 = reinterpret_cast<float4*>(row + dim + j);
+    auto* b4 = reinterpret_cast<float4*>(row + 2 * dim + j);
+    float4 w = load_row<kStream>(w4);
     const float4 g = *reinterpret_cast<const float4*>(grad + j);
     float4 a{}, b{};
-    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
-    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
+    if constexpr (kArrays >= 1) a = load_row<kStream>(a4);
+    if constexpr (kArrays >= 2) b = load_row<kStream>(b4);
     update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
     update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
     update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
     update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
-    *reinterpret_cast<float4*>(row + j) = w;
-    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
-    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
+    store_row<kStream>(w4, w);
+    if constexpr (kArrays >= 1) store_row<kStream>(a4, a);
+    if constexpr (kArrays >= 2) store_row<kStream>(b4, b);
+  }
+}
+
+// A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
+// 8-byte load of 16-bit elements) into v; returns the 16-bit elements' bits (float32: zeros).
+template <ValueType kState, bool kStream>
+__device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (&v)[4]) {
+  if constexpr (kState == ValueType::kFloat32) {
+    const float4 f = load_row<kStream>(reinterpret_cast<const float4*>(a + j));
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    return uint2{0, 0};
+  } else {
+    const uint2 packed =
+        load_row<kStream>(reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j));
+    v[0] = from_bits16<kState>(static_cast<uint16_t>(packed.x & 0xFFFFu));
+    v[1] = from_bits16<kState>(static_cast<uint16_t>(packed.x >> 16));
+    v[2] = from_bits16<kState>(static_cast<uint16_t>(packed.y & 0xFFFFu));
+    v[3] = from_bits16<kState>(static_cast<uint16_t>(packed.y >> 16));
+    return packed;
+  }
+}
+
+// Stores load_state4's elements back: float32 as is; 16-bit each rounded as store_state does
+// (stochastically, from its old bits in `old` and salt + k for element j + k), in one 8-byte
+// store.
+template <ValueType kState, bool kStream>
+__device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (&v)[4],
+                                             uint32_t salt, uint2 old) {
+  if constexpr (kState == ValueType::kFloat32) {
+    store_row<kStream>(reinterpret_cast<float4*>(a + j), float4{v[0], v[1], v[2], v[3]});
+  } else {
+    auto* p = reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(a) + j);
+    const uint16_t o[4] = {
+        static_cast<uint16_t>(old.x & 0xFFFFu), static_cast<uint16_t>(old.x >> 16),
+        static_cast<uint16_t>(old.y & 0xFFFFu), static_cast<uint16_t>(old.y >> 16)};
+    uint32_t bits[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k)
+      bits[k] = to_bits16_stochastic<kState>(v[k], rounding_bits(v[k], o[k], salt + k));
+    store_row<kStream>(p, uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)});
   }
 }
 
 // update_row_elements of a row of kType weights with 4 elements a lane: elements 4 l .. 4 l + 3
-// of each 128, the weights as one 8-byte load and store, the gradient and state as float4s (row
-// 16-byte aligned, dim % 8 == 0 so the state is too). Each element's arithmetic and rounding is
-// update_row_elements', so the rows end bit-identical to it.
-template <OptimizerKind kKind, ValueType kType>
+// of each 128, the weights as one 8-byte load and store, the gradient as float4s and the state
+// arrays (kState elements) as float4s or 8-byte words (row 16-byte aligned, dim % 8 == 0 so the
+// state is too). Each element's arithmetic and rounding is update_row_elements', so the rows end
+// bit-identical to it. kStream: the row's lines evict-first (cache_hints.cuh).
+template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32,
+          bool kStream = false>
 __device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
                                        const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   float* a = row + value_words(kType, dim);
-  float* b = a + dim;
+  float* b = a + value_words(kState, dim);
   auto* weights = reinterpret_cast<uint16_t*>(row);
   for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    const uint2 packed = *reinterpret_cast<const uint2*>(weights + j);
+    auto* w2 = reinterpret_cast<uint2*>(weights + j);
+    const uint2 packed = load_row<kStream>(w2);
     const uint16_t old[4] = {
         static_cast<uint16_t>(packed.x & 0xFFFFu), static_cast<uint16_t>(packed.x >> 16),
         static_cast<uint16_t>(packed.y & 0xFFFFu), static_cast<uint16_t>(packed.y >> 16)};
     const float4 g4 = *reinterpret_cast<const float4*>(grad + j);
-    float4 a4{}, b4{};
-    if constexpr (kArrays >= 1) a4 = *reinterpret_cast<const float4*>(a + j);
-    if constexpr (kArrays >= 2) b4 = *reinterpret_cast<const float4*>(b + j);
-    float sa[4] = {a4.x, a4.y, a4.z, a4.w}, sb[4] = {b4.x, b4.y, b4.z, b4.w};
+    float sa[4] = {}, sb[4] = {};
+    uint2 old_a{}, old_b{};
+    if constexpr (kArrays >= 1) old_a = load_state4<kState, kStream>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState, kStream>(b, j, sb);
     const float g[4] = {g4.x, g4.y, g4.z, g4.w};
     uint16_t bits[4];
 #pragma unroll
@@ -107,24 +155,25 @@ __device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdat
                     ? to_bits16_stochastic<kType>(w, rounding_bits(w, old[k], j + k))
                     : to_bits16<kType>(w);
     }
-    *reinterpret_cast<uint2*>(weights + j) =
-        uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
-              bits[2] | (static_cast<uint32_t>(bits[3]) << 16)};
-    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(a + j) = {sa[0], sa[1], sa[2], sa[3]};
-    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(b + j) = {sb[0], sb[1], sb[2], sb[3]};
+    store_row<kStream>(w2, uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
+                                 bits[2] | (static_cast<uint32_t>(bits[3]) << 16)});
+    if constexpr (kArrays >= 1) store_state4<kState, kStream>(a, j, sa, dim + j, old_a);
+    if constexpr (kArrays >= 2) store_state4<kState, kStream>(b, j, sb, 2 * dim + j, old_b);
   }
 }
 
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
 // elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
-// word apart.
-template <OptimizerKind kKind, ValueType kType>
+// word apart. kStream: the vec4 paths' row lines evict-first.
+template <OptimizerKind kKind, ValueType kType, bool kStream = false>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
   const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
-  if (vec4) {
-    update_packed_row_vec4<kKind, kType>(o, u, row, grad, dim);
+  if (vec4 && o.state_in_value_type) {
+    update_packed_row_vec4<kKind, kType, kType, kStream>(o, u, row, grad, dim);
+  } else if (vec4) {
+    update_packed_row_vec4<kKind, kType, ValueType::kFloat32, kStream>(o, u, row, grad, dim);
   } else {
     update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
   }
@@ -156,13 +205,14 @@ __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float*
 // kTypeAtRunTime (with kType float32, the default): the rows may also hold 16-bit weights
 // (o.value_type), updated out of line; a kernel compiled per value type passes false, so its
 // float32 form carries no call (whose frame cost it registers and spills).
+// kStream: the row's lines are loaded and stored evict-first (the fused backward's choice).
 template <OptimizerKind kKind, uint32_t kVec, bool kByAddress,
-          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true>
+          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true, bool kStream = false>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
   const bool vec4_packed = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
   if constexpr (kType != ValueType::kFloat32) {
-    update_typed_row<kKind, kType>(o, row, grad, dim, lanes, vec4_packed);
+    update_typed_row<kKind, kType, kStream>(o, row, grad, dim, lanes, vec4_packed);
   } else {
     if constexpr (kTypeAtRunTime) {
       if (o.value_type != ValueType::kFloat32) {
@@ -173,7 +223,7 @@ __device__ void update_row(const OptimizerOptions& o, float* row, const float* g
     const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
     if constexpr (kVec == 4) {
       if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        update_row_vec4<kKind>(o, u, row, grad, dim);
+        update_row_vec4<kKind, kStream>(o, u, row, grad, dim);
       } else {
         update_row_elements<kKind>(o, u, row, grad, dim, lanes);
       }
