@@ -56,29 +56,39 @@ __device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned lon
 }
 
 // The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
-// 128-element tile of w, the state arrays and the gradient. kStream: the row's lines are loaded
-// and stored evict-first (cache_hints.cuh).
-template <OptimizerKind kKind, bool kStream = false>
-__device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                const float* grad, uint32_t dim) {
+// 128-element tile of w, the state arrays and the gradient. The lane's first tile is loaded
+// before `begin` (begin_row_update, which reads the row's scalars) runs, so the two reads' trips
+// to memory overlap; the arithmetic is the same as without. Returns begin's RowUpdate. kStream:
+// the row's lines are loaded and stored evict-first (cache_hints.cuh).
+template <OptimizerKind kKind, bool kStream = false, class Begin>
+__device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& begin, float* row,
+                                     const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
-  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    auto* w4 = reinterpret_cast<float4*>(row + j);
-    auto* a4 = reinterpret_cast<float4*>(row + dim + j);
-    auto* b4 = reinterpret_cast<float4*>(row + 2 * dim + j);
-    float4 w = load_row<kStream>(w4);
-    const float4 g = *reinterpret_cast<const float4*>(grad + j);
-    float4 a{}, b{};
-    if constexpr (kArrays >= 1) a = load_row<kStream>(a4);
-    if constexpr (kArrays >= 2) b = load_row<kStream>(b4);
+  uint32_t j = 4 * lane_index();
+  float4 w{}, a{}, b{}, g{};
+  const auto load = [&] {
+    w = load_row<kStream>(reinterpret_cast<const float4*>(row + j));
+    g = *reinterpret_cast<const float4*>(grad + j);
+    if constexpr (kArrays >= 1)
+      a = load_row<kStream>(reinterpret_cast<const float4*>(row + dim + j));
+    if constexpr (kArrays >= 2) {
+      b = load_row<kStream>(reinterpret_cast<const float4*>(row + 2 * dim + j));
+    }
+  };
+  if (j < dim) load();
+  const RowUpdate u = begin();
+  while (j < dim) {
     update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
     update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
     update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
     update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
-    store_row<kStream>(w4, w);
-    if constexpr (kArrays >= 1) store_row<kStream>(a4, a);
-    if constexpr (kArrays >= 2) store_row<kStream>(b4, b);
+    store_row<kStream>(reinterpret_cast<float4*>(row + j), w);
+    if constexpr (kArrays >= 1) store_row<kStream>(reinterpret_cast<float4*>(row + dim + j), a);
+    if constexpr (kArrays >= 2) store_row<kStream>(reinterpret_cast<float4*>(row + 2 * dim + j), b);
+    j += 128;
+    if (j < dim) load();
   }
+  return u;
 }
 
 // A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
@@ -124,27 +134,33 @@ __device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (
 // update_row_elements of a row of kType weights with 4 elements a lane: elements 4 l .. 4 l + 3
 // of each 128, the weights as one 8-byte load and store, the gradient as float4s and the state
 // arrays (kState elements) as float4s or 8-byte words (row 16-byte aligned, dim % 8 == 0 so the
-// state is too). Each element's arithmetic and rounding is update_row_elements', so the rows end
-// bit-identical to it. kStream: the row's lines evict-first (cache_hints.cuh).
+// state is too). The first tile is loaded before `begin` runs, as in update_row_vec4. Each
+// element's arithmetic and rounding is update_row_elements', so the rows end bit-identical to
+// it. Returns begin's RowUpdate. kStream: the row's lines evict-first (cache_hints.cuh).
 template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32,
-          bool kStream = false>
-__device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                       const float* grad, uint32_t dim) {
+          bool kStream = false, class Begin>
+__device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Begin& begin,
+                                            float* row, const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   float* a = row + value_words(kType, dim);
   float* b = a + value_words(kState, dim);
   auto* weights = reinterpret_cast<uint16_t*>(row);
-  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    auto* w2 = reinterpret_cast<uint2*>(weights + j);
-    const uint2 packed = load_row<kStream>(w2);
+  uint32_t j = 4 * lane_index();
+  uint2 packed{}, old_a{}, old_b{};
+  float4 g4{};
+  float sa[4] = {}, sb[4] = {};
+  const auto load = [&] {
+    packed = load_row<kStream>(reinterpret_cast<const uint2*>(weights + j));
+    g4 = *reinterpret_cast<const float4*>(grad + j);
+    if constexpr (kArrays >= 1) old_a = load_state4<kState, kStream>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState, kStream>(b, j, sb);
+  };
+  if (j < dim) load();
+  const RowUpdate u = begin();
+  while (j < dim) {
     const uint16_t old[4] = {
         static_cast<uint16_t>(packed.x & 0xFFFFu), static_cast<uint16_t>(packed.x >> 16),
         static_cast<uint16_t>(packed.y & 0xFFFFu), static_cast<uint16_t>(packed.y >> 16)};
-    const float4 g4 = *reinterpret_cast<const float4*>(grad + j);
-    float sa[4] = {}, sb[4] = {};
-    uint2 old_a{}, old_b{};
-    if constexpr (kArrays >= 1) old_a = load_state4<kState, kStream>(a, j, sa);
-    if constexpr (kArrays >= 2) old_b = load_state4<kState, kStream>(b, j, sb);
     const float g[4] = {g4.x, g4.y, g4.z, g4.w};
     uint16_t bits[4];
 #pragma unroll
@@ -155,11 +171,15 @@ __device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdat
                     ? to_bits16_stochastic<kType>(w, rounding_bits(w, old[k], j + k))
                     : to_bits16<kType>(w);
     }
-    store_row<kStream>(w2, uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
-                                 bits[2] | (static_cast<uint32_t>(bits[3]) << 16)});
+    store_row<kStream>(reinterpret_cast<uint2*>(weights + j),
+                       uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
+                             bits[2] | (static_cast<uint32_t>(bits[3]) << 16)});
     if constexpr (kArrays >= 1) store_state4<kState, kStream>(a, j, sa, dim + j, old_a);
     if constexpr (kArrays >= 2) store_state4<kState, kStream>(b, j, sb, 2 * dim + j, old_b);
+    j += 128;
+    if (j < dim) load();
   }
+  return u;
 }
 
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
@@ -169,12 +189,15 @@ template <OptimizerKind kKind, ValueType kType, bool kStream = false>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
-  const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
+  const auto begin = [&] { return begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes); };
+  RowUpdate u;
   if (vec4 && o.state_in_value_type) {
-    update_packed_row_vec4<kKind, kType, kType, kStream>(o, u, row, grad, dim);
+    u = update_packed_row_vec4<kKind, kType, kType, kStream>(o, begin, row, grad, dim);
   } else if (vec4) {
-    update_packed_row_vec4<kKind, kType, ValueType::kFloat32, kStream>(o, u, row, grad, dim);
+    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32, kStream>(o, begin, row, grad,
+                                                                           dim);
   } else {
+    u = begin();
     update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
   }
   end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
@@ -220,16 +243,16 @@ __device__ void update_row(const OptimizerOptions& o, float* row, const float* g
         return;
       }
     }
-    const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
+    const auto begin = [&] { return begin_row_update(o, row, grad, dim, lanes); };
     if constexpr (kVec == 4) {
       if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        update_row_vec4<kKind, kStream>(o, u, row, grad, dim);
-      } else {
-        update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+        const RowUpdate u = update_row_vec4<kKind, kStream>(o, begin, row, grad, dim);
+        end_row_update(o, u, row, dim, lanes);
+        return;
       }
-    } else {
-      update_row_elements<kKind>(o, u, row, grad, dim, lanes);
     }
+    const RowUpdate u = begin();
+    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
     end_row_update(o, u, row, dim, lanes);
   }
 }
