@@ -48,18 +48,18 @@ __device__ __forceinline__ float* updated_address(float* const* rows, const bool
 // The warp's update of the row at p (null: none) from its reduced gradient: skipped when the
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
 // does) or when p is null.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
                                      uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (p == nullptr) return;
-  update_row<kKind, kVec, true, kType, false, kStream>(o, p, grad, dim);
+  update_row<kKind, kVec, true, kType, false>(o, p, grad, dim);
 }
 
 // Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
 // order, one thread per element, into shared memory; then the block's first warp updates the
 // row from there.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const HotChunks& h,
                                   float* const* rows, const bool* skip,
                                   unsigned long long* nonfinite, float* grad, uint32_t hot_blocks) {
@@ -69,8 +69,8 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
     add_hot_row(h, row, dim, grad);
     __syncthreads();
     if (threadIdx.x < 32)
-      optimize_reduced_row<kKind, kVec, kType, kStream>(o, updated_address(rows, skip, row), grad,
-                                                        dim, nonfinite);
+      optimize_reduced_row<kKind, kVec, kType>(o, updated_address(rows, skip, row), grad, dim,
+                                               nonfinite);
     __syncthreads();
   }
 }
@@ -81,7 +81,7 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
 // together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
 // for the block that updates it.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -98,7 +98,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec, kType, kStream>(o, p, grad, x.dim, nonfinite);
+  optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
 
 // The rows' kernel; its blocks take, in order: [0, hot_blocks) the hot rows (grid-stride; their
@@ -106,20 +106,23 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
 // (a warp a chunk, striding over the chunks), the rest the cold rows, one warp each. The step
 // issues it twice: chunk sums and cold rows together (the chunks' gradient reads from L2 overlap
 // the cold rows' table rows from HBM), then the hot rows alone (a short pass over the chunk sums).
-// Bounds of 4 blocks (32 warps) per SM: left to itself, ptxas gave the hot rows' 64 loads in
-// flight 72 registers (24 warps); 5 blocks spill.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
-__global__ void __launch_bounds__(kBlock, 4)
+// Bounds of kMinBlocks blocks per SM: 4 (32 warps) where the hot rows' path is compiled in
+// (kHot; left to itself, ptxas gave its 64 loads in flight 72 registers, 24 warps); the launch
+// without hot rows may ask for 5 (DYNEMB_FUSED_BLOCKS=5, Adam only: an experiment's switch).
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, uint32_t kMinBlocks = 4,
+          bool kHot = true>
+__global__ void __launch_bounds__(kBlock, kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
                      unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks,
                      uint32_t chunk_blocks) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
-  if (blockIdx.x < hot_blocks) {
-    optimize_hot_rows<kKind, kVec, kType, kStream>(o, x.dim, h, rows, skip, nonfinite, shared,
-                                                   hot_blocks);
-    return;
+  if constexpr (kHot) {
+    if (blockIdx.x < hot_blocks) {
+      optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
+      return;
+    }
   }
   if (blockIdx.x < hot_blocks + chunk_blocks) {
     const size_t chunks = hot_chunk_count(x, h);
@@ -136,32 +139,21 @@ __global__ void __launch_bounds__(kBlock, 4)
   const size_t first =
       (static_cast<size_t>(blockIdx.x - cold_base) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec, kType, kStream>(o, x, g, groups, h, rows, skip, nonfinite,
-                                                   shared + (threadIdx.x / 32) * grad_stride,
-                                                   first);
+    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
+                                          shared + (threadIdx.x / 32) * grad_stride, first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - cold_base) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
-    optimize_cold_row<kKind, kVec, kType, kStream>(o, x, g, groups, h, rows, skip, nonfinite,
-                                                   shared + (threadIdx.x / 32) * grad_stride, row);
+    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
+                                          shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
 
 // Cold-row blocks of a launch whose live row count only the device knows: a few waves of the
 // resident blocks (4 a multiprocessor), striding over the rows in use.
-// Whether the rows' lines are marked evict-first (cache_hints.cuh): only when the environment
-// sets DYNEMB_FUSED_STREAM_ROWS=1 (an experiment's switch, docs/ops.md).
-bool stream_rows() {
-  static const bool on = [] {
-    const char* v = std::getenv("DYNEMB_FUSED_STREAM_ROWS");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
-
 // Whether the hot chunks are summed inside the rows' kernel, beside the cold rows (the default),
 // or by a kernel of their own before it (DYNEMB_FUSED_CHUNKS_INLINE=0: kept to measure the
 // choice, docs/ops.md).
@@ -171,6 +163,16 @@ bool chunks_inline() {
     return v == nullptr || std::string(v) != "0";
   }();
   return on;
+}
+
+// Blocks a multiprocessor the Adam launch without hot rows asks for: 4, or 5 when the
+// environment sets DYNEMB_FUSED_BLOCKS=5 (an experiment's switch, docs/ops.md).
+uint32_t fused_blocks() {
+  static const uint32_t blocks = [] {
+    const char* v = std::getenv("DYNEMB_FUSED_BLOCKS");
+    return v != nullptr && std::string(v) == "5" ? 5u : 4u;
+  }();
+  return blocks;
 }
 
 int multiprocessors() {
@@ -189,7 +191,7 @@ unsigned strided_cold_blocks(size_t num_rows) {
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kStream>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups groups,
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
@@ -202,9 +204,8 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
   if (!chunks_inline()) {
     // The chunk sums came from their own kernel (HotChunkPlan::issue): hot rows first, so the
     // longest of them starts first and overlaps the cold rows.
-    fused_row_kernel<kKind, kVec, kType, kStream>
-        <<<hot_blocks + cold_blocks, kBlock, shared, stream>>>(
-            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, 0);
+    fused_row_kernel<kKind, kVec, kType><<<hot_blocks + cold_blocks, kBlock, shared, stream>>>(
+        o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, 0);
     core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
     return;
   }
@@ -213,12 +214,24 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
       x.num_ids == 0 ? 0
                      : static_cast<uint32_t>(std::min<size_t>(blocks_for_warps(h.max_chunks),
                                                               2 * size_t(multiprocessors())));
-  fused_row_kernel<kKind, kVec, kType, kStream>
-      <<<chunk_blocks + cold_blocks, kBlock, shared, stream>>>(
-          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, chunk_blocks);
+  bool launched = false;
+  if constexpr (kKind == OptimizerKind::kAdam && kVec == 4) {
+    if (fused_blocks() == 5) {
+      const unsigned cold5 = x.live_rows != nullptr ? cold_blocks / 4 * 5 : cold_blocks;
+      fused_row_kernel<kKind, kVec, kType, 5, false>
+          <<<chunk_blocks + cold5, kBlock, shared, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, chunk_blocks);
+      launched = true;
+    }
+  }
+  if (!launched) {
+    fused_row_kernel<kKind, kVec, kType, 4, false>
+        <<<chunk_blocks + cold_blocks, kBlock, shared, stream>>>(
+            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, chunk_blocks);
+  }
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (chunks, cold rows)");
   if (hot_blocks == 0) return;
-  fused_row_kernel<kKind, kVec, kType, kStream><<<hot_blocks, kBlock, shared, stream>>>(
+  fused_row_kernel<kKind, kVec, kType><<<hot_blocks, kBlock, shared, stream>>>(
       o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, 0);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (hot rows)");
 }
@@ -255,15 +268,10 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     constexpr ValueType kType = decltype(type)::value;
     ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
       constexpr OptimizerKind kKind = decltype(kind)::value;
-      if (vec && stream_rows()) {
-        launch_fused<kKind, 4, kType, true>(o, x, groups, g, h, rows, skip, bad, grad_stride,
-                                            stream);
-      } else if (vec) {
-        launch_fused<kKind, 4, kType, false>(o, x, groups, g, h, rows, skip, bad, grad_stride,
-                                             stream);
+      if (vec) {
+        launch_fused<kKind, 4, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
       } else {
-        launch_fused<kKind, 1, kType, false>(o, x, groups, g, h, rows, skip, bad, grad_stride,
-                                             stream);
+        launch_fused<kKind, 1, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
       }
     });
   };

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/cache_hints.cuh"
 #include "cuda/launch.cuh"
 #include "dynemb/ops/optimizer.hpp"
 
@@ -58,22 +57,18 @@ __device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned lon
 // The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
 // 128-element tile of w, the state arrays and the gradient. The lane's first tile is loaded
 // before `begin` (begin_row_update, which reads the row's scalars) runs, so the two reads' trips
-// to memory overlap; the arithmetic is the same as without. Returns begin's RowUpdate. kStream:
-// the row's lines are loaded and stored evict-first (cache_hints.cuh).
-template <OptimizerKind kKind, bool kStream = false, class Begin>
+// to memory overlap; the arithmetic is the same as without. Returns begin's RowUpdate.
+template <OptimizerKind kKind, class Begin>
 __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& begin, float* row,
                                      const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   uint32_t j = 4 * lane_index();
   float4 w{}, a{}, b{}, g{};
   const auto load = [&] {
-    w = load_row<kStream>(reinterpret_cast<const float4*>(row + j));
+    w = *reinterpret_cast<const float4*>(row + j);
     g = *reinterpret_cast<const float4*>(grad + j);
-    if constexpr (kArrays >= 1)
-      a = load_row<kStream>(reinterpret_cast<const float4*>(row + dim + j));
-    if constexpr (kArrays >= 2) {
-      b = load_row<kStream>(reinterpret_cast<const float4*>(row + 2 * dim + j));
-    }
+    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
+    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
   };
   if (j < dim) load();
   const RowUpdate u = begin();
@@ -82,9 +77,9 @@ __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& beg
     update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
     update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
     update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
-    store_row<kStream>(reinterpret_cast<float4*>(row + j), w);
-    if constexpr (kArrays >= 1) store_row<kStream>(reinterpret_cast<float4*>(row + dim + j), a);
-    if constexpr (kArrays >= 2) store_row<kStream>(reinterpret_cast<float4*>(row + 2 * dim + j), b);
+    *reinterpret_cast<float4*>(row + j) = w;
+    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
+    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
     j += 128;
     if (j < dim) load();
   }
@@ -93,15 +88,14 @@ __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& beg
 
 // A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
 // 8-byte load of 16-bit elements) into v; returns the 16-bit elements' bits (float32: zeros).
-template <ValueType kState, bool kStream>
+template <ValueType kState>
 __device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (&v)[4]) {
   if constexpr (kState == ValueType::kFloat32) {
-    const float4 f = load_row<kStream>(reinterpret_cast<const float4*>(a + j));
+    const float4 f = *reinterpret_cast<const float4*>(a + j);
     v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
     return uint2{0, 0};
   } else {
-    const uint2 packed =
-        load_row<kStream>(reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j));
+    const uint2 packed = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j);
     v[0] = from_bits16<kState>(static_cast<uint16_t>(packed.x & 0xFFFFu));
     v[1] = from_bits16<kState>(static_cast<uint16_t>(packed.x >> 16));
     v[2] = from_bits16<kState>(static_cast<uint16_t>(packed.y & 0xFFFFu));
@@ -113,11 +107,11 @@ __device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (
 // Stores load_state4's elements back: float32 as is; 16-bit each rounded as store_state does
 // (stochastically, from its old bits in `old` and salt + k for element j + k), in one 8-byte
 // store.
-template <ValueType kState, bool kStream>
+template <ValueType kState>
 __device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (&v)[4],
                                              uint32_t salt, uint2 old) {
   if constexpr (kState == ValueType::kFloat32) {
-    store_row<kStream>(reinterpret_cast<float4*>(a + j), float4{v[0], v[1], v[2], v[3]});
+    *reinterpret_cast<float4*>(a + j) = float4{v[0], v[1], v[2], v[3]};
   } else {
     auto* p = reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(a) + j);
     const uint16_t o[4] = {
@@ -127,7 +121,7 @@ __device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k)
       bits[k] = to_bits16_stochastic<kState>(v[k], rounding_bits(v[k], o[k], salt + k));
-    store_row<kStream>(p, uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)});
+    *p = uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)};
   }
 }
 
@@ -136,9 +130,8 @@ __device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (
 // arrays (kState elements) as float4s or 8-byte words (row 16-byte aligned, dim % 8 == 0 so the
 // state is too). The first tile is loaded before `begin` runs, as in update_row_vec4. Each
 // element's arithmetic and rounding is update_row_elements', so the rows end bit-identical to
-// it. Returns begin's RowUpdate. kStream: the row's lines evict-first (cache_hints.cuh).
-template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32,
-          bool kStream = false, class Begin>
+// it. Returns begin's RowUpdate.
+template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32, class Begin>
 __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Begin& begin,
                                             float* row, const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
@@ -150,10 +143,10 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
   float4 g4{};
   float sa[4] = {}, sb[4] = {};
   const auto load = [&] {
-    packed = load_row<kStream>(reinterpret_cast<const uint2*>(weights + j));
+    packed = *reinterpret_cast<const uint2*>(weights + j);
     g4 = *reinterpret_cast<const float4*>(grad + j);
-    if constexpr (kArrays >= 1) old_a = load_state4<kState, kStream>(a, j, sa);
-    if constexpr (kArrays >= 2) old_b = load_state4<kState, kStream>(b, j, sb);
+    if constexpr (kArrays >= 1) old_a = load_state4<kState>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState>(b, j, sb);
   };
   if (j < dim) load();
   const RowUpdate u = begin();
@@ -171,11 +164,11 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
                     ? to_bits16_stochastic<kType>(w, rounding_bits(w, old[k], j + k))
                     : to_bits16<kType>(w);
     }
-    store_row<kStream>(reinterpret_cast<uint2*>(weights + j),
-                       uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
-                             bits[2] | (static_cast<uint32_t>(bits[3]) << 16)});
-    if constexpr (kArrays >= 1) store_state4<kState, kStream>(a, j, sa, dim + j, old_a);
-    if constexpr (kArrays >= 2) store_state4<kState, kStream>(b, j, sb, 2 * dim + j, old_b);
+    *reinterpret_cast<uint2*>(weights + j) =
+        uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
+              bits[2] | (static_cast<uint32_t>(bits[3]) << 16)};
+    if constexpr (kArrays >= 1) store_state4<kState>(a, j, sa, dim + j, old_a);
+    if constexpr (kArrays >= 2) store_state4<kState>(b, j, sb, 2 * dim + j, old_b);
     j += 128;
     if (j < dim) load();
   }
@@ -184,18 +177,17 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
 
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
 // elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
-// word apart. kStream: the vec4 paths' row lines evict-first.
-template <OptimizerKind kKind, ValueType kType, bool kStream = false>
+// word apart.
+template <OptimizerKind kKind, ValueType kType>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
   const auto begin = [&] { return begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes); };
   RowUpdate u;
   if (vec4 && o.state_in_value_type) {
-    u = update_packed_row_vec4<kKind, kType, kType, kStream>(o, begin, row, grad, dim);
+    u = update_packed_row_vec4<kKind, kType, kType>(o, begin, row, grad, dim);
   } else if (vec4) {
-    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32, kStream>(o, begin, row, grad,
-                                                                           dim);
+    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
   } else {
     u = begin();
     update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
@@ -228,14 +220,13 @@ __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float*
 // kTypeAtRunTime (with kType float32, the default): the rows may also hold 16-bit weights
 // (o.value_type), updated out of line; a kernel compiled per value type passes false, so its
 // float32 form carries no call (whose frame cost it registers and spills).
-// kStream: the row's lines are loaded and stored evict-first (the fused backward's choice).
 template <OptimizerKind kKind, uint32_t kVec, bool kByAddress,
-          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true, bool kStream = false>
+          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
   const bool vec4_packed = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
   if constexpr (kType != ValueType::kFloat32) {
-    update_typed_row<kKind, kType, kStream>(o, row, grad, dim, lanes, vec4_packed);
+    update_typed_row<kKind, kType>(o, row, grad, dim, lanes, vec4_packed);
   } else {
     if constexpr (kTypeAtRunTime) {
       if (o.value_type != ValueType::kFloat32) {
@@ -246,7 +237,7 @@ __device__ void update_row(const OptimizerOptions& o, float* row, const float* g
     const auto begin = [&] { return begin_row_update(o, row, grad, dim, lanes); };
     if constexpr (kVec == 4) {
       if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        const RowUpdate u = update_row_vec4<kKind, kStream>(o, begin, row, grad, dim);
+        const RowUpdate u = update_row_vec4<kKind>(o, begin, row, grad, dim);
         end_row_update(o, u, row, dim, lanes);
         return;
       }
