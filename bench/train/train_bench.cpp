@@ -123,6 +123,7 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   eo.gradient_check = SafeCheck::kIgnore;
   eo.value_type = config.value_type;
   eo.state_in_value_type = config.state_in_value_type;
+  eo.deterministic_backward = config.deterministic_backward;
   const bool grouped = config.grouped_tables;
   // One host thread drives the collection on one stream: its tables need no cross-stream order
   // (and a graph capture could not wait on an event recorded outside it).
@@ -450,6 +451,7 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       {"graph", c.graph},
       {"value_type", to_string(c.value_type)},
       {"state_in_value_type", c.state_in_value_type},
+      {"deterministic_backward", c.deterministic_backward},
       {"table_thread_safe", !c.grouped_tables},
       {"key_table_tag", c.grouped_tables ? "none" : "table << 40"},
       {"pooling", "sum"},
@@ -485,7 +487,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                     "k" + (c.grouped_tables ? "-grouped" : "") + (c.graph ? "-graph" : "") +
                     (c.value_type != ValueType::kFloat32 ? "-" + to_string(c.value_type)
                                                          : std::string()) +
-                    (c.state_in_value_type ? "-state16" : ""),
+                    (c.state_in_value_type ? "-state16" : "") +
+                    (c.deterministic_backward ? "" : "-unordered"),
                 r.machine.hostname);
   write_json_file(path, j);
   out << "wrote " << path << "\n";

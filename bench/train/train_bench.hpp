@@ -47,6 +47,9 @@ struct TrainBenchConfig {
   // state_in_value_type (16-bit types: the state in the rows' type, rounded stochastically).
   ValueType value_type = ValueType::kFloat32;
   bool state_in_value_type = false;
+  // false: the opt-in backward that sums rows' gradients with float atomics in any order
+  // (EmbeddingOptions::deterministic_backward).
+  bool deterministic_backward = true;
   uint64_t seed = 0;  // 0 = random
   std::string json_path;
 };

@@ -23,6 +23,7 @@ struct BenchTrainArgs {
   uint32_t lookup_streams = 8;
   std::string value_type = "fp32";
   bool state_in_value_type = false;
+  bool unordered_backward = false;
   std::string json_path;
 };
 
@@ -55,6 +56,7 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
                           a.value_type + ")");
   }
   c.state_in_value_type = a.state_in_value_type;
+  c.deterministic_backward = !a.unordered_backward;
   c.concurrent_tables = a.concurrent_tables ||
                         (!a.sequential_tables && !a.grouped_tables && c.backend == Backend::kCuda);
   c.seed = a.seed;
@@ -117,6 +119,9 @@ void install(CLI::App& cmd) {
   cmd.add_flag("--state-in-value-type", a->state_in_value_type,
                "with --value-type bf16: keep the optimizer state in bfloat16 too (rounded "
                "stochastically) instead of float32");
+  cmd.add_flag("--unordered-backward", a->unordered_backward,
+               "the opt-in non-deterministic backward (float atomics, rows' sums in any order; "
+               "EmbeddingOptions::deterministic_backward = false)");
   cmd.add_option("--json", a->json_path, "result file (default bench/results/train-...json)");
   cmd.callback([a] {
     const auto config = make_config(*a);

@@ -3,8 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -22,14 +20,12 @@ using ops::cuda::add_hot_row;
 using ops::cuda::as_stream;
 using ops::cuda::blocks_for_warps;
 using ops::cuda::gradient_nonfinite;
-using ops::cuda::hot_chunk_count;
 using ops::cuda::hot_row_count;
 using ops::cuda::HotChunks;
 using ops::cuda::is_hot_row;
 using ops::cuda::kBlock;
 using ops::cuda::kWarpsPerBlock;
 using ops::cuda::lane_index;
-using ops::cuda::sum_hot_chunk;
 using ops::cuda::sum_ids;
 using ops::cuda::update_row;
 
@@ -101,50 +97,32 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
 
-// The rows' kernel; its blocks take, in order: [0, hot_blocks) the hot rows (grid-stride; their
-// chunk sums already in h.partial), [hot_blocks, hot_blocks + chunk_blocks) the hot chunks' sums
-// (a warp a chunk, striding over the chunks), the rest the cold rows, one warp each. The step
-// issues it twice: chunk sums and cold rows together (the chunks' gradient reads from L2 overlap
-// the cold rows' table rows from HBM), then the hot rows alone (a short pass over the chunk sums).
-// Bounds of kMinBlocks blocks per SM: 4 (32 warps) where the hot rows' path is compiled in
-// (kHot; left to itself, ptxas gave its 64 loads in flight 72 registers, 24 warps); the launch
-// without hot rows may ask for 5 (DYNEMB_FUSED_BLOCKS=5, Adam only: an experiment's switch).
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, uint32_t kMinBlocks = 4,
-          bool kHot = true>
-__global__ void __launch_bounds__(kBlock, kMinBlocks)
+// One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
+// starts first and overlaps the cold rows, which the other blocks take one warp each. Bounds of 4
+// blocks (32 warps) per SM: left to itself, ptxas gave the hot rows' 64 loads in flight 72
+// registers (24 warps); 5 blocks spill.
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+__global__ void __launch_bounds__(kBlock, 4)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
-                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks,
-                     uint32_t chunk_blocks) {
+                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
-  if constexpr (kHot) {
-    if (blockIdx.x < hot_blocks) {
-      optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
-      return;
-    }
-  }
-  if (blockIdx.x < hot_blocks + chunk_blocks) {
-    const size_t chunks = hot_chunk_count(x, h);
-    const size_t warps = size_t{chunk_blocks} * kWarpsPerBlock;
-    for (size_t k = (blockIdx.x - hot_blocks) * size_t{kWarpsPerBlock} + threadIdx.x / 32;
-         k < chunks; k += warps) {
-      sum_hot_chunk<kVec>(x, g, groups, h, k);
-    }
+  if (blockIdx.x < hot_blocks) {
+    optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
     return;
   }
-  const uint32_t cold_base = hot_blocks + chunk_blocks;
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
   // rows in use and leaves the padding after them.
   const size_t first =
-      (static_cast<size_t>(blockIdx.x - cold_base) * blockDim.x + threadIdx.x) / 32;
+      (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
     optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
                                           shared + (threadIdx.x / 32) * grad_stride, first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
-  const size_t warps = static_cast<size_t>(gridDim.x - cold_base) * (blockDim.x / 32);
+  const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
     optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
                                           shared + (threadIdx.x / 32) * grad_stride, row);
@@ -154,40 +132,15 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks)
 
 // Cold-row blocks of a launch whose live row count only the device knows: a few waves of the
 // resident blocks (4 a multiprocessor), striding over the rows in use.
-// Whether the hot chunks are summed inside the rows' kernel, beside the cold rows (the default),
-// or by a kernel of their own before it (DYNEMB_FUSED_CHUNKS_INLINE=0: kept to measure the
-// choice, docs/ops.md).
-bool chunks_inline() {
-  static const bool on = [] {
-    const char* v = std::getenv("DYNEMB_FUSED_CHUNKS_INLINE");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
-
-// Blocks a multiprocessor the Adam launch without hot rows asks for: 4, or 5 when the
-// environment sets DYNEMB_FUSED_BLOCKS=5 (an experiment's switch, docs/ops.md).
-uint32_t fused_blocks() {
-  static const uint32_t blocks = [] {
-    const char* v = std::getenv("DYNEMB_FUSED_BLOCKS");
-    return v != nullptr && std::string(v) == "5" ? 5u : 4u;
-  }();
-  return blocks;
-}
-
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-    core::cuda::check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-                      "cudaDeviceGetAttribute (multiprocessors)");
-    return n;
-  }();
-  return count;
-}
-
 unsigned strided_cold_blocks(size_t num_rows) {
-  const size_t waves = static_cast<size_t>(multiprocessors()) * 4 * 8;
+  static const int multiprocessors = [] {
+    int device = 0, count = 0;
+    core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+    core::cuda::check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+                      "cudaDeviceGetAttribute (multiprocessors)");
+    return count;
+  }();
+  const size_t waves = static_cast<size_t>(multiprocessors) * 4 * 8;
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
@@ -196,44 +149,14 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
-  const size_t shared = kWarpsPerBlock * row_bytes;
   const uint32_t hot_blocks =
       x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
   const unsigned cold_blocks =
       x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
-  if (!chunks_inline()) {
-    // The chunk sums came from their own kernel (HotChunkPlan::issue): hot rows first, so the
-    // longest of them starts first and overlaps the cold rows.
-    fused_row_kernel<kKind, kVec, kType><<<hot_blocks + cold_blocks, kBlock, shared, stream>>>(
-        o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, 0);
-    core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
-    return;
-  }
-  // Two chunk-sum blocks a multiprocessor (of its four), so the cold rows run beside them.
-  const uint32_t chunk_blocks =
-      x.num_ids == 0 ? 0
-                     : static_cast<uint32_t>(std::min<size_t>(blocks_for_warps(h.max_chunks),
-                                                              2 * size_t(multiprocessors())));
-  bool launched = false;
-  if constexpr (kKind == OptimizerKind::kAdam && kVec == 4) {
-    if (fused_blocks() == 5) {
-      const unsigned cold5 = x.live_rows != nullptr ? cold_blocks / 4 * 5 : cold_blocks;
-      fused_row_kernel<kKind, kVec, kType, 5, false>
-          <<<chunk_blocks + cold5, kBlock, shared, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, chunk_blocks);
-      launched = true;
-    }
-  }
-  if (!launched) {
-    fused_row_kernel<kKind, kVec, kType, 4, false>
-        <<<chunk_blocks + cold_blocks, kBlock, shared, stream>>>(
-            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, chunk_blocks);
-  }
-  core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (chunks, cold rows)");
-  if (hot_blocks == 0) return;
-  fused_row_kernel<kKind, kVec, kType><<<hot_blocks, kBlock, shared, stream>>>(
-      o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, 0);
-  core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (hot rows)");
+  fused_row_kernel<kKind, kVec, kType>
+      <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
+          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
+  core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 
 }  // namespace
@@ -256,8 +179,7 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   }
   ops::cuda::keep_pool_memory(stream);
   const ops::cuda::HotChunkPlan plan(x, groups, stream);
-  const HotChunks h =
-      plan.issue(g, workspace.scratch(plan.bytes(), stream), stream, !chunks_inline());
+  const HotChunks h = plan.issue(g, workspace.scratch(plan.bytes(), stream), stream);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
   const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);

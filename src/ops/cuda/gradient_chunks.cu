@@ -44,10 +44,18 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
 
 // One warp per hot chunk k (launched for an upper bound; the real count is read here).
 template <uint32_t kVec>
-__global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups, HotChunks h) {
+__global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
+                                 const uint32_t* bag_by_row, const uint32_t* chunk_first,
+                                 const uint32_t* chunk_count, const uint32_t* chunk_row,
+                                 size_t max_chunks, uint32_t partial_stride, float* partial) {
   const size_t k = warp_index();
-  if (k >= hot_chunk_count(x, h)) return;
-  sum_hot_chunk<kVec>(x, g, groups, h, k);
+  const size_t last = x.num_rows - 1;
+  if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
+  const uint32_t r = chunk_row[k];
+  const uint32_t begin =
+      groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
+  const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
+  sum_ids<kVec>(x, g, groups.ids_by_row, bag_by_row, begin, end, partial + k * partial_stride);
 }
 
 }  // namespace
@@ -90,8 +98,7 @@ HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaS
   bytes_ = measure.bytes();
 }
 
-HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t stream,
-                              bool sum_chunks) const {
+HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const {
   const LookupFeature& x = x_;
   const IdGroups& groups = groups_;
   detail::ScratchCarver place(scratch);
@@ -117,6 +124,20 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   chunk_row_kernel<<<blocks_for_warps(max_hot_rows_), kBlock, 0, stream>>>(
       a.hot_rows, a.hot_count, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
   core::cuda::check_launch("reduce_gradients: chunk_row_kernel");
+  if (n > 0) {
+    const unsigned blocks = blocks_for_warps(max_chunks_);
+    // partial is 256-byte aligned with a stride of a multiple of 4 floats.
+    if (vec4_ok(g.out, g.out_stride, x.dim)) {
+      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
+    } else {
+      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
+    }
+    core::cuda::check_launch("reduce_gradients: hot_chunk_kernel");
+  }
   HotChunks h;
   h.bag_by_row = bag_by_row;
   h.chunk_count = a.chunk_count;
@@ -124,20 +145,8 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   h.hot_rows = a.hot_rows;
   h.hot_count = a.hot_count;
   h.max_hot_rows = max_hot_rows_;
-  h.chunk_row = a.chunk_row;
-  h.max_chunks = max_chunks_;
   h.partial = a.partial;
   h.partial_stride = partial_stride_;
-  if (n > 0 && sum_chunks) {
-    const unsigned blocks = blocks_for_warps(max_chunks_);
-    // partial is 256-byte aligned with a stride of a multiple of 4 floats.
-    if (vec4_ok(g.out, g.out_stride, x.dim)) {
-      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, h);
-    } else {
-      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, h);
-    }
-    core::cuda::check_launch("reduce_gradients: hot_chunk_kernel");
-  }
   return h;
 }
 

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/row_tiles.cuh"
 #include "dynemb/ops/pooling.hpp"
 #include "dynemb/ops/step_ops.hpp"
 #include "dynemb/ops/step_workspace.hpp"
@@ -29,11 +28,9 @@ struct HotChunks {
   const uint32_t* chunk_first = nullptr;  // num_rows: exclusive scan of chunk_count
   const uint32_t* hot_rows = nullptr;     // the hot rows, in any order, [0, *hot_count)
   const uint32_t* hot_count = nullptr;
-  size_t max_hot_rows = 0;              // an upper bound of *hot_count
-  const uint32_t* chunk_row = nullptr;  // max_chunks: the row of hot chunk k
-  size_t max_chunks = 0;                // an upper bound of the hot chunks
-  float* partial = nullptr;             // chunk k's sum at partial + k * partial_stride
-  uint32_t partial_stride = 0;          // dim rounded up to a multiple of 4
+  size_t max_hot_rows = 0;         // an upper bound of *hot_count
+  const float* partial = nullptr;  // chunk k's sum at partial + k * partial_stride
+  uint32_t partial_stride = 0;     // dim rounded up to a multiple of 4
 };
 
 // The scratch the hot chunks of one feature take, and their issue on it.
@@ -46,10 +43,8 @@ class HotChunkPlan {
   size_t bytes() const { return bytes_; }
   // Issues, on `stream` over bytes() of `scratch`, for the feature and groups given to the
   // constructor and the bags' gradients g: the bags of the ids (unless the groups bring them),
-  // the hot rows, the chunk scan and, with sum_chunks, the chunk sums (else the caller's kernel
-  // sums them with sum_hot_chunk before any add_hot_row). No synchronization.
-  HotChunks issue(const LookupOutput& g, void* scratch, cudaStream_t stream,
-                  bool sum_chunks = true) const;
+  // the hot rows, the chunk scan and the chunk sums. No synchronization.
+  HotChunks issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const;
 
  private:
   struct Arrays;
@@ -95,26 +90,6 @@ __device__ __forceinline__ void add_hot_row(const HotChunks& h, uint32_t row, ui
 // The number of hot rows to work on (hot_count, read on the device, bounded).
 __device__ __forceinline__ size_t hot_row_count(const HotChunks& h) {
   return min(static_cast<size_t>(*h.hot_count), h.max_hot_rows);
-}
-
-// The number of hot chunks (the chunk scan's total, read on the device, bounded); x.num_rows > 0.
-__device__ __forceinline__ size_t hot_chunk_count(const LookupFeature& x, const HotChunks& h) {
-  const size_t last = x.num_rows - 1;
-  return min(static_cast<size_t>(h.chunk_first[last]) + h.chunk_count[last], h.max_chunks);
-}
-
-// The warp's sum of hot chunk k (k < hot_chunk_count) into partial + k * partial_stride: its ids'
-// terms from zero, in order (sum_ids).
-template <uint32_t kVec>
-__device__ __forceinline__ void sum_hot_chunk(const LookupFeature& x, const LookupOutput& g,
-                                              const detail::IdGroups& groups, const HotChunks& h,
-                                              size_t k) {
-  const uint32_t r = h.chunk_row[k];
-  const uint32_t begin =
-      groups.row_begin[r] + (static_cast<uint32_t>(k) - h.chunk_first[r]) * kGradientChunk;
-  const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end,
-                h.partial + k * h.partial_stride);
 }
 
 }  // namespace dynemb::ops::cuda

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "cuda/cuda_kernels.hpp"
@@ -54,9 +52,8 @@ __global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, si
   if (i < num_ids && indices[i] >= num_rows) atomicMin(&first[1], i);
 }
 
-// SUM / MEAN: one warp per bag; ids in order, a tile of the row in registers, kUnroll rows'
-// loads in flight (twice as many 16-bit rows).
-template <uint32_t kVec, class Rows, uint32_t kUnroll>
+// SUM / MEAN: one warp per bag; ids in order, a tile of the row in registers.
+template <uint32_t kVec, class Rows>
 __global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t b = warp_index();
   if (b >= x.num_bags) return;
@@ -74,20 +71,10 @@ __global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
         h_t = rows.handle(x.indices[first + lane]);
         f_t = id_factor(x, first + lane, end - begin);
       }
-      add_terms<kVec, Rows, kUnroll>(acc, count, h_t, f_t, rows, tile, width);
+      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
-}
-
-// Rows' loads a pooling warp keeps in flight: 4, or what DYNEMB_POOL_UNROLL says (8; an
-// experiment's switch, docs/ops.md).
-uint32_t pool_unroll() {
-  static const uint32_t unroll = [] {
-    const char* v = std::getenv("DYNEMB_POOL_UNROLL");
-    return v != nullptr && std::string(v) == "8" ? 8u : 4u;
-  }();
-  return unroll;
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
@@ -215,12 +202,10 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
     } else {
       pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, rows, o);
     }
-  } else if (vec && pool_unroll() == 8) {
-    pool_kernel<4, Rows, 8><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   } else if (vec) {
-    pool_kernel<4, Rows, 4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+    pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   } else {
-    pool_kernel<1, Rows, 4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+    pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   }
   core::cuda::check_launch("pooled_lookup: pool_kernel");
 }

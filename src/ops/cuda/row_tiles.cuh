@@ -128,11 +128,11 @@ __device__ __forceinline__ void unpack4(uint2 packed, float (&v)[kTileRegs]) {
   v[3] = from_bits16<kType>(static_cast<uint16_t>(packed.y >> 16));
 }
 
-// kUnroll: float32 rows' loads in flight (16-bit rows: twice as many).
-template <uint32_t kVec, class Rows, uint32_t kUnroll = 4>
+template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
                                           typename Rows::Handle h_t, float f_t, const Rows& rows,
                                           uint32_t tile, uint32_t width) {
+  constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
   uint32_t t = 0;
   if constexpr (Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
