@@ -3,7 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -145,23 +144,13 @@ unsigned strided_cold_blocks(size_t num_rows) {
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
-// EXPERIMENT (round D4, to be removed): DYNEMB_FUSED_HOT_BLOCKS overrides kHotBlocks.
-size_t hot_blocks_cap() {
-  static const size_t cap = [] {
-    const char* v = std::getenv("DYNEMB_FUSED_HOT_BLOCKS");
-    return v != nullptr ? std::max<size_t>(1, std::strtoull(v, nullptr, 10)) : kHotBlocks;
-  }();
-  return cap;
-}
-
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups groups,
                   const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
                   unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const uint32_t hot_blocks =
-      x.num_ids == 0 ? 0
-                     : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, hot_blocks_cap()));
+      x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
   const unsigned cold_blocks =
       x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
   fused_row_kernel<kKind, kVec, kType>
