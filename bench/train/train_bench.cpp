@@ -122,6 +122,8 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   eo.optimizer.learning_rate = 1e-3f;
   eo.gradient_check = SafeCheck::kIgnore;
   eo.value_type = config.value_type;
+  eo.state_in_value_type = config.state_in_value_type;
+  eo.deterministic_backward = config.deterministic_backward;
   const bool grouped = config.grouped_tables;
   // One host thread drives the collection on one stream: its tables need no cross-stream order
   // (and a graph capture could not wait on an event recorded outside it).
@@ -374,10 +376,12 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   const double value_bytes = 4.0 * value_words(config.value_type, config.dim);
   r.forward_floor_bytes = double(r.lookups_per_step) * 8 + u * value_bytes +
                           double(config.batch) * config.tables * dim_bytes;
-  // The rows' useful bytes (embedding + float32 optimizer state), not the padding align_rows
+  // The rows' useful bytes (embedding + optimizer state as stored), not the padding align_rows
   // adds: the floor stays the same whatever the layout.
   const double useful_row_bytes =
-      value_bytes + 4.0 * optimizer_state_dim(config.optimizer, config.dim);
+      value_bytes + 4.0 * optimizer_state_words(
+                              config.optimizer, config.dim,
+                              config.state_in_value_type ? config.value_type : ValueType::kFloat32);
   r.step_floor_bytes = r.forward_floor_bytes + double(config.batch) * config.tables * dim_bytes +
                        u * useful_row_bytes * 2;
   r.forward_floor_seconds = r.forward_floor_bytes / r.copy_bandwidth;
@@ -446,6 +450,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                        : 0},
       {"graph", c.graph},
       {"value_type", to_string(c.value_type)},
+      {"state_in_value_type", c.state_in_value_type},
+      {"deterministic_backward", c.deterministic_backward},
       {"table_thread_safe", !c.grouped_tables},
       {"key_table_tag", c.grouped_tables ? "none" : "table << 40"},
       {"pooling", "sum"},
@@ -480,7 +486,9 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                 "train-" + to_string(c.backend) + "-" + std::to_string(r.lookups_per_step / 1000) +
                     "k" + (c.grouped_tables ? "-grouped" : "") + (c.graph ? "-graph" : "") +
                     (c.value_type != ValueType::kFloat32 ? "-" + to_string(c.value_type)
-                                                         : std::string()),
+                                                         : std::string()) +
+                    (c.state_in_value_type ? "-state16" : "") +
+                    (c.deterministic_backward ? "" : "-unordered"),
                 r.machine.hostname);
   write_json_file(path, j);
   out << "wrote " << path << "\n";

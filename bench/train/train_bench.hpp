@@ -43,8 +43,13 @@ struct TrainBenchConfig {
   // Grouped tables on CUDA: after the eager timed steps, one training step (and one forward) is
   // captured into a CUDA graph and replayed for the same number of timed steps.
   bool graph = false;
-  // What the embeddings' rows are stored as (optimizer state stays float32).
+  // What the embeddings' rows are stored as; the optimizer state is float32 unless
+  // state_in_value_type (16-bit types: the state in the rows' type, rounded stochastically).
   ValueType value_type = ValueType::kFloat32;
+  bool state_in_value_type = false;
+  // false: the opt-in backward that sums rows' gradients with float atomics in any order
+  // (EmbeddingOptions::deterministic_backward).
+  bool deterministic_backward = true;
   uint64_t seed = 0;  // 0 = random
   std::string json_path;
 };

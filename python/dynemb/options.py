@@ -111,6 +111,9 @@ class DynamicEmbTableOptions:
     float32, and lookups, gradients and the optimizer's arithmetic are float32;
     docs/value_types.md). stochastic_rounding (dynemb's addition, 16-bit types): each updated
     weight is rounded stochastically (unbiased on average) instead of to nearest even.
+    state_in_value_type (dynemb's addition, torch.bfloat16 rows only): the optimizer's state
+    (Adam's moments, ...) is stored in bfloat16 too, each value rounded stochastically,
+    instead of float32; a bf16 Adam row then moves about 40% fewer bytes.
     deterministic_backward (dynemb's addition): False lets the GPU backward sum each row's
     gradients in any order (float atomics): rows then agree with the ordered backward within
     float32 rounding, not bit for bit, and may differ run to run; True (the default) keeps the
@@ -148,6 +151,7 @@ class DynamicEmbTableOptions:
     num_threads: int = 0
     deterministic_backward: bool = True
     stochastic_rounding: bool = False
+    state_in_value_type: bool = False
     coalesce_copies_min_batch: Optional[int] = None
 
 
@@ -301,7 +305,7 @@ def to_embedding_options(
             f"{where}: DynamicEmbTableOptions.embedding_dtype = {options.embedding_dtype!r}, must "
             "be torch.float32 (or None), torch.float16 or torch.bfloat16"
         ) from None
-    for flag in ("deterministic_backward", "stochastic_rounding"):
+    for flag in ("deterministic_backward", "stochastic_rounding", "state_in_value_type"):
         if not isinstance(getattr(options, flag), bool):
             raise _C.InvalidArgument(
                 f"{where}: DynamicEmbTableOptions.{flag} = {getattr(options, flag)!r}, must be "
@@ -381,6 +385,7 @@ def to_embedding_options(
     e.gradient_check = _C.SafeCheck.WARNING
     e.value_type = value_type
     e.stochastic_rounding = options.stochastic_rounding
+    e.state_in_value_type = options.state_in_value_type
     e.deterministic_backward = options.deterministic_backward
     if options.admit_strategy is not None:
         a = options.admit_strategy

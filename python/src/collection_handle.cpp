@@ -101,7 +101,7 @@ RowLayout CollectionTable::row_layout() const {
 
 uint32_t CollectionTable::optimizer_state_dim() const {
   const EmbeddingOptions& o = owner_->collection().options(index_);
-  return dynemb::optimizer_state_dim(o.optimizer.kind, o.dim);
+  return dynemb::optimizer_state_words(o.optimizer.kind, o.dim, state_value_type(o.optimizer));
 }
 
 py::tuple CollectionTable::find(py::handle indices, uintptr_t stream) {

@@ -93,7 +93,7 @@ void EmbeddingHandle::flush_storage() {
 
 uint32_t EmbeddingHandle::optimizer_state_dim() const {
   const auto& o = embedding_->options();
-  return dynemb::optimizer_state_dim(o.optimizer.kind, o.dim);
+  return dynemb::optimizer_state_words(o.optimizer.kind, o.dim, state_value_type(o.optimizer));
 }
 
 py::object EmbeddingHandle::forward(py::handle indices, py::handle offsets, py::handle weights,
@@ -362,6 +362,7 @@ void register_embedding(py::module_& m) {
       .def_readwrite("align_rows", &EmbeddingOptions::align_rows)
       .def_readwrite("value_type", &EmbeddingOptions::value_type)
       .def_readwrite("stochastic_rounding", &EmbeddingOptions::stochastic_rounding)
+      .def_readwrite("state_in_value_type", &EmbeddingOptions::state_in_value_type)
       .def_readwrite("deterministic_backward", &EmbeddingOptions::deterministic_backward);
 
   py::class_<EmbeddingHandle>(m, "Embedding")

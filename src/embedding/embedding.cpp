@@ -246,9 +246,15 @@ EmbeddingStats Embedding<K>::stats() const {
 RowLayout embedding_row_layout(const EmbeddingOptions& options) {
   const OptimizerOptions& o = options.optimizer;
   const uint32_t row_dim = embedding_row_dim(options);
+  // A 16-bit state is named apart ("adam[state:bfloat16]"), so a checkpoint's state loads only
+  // into an embedding that stores it the same way.
+  const std::string optimizer =
+      options.state_in_value_type
+          ? to_string(o.kind) + "[state:" + to_string(options.value_type) + "]"
+          : to_string(o.kind);
   return RowLayout{options.dim,
                    row_dim - value_words(options.value_type, options.dim),
-                   to_string(o.kind),
+                   optimizer,
                    {{"learning_rate", o.learning_rate},
                     {"beta1", o.beta1},
                     {"beta2", o.beta2},

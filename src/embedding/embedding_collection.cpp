@@ -57,10 +57,12 @@ void validate_collection(const std::vector<EmbeddingOptions>& tables) {
     require(o.eval_initializer == first.eval_initializer, w,
             table_field(t, "eval_initializer").c_str(), to_string(o.eval_initializer.kind),
             "must equal tables[0].eval_initializer (kind and every setting)");
-    require(o.value_type == first.value_type && o.stochastic_rounding == first.stochastic_rounding,
+    require(o.value_type == first.value_type &&
+                o.stochastic_rounding == first.stochastic_rounding &&
+                o.state_in_value_type == first.state_in_value_type,
             w, table_field(t, "value_type").c_str(), to_string(o.value_type),
             "must equal tables[0].value_type = " + to_string(first.value_type) +
-                " (and its stochastic_rounding)");
+                " (and its stochastic_rounding and state_in_value_type)");
     require(o.deterministic_backward == first.deterministic_backward, w,
             table_field(t, "deterministic_backward").c_str(),
             o.deterministic_backward ? "true" : "false",

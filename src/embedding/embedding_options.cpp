@@ -23,6 +23,10 @@ void validate_embedding_options(const EmbeddingOptions& o) {
           std::to_string(static_cast<int>(o.value_type)), "must be float32, float16 or bfloat16");
   require(!o.stochastic_rounding || o.value_type != ValueType::kFloat32, w, "stochastic_rounding",
           "true", "needs value_type float16 or bfloat16 (is float32)");
+  require(!o.state_in_value_type || o.value_type == ValueType::kBFloat16, w, "state_in_value_type",
+          "true",
+          "needs value_type bfloat16 (is " + to_string(o.value_type) +
+              "; float16's range flushes small second moments to 0)");
   require(static_cast<int>(o.gradient_check) <= static_cast<int>(SafeCheck::kIgnore), w,
           "gradient_check", std::to_string(static_cast<int>(o.gradient_check)),
           "must be error, warning or ignore");
@@ -30,7 +34,9 @@ void validate_embedding_options(const EmbeddingOptions& o) {
 
 uint32_t embedding_row_dim(const EmbeddingOptions& o) {
   const uint32_t unpadded =
-      value_words(o.value_type, o.dim) + optimizer_state_dim(o.optimizer.kind, o.dim);
+      value_words(o.value_type, o.dim) +
+      optimizer_state_words(o.optimizer.kind, o.dim,
+                            o.state_in_value_type ? o.value_type : ValueType::kFloat32);
   if (!o.align_rows || o.dim % 4 != 0) return unpadded;
   return (unpadded + 3) / 4 * 4;
 }

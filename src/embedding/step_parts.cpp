@@ -21,6 +21,7 @@ EmbeddingOptions with_value_type(const EmbeddingOptions& options) {
   EmbeddingOptions o = options;
   o.optimizer.value_type = o.value_type;
   o.optimizer.stochastic_rounding = o.stochastic_rounding;
+  o.optimizer.state_in_value_type = o.state_in_value_type;
   o.eval_initializer.value_type = o.value_type;
   if (o.value_type != ValueType::kFloat32) o.eval_initializer.width = o.dim;
   return o;

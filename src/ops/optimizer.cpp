@@ -41,6 +41,10 @@ void validate_optimizer(const OptimizerOptions& o, const char* where) {
                  "must be finite and >= 0 (0 = off)");
   require_finite(o.clip_value, 0.0f, true, kInf, false, where, "optimizer.clip_value",
                  "must be finite and >= 0 (0 = off)");
+  require(!o.state_in_value_type || o.value_type == ValueType::kBFloat16, where,
+          "optimizer.state_in_value_type", "true",
+          "needs value_type bfloat16 (is " + to_string(o.value_type) +
+              "; float16's range flushes small second moments to 0)");
   if (o.kind == OptimizerKind::kAdaGrad || o.kind == OptimizerKind::kRowWiseAdaGrad ||
       o.kind == OptimizerKind::kRmsProp) {
     require(o.eps > 0.0f || o.initial_accumulator > 0.0f, where, "optimizer.eps",

@@ -159,8 +159,45 @@ def test_tables_of_other_value_types_group_apart(seed):
     ("deterministic_backward", "yes"),
     ("deterministic_backward", None),
     ("stochastic_rounding", 1),
+    ("state_in_value_type", "yes"),
 ])
 def test_bad_value_options_name_the_field(field, value):
     opts = dynemb.DynamicEmbTableOptions(**{field: value})
     with pytest.raises(dynemb.InvalidArgument, match=f"{field} = "):
         DynamicEmbeddingBag(UNIVERSE, DIM, table_options=opts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bfloat16_state_follows_float32_state(seed, device):
+    """state_in_value_type: bfloat16 rows with bfloat16 Adam state train like bfloat16 rows
+    with float32 state, within the rounding of the state (docs/value_types.md); the rows are
+    smaller; float16 is refused by name."""
+    def adam_bag(**options):
+        opts = dynemb.DynamicEmbTableOptions(embedding_dtype=torch.bfloat16, **options)
+        return DynamicEmbeddingBag(UNIVERSE, DIM, mode="sum", table_options=opts, device=device,
+                                   fused_params={"optimizer": "adam", "learning_rate": 0.01})
+    full, half = adam_bag(), adam_bag(state_in_value_type=True)
+    full_handle = next(iter(full.dynemb_tables().values()))
+    half_handle = next(iter(half.dynemb_tables().values()))
+    assert half_handle.row_dim < full_handle.row_dim
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.randn(BATCH, DIM, generator=gen, dtype=torch.float64) * 0.1
+    every = torch.arange(UNIVERSE, dtype=torch.int64)
+    with torch.no_grad():  # inserts every id with its initial row (train mode)
+        full(every.view(-1, 1).to(device))
+        half(every.view(-1, 1).to(device))
+    for step in range(STEPS):
+        ids = zipf_ids(BATCH * BAG, UNIVERSE, gen).view(BATCH, BAG)
+        for module in (full, half):
+            out = module(ids.to(device))
+            loss = ((out.double() - target.to(device)) ** 2).sum()
+            loss.backward()
+    a = stored_rows(full, every, torch.bfloat16).cpu().double()
+    b = stored_rows(half, every, torch.bfloat16).cpu().double()
+    # Every stored weight within a few units of bfloat16 (2^-7 relative) of the other run.
+    unit = 2.0 ** -7
+    diff = (a - b).abs()
+    assert float(diff.pow(2).mean().sqrt()) <= 4 * unit * max(1.0, float(a.abs().max()))
+    with pytest.raises(dynemb.InvalidArgument, match="state_in_value_type"):
+        DynamicEmbeddingBag(UNIVERSE, DIM, table_options=dynemb.DynamicEmbTableOptions(
+            embedding_dtype=torch.float16, state_in_value_type=True), device=device)

@@ -54,6 +54,13 @@ TEST(TrainValueType, SixteenBitRowsLearnAsFloat32Does) {
       EXPECT_TRUE(std::isfinite(r.eval_log_loss));
     }
   }
+  // bfloat16 rows with the optimizer state in bfloat16 too (--state-in-value-type).
+  TrainOptions t = quick_options(out, seed);
+  t.value_type = "bf16";
+  t.state_in_value_type = true;
+  const TrainReport r = run_training(t, {.log = &log});
+  EXPECT_EQ(r.progress.samples, f32.progress.samples);
+  EXPECT_NEAR(r.eval_auc, f32.eval_auc, 0.01) << log.str();
   fs::remove_all(out);
 }
 
@@ -79,6 +86,19 @@ TEST(TrainValueType, BadValueTypeNamesTheFlagTheValueAndTheChoices) {
     const std::string m = e.what();
     EXPECT_NE(m.find("--stochastic-rounding"), std::string::npos) << m;
     EXPECT_NE(m.find("--value-type"), std::string::npos) << m;
+  }
+  o.stochastic_rounding = false;
+  for (const char* type : {"float32", "float16"}) {
+    o.value_type = type;
+    o.state_in_value_type = true;
+    try {
+      validate_train_options(o);
+      FAIL() << "no exception";
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--state-in-value-type"), std::string::npos) << m;
+      EXPECT_NE(m.find(type), std::string::npos) << m;
+    }
   }
 }
 

@@ -22,6 +22,8 @@ struct BenchTrainArgs {
   bool host_sync = false, graph = false;
   uint32_t lookup_streams = 8;
   std::string value_type = "fp32";
+  bool state_in_value_type = false;
+  bool unordered_backward = false;
   std::string json_path;
 };
 
@@ -49,6 +51,12 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
   c.lookup_streams = a.lookup_streams;
   c.graph = a.graph;
   c.value_type = parse_value_type(a.value_type, "bench train", "--value-type");
+  if (a.state_in_value_type && c.value_type != ValueType::kBFloat16) {
+    throw InvalidArgument("bench train: --state-in-value-type needs --value-type bf16 (is " +
+                          a.value_type + ")");
+  }
+  c.state_in_value_type = a.state_in_value_type;
+  c.deterministic_backward = !a.unordered_backward;
   c.concurrent_tables = a.concurrent_tables ||
                         (!a.sequential_tables && !a.grouped_tables && c.backend == Backend::kCuda);
   c.seed = a.seed;
@@ -108,6 +116,12 @@ void install(CLI::App& cmd) {
                "graphs and time their replays");
   cmd.add_option("--value-type", a->value_type, "rows stored as fp32, fp16 or bf16")
       ->capture_default_str();
+  cmd.add_flag("--state-in-value-type", a->state_in_value_type,
+               "with --value-type bf16: keep the optimizer state in bfloat16 too (rounded "
+               "stochastically) instead of float32");
+  cmd.add_flag("--unordered-backward", a->unordered_backward,
+               "the opt-in non-deterministic backward (float atomics, rows' sums in any order; "
+               "EmbeddingOptions::deterministic_backward = false)");
   cmd.add_option("--json", a->json_path, "result file (default bench/results/train-...json)");
   cmd.callback([a] {
     const auto config = make_config(*a);

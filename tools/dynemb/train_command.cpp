@@ -99,10 +99,13 @@ void install(CLI::App& cmd) {
   model
       ->add_option("--value-type", o->value_type,
                    "what rows store: float32 | float16 (fp16) | bfloat16 (bf16); optimizer state "
-                   "stays float32")
+                   "stays float32 unless --state-in-value-type")
       ->capture_default_str();
   model->add_flag("--stochastic-rounding", o->stochastic_rounding,
                   "16-bit rows: round each update stochastically instead of to nearest even");
+  model->add_flag("--state-in-value-type", o->state_in_value_type,
+                  "bfloat16 rows: keep the optimizer state in bfloat16 too (rounded "
+                  "stochastically), halving its bytes");
   model->add_option("--weight-decay", o->weight_decay, "L2 on touched rows")->capture_default_str();
   model->add_option("--init-stddev", o->init_stddev, "new rows ~ N(0, s^2)")->capture_default_str();
   model->add_option("--seed", o->seed, "initializer seed")

@@ -45,6 +45,8 @@ void validate_train_options(const TrainOptions& o) {
   const ValueType value_type = parse_value_type(o.value_type, kWhere, "--value-type");
   check(!o.stochastic_rounding || value_type != ValueType::kFloat32, "--stochastic-rounding",
         "true", "needs --value-type float16 or bfloat16 (is " + o.value_type + ")");
+  check(!o.state_in_value_type || value_type == ValueType::kBFloat16, "--state-in-value-type",
+        "true", "needs --value-type bfloat16 (is " + o.value_type + ")");
   const bool synthetic = o.data == "synthetic";
   check(synthetic || o.data == "criteo" || o.data == "libsvm" || o.data == "libffm", "--data",
         o.data, "must be one of synthetic, criteo, libsvm, libffm");
@@ -189,6 +191,7 @@ EmbeddingOptions embedding_options(const TrainOptions& o) {
   e.optimizer.weight_decay = o.weight_decay;
   e.value_type = parse_value_type(o.value_type, kWhere, "--value-type");
   e.stochastic_rounding = o.stochastic_rounding;
+  e.state_in_value_type = o.state_in_value_type;
   e.admit_threshold = o.admit_threshold;
   e.ttl_steps = o.ttl_steps;
   e.gradient_check = SafeCheck::kWarning;

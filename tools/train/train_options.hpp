@@ -30,6 +30,7 @@ struct TrainOptions {
   float init_stddev = 0.01f;           // new rows: w and v drawn from N(0, init_stddev^2)
   std::string value_type = "float32";  // what rows store: float32 | float16 | bfloat16
   bool stochastic_rounding = false;    // 16-bit rows: round updates stochastically
+  bool state_in_value_type = false;    // 16-bit rows: optimizer state in the rows' type too
   uint64_t seed = 1;
 
   // --- tables and memory ---

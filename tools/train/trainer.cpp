@@ -173,6 +173,7 @@ nlohmann::json options_json(const TrainOptions& o) {
   j["optimizer"] = o.optimizer;
   j["value_type"] = o.value_type;
   j["stochastic_rounding"] = o.stochastic_rounding;
+  j["state_in_value_type"] = o.state_in_value_type;
   j["lr"] = o.learning_rate;
   j["weight_decay"] = o.weight_decay;
   j["init_stddev"] = o.init_stddev;

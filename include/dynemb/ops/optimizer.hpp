@@ -34,6 +34,12 @@ struct OptimizerOptions {
   // nearest even, or stochastically when stochastic_rounding is set (16-bit types only).
   ValueType value_type = ValueType::kFloat32;
   bool stochastic_rounding = false;
+  // bfloat16 rows (validate_optimizer refuses the others): the per-element state arrays (Adam's
+  // m, v; AdaGrad's and RMSProp's accumulators; FTRL's z, n) are stored as value_type elements
+  // too, each new value rounded stochastically (round to nearest would stall Adam's v: 0.999 v
+  // rounds back to v in bf16); the scalars (Adam's step count, row-wise AdaGrad's accumulator)
+  // stay 32-bit after the arrays (optimizer_state_words). Halves the state's bytes.
+  bool state_in_value_type = false;
 
   // Equal kind and every setting.
   bool operator==(const OptimizerOptions&) const = default;
@@ -63,6 +69,12 @@ DYNEMB_HD constexpr uint32_t optimizer_state_dim(OptimizerKind kind, uint32_t di
     default:
       return 0;
   }
+}
+
+// What the per-element state arrays are stored as: value_type with state_in_value_type, else
+// float32.
+DYNEMB_HD constexpr ValueType state_value_type(const OptimizerOptions& o) {
+  return o.state_in_value_type ? o.value_type : ValueType::kFloat32;
 }
 
 // Every optimizer state element of a fresh row is 0: accumulators that start at
@@ -137,6 +149,21 @@ DYNEMB_HD constexpr uint32_t element_state_arrays(OptimizerKind kind) {
   }
 }
 
+// Word offset, from the start of the state, of the state's 32-bit scalars (Adam's step count,
+// row-wise AdaGrad's accumulator): after the element arrays, each value_words(state_type, dim).
+DYNEMB_HD constexpr uint32_t state_scalar_offset(OptimizerKind kind, uint32_t dim,
+                                                 ValueType state_type) {
+  return element_state_arrays(kind) * value_words(state_type, dim);
+}
+
+// 32-bit words of optimizer state after a row's embedding: optimizer_state_dim with float32
+// arrays; with 16-bit arrays (state_in_value_type) each array takes value_words(state_type, dim).
+DYNEMB_HD constexpr uint32_t optimizer_state_words(OptimizerKind kind, uint32_t dim,
+                                                   ValueType state_type) {
+  const uint32_t scalars = optimizer_state_dim(kind, dim) - element_state_arrays(kind) * dim;
+  return state_scalar_offset(kind, dim, state_type) + scalars;
+}
+
 // The constants of one row's update, known before its element pass (begin_row_update).
 struct RowUpdate {
   float scale = 1.0f;         // clip_norm's factor on the gradient
@@ -161,7 +188,8 @@ DYNEMB_HD RowUpdate begin_row_update(const OptimizerOptions& o, const float* row
     if (norm > o.clip_norm) u.scale = o.clip_norm / norm;
   }
   if (o.kind == OptimizerKind::kAdam) {
-    u.step = *reinterpret_cast<const uint32_t*>(state + 2 * dim) + 1;
+    const uint32_t scalars = state_scalar_offset(o.kind, dim, state_value_type(o));
+    u.step = *reinterpret_cast<const uint32_t*>(state + scalars) + 1;
     const float bc1 = 1.0f - powf_(o.beta1, static_cast<float>(u.step));
     const float bc2 = 1.0f - powf_(o.beta2, static_cast<float>(u.step));
     u.step_size = o.learning_rate / bc1;
@@ -240,18 +268,30 @@ DYNEMB_HD void store_weight(const OptimizerOptions& o, float* row, uint32_t j, f
   store_element<kType>(row, j, w);
 }
 
-// The element pass of one row on `lanes`: update_element over the lane's elements (the weights
-// as kType elements, the state float32 after them).
-template <OptimizerKind kKind, class Lanes, ValueType kType = ValueType::kFloat32>
-DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                   const float* grad, uint32_t dim, const Lanes& lanes) {
+// Stores the new state value v as element j of the state array at `a` (kState elements): float32
+// as is; 16-bit rounded stochastically, the bits drawn from v, the old bits and `salt` (the
+// element's index among the row's weights and states, so no two elements share a draw).
+template <ValueType kState>
+DYNEMB_HD void store_state(float* a, uint32_t j, float v, uint32_t salt) {
+  if constexpr (kState == ValueType::kFloat32) {
+    a[j] = v;
+  } else {
+    uint16_t* p = reinterpret_cast<uint16_t*>(a) + j;
+    *p = to_bits16_stochastic<kState>(v, rounding_bits(v, *p, salt));
+  }
+}
+
+// update_row_elements with the state arrays stored as kState elements.
+template <OptimizerKind kKind, class Lanes, ValueType kType, ValueType kState>
+DYNEMB_HD void update_row_elements_as(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                      const float* grad, uint32_t dim, const Lanes& lanes) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   float* a = row + value_words(kType, dim);
-  float* b = a + dim;
+  float* b = a + value_words(kState, dim);
   for (uint32_t j = lanes.first(); j < dim; j += lanes.stride()) {
     float sa = 0.0f, sb = 0.0f;
-    if constexpr (kArrays >= 1) sa = a[j];
-    if constexpr (kArrays >= 2) sb = b[j];
+    if constexpr (kArrays >= 1) sa = load_element<kState>(a, j);
+    if constexpr (kArrays >= 2) sb = load_element<kState>(b, j);
     if constexpr (kType == ValueType::kFloat32) {
       update_element<kKind>(o, u, row[j], sa, sb, grad[j]);
     } else {
@@ -259,9 +299,23 @@ DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u
       update_element<kKind>(o, u, w, sa, sb, grad[j]);
       store_weight<kType>(o, row, j, w);
     }
-    if constexpr (kArrays >= 1) a[j] = sa;
-    if constexpr (kArrays >= 2) b[j] = sb;
+    if constexpr (kArrays >= 1) store_state<kState>(a, j, sa, dim + j);
+    if constexpr (kArrays >= 2) store_state<kState>(b, j, sb, 2 * dim + j);
   }
+}
+
+// The element pass of one row on `lanes`: update_element over the lane's elements (the weights
+// as kType elements, the state after them as state_value_type(o) elements).
+template <OptimizerKind kKind, class Lanes, ValueType kType = ValueType::kFloat32>
+DYNEMB_HD void update_row_elements(const OptimizerOptions& o, const RowUpdate& u, float* row,
+                                   const float* grad, uint32_t dim, const Lanes& lanes) {
+  if constexpr (kType != ValueType::kFloat32) {
+    if (o.state_in_value_type) {
+      update_row_elements_as<kKind, Lanes, kType, kType>(o, u, row, grad, dim, lanes);
+      return;
+    }
+  }
+  update_row_elements_as<kKind, Lanes, kType, ValueType::kFloat32>(o, u, row, grad, dim, lanes);
 }
 
 // Writes the row's scalars (Adam's step count, row-wise AdaGrad's accumulator) once every lane
@@ -272,7 +326,8 @@ DYNEMB_HD void end_row_update(const OptimizerOptions& o, const RowUpdate& u, flo
   lanes.sync();
   if (!lanes.leader()) return;
   float* state = row + value_words(kType, dim);
-  if (o.kind == OptimizerKind::kAdam) *reinterpret_cast<uint32_t*>(state + 2 * dim) = u.step;
+  const uint32_t scalars = state_scalar_offset(o.kind, dim, state_value_type(o));
+  if (o.kind == OptimizerKind::kAdam) *reinterpret_cast<uint32_t*>(state + scalars) = u.step;
   if (o.kind == OptimizerKind::kRowWiseAdaGrad) state[0] = u.accumulated;
 }
 
@@ -305,7 +360,8 @@ DYNEMB_HD void apply_optimizer_typed(const OptimizerOptions& o, float* row, cons
   end_row_update<Lanes, kType>(o, u, row, dim, lanes);
 }
 
-// Applies one update of `grad` (dim floats) to `row` = [w (dim elements of o.value_type) | state],
+// Applies one update of `grad` (dim floats) to `row` = [w (dim elements of o.value_type) | state
+// (optimizer_state_words of state_value_type(o))],
 // in place, with the published rule of o.kind (after clip_norm, weight decay and clip_value), on
 // `lanes`.
 template <class Lanes>

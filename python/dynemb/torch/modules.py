@@ -527,7 +527,7 @@ def _layout_key(table: _Table) -> tuple:
     o, i = e.optimizer, e.eval_initializer
     return (
         e.dim, table.options.training, e.gradient_check, e.align_rows, e.table.device,
-        e.value_type, e.stochastic_rounding, e.deterministic_backward,
+        e.value_type, e.stochastic_rounding, e.deterministic_backward, e.state_in_value_type,
         e.admit_threshold > 1 and table.name,
         (o.kind, o.learning_rate, o.beta1, o.beta2, o.eps, o.rho, o.initial_accumulator,
          o.ftrl_l1, o.ftrl_l2, o.ftrl_beta, o.weight_decay, o.clip_norm, o.clip_value),

@@ -86,8 +86,9 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = updated_address(rows, skip, row);
   if (p != nullptr) {
-    const size_t row_bytes =
-        (value_words(o.value_type, x.dim) + optimizer_state_dim(kKind, x.dim)) * sizeof(float);
+    const size_t row_bytes = (value_words(o.value_type, x.dim) +
+                              optimizer_state_words(kKind, x.dim, state_value_type(o))) *
+                             sizeof(float);
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;

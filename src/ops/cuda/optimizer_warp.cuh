@@ -55,17 +55,24 @@ __device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned lon
 }
 
 // The element pass of one row with float4 lanes: lane l holds elements 4 l .. 4 l + 3 of each
-// 128-element tile of w, the state arrays and the gradient.
-template <OptimizerKind kKind>
-__device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                const float* grad, uint32_t dim) {
+// 128-element tile of w, the state arrays and the gradient. The lane's first tile is loaded
+// before `begin` (begin_row_update, which reads the row's scalars) runs, so the two reads' trips
+// to memory overlap; the arithmetic is the same as without. Returns begin's RowUpdate.
+template <OptimizerKind kKind, class Begin>
+__device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& begin, float* row,
+                                     const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
-  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    float4 w = *reinterpret_cast<const float4*>(row + j);
-    const float4 g = *reinterpret_cast<const float4*>(grad + j);
-    float4 a{}, b{};
+  uint32_t j = 4 * lane_index();
+  float4 w{}, a{}, b{}, g{};
+  const auto load = [&] {
+    w = *reinterpret_cast<const float4*>(row + j);
+    g = *reinterpret_cast<const float4*>(grad + j);
     if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
     if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
+  };
+  if (j < dim) load();
+  const RowUpdate u = begin();
+  while (j < dim) {
     update_element<kKind>(o, u, w.x, a.x, b.x, g.x);
     update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
     update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
@@ -73,30 +80,80 @@ __device__ void update_row_vec4(const OptimizerOptions& o, const RowUpdate& u, f
     *reinterpret_cast<float4*>(row + j) = w;
     if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
     if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
+    j += 128;
+    if (j < dim) load();
+  }
+  return u;
+}
+
+// A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
+// 8-byte load of 16-bit elements) into v; returns the 16-bit elements' bits (float32: zeros).
+template <ValueType kState>
+__device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (&v)[4]) {
+  if constexpr (kState == ValueType::kFloat32) {
+    const float4 f = *reinterpret_cast<const float4*>(a + j);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    return uint2{0, 0};
+  } else {
+    const uint2 packed = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j);
+    v[0] = from_bits16<kState>(static_cast<uint16_t>(packed.x & 0xFFFFu));
+    v[1] = from_bits16<kState>(static_cast<uint16_t>(packed.x >> 16));
+    v[2] = from_bits16<kState>(static_cast<uint16_t>(packed.y & 0xFFFFu));
+    v[3] = from_bits16<kState>(static_cast<uint16_t>(packed.y >> 16));
+    return packed;
+  }
+}
+
+// Stores load_state4's elements back: float32 as is; 16-bit each rounded as store_state does
+// (stochastically, from its old bits in `old` and salt + k for element j + k), in one 8-byte
+// store.
+template <ValueType kState>
+__device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (&v)[4],
+                                             uint32_t salt, uint2 old) {
+  if constexpr (kState == ValueType::kFloat32) {
+    *reinterpret_cast<float4*>(a + j) = float4{v[0], v[1], v[2], v[3]};
+  } else {
+    auto* p = reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(a) + j);
+    const uint16_t o[4] = {
+        static_cast<uint16_t>(old.x & 0xFFFFu), static_cast<uint16_t>(old.x >> 16),
+        static_cast<uint16_t>(old.y & 0xFFFFu), static_cast<uint16_t>(old.y >> 16)};
+    uint32_t bits[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k)
+      bits[k] = to_bits16_stochastic<kState>(v[k], rounding_bits(v[k], o[k], salt + k));
+    *p = uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)};
   }
 }
 
 // update_row_elements of a row of kType weights with 4 elements a lane: elements 4 l .. 4 l + 3
-// of each 128, the weights as one 8-byte load and store, the gradient and state as float4s (row
-// 16-byte aligned, dim % 8 == 0 so the state is too). Each element's arithmetic and rounding is
-// update_row_elements', so the rows end bit-identical to it.
-template <OptimizerKind kKind, ValueType kType>
-__device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdate& u, float* row,
-                                       const float* grad, uint32_t dim) {
+// of each 128, the weights as one 8-byte load and store, the gradient as float4s and the state
+// arrays (kState elements) as float4s or 8-byte words (row 16-byte aligned, dim % 8 == 0 so the
+// state is too). The first tile is loaded before `begin` runs, as in update_row_vec4. Each
+// element's arithmetic and rounding is update_row_elements', so the rows end bit-identical to
+// it. Returns begin's RowUpdate.
+template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32, class Begin>
+__device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Begin& begin,
+                                            float* row, const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   float* a = row + value_words(kType, dim);
-  float* b = a + dim;
+  float* b = a + value_words(kState, dim);
   auto* weights = reinterpret_cast<uint16_t*>(row);
-  for (uint32_t j = 4 * lane_index(); j < dim; j += 128) {
-    const uint2 packed = *reinterpret_cast<const uint2*>(weights + j);
+  uint32_t j = 4 * lane_index();
+  uint2 packed{}, old_a{}, old_b{};
+  float4 g4{};
+  float sa[4] = {}, sb[4] = {};
+  const auto load = [&] {
+    packed = *reinterpret_cast<const uint2*>(weights + j);
+    g4 = *reinterpret_cast<const float4*>(grad + j);
+    if constexpr (kArrays >= 1) old_a = load_state4<kState>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState>(b, j, sb);
+  };
+  if (j < dim) load();
+  const RowUpdate u = begin();
+  while (j < dim) {
     const uint16_t old[4] = {
         static_cast<uint16_t>(packed.x & 0xFFFFu), static_cast<uint16_t>(packed.x >> 16),
         static_cast<uint16_t>(packed.y & 0xFFFFu), static_cast<uint16_t>(packed.y >> 16)};
-    const float4 g4 = *reinterpret_cast<const float4*>(grad + j);
-    float4 a4{}, b4{};
-    if constexpr (kArrays >= 1) a4 = *reinterpret_cast<const float4*>(a + j);
-    if constexpr (kArrays >= 2) b4 = *reinterpret_cast<const float4*>(b + j);
-    float sa[4] = {a4.x, a4.y, a4.z, a4.w}, sb[4] = {b4.x, b4.y, b4.z, b4.w};
     const float g[4] = {g4.x, g4.y, g4.z, g4.w};
     uint16_t bits[4];
 #pragma unroll
@@ -110,9 +167,12 @@ __device__ void update_packed_row_vec4(const OptimizerOptions& o, const RowUpdat
     *reinterpret_cast<uint2*>(weights + j) =
         uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
               bits[2] | (static_cast<uint32_t>(bits[3]) << 16)};
-    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(a + j) = {sa[0], sa[1], sa[2], sa[3]};
-    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(b + j) = {sb[0], sb[1], sb[2], sb[3]};
+    if constexpr (kArrays >= 1) store_state4<kState>(a, j, sa, dim + j, old_a);
+    if constexpr (kArrays >= 2) store_state4<kState>(b, j, sb, 2 * dim + j, old_b);
+    j += 128;
+    if (j < dim) load();
   }
+  return u;
 }
 
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
@@ -122,10 +182,14 @@ template <OptimizerKind kKind, ValueType kType>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
-  const RowUpdate u = begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes);
-  if (vec4) {
-    update_packed_row_vec4<kKind, kType>(o, u, row, grad, dim);
+  const auto begin = [&] { return begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes); };
+  RowUpdate u;
+  if (vec4 && o.state_in_value_type) {
+    u = update_packed_row_vec4<kKind, kType, kType>(o, begin, row, grad, dim);
+  } else if (vec4) {
+    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
   } else {
+    u = begin();
     update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
   }
   end_row_update<WarpLanes, kType>(o, u, row, dim, lanes);
@@ -170,16 +234,16 @@ __device__ void update_row(const OptimizerOptions& o, float* row, const float* g
         return;
       }
     }
-    const RowUpdate u = begin_row_update(o, row, grad, dim, lanes);
+    const auto begin = [&] { return begin_row_update(o, row, grad, dim, lanes); };
     if constexpr (kVec == 4) {
       if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        update_row_vec4<kKind>(o, u, row, grad, dim);
-      } else {
-        update_row_elements<kKind>(o, u, row, grad, dim, lanes);
+        const RowUpdate u = update_row_vec4<kKind>(o, begin, row, grad, dim);
+        end_row_update(o, u, row, dim, lanes);
+        return;
       }
-    } else {
-      update_row_elements<kKind>(o, u, row, grad, dim, lanes);
     }
+    const RowUpdate u = begin();
+    update_row_elements<kKind>(o, u, row, grad, dim, lanes);
     end_row_update(o, u, row, dim, lanes);
   }
 }

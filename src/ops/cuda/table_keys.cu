@@ -17,7 +17,8 @@ using ops::cuda::blocks_for_threads;
 using ops::cuda::kBlock;
 
 // Thread i < n writes combined key i; thread b <= num_bags writes combined offset b and checks
-// the ends. Each warp ORs its keys' bits before one atomic.
+// the ends. The block ORs its keys' bits before one atomic, skipped when the status already has
+// them (one atomic per warp on one word queued at L2: 42 us a table of 1.3M keys on the H100).
 template <TableKey K>
 __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* keys,
                                const int64_t* offsets, size_t num_bags, uint64_t base,
@@ -40,7 +41,14 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
     if (bad) atomicMax(status + kBadTableFlag, ~0ull - table);
   }
   for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
-  if (ops::cuda::lane_index() == 0 && seen != 0) atomicOr(status + kKeyBitsSeen, seen);
+  __shared__ uint64_t warp_seen[kBlock / 32];
+  if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (uint32_t w = 1; w < blockDim.x / 32; ++w) seen |= warp_seen[w];
+  // Bits are only ever added, so bits already there need no atomic.
+  const auto* current = reinterpret_cast<const volatile unsigned long long*>(status + kKeyBitsSeen);
+  if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(status + kKeyBitsSeen, seen);
 }
 
 template <TableKey K>
@@ -95,26 +103,42 @@ __global__ void spread_kernel(TableSpread s) {
   s.padded_keys[s.id_base[t] + (i - s.bounds[t])] = s.keys[i];
 }
 
+// Adds the lanes of the warp whose `flag` is set to counter `index` of their table t, one atomic
+// per table the warp's flagged lanes hold (every lane of the warp calls it).
+__device__ void count_by_table(const TableRows& r, bool flag, uint32_t t, uint32_t index) {
+  const unsigned flagged = __ballot_sync(0xFFFFFFFFu, flag);
+  if (!flag) return;
+  const unsigned peers = __match_any_sync(flagged, t);
+  if (ops::cuda::lane_index() != static_cast<uint32_t>(__ffs(peers) - 1)) return;
+  auto* counters = reinterpret_cast<unsigned long long*>(r.counters + size_t{t} * r.counter_stride);
+  atomicAdd(counters + index, static_cast<unsigned long long>(__popc(peers)));
+}
+
 // Thread p < n: padded entry p (its table: the tag of id p's combined key) back to its row; then
-// row p itself when no table answered it (padding, or a refused batch).
+// row p itself when no table answered it (padding, or a refused batch). The rows created and the
+// rows missing are counted a warp at a time (count_by_table), not one atomic each.
 __global__ void gather_kernel(TableSpread s, TableRows r) {
   const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  bool created = false, missed = false;
+  uint32_t t = 0;
+  if (p < s.n) {
+    const uint64_t tag = s.shift >= 64 ? 0 : s.combined_keys[p] >> s.shift;
+    t = static_cast<uint32_t>(tag);
+    if (tag < s.num_tables && p - s.id_base[t] < s.counts[t]) {
+      const uint64_t j = p - s.id_base[t];
+      const uint64_t row = s.bounds[t] + j;
+      float* address = r.padded_rows[p];
+      const bool none = address == nullptr;
+      r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
+      r.missing[row] = none;
+      created = r.training && !none && !r.padded_founds[p];
+      missed = !r.training && none;
+    }
+  }
+  count_by_table(r, created, t, r.created_index);
+  count_by_table(r, missed, t, r.missing_index);
   if (p >= s.n) return;
   const size_t u = *s.unique_count;
-  const uint64_t tag = s.shift >= 64 ? 0 : s.combined_keys[p] >> s.shift;
-  const auto t = static_cast<uint32_t>(tag);
-  if (tag < s.num_tables && p - s.id_base[t] < s.counts[t]) {
-    const uint64_t j = p - s.id_base[t];
-    const uint64_t row = s.bounds[t] + j;
-    float* address = r.padded_rows[p];
-    const bool none = address == nullptr;
-    r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
-    r.missing[row] = none;
-    unsigned long long* counters =
-        reinterpret_cast<unsigned long long*>(r.counters + size_t{t} * r.counter_stride);
-    if (r.training && !none && !r.padded_founds[p]) atomicAdd(counters + r.created_index, 1ull);
-    if (!r.training && none) atomicAdd(counters + r.missing_index, 1ull);
-  }
   const size_t first = spread_refused(s) ? 0 : u;
   if (p >= first) {
     r.rows[p] = r.fallback + p * r.fallback_stride;
