@@ -30,6 +30,8 @@ struct TableBenchConfig {
   uint64_t grouped_write_min_batch = TableOptions{}.grouped_write_min_batch;
   // CUDA hybrid mode: keys a large write keeps in flight (TableOptions).
   uint32_t host_keys_in_flight = TableOptions{}.host_keys_in_flight;
+  // CUDA: copies of a key meeting at a taken bucket lock take the claimer's result (TableOptions).
+  bool join_contended_copies = TableOptions{}.join_contended_copies;
   std::vector<TableOp> ops = all_table_ops();
   bool peers = true;          // CPU: also time libcuckoo and absl::flat_hash_map
   uint64_t seed = 0;          // key stream seed

@@ -308,6 +308,7 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"thread_safe", c.backend == Backend::kCpu},
       {"grouped_write_min_batch", c.grouped_write_min_batch},
       {"host_keys_in_flight", c.host_keys_in_flight},
+      {"join_contended_copies", c.join_contended_copies},
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "

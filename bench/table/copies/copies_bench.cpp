@@ -1,12 +1,16 @@
 // The CUDA table's writes on batches that repeat keys: a batch of Zipf(s) draws over `ids` ids
 // (the hot ids repeated thousands of times, as raw training batches are), and the same batch's
-// distinct keys, with TableOptions::coalesce_copies_min_batch at 2^14 (one op per distinct key,
-// docs/cuda_table.md "Copies of a key in one call"; the hybrid default) and off (every copy takes
-// its bucket lock; the HBM-only default). Prints M keys/s per cell (keys of the batch, copies
-// included) and writes JSON.
+// distinct keys, in three modes (docs/cuda_table.md "Copies of a key in one call"):
+//   coalesce  TableOptions::coalesce_copies_min_batch 2^14: one op per distinct key after an
+//             owner search and a host synchronization (the hybrid default);
+//   joins     no owner search, join_contended_copies on: copies meeting at a taken bucket lock
+//             take the claimer's result (the HBM-only default);
+//   per-copy  neither: every copy takes its bucket lock.
+// Prints M keys/s per cell (keys of the batch, copies included) and writes JSON.
 //
 // Usage: dynemb_bench_copies [--dim 64] [--capacity N] [--hbm-budget-gb G] [--batch 262144]
-//                            [--ids 2097152] [--zipf 1.05] [--repeats 3] [--seed N] [--json F]
+//                            [--ids 2097152] [--zipf 1.05] [--repeats 3] [--seed N]
+//                            [--modes coalesce,joins,per-copy] [--json F]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -44,6 +48,7 @@ struct Params {
   double zipf = 1.05;
   uint32_t repeats = 3;
   uint64_t seed = 0;
+  std::vector<std::string> modes{"coalesce", "joins", "per-copy"};
   std::string json_path;
 };
 
@@ -71,7 +76,18 @@ Params parse(int argc, char** argv) {
       p.seed = std::stoull(v);
     else if (a == "--json")
       p.json_path = v;
-    else
+    else if (a == "--modes") {
+      p.modes.clear();
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const std::string mode = v.substr(at, comma - at);
+        if (mode != "coalesce" && mode != "joins" && mode != "per-copy")
+          throw std::invalid_argument("--modes: unknown mode '" + mode +
+                                      "' (coalesce, joins, per-copy)");
+        p.modes.push_back(mode);
+        at = comma + 1;
+      }
+    } else
       throw std::invalid_argument("unknown option " + a);
   }
   if (p.batch == 0 || p.ids == 0 || p.repeats == 0 || p.zipf <= 0)
@@ -108,7 +124,7 @@ void check(cudaError_t e, const char* what) {
 
 struct Cell {
   std::string op, batch_kind;
-  bool coalesce = false;
+  std::string mode;
   uint64_t keys = 0;
   double mkeys_per_s = 0;
 };
@@ -129,7 +145,7 @@ double time_best(uint32_t repeats, uint64_t n, Reset reset, Call call) {
   return double(n) / best / 1e6;
 }
 
-std::vector<Cell> run(const Params& p, bool coalesce, const std::vector<uint64_t>& zipf,
+std::vector<Cell> run(const Params& p, const std::string& mode, const std::vector<uint64_t>& zipf,
                       const std::vector<uint64_t>& distinct) {
   dynemb::TableOptions o;
   o.dim = p.dim;
@@ -139,7 +155,9 @@ std::vector<Cell> run(const Params& p, bool coalesce, const std::vector<uint64_t
   o.safe_check = dynemb::SafeCheck::kIgnore;
   if (p.hbm_budget_gb > 0)
     o.max_hbm_for_values = static_cast<uint64_t>(p.hbm_budget_gb * double(uint64_t{1} << 30));
-  o.coalesce_copies_min_batch = coalesce ? uint64_t{1} << 14 : std::numeric_limits<uint64_t>::max();
+  o.coalesce_copies_min_batch =
+      mode == "coalesce" ? uint64_t{1} << 14 : std::numeric_limits<uint64_t>::max();
+  o.join_contended_copies = mode != "per-copy";
   auto table = dynemb::make_table<uint64_t>(Backend::kCuda, o);
 
   std::vector<Cell> cells;
@@ -160,10 +178,9 @@ std::vector<Cell> run(const Params& p, bool coalesce, const std::vector<uint64_t
     };
     const std::string kind = repeats_keys ? "zipf" : "distinct";
     const auto add = [&](const char* op, double rate) {
-      cells.push_back({op, kind, coalesce, n, rate});
+      cells.push_back({op, kind, mode, n, rate});
       std::printf("%-8s %-9s %-34s %-8s %9llu %10.2f\n", p.hbm_budget_gb > 0 ? "hybrid" : "hbm",
-                  coalesce ? "coalesce" : "per-copy", op, kind.c_str(),
-                  static_cast<unsigned long long>(n), rate);
+                  mode.c_str(), op, kind.c_str(), static_cast<unsigned long long>(n), rate);
       std::fflush(stdout);
     };
     add("find_or_insert (keys new)", time_best(p.repeats, n, erase_all, [&] {
@@ -208,8 +225,8 @@ int main(int argc, char** argv) {
     std::printf("%-8s %-9s %-34s %-8s %9s %10s\n", "mode", "copies", "op", "batch", "keys",
                 "M keys/s");
     std::vector<Cell> cells;
-    for (const bool coalesce : {true, false}) {
-      auto c = run(p, coalesce, zipf, distinct);
+    for (const std::string& mode : p.modes) {
+      auto c = run(p, mode, zipf, distinct);
       cells.insert(cells.end(), c.begin(), c.end());
     }
     if (!p.json_path.empty()) {
@@ -223,11 +240,13 @@ int main(int argc, char** argv) {
       j["params"] = {
           {"dim", p.dim},         {"capacity", p.capacity}, {"hbm_budget_gb", p.hbm_budget_gb},
           {"batch", p.batch},     {"ids", p.ids},           {"zipf", p.zipf},
-          {"repeats", p.repeats}, {"seed", p.seed},         {"distinct_keys", distinct.size()}};
+          {"repeats", p.repeats}, {"seed", p.seed},         {"distinct_keys", distinct.size()},
+          {"modes", p.modes}};
       for (const Cell& c : cells)
         j["cells"].push_back({{"op", c.op},
                               {"batch", c.batch_kind},
-                              {"coalesce", c.coalesce},
+                              {"mode", c.mode},
+                              {"coalesce", c.mode == "coalesce"},
                               {"keys", c.keys},
                               {"mkeys_per_s", c.mkeys_per_s}});
       b::write_json_file(p.json_path, j);

@@ -66,6 +66,12 @@ struct TableOptions {
   // host memory (hybrid), never on an HBM-only one (there it halves a distinct batch's speed and
   // makes a raw Zipf batch ~500x faster: set it when batches repeat hot ids); max: never.
   std::optional<uint64_t> coalesce_copies_min_batch;
+  // CUDA backend: in a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
+  // assign call (no caller scores, not LFU), a copy of a key that finds its bucket's lock taken
+  // waits for the copy of its key that holds or waits for the lock and takes its result, so that
+  // copies of a hot key do not each take the lock. No host synchronization; a call whose locks
+  // are free (distinct keys) never looks (docs/cuda_table.md, "Copies of a key in one call").
+  bool join_contended_copies = true;
 };
 
 // Throws InvalidArgument naming the first bad field, its value and its limit.

@@ -26,10 +26,14 @@ class WriteState {
   WriteState(const WriteState&) = delete;
   WriteState& operator=(const WriteState&) = delete;
 
+  // The join entries of the writes' launches (CopyJoins; their epoch is the state's).
+  const CopyJoins& joins() const { return joins_; }
+
   // One write's use of the state: re-initializes it on `stream` when it goes out of scope.
   class Use {
    public:
-    Use(WriteState& owner, cudaStream_t stream) : state_(owner.state_), stream_(stream) {}
+    Use(WriteState& owner, cudaStream_t stream)
+        : state_(owner.state_), joins_(owner.joins_), stream_(stream) {}
     ~Use();
     Use(const Use&) = delete;
     Use& operator=(const Use&) = delete;
@@ -39,12 +43,17 @@ class WriteState {
 
    private:
     CallState* state_;
+    CopyJoins joins_;
     cudaStream_t stream_;
   };
 
  private:
   CallState* state_ = nullptr;
+  CopyJoins joins_;
 };
+
+// Join entries of a table's writes: 2^16 (1 MiB with their keys).
+inline constexpr uint32_t kJoinEntryBits = 16;
 
 // One call's CallState on the device.
 class CallScratch {

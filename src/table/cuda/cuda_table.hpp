@@ -136,6 +136,11 @@ class CudaTable final : public Table<K> {
   // (TableOptions::coalesce_copies_min_batch and the ops and scores it covers).
   bool coalesces_copies(WriteOp op, const WriteArgs& a, size_t n, cudaStream_t s) const;
 
+  // Whether a write's copies of a key that meet at a taken bucket lock take the result of the
+  // copy that claimed their key (TableOptions::join_contended_copies and the ops and scores it
+  // covers).
+  bool joins_copies(WriteOp op, const WriteArgs& a) const;
+
   // After find_or_insert_pointers: a growth moved rows, and at max capacity a later key of the
   // batch may have evicted a row this call inserted; then the addresses are looked up again (keys
   // no longer stored get nullptr). Without a growth the lookup runs only if the call evicted a row

@@ -230,6 +230,10 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     }
   }
 
+  // Copies of a key that meet at a taken bucket lock take the result of the copy that holds or
+  // waits for it (docs/cuda_table.md, "Copies of a key in one call").
+  if (joins_copies(op, a)) a.joins = write_state_->joins();
+
   DeviceArray<uint32_t> deferred[2];
   a.growable = op_inserts(op) && storage_.capacity() < options_.max_capacity;
   if (a.growable) {
@@ -238,7 +242,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     deferred[0] = DeviceArray<uint32_t>(n, s);
     deferred[1] = DeviceArray<uint32_t>(n, s);
     a.deferred_out = deferred[0].data();
-    launch_reset_retry(a.state, load_limit(), s);
+    launch_reset_retry(a.state, load_limit(), s, write_state_->joins());
     launch_count_size(storage_.view(), a.state, s);
   }
   launch_write_op(op, a, s);
@@ -259,7 +263,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     current ^= 1;
     a.deferred_out = deferred[current].data();
     a.growable = storage_.capacity() < options_.max_capacity;
-    launch_reset_retry(a.state, a.growable ? load_limit() : 0, s);
+    launch_reset_retry(a.state, a.growable ? load_limit() : 0, s, write_state_->joins());
     if (a.growable) launch_count_size(storage_.view(), a.state, s);
     launch_write_op(op, a, s);
     have_state = false;
@@ -320,6 +324,16 @@ bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   core::cuda::check(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
   return capture == cudaStreamCaptureStatusNone;
+}
+
+template <TableKey K>
+bool CudaTable<K>::joins_copies(WriteOp op, const WriteArgs& a) const {
+  // LFU counts every copy and caller scores may differ between copies: a copy must apply its own.
+  const bool op_fits = op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertGiven ||
+                       op == WriteOp::kFindOrInsertPointers || op == WriteOp::kInsertOrAssign ||
+                       op == WriteOp::kAssign;
+  return op_fits && options_.join_contended_copies && a.scores_in == nullptr &&
+         options_.score_policy != ScorePolicy::kLfu && a.n <= 0xFFFFFFFFull;
 }
 
 template <TableKey K>

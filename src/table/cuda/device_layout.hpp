@@ -73,7 +73,11 @@ struct CallState {
   unsigned long long count;              // erase_if / size / export counts
   unsigned long long missed;             // find_or_insert: keys the lock-free pass did not find
   unsigned long long evictions;          // rows this call evicted (growth retries included)
-  unsigned int refusal_lock;             // guards the first_refused_* record
+  // The CopyJoins epoch of the call's next write launch: kept (and advanced) by every
+  // re-initialization of a write's state (launch_init_state, launch_reset_retry).
+  unsigned int join_epoch;
+  unsigned int join_pad;
+  unsigned int refusal_lock;  // guards the first_refused_* record
   unsigned int pad;
   unsigned long long first_refused_position;
   unsigned long long first_refused_key;
@@ -105,6 +109,23 @@ constexpr bool op_inserts(WriteOp op) {
 constexpr bool moves_rows(WriteOp op) {
   return op != WriteOp::kAssignScores && op != WriteOp::kErase;
 }
+
+// Copies of a key that meet at its locked bucket within one launch (docs/cuda_table.md, "Copies
+// of a key in one call"): a copy that finds its bucket's lock taken looks its key up in a small
+// table of entries (two candidate entries a key); the first such copy claims an entry, writes the
+// key and then waits for the lock; the later ones take its result instead of the lock. Entries
+// of earlier launches are told apart by the launch's epoch (CallState::join_epoch), so the table
+// is cleared only when the epochs wrap.
+struct CopyJoins {
+  // An entry's tag: epoch (kJoinEpochBits) | state (3 bits) | owner's batch position (32 bits);
+  // null: the launch joins no copies.
+  unsigned long long* tags = nullptr;
+  unsigned long long* keys = nullptr;  // the key of each claimed entry
+  uint32_t entry_bits = 0;             // 2^entry_bits entries
+};
+
+// Epochs run over [1, 2^kJoinEpochBits); tags of epoch 0 are free.
+inline constexpr uint32_t kJoinEpochBits = 29;
 
 // Arguments of one write kernel launch. Keys are handled as their uint64 bit patterns.
 struct WriteArgs {
@@ -143,6 +164,9 @@ struct WriteArgs {
   // unused shared memory so that fewer fit an SM): a launch over keys in bucket order then
   // reaches host rows that lie close together.
   uint32_t keys_in_flight = 0;
+  // find_or_insert(_given, _pointers), insert_or_assign, assign: copies meeting at a locked bucket
+  // take the result of the copy that holds or waits for it (CopyJoins); tags null: off.
+  CopyJoins joins{};
 };
 
 // Arguments of find_or_insert's lock-free first pass: keys already stored are found, their rows

@@ -11,11 +11,15 @@
 namespace dynemb::table::cuda {
 
 // Sets a fresh call state (no reserved position, nothing deferred or emitted, `budget` inserts
-// left).
-void launch_init_state(CallState* state, long long budget, cudaStream_t stream);
+// left). With joins.tags set (a write's state), the state's join_epoch is kept and advanced
+// (the tags cleared when the epochs wrap).
+void launch_init_state(CallState* state, long long budget, cudaStream_t stream,
+                       const CopyJoins& joins = {});
 
-// Prepares a state for a retry after growth: clears the deferred count and sets the budget.
-void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream);
+// Prepares a state for a retry after growth: clears the deferred count, sets the budget and
+// advances the join epoch as launch_init_state does.
+void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream,
+                        const CopyJoins& joins = {});
 
 // Records the first reserved key's batch position in state->reserved_position.
 void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, cudaStream_t stream);

@@ -8,16 +8,27 @@
 namespace dynemb::table::cuda {
 namespace {
 
-__global__ void init_state_kernel(CallState* s, long long budget) {
+// The join epoch after `epoch` (CopyJoins): the next one, or 1 after the last, when every tag
+// is cleared first (once in 2^29 launches; one thread: it runs in a 1-thread kernel).
+__device__ unsigned int next_join_epoch(unsigned int epoch, const CopyJoins& joins) {
+  if (epoch + 1 < (1u << kJoinEpochBits)) return epoch + 1;
+  for (uint64_t e = 0; e < (uint64_t{1} << joins.entry_bits); ++e) joins.tags[e] = 0;
+  return 1;
+}
+
+__global__ void init_state_kernel(CallState* s, long long budget, CopyJoins joins) {
+  const unsigned int epoch = s->join_epoch;
   *s = CallState{};
   s->reserved_position = kNoPosition;
   s->first_refused_position = kNoPosition;
   s->budget = budget;
+  if (joins.tags != nullptr) s->join_epoch = next_join_epoch(epoch, joins);
 }
 
-__global__ void reset_retry_kernel(CallState* s, long long budget) {
+__global__ void reset_retry_kernel(CallState* s, long long budget, CopyJoins joins) {
   s->deferred = 0;
   s->budget = budget;
+  if (joins.tags != nullptr) s->join_epoch = next_join_epoch(s->join_epoch, joins);
 }
 
 __global__ void reserved_check_kernel(const uint64_t* keys, uint64_t n, CallState* s) {
@@ -159,13 +170,15 @@ __global__ void count_size_kernel(const int32_t* sizes, uint64_t n, CallState* s
 
 }  // namespace
 
-void launch_init_state(CallState* state, long long budget, cudaStream_t stream) {
-  init_state_kernel<<<1, 1, 0, stream>>>(state, budget);
+void launch_init_state(CallState* state, long long budget, cudaStream_t stream,
+                       const CopyJoins& joins) {
+  init_state_kernel<<<1, 1, 0, stream>>>(state, budget, joins);
   core::cuda::check(cudaGetLastError(), "init_state_kernel launch");
 }
 
-void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream) {
-  reset_retry_kernel<<<1, 1, 0, stream>>>(state, budget);
+void launch_reset_retry(CallState* state, long long budget, cudaStream_t stream,
+                        const CopyJoins& joins) {
+  reset_retry_kernel<<<1, 1, 0, stream>>>(state, budget, joins);
   core::cuda::check(cudaGetLastError(), "reset_retry_kernel launch");
 }
 

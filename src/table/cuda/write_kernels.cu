@@ -5,6 +5,7 @@
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include <algorithm>
 
+#include "cuda/copy_joins.cuh"
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
 #include "cuda/victim.cuh"
@@ -78,6 +79,69 @@ constexpr bool stores_input(WriteOp op) {
 // Whether a write takes its bucket's lock: every op of a locked launch but assign_scores.
 constexpr bool takes_lock(WriteOp op, bool locked) {
   return locked && op != WriteOp::kAssignScores;
+}
+
+// The ops whose copies may take the result of the copy writing their key (CopyJoins): the
+// finds that insert (a copy finds the key the owner found or inserted) and the plain stores (a
+// copy's row is one the owner's overwrites).
+constexpr bool joins_copies(WriteOp op) {
+  return copies_found_rows(op) || op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign;
+}
+
+// A copy's outputs from its owner's (batch position `owner`), which published them: the row or
+// address, founds = true. The stores have none.
+// (Arguments by value: a non-inlined callee given the kernel's WriteArgs by reference would have
+// them copied to local memory.)
+template <bool kVec, uint32_t kT>
+__device__ __noinline__ void take_owner_result(TileOf<kT> tile, float* values_out, float** row_ptrs,
+                                               bool* founds, uint64_t i, uint64_t owner,
+                                               uint32_t dim) {
+  const bool leader = tile.thread_rank() == 0;
+  if (row_ptrs != nullptr) {
+    if (leader) {
+      const auto bits = __ldcg(reinterpret_cast<const unsigned long long*>(row_ptrs + owner));
+      row_ptrs[i] = reinterpret_cast<float*>(bits);
+    }
+  } else {
+    copy_row<kVec, true>(tile, values_out + i * dim, values_out + owner * dim, dim);
+  }
+  if (leader && founds != nullptr) founds[i] = true;
+}
+
+// Takes the bucket's lock for a write of batch entry i, or (a.joins set, the lock taken) joins
+// the copy of the key that claimed it (lock_or_join). Returns whether the tile holds the lock
+// (then *claimed is the entry it claimed + 1, or 0); otherwise the entry is done: its owner's
+// result was taken, or it was deferred as its owner was.
+template <WriteOp kOp, bool kVec, uint32_t kT>
+__device__ __forceinline__ bool lock_or_take_owner(const TileOf<kT>& tile, const TableView& t,
+                                                   const WriteArgs& a, uint64_t bucket, uint64_t i,
+                                                   uint64_t key, uint64_t hash, uint32_t* claimed) {
+  *claimed = 0;
+  if constexpr (!joins_copies(kOp)) {
+    lock_bucket(tile, t.locks + bucket);
+    return true;
+  }
+  if (a.joins.tags == nullptr) {
+    lock_bucket(tile, t.locks + bucket);
+    return true;
+  }
+  JoinOutcome r{kJoinHoldsLock, 0};
+  if (tile.thread_rank() == 0)
+    r = lock_or_join(t.locks + bucket, a.joins, a.state, key, hash, static_cast<uint32_t>(i));
+  r.kind = tile.shfl(r.kind, 0);
+  r.value = tile.shfl(r.value, 0);
+  if (r.kind == kJoinHoldsLock) {
+    *claimed = r.value;
+    return true;
+  }
+  if (r.kind == kJoinTakesOwner) {
+    if constexpr (copies_found_rows(kOp))
+      take_owner_result<kVec>(tile, a.values_out, a.row_ptrs, a.founds, i, r.value, t.dim);
+  } else if (tile.thread_rank() == 0) {
+    const unsigned long long pos = atomicAdd(&a.state->deferred, 1ull);
+    a.deferred_out[pos] = static_cast<uint32_t>(i);
+  }
+  return false;
 }
 
 // float4s of a caller's row held per thread: a row of up to kHeld * kT float4s is
@@ -227,14 +291,17 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   // lock (copies of one key take turns); assign_scores' one 8-byte store needs none.
   constexpr bool kKeysFixed = kOp == WriteOp::kAssign || kOp == WriteOp::kAssignScores;
   Probe probe{-1, -1};
+  uint32_t claimed = 0;  // the join entry this tile claimed + 1 (CopyJoins), 0: none
   if constexpr (kKeysFixed) {
     probe.found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     if (probe.found < 0) return;
-    if constexpr (takes_lock(kOp, kLocked)) lock_bucket(tile, t.locks + bucket);
+    if constexpr (takes_lock(kOp, kLocked)) {
+      if (!lock_or_take_owner<kOp, kVec>(tile, t, a, bucket, i, key, hash, &claimed)) return;
+    }
   } else {
     if constexpr (kLocked) {
       prefetch_bucket_l2(tile, t, bucket);
-      lock_bucket(tile, t.locks + bucket);
+      if (!lock_or_take_owner<kOp, kVec>(tile, t, a, bucket, i, key, hash, &claimed)) return;
     }
     // find_or_insert asks L2 for the row it will copy out as the key is confirmed, for rows of
     // a 128-byte line or more (shorter ones measured slower with it).
@@ -247,6 +314,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   uint64_t now = a.clock;
   if (a.policy == ScorePolicy::kTimestamp) now = tile.shfl(leader ? global_time_ns() : 0ull, 0);
   const int found = probe.found;
+  uint32_t outcome = kJoinStored;  // what a claimer publishes (CopyJoins)
   if (found >= 0) {
     const uint64_t slot = base + static_cast<uint64_t>(found);
     float* row = row_of(t, slot);
@@ -321,12 +389,14 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     }
 
     if (defer) {
+      outcome = kJoinDeferred;
       if (leader) {
         const unsigned long long pos = atomicAdd(&a.state->deferred, 1ull);
         a.deferred_out[pos] = static_cast<uint32_t>(i);
       }
     } else if (target < 0) {
       // Refused: the table does not change for this key.
+      outcome = kJoinOther;
       if (leader) {
         atomicAdd(&counts->refused, 1ull);
         if (!a.skip_reserved) record_refusal(a.state, i, key, new_score, victim.score);
@@ -380,6 +450,10 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   }
   if constexpr (takes_lock(kOp, kLocked)) {
     unlock_bucket(tile, t.locks + bucket);
+    if constexpr (joins_copies(kOp)) {
+      if (claimed != 0)
+        publish_join(tile, a.joins, a.state, claimed - 1, outcome, static_cast<uint32_t>(i));
+    }
   } else {
     tile.sync();  // the tile's next key (same bucket) sees this key's writes
   }
