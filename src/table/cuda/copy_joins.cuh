@@ -94,8 +94,9 @@ __device__ __noinline__ JoinOutcome wait_for_claimer(const unsigned long long* t
   return {kJoinHoldsLock, 0};
 }
 
-// Leader only: takes the bucket's lock if it is free; else finds the key's join entry of this
-// launch and takes its claimer's outcome, or claims a free entry (then waits for the lock). When
+// Leader only, once its first try at the bucket's lock failed: finds the key's join entry of
+// this launch and takes its claimer's outcome, or claims a free entry (then waits for the lock).
+// Out of line: a call whose locks are free never comes here, and keeps its registers. When
 // both entries hold other keys, or the look keeps meeting claims in progress, it waits for the
 // lock as any key would. Every claimer is running when it is seen (it claims inside its own
 // write), and a lock holder waits for nothing, so no wait here can be circular.
@@ -104,36 +105,40 @@ __device__ __noinline__ JoinOutcome wait_for_claimer(const unsigned long long* t
 __device__ __noinline__ JoinOutcome lock_or_join(uint32_t* lock, CopyJoins j,
                                                  const CallState* state, uint64_t key,
                                                  uint64_t hash, uint32_t position) {
-  if (try_lock_bucket(lock)) return {kJoinHoldsLock, 0};
   const uint32_t epoch = __ldcg(&state->join_epoch);
   const uint32_t first = first_join_entry(hash, j.entry_bits);
   for (uint32_t attempt = 0; attempt < 64; ++attempt) {
-    const unsigned long long tags[2] = {load_acquire_u64(j.tags + first),
-                                        load_acquire_u64(j.tags + first + 1)};
-    int free_entry = -1;
+    // Two scalars, not an array indexed at run time (which would live in local memory).
+    const unsigned long long tag0 = load_acquire_u64(j.tags + first);
+    const unsigned long long tag1 = load_acquire_u64(j.tags + first + 1);
     bool claiming = false;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      if (join_epoch_of(tags[e]) != epoch) {
-        if (free_entry < 0) free_entry = e;
-      } else if (join_state_of(tags[e]) == kJoinClaiming) {
+    if (join_epoch_of(tag0) == epoch) {
+      if (join_state_of(tag0) == kJoinClaiming) {
         claiming = true;
-      } else if (__ldcg(j.keys + first + e) == key) {
-        return wait_for_claimer(j.tags + first + e, lock);
+      } else if (__ldcg(j.keys + first) == key) {
+        return wait_for_claimer(j.tags + first, lock);
+      }
+    }
+    if (join_epoch_of(tag1) == epoch) {
+      if (join_state_of(tag1) == kJoinClaiming) {
+        claiming = true;
+      } else if (__ldcg(j.keys + first + 1) == key) {
+        return wait_for_claimer(j.tags + first + 1, lock);
       }
     }
     if (claiming) {  // a claimer is writing its key (a few hundred cycles): look again
       __nanosleep(64);
       continue;
     }
-    if (free_entry < 0) break;
-    unsigned long long* tag = j.tags + first + free_entry;
-    if (atomicCAS(tag, tags[free_entry], join_tag(epoch, kJoinClaiming, position)) ==
-        tags[free_entry]) {
-      j.keys[first + free_entry] = key;
-      store_release_u64(tag, join_tag(epoch, kJoinReady, position));
+    const bool first_free = join_epoch_of(tag0) != epoch;
+    if (!first_free && join_epoch_of(tag1) == epoch) break;  // both hold other keys
+    const uint32_t entry = first_free ? first : first + 1;
+    const unsigned long long seen = first_free ? tag0 : tag1;
+    if (atomicCAS(j.tags + entry, seen, join_tag(epoch, kJoinClaiming, position)) == seen) {
+      j.keys[entry] = key;
+      store_release_u64(j.tags + entry, join_tag(epoch, kJoinReady, position));
       wait_lock_bucket(lock);
-      return {kJoinHoldsLock, first + free_entry + 1};
+      return {kJoinHoldsLock, entry + 1};
     }
   }
   wait_lock_bucket(lock);

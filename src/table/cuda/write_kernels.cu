@@ -126,7 +126,7 @@ __device__ __forceinline__ bool lock_or_take_owner(const TileOf<kT>& tile, const
     return true;
   }
   JoinOutcome r{kJoinHoldsLock, 0};
-  if (tile.thread_rank() == 0)
+  if (tile.thread_rank() == 0 && !try_lock_bucket(t.locks + bucket))
     r = lock_or_join(t.locks + bucket, a.joins, a.state, key, hash, static_cast<uint32_t>(i));
   r.kind = tile.shfl(r.kind, 0);
   r.value = tile.shfl(r.value, 0);
