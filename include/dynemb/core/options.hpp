@@ -62,8 +62,9 @@ struct TableOptions {
   // assign call of at least this many keys (no caller scores, not LFU) runs once per distinct
   // key and hands the result to every copy, so that many copies of a hot key do not serialize
   // on its bucket lock; it costs such a call an owner search and one host synchronization
-  // (docs/cuda_table.md, "Copies of a key in one call"). Unset or max: never (join_contended_copies
-  // keeps copies off the locks without it); set it for batch order among copies.
+  // (docs/cuda_table.md, "Copies of a key in one call"). Unset: 2^14 on a table with rows in
+  // host memory (hybrid), never on an HBM-only one (there it halves a distinct batch's speed and
+  // makes a raw Zipf batch ~500x faster: set it when batches repeat hot ids); max: never.
   std::optional<uint64_t> coalesce_copies_min_batch;
   // CUDA backend: in a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
   // assign call (no caller scores, not LFU), a copy of a key that finds its bucket's lock taken

@@ -313,9 +313,9 @@ bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
                        op == WriteOp::kAssign;
   // LFU counts every copy and caller scores may differ between copies: those keep the op per
   // copy, as does a call that takes the grouped (batch-order) form.
-  // Unset: never (the joins at taken locks keep copies off the locks without a synchronization).
-  const uint64_t min_batch =
-      options_.coalesce_copies_min_batch.value_or(std::numeric_limits<uint64_t>::max());
+  const uint64_t min_batch = options_.coalesce_copies_min_batch.value_or(
+      storage_.view().host_values != nullptr ? kCoalesceCopiesMinBatch
+                                             : std::numeric_limits<uint64_t>::max());
   if (!op_fits || a.scores_in != nullptr || options_.score_policy == ScorePolicy::kLfu ||
       a.subset != nullptr || n < min_batch || n >= options_.grouped_write_min_batch ||
       n >= (uint64_t{1} << 31))

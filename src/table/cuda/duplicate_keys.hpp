@@ -12,6 +12,9 @@
 
 namespace dynemb::table::cuda {
 
+// TableOptions::coalesce_copies_min_batch when unset, on a hybrid table.
+inline constexpr uint64_t kCoalesceCopiesMinBatch = uint64_t{1} << 14;
+
 // The owners of a batch's keys. owner_of[i] is the batch position whose op stands for keys[i]
 // (i itself for an owner, and for every reserved key); owners lists the owner positions in the
 // order they were given, their number in *count (on the device).

@@ -21,7 +21,7 @@ namespace dynemb::testing {
 namespace {
 
 constexpr uint32_t kDim = 16;
-constexpr size_t kBatch = 20000;  // above the coalesce_copies_min_batch set below (16384)
+constexpr size_t kBatch = 20000;  // above the default coalesce_copies_min_batch (16384)
 
 TableOptions copies_options(bool hybrid) {
   TableOptions o;
@@ -33,8 +33,9 @@ TableOptions copies_options(bool hybrid) {
   o.score_policy = ScorePolicy::kStep;
   o.safe_check = SafeCheck::kIgnore;
   o.num_threads = 1;  // the CPU table applies the batch in order
+  // A hybrid table coalesces calls of 2^14 keys or more by default; an HBM-only one when asked.
   if (hybrid) o.max_hbm_for_values = o.max_capacity / 8 * kDim * sizeof(float);
-  o.coalesce_copies_min_batch = uint64_t{1} << 14;
+  if (!hybrid) o.coalesce_copies_min_batch = uint64_t{1} << 14;
   return o;
 }
 
