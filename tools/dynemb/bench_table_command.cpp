@@ -26,7 +26,7 @@ struct BenchTableArgs {
   uint32_t host_keys_in_flight = 0;
   std::vector<std::string> ops;
   bool no_peers = false;
-  bool no_join_copies = false;
+  bool join_copies = false;
   uint64_t seed = 0;
   std::string json_path;
   std::string markdown_path;
@@ -66,7 +66,7 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
     for (const std::string& name : a.ops) c.ops.push_back(dynemb::bench::parse_op(name, "--ops"));
   }
   c.peers = !a.no_peers;
-  c.join_contended_copies = !a.no_join_copies;
+  c.join_contended_copies = a.join_copies;
   c.seed = a.seed;
   c.json_path = a.json_path;
   c.markdown_path = a.markdown_path;
@@ -120,9 +120,9 @@ void install(CLI::App& cmd) {
              "Operations, comma-separated (default all: " + dynemb::bench::op_names_list() + ")")
           ->delimiter(',');
   cmd.add_flag("--no-peers", args->no_peers, "cpu: skip libcuckoo and absl::flat_hash_map");
-  cmd.add_flag("--no-join-copies", args->no_join_copies,
-               "cuda: every copy of a key takes its bucket lock (TableOptions::"
-               "join_contended_copies off), to measure what the joins cost a batch");
+  cmd.add_flag("--join-copies", args->join_copies,
+               "cuda: copies of a key that meet at a taken bucket lock join the copy holding it "
+               "(TableOptions::join_contended_copies on), to measure what the joins cost a batch");
   CLI::Option* seed = cmd.add_option("--seed", args->seed,
                                      "Key stream seed (default 0 = random; the JSON records it)");
   // Unsigned options: a negative value is an error, not a wrap-around.

@@ -1,5 +1,5 @@
 // Copies of a key that meet at a taken bucket lock take the result of the copy that claimed their
-// key (TableOptions::join_contended_copies, on by default; docs/cuda_table.md "Copies of a key in
+// key (TableOptions::join_contended_copies, off by default; docs/cuda_table.md "Copies of a key in
 // one call"). Random batches that repeat a few hot keys thousands of times, on an HBM-only table
 // without the owner search: every output must be that of applying the batch in SOME sequential
 // order (docs/table_contract.md, "Duplicate keys in one batch"). Checked against a one-thread CPU
