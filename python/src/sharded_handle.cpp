@@ -329,8 +329,8 @@ void register_sharded(py::module_& m) {
       .def_property_readonly("optimizer_state_dim",
                              [](ShardedHandle& h) {
                                const EmbeddingOptions& o = h.collection().options(0);
-                               return dynemb::optimizer_state_words(
-                                   o.optimizer.kind, o.dim, state_value_type(o.optimizer));
+                               return dynemb::optimizer_state_words(o.optimizer.kind, o.dim,
+                                                                    state_value_type(o.optimizer));
                              })
       .def_property_readonly("num_tables", &ShardedHandle::num_tables);
 }
