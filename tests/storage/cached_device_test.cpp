@@ -23,6 +23,21 @@ namespace {
 using K = int64_t;
 using storage::CachedTable;
 
+// A fast tier of `capacity` slots that never grows (buckets of `bucket_capacity`, full load
+// allowed), `policy` scores and uniform initial rows drawn from `seed`.
+TableOptions fast_tier_options(uint32_t dim, uint64_t capacity, uint32_t bucket_capacity,
+                               ScorePolicy policy, uint64_t seed) {
+  TableOptions o;
+  o.dim = dim;
+  o.init_capacity = o.max_capacity = capacity;
+  o.bucket_capacity = bucket_capacity;
+  o.max_load_factor = 1.0;
+  o.score_policy = policy;
+  o.initializer.kind = InitializerKind::kUniform;
+  o.initializer.seed = seed;
+  return o;
+}
+
 // `n` keys of [0, space), distinct when asked (given scores: one score per key).
 std::vector<K> draw_keys(TestRng& rng, size_t n, uint64_t space, bool distinct) {
   std::vector<K> keys(n);
@@ -97,15 +112,8 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     const uint32_t dim = std::vector<uint32_t>{3, 8, 40}[rng.uniform(0, 2)];
     SCOPED_TRACE("policy " + to_string(policy) + ", dim " + std::to_string(dim) +
                  (private_store ? ", private store" : ""));
-    TableOptions fo;
-    fo.dim = dim;
-    fo.init_capacity = fo.max_capacity = 512;
-    fo.bucket_capacity = 32;
-    fo.max_load_factor = 1.0;
-    fo.score_policy = policy;
+    TableOptions fo = fast_tier_options(dim, 512, 32, policy, 77);
     fo.num_threads = 1;
-    fo.initializer.kind = InitializerKind::kUniform;
-    fo.initializer.seed = 77;
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
     // A small filter: many keys never written below share bits with some that were.
     CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 12});
@@ -255,14 +263,7 @@ TEST_P(CachedDevice, PrivateStoreFilterKnowsTheStoresRowsAndEveryWriteDown) {
   const Backend backend = GetParam();
   TestRng rng;
   const uint32_t dim = 6;
-  TableOptions fo;
-  fo.dim = dim;
-  fo.init_capacity = fo.max_capacity = 128;
-  fo.bucket_capacity = 32;
-  fo.max_load_factor = 1.0;
-  fo.score_policy = ScorePolicy::kStep;
-  fo.initializer.kind = InitializerKind::kUniform;
-  fo.initializer.seed = 9;
+  const TableOptions fo = fast_tier_options(dim, 128, 32, ScorePolicy::kStep, 9);
   TableOptions bo = fo;
   bo.init_capacity = bo.max_capacity = 1 << 14;
   bo.bucket_capacity = 128;
@@ -370,14 +371,7 @@ TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
   const Backend backend = GetParam();
   TestRng rng;
   const uint32_t dim = 5;
-  TableOptions fo;
-  fo.dim = dim;
-  fo.init_capacity = fo.max_capacity = 64;
-  fo.bucket_capacity = 16;
-  fo.max_load_factor = 1.0;
-  fo.score_policy = ScorePolicy::kStep;
-  fo.initializer.kind = InitializerKind::kUniform;
-  fo.initializer.seed = 21;
+  const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
   CachedTable<K> cached(backend, fo, lower);
   TableOptions bo = fo;
@@ -410,14 +404,7 @@ TEST_P(CachedDevice, AStepBeyondItsPrefetchGetsNoRowForTheRest) {
   const Backend backend = GetParam();
   TestRng rng;
   const uint32_t dim = 8;
-  TableOptions fo;
-  fo.dim = dim;
-  fo.init_capacity = fo.max_capacity = 512;
-  fo.bucket_capacity = 32;
-  fo.max_load_factor = 1.0;
-  fo.score_policy = ScorePolicy::kStep;
-  fo.initializer.kind = InitializerKind::kUniform;
-  fo.initializer.seed = 9;
+  const TableOptions fo = fast_tier_options(dim, 512, 32, ScorePolicy::kStep, 9);
   CachedTable<K> cached(backend, fo,
                         std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim}));
   TableOptions bo = fo;
@@ -484,15 +471,8 @@ TEST_P(CachedDevice, ReservedKeysAmongTheMissesAreRefusedOrSkipped) {
   const uint32_t dim = 8;
   for (const SafeCheck mode : {SafeCheck::kError, SafeCheck::kIgnore}) {
     SCOPED_TRACE(mode == SafeCheck::kError ? "ERROR" : "IGNORE");
-    TableOptions fo;
-    fo.dim = dim;
-    fo.init_capacity = fo.max_capacity = 256;
-    fo.bucket_capacity = 32;
-    fo.max_load_factor = 1.0;
-    fo.score_policy = ScorePolicy::kStep;
+    TableOptions fo = fast_tier_options(dim, 256, 32, ScorePolicy::kStep, 5);
     fo.safe_check = mode;
-    fo.initializer.kind = InitializerKind::kUniform;
-    fo.initializer.seed = 5;
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
     CachedTable<K> cached(backend, fo, lower);
     TableOptions bo = fo;
