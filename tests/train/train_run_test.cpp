@@ -20,12 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// tests/data of this source tree, or $DYNEMB_TEST_DATA_DIR (a binary built on another machine:
-// scripts/gpu_check.sh sets it to the checkout it runs in).
+// $DYNEMB_TEST_DATA_DIR (a binary built on another machine: scripts/gpu_check.sh sets it to the
+// checkout it runs in), else tests/data of the source tree this binary was configured from.
 fs::path data_dir() {
   if (const char* dir = std::getenv("DYNEMB_TEST_DATA_DIR"); dir != nullptr && *dir != '\0')
     return fs::path(dir);
-  return fs::path(__FILE__).parent_path().parent_path() / "data";
+  return fs::path(DYNEMB_TEST_DATA_SOURCE_DIR);
 }
 
 fs::path fresh_dir(const std::string& name) {
