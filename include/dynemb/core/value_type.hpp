@@ -94,11 +94,12 @@ DYNEMB_HD uint16_t float_to_half_host(float f, bool stochastic = false, uint32_t
       if (!stochastic) return static_cast<uint16_t>(sign);
     }
     const uint32_t m = (ax & 0x7FFFFFu) | (e != 0 ? 0x800000u : 0);
-    const uint32_t shift = e < 102 ? 32 : 126 - e;  // 14 .. 24 for e in [102, 112]
+    const uint32_t shift = 126 - e;  // f = m * 2^-shift units of 2^-24; 14 .. 126
     if (shift >= 32) {
-      // Far below one unit: a stochastic round up only if random < m * 2^(e - 126) units;
-      // treated as zero (its chance is below 2^-32 per unit of m).
-      return static_cast<uint16_t>(sign);
+      // Below 2^-8 of a unit: rounds up with chance m / 2^shift, i.e. when the 32-bit random
+      // is below m / 2^(shift - 32) (zero once that is below one).
+      const uint32_t threshold = shift - 32 >= 24 ? 0u : m >> (shift - 32);
+      return static_cast<uint16_t>(sign | (random < threshold ? 1u : 0u));
     }
     const uint32_t mask = (1u << shift) - 1;
     uint32_t h = m >> shift;
