@@ -118,6 +118,17 @@ class DynamicEmbTableOptions:
     gradients in any order (float atomics): rows then agree with the ordered backward within
     float32 rounding, not bit for bit, and may differ run to run; True (the default) keeps the
     fixed order, the same on CPU and GPU. The CPU backend is ordered either way.
+
+    dynemb's additions that pass C++ TableOptions / CachingOptions through (docs/python.md,
+    "dynamicemb's options, as implemented"): num_threads and prefault_host_memory (CPU backend
+    only: worker threads; fault in new table memory at construction and growth instead of at
+    first write); coalesce_copies_min_batch, join_contended_copies, grouped_write_min_batch
+    (None: never) and host_keys_in_flight (CUDA backend only: how a call with many copies of a
+    key, or a large write, is run; a CPU table accepts them and is unchanged by them);
+    private_store (caching / external_storage only: the lower tier is this table's alone, so a
+    filter of the keys that may be below, 2^private_store_filter_log2_bits bits in the fast
+    tier's memory, spares the lower-tier read of keys stored nowhere; caching_stats()
+    ["filtered"] counts them; leave it False for a store that anything else writes).
     """
 
     embedding_dtype: Any = None
@@ -153,6 +164,12 @@ class DynamicEmbTableOptions:
     stochastic_rounding: bool = False
     state_in_value_type: bool = False
     coalesce_copies_min_batch: Optional[int] = None
+    prefault_host_memory: bool = True
+    join_contended_copies: bool = False
+    grouped_write_min_batch: Optional[int] = None
+    host_keys_in_flight: int = 8192
+    private_store: bool = False
+    private_store_filter_log2_bits: int = 27
 
 
 class EmbOptimType(enum.Enum):
@@ -276,6 +293,17 @@ def _not_available(what: str, value, needs: str):
     raise _C.NotAvailable(f"DynamicEmbTableOptions.{what} = {value!r} is not available yet ({needs})")
 
 
+def _whole_number(options, name: str, where: str, low: int, high: Optional[int] = None) -> int:
+    """options.<name> as an int in [low, high]; InvalidArgument naming the field otherwise."""
+    v = getattr(options, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        limit = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.{name} = {v!r}, must be an int {limit}"
+        )
+    return v
+
+
 def _round_up(n: int, multiple: int) -> int:
     return (n + multiple - 1) // multiple * multiple
 
@@ -305,7 +333,8 @@ def to_embedding_options(
             f"{where}: DynamicEmbTableOptions.embedding_dtype = {options.embedding_dtype!r}, must "
             "be torch.float32 (or None), torch.float16 or torch.bfloat16"
         ) from None
-    for flag in ("deterministic_backward", "stochastic_rounding", "state_in_value_type"):
+    for flag in ("deterministic_backward", "stochastic_rounding", "state_in_value_type",
+                 "prefault_host_memory", "join_contended_copies", "private_store"):
         if not isinstance(getattr(options, flag), bool):
             raise _C.InvalidArgument(
                 f"{where}: DynamicEmbTableOptions.{flag} = {getattr(options, flag)!r}, must be "
@@ -364,14 +393,13 @@ def to_embedding_options(
     t.initializer = _initializer(options.initializer_args, num_embeddings, f"{where}.initializer_args")
     t.num_threads = int(options.num_threads)
     t.device = int(options.device_id) if options.device_id is not None else device_index
+    t.prefault_host_memory = options.prefault_host_memory
     if options.coalesce_copies_min_batch is not None:
-        c = options.coalesce_copies_min_batch
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise _C.InvalidArgument(
-                f"{where}: DynamicEmbTableOptions.coalesce_copies_min_batch = {c!r}, must be an "
-                "int >= 0 (or None: the table's default)"
-            )
-        t.coalesce_copies_min_batch = c
+        t.coalesce_copies_min_batch = _whole_number(options, "coalesce_copies_min_batch", where, 0)
+    t.join_contended_copies = options.join_contended_copies
+    if options.grouped_write_min_batch is not None:
+        t.grouped_write_min_batch = _whole_number(options, "grouped_write_min_batch", where, 0)
+    t.host_keys_in_flight = _whole_number(options, "host_keys_in_flight", where, 0, 2**32 - 1)
     hbm = int(options.global_hbm_for_values or options.local_hbm_for_values)
     if hbm > 0:
         t.max_hbm_for_values = hbm
@@ -399,6 +427,21 @@ def to_embedding_options(
         e.admit_threshold = int(a.threshold)
         e.admission_capacity = int(a.counter_capacity)
     return e
+
+
+def caching_options(options: DynamicEmbTableOptions, where: str) -> "_C.CachingOptions":
+    """The compiled module's caching options (private_store and its filter's size); raises
+    InvalidArgument naming the field for a filter size out of [10, 32] or private_store on a
+    table with neither caching nor external_storage."""
+    c = _C.CachingOptions()
+    c.private_store = options.private_store
+    c.filter_log2_bits = _whole_number(options, "private_store_filter_log2_bits", where, 10, 32)
+    if options.private_store and not options.caching and options.external_storage is None:
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.private_store = True, but the table has no lower "
+            "tier (caching = False and external_storage = None)"
+        )
+    return c
 
 
 def storage_for(options: DynamicEmbTableOptions, e: "_C.EmbeddingOptions", name: str, where: str):

@@ -31,7 +31,8 @@ void require_rows(const TensorArg& t, int64_t rows, const std::string& where, co
 }  // namespace
 
 EmbeddingHandle::EmbeddingHandle(Backend backend, const EmbeddingOptions& options,
-                                 std::shared_ptr<storage::Storage> lower, uint64_t cache_rows)
+                                 std::shared_ptr<storage::Storage> lower, uint64_t cache_rows,
+                                 const storage::CachingOptions& caching)
     : placement_{backend, backend == Backend::kCuda ? options.table.device : 0} {
   if (backend == Backend::kCuda && !cuda_backend_available()) {
     throw NotAvailable(
@@ -42,7 +43,7 @@ EmbeddingHandle::EmbeddingHandle(Backend backend, const EmbeddingOptions& option
       throw InvalidArgument("Embedding: cache_rows = 0 with an external storage, must be > 0");
     }
     embedding_ = std::make_unique<Embedding<int64_t>>(
-        backend, options, caching_factory(std::move(lower), cache_rows));
+        backend, options, caching_factory(std::move(lower), cache_rows, caching));
     return;
   }
   embedding_ = std::make_unique<Embedding<int64_t>>(backend, options);
@@ -57,24 +58,7 @@ py::object EmbeddingHandle::caching_stats() const {
     std::lock_guard lock(mutex_);
     s = cached->caching_stats();
   }
-  py::dict d;
-  d["lookups"] = s.lookups;
-  d["hits"] = s.hits;
-  d["misses"] = s.misses;
-  d["lower_hits"] = s.lower_hits;
-  d["new_rows"] = s.new_rows;
-  d["prefetched"] = s.prefetched;
-  d["rows_up"] = s.rows_up;
-  d["bytes_up"] = s.bytes_up;
-  d["rows_down"] = s.rows_down;
-  d["bytes_down"] = s.bytes_down;
-  d["evictions_written"] = s.evictions_written;
-  d["flushed_rows"] = s.flushed_rows;
-  d["batch_evicted"] = s.batch_evicted;
-  d["lower_failures"] = s.lower_failures;
-  d["pending_rows"] = s.pending_rows;
-  d["lower_wait_ns"] = s.lower_wait_ns;
-  d["lower_evicted"] = s.lower.evicted;
+  py::dict d = caching_stats_dict(s);
   d["fast_size"] = cached->fast_table().size();
   d["fast_capacity"] = cached->fast_table().capacity();
   d["lower_tier"] = cached->lower().describe();
@@ -330,9 +314,14 @@ void register_embedding(py::module_& m) {
       .def_readwrite("safe_check", &TableOptions::safe_check)
       .def_readwrite("initializer", &TableOptions::initializer)
       .def_readwrite("num_threads", &TableOptions::num_threads)
+      .def_readwrite("prefault_host_memory", &TableOptions::prefault_host_memory)
       .def_readwrite("device", &TableOptions::device)
       .def_readwrite("max_hbm_for_values", &TableOptions::max_hbm_for_values)
-      .def_readwrite("coalesce_copies_min_batch", &TableOptions::coalesce_copies_min_batch);
+      .def_readwrite("thread_safe", &TableOptions::thread_safe)
+      .def_readwrite("grouped_write_min_batch", &TableOptions::grouped_write_min_batch)
+      .def_readwrite("host_keys_in_flight", &TableOptions::host_keys_in_flight)
+      .def_readwrite("coalesce_copies_min_batch", &TableOptions::coalesce_copies_min_batch)
+      .def_readwrite("join_contended_copies", &TableOptions::join_contended_copies);
   py::class_<OptimizerOptions>(m, "OptimizerOptions")
       .def(py::init<>())
       .def_readwrite("kind", &OptimizerOptions::kind)
@@ -366,10 +355,10 @@ void register_embedding(py::module_& m) {
       .def_readwrite("deterministic_backward", &EmbeddingOptions::deterministic_backward);
 
   py::class_<EmbeddingHandle>(m, "Embedding")
-      .def(
-          py::init<Backend, const EmbeddingOptions&, std::shared_ptr<storage::Storage>, uint64_t>(),
-          py::arg("backend"), py::arg("options"), py::arg("external_storage") = nullptr,
-          py::arg("cache_rows") = 0)
+      .def(py::init<Backend, const EmbeddingOptions&, std::shared_ptr<storage::Storage>, uint64_t,
+                    const storage::CachingOptions&>(),
+           py::arg("backend"), py::arg("options"), py::arg("external_storage") = nullptr,
+           py::arg("cache_rows") = 0, py::arg("caching") = storage::CachingOptions{})
       .def("forward", &EmbeddingHandle::forward, py::arg("indices"), py::arg("offsets"),
            py::arg("per_sample_weights"), py::arg("mode"), py::arg("training"), py::arg("out"),
            py::arg("stream") = 0)

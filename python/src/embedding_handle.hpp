@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "dynemb/embedding/embedding.hpp"
+#include "dynemb/storage/cached_table.hpp"
 #include "dynemb/storage/storage.hpp"
 #include "tensor_arg.hpp"
 
@@ -18,9 +19,11 @@ namespace dynemb::python {
 class EmbeddingHandle {
  public:
   // Builds the table on `backend` (options.table.device for CUDA); validates the options. With
-  // `lower`, the table is a caching table: a fast tier of `cache_rows` slots over `lower`.
+  // `lower`, the table is a caching table: a fast tier of `cache_rows` slots over `lower`, with
+  // the `caching` options (private_store, its filter's size).
   EmbeddingHandle(Backend backend, const EmbeddingOptions& options,
-                  std::shared_ptr<storage::Storage> lower = nullptr, uint64_t cache_rows = 0);
+                  std::shared_ptr<storage::Storage> lower = nullptr, uint64_t cache_rows = 0,
+                  const storage::CachingOptions& caching = {});
 
   // Looks up and pools (mode SUM / MEAN over offsets; NONE: one row per id) into `out` (a 2-D
   // float32 tensor of [bags or ids, dim], row stride >= dim) or, when `out` is None, into a

@@ -17,9 +17,10 @@
 
 namespace dynemb::python {
 
-TableFactory<int64_t> caching_factory(std::shared_ptr<storage::Storage> lower, uint64_t fast_rows) {
+TableFactory<int64_t> caching_factory(std::shared_ptr<storage::Storage> lower, uint64_t fast_rows,
+                                      const storage::CachingOptions& caching) {
   if (!lower) throw InvalidArgument("caching: the lower tier (external_storage) is None");
-  return [lower, fast_rows](Backend backend, const TableOptions& table) {
+  return [lower, fast_rows, caching](Backend backend, const TableOptions& table) {
     if (lower->row_dim() != table.dim) {
       throw InvalidArgument("caching: external_storage " + lower->describe() + " has row_dim " +
                             std::to_string(lower->row_dim()) + ", must be the table's row width " +
@@ -32,7 +33,7 @@ TableFactory<int64_t> caching_factory(std::shared_ptr<storage::Storage> lower, u
     fast.init_capacity = fast.max_capacity = rows;
     fast.max_load_factor = 1.0;  // a bounded cache: full buckets evict down, nothing grows
     fast.max_hbm_for_values = 0;
-    return storage::make_cached_table<int64_t>(backend, fast, lower);
+    return storage::make_cached_table<int64_t>(backend, fast, lower, caching);
   };
 }
 
@@ -161,7 +162,9 @@ class PyStorage : public storage::Storage {
   storage::StorageStats stats_{};
 };
 
-py::dict stats_dict(const storage::StorageStats& s) {
+}  // namespace
+
+py::dict storage_stats_dict(const storage::StorageStats& s) {
   py::dict d;
   d["reads"] = s.reads;
   d["rows_read"] = s.rows_read;
@@ -177,7 +180,50 @@ py::dict stats_dict(const storage::StorageStats& s) {
   return d;
 }
 
-}  // namespace
+py::dict caching_stats_dict(const storage::CachingStats& s) {
+  py::dict d;
+  d["lookups"] = s.lookups;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["lower_hits"] = s.lower_hits;
+  d["new_rows"] = s.new_rows;
+  d["filtered"] = s.filtered;
+  d["prefetched"] = s.prefetched;
+  d["rows_up"] = s.rows_up;
+  d["bytes_up"] = s.bytes_up;
+  d["rows_down"] = s.rows_down;
+  d["bytes_down"] = s.bytes_down;
+  d["evictions_written"] = s.evictions_written;
+  d["flushed_rows"] = s.flushed_rows;
+  d["batch_evicted"] = s.batch_evicted;
+  d["unsynced_calls"] = s.unsynced_calls;
+  d["unserved"] = s.unserved;
+  d["prefetch_refused"] = s.prefetch_refused;
+  d["lower_failures"] = s.lower_failures;
+  d["pending_rows"] = s.pending_rows;
+  d["lower_wait_ns"] = s.lower_wait_ns;
+  d["lower_evicted"] = s.lower.evicted;
+  py::dict phases;
+  phases["calls"] = s.phases.calls;
+  phases["lookup_ns"] = s.phases.lookup_ns;
+  phases["misses_ns"] = s.phases.misses_ns;
+  phases["lower_read_ns"] = s.phases.lower_read_ns;
+  phases["insert_ns"] = s.phases.insert_ns;
+  phases["evicted_ns"] = s.phases.evicted_ns;
+  phases["write_down_ns"] = s.phases.write_down_ns;
+  phases["outputs_ns"] = s.phases.outputs_ns;
+  phases["total_ns"] = s.phases.total_ns;
+  d["phases"] = phases;
+  py::dict fast;
+  fast["evictions"] = s.fast.evictions;
+  fast["refused"] = s.fast.refused;
+  fast["reserved_keys"] = s.fast.reserved_keys;
+  fast["rehashes"] = s.fast.rehashes;
+  fast["erased"] = s.fast.erased;
+  d["fast"] = fast;
+  d["lower"] = storage_stats_dict(s.lower);
+  return d;
+}
 
 void register_storage(py::module_& m) {
   py::class_<storage::Storage, PyStorage, std::shared_ptr<storage::Storage>>(
@@ -212,10 +258,15 @@ void register_storage(py::module_& m) {
             s.clear();
           },
           "Removes every row.")
-      .def("stats", [](const storage::Storage& s) { return stats_dict(s.stats()); })
+      .def("stats", [](const storage::Storage& s) { return storage_stats_dict(s.stats()); })
       .def("__repr__",
            [](const storage::Storage& s) { return "<dynemb.Storage " + s.describe() + ">"; });
 
+  py::class_<storage::CachingOptions>(m, "CachingOptions",
+                                      "Options of a caching table beyond its fast tier's")
+      .def(py::init<>())
+      .def_readwrite("private_store", &storage::CachingOptions::private_store)
+      .def_readwrite("filter_log2_bits", &storage::CachingOptions::filter_log2_bits);
   py::class_<storage::HostStorage, storage::Storage, std::shared_ptr<storage::HostStorage>>(
       m, "HostStorage",
       "Rows in host memory, at most max_rows (then the lowest scores go, counted)")

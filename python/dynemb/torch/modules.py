@@ -17,6 +17,7 @@ from .. import _C
 from ..options import (
     DynamicEmbPoolingMode,
     DynamicEmbTableOptions,
+    caching_options,
     storage_for,
     to_embedding_options,
 )
@@ -243,6 +244,7 @@ class DynamicEmbModule(nn.Module):
             raise _C.InvalidArgument(f"{where}: the name is used twice")
         index = self._device.index or 0
         e = to_embedding_options(options, dim, num_embeddings, fused_params, index, where)
+        caching = caching_options(options, where)
         if world_size > 0:
             if options.caching or options.external_storage is not None:
                 raise _C.NotAvailable(
@@ -265,7 +267,7 @@ class DynamicEmbModule(nn.Module):
             self._tables.append(_Table(name, dim, num_embeddings, features, mode, None, options, e))
             return
         with self._on_device():
-            handle = _C.Embedding(self._backend(), e, store, cache_rows)
+            handle = _C.Embedding(self._backend(), e, store, cache_rows, caching)
         table = _Table(name, dim, num_embeddings, features, mode, handle, options, e)
         table.store = store  # keeps a Python store (a dynemb.Storage subclass) alive with it
         self._tables.append(table)
@@ -442,10 +444,14 @@ class DynamicEmbModule(nn.Module):
 
     def caching_stats(self) -> Dict[str, Optional[Dict[str, float]]]:
         """Per table with a lower tier (caching / external_storage): lookups, hits, misses,
-        lower_hits, new_rows, rows_up / rows_down (and bytes), evictions_written,
-        flushed_rows, batch_evicted, lower_failures, pending_rows, lower_wait_ns,
-        lower_evicted (rows the lower tier's own policy dropped), fast_size, fast_capacity,
-        lower_tier; None for a table in memory only."""
+        lower_hits, new_rows, filtered (misses private_store's filter showed stored nowhere),
+        prefetched, rows_up / rows_down (and bytes), evictions_written, flushed_rows,
+        batch_evicted, unsynced_calls, unserved, prefetch_refused, lower_failures,
+        pending_rows, lower_wait_ns, lower_evicted (rows the lower tier's own policy dropped),
+        phases (host ns of the device-path calls by phase: calls, lookup_ns, misses_ns,
+        lower_read_ns, insert_ns, evicted_ns, write_down_ns, outputs_ns, total_ns), fast (the
+        fast table's TableStats), lower (the lower tier's Storage.stats()), fast_size,
+        fast_capacity, lower_tier; None for a table in memory only."""
         if self._sharded:
             return {t.name: None for t in self._tables}
         return {t.name: t.handle.caching_stats() for t in self._tables}

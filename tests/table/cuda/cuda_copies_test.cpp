@@ -9,30 +9,25 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/test_random.hpp"
 #include "dynemb/table/table.hpp"
+#include "table/cuda/copies_test_util.hpp"
 #include "table/cuda/cuda_test_util.hpp"
 
 namespace dynemb::testing {
 namespace {
 
-constexpr uint32_t kDim = 16;
+using namespace copies;
+
 constexpr size_t kBatch = 20000;  // above the default coalesce_copies_min_batch (16384)
 
 TableOptions copies_options(bool hybrid) {
-  TableOptions o;
-  o.dim = kDim;
-  o.bucket_capacity = 128;
-  o.max_capacity = 128 * 512;
-  o.init_capacity = o.max_capacity / 4;  // the first calls grow it
-  o.max_load_factor = 0.75;
-  o.score_policy = ScorePolicy::kStep;
-  o.safe_check = SafeCheck::kIgnore;
-  o.num_threads = 1;  // the CPU table applies the batch in order
+  // The first calls grow it.
+  TableOptions o = copies_table_options(128 * 512, 128 * 512 / 4);
   // A hybrid table coalesces calls of 2^14 keys or more by default; an HBM-only one when asked.
   if (hybrid) o.max_hbm_for_values = o.max_capacity / 8 * kDim * sizeof(float);
   if (!hybrid) o.coalesce_copies_min_batch = uint64_t{1} << 14;
@@ -48,24 +43,8 @@ std::vector<uint64_t> hot_batch(TestRng& rng, const std::vector<uint64_t>& hot,
     const size_t pick = rng.chance(0.5) ? 0 : rng.uniform(0, hot.size() - 1);
     keys.push_back(hot[pick]);
   }
-  for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
+  shuffle_keys(rng, keys);
   return keys;
-}
-
-std::vector<float> random_rows(TestRng& rng, size_t n) {
-  std::vector<float> v(n * kDim);
-  for (float& x : v) x = static_cast<float>(rng.uniform(0, 1 << 20)) / 64.0f;
-  return v;
-}
-
-void expect_same_contents(Table<uint64_t>& gpu, Table<uint64_t>& cpu) {
-  const auto g = dump(gpu), c = dump(cpu);
-  ASSERT_EQ(g.size(), c.size());
-  for (const auto& [key, row] : c) {
-    const auto it = g.find(key);
-    ASSERT_NE(it, g.end()) << "key " << key << " missing on CUDA";
-    ASSERT_EQ(it->second, row) << "key " << key;
-  }
 }
 
 void check_copies(bool hybrid) {
@@ -87,35 +66,18 @@ void check_copies(bool hybrid) {
     // find_or_insert
     {
       const auto keys = hot_batch(rng, hot, cold);
-      auto k = upload(Backend::kCuda, keys);
-      BackendBuffer<float> v(Backend::kCuda, keys.size() * dim);
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert(keys.size(), k.data(), v.data(), f.data());
-      std::vector<float> cv(keys.size() * dim);
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert(keys.size(), keys.data(), cv.data(), cf.get());
-      const auto gv = download(v, keys.size() * dim);
-      const auto gf = download_flags(Backend::kCuda, f, keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) {
-        ASSERT_EQ(gf[i] != 0, cf[i]) << "round " << round << " position " << i;
-        for (size_t d = 0; d < dim; ++d)
-          ASSERT_EQ(gv[i * dim + d], cv[i * dim + d]) << "round " << round << " position " << i;
-      }
+      expect_same_outputs(find_or_insert_both(*gpu, *cpu, keys), keys.size(),
+                          "round " + std::to_string(round) + " ");
       expect_same_contents(*gpu, *cpu);
     }
     // find_or_insert_pointers: every copy of a key gets the same address and the rows match.
     {
       const auto more_hot = distinct_keys(rng, 3, seen);
       const auto keys = hot_batch(rng, more_hot, hot);
-      auto k = upload(Backend::kCuda, keys);
-      BackendBuffer<float*> p(Backend::kCuda, keys.size());
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert_pointers(keys.size(), k.data(), p.data(), f.data());
-      std::vector<float*> cp(keys.size());
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert_pointers(keys.size(), keys.data(), cp.data(), cf.get());
-      const auto gp = download(p, keys.size());
-      const auto gf = download_flags(Backend::kCuda, f, keys.size());
+      const auto out = find_or_insert_pointers_both(*gpu, *cpu, keys);
+      const auto &gp = out.gpu, &cp = out.cpu;
+      const auto& gf = out.gpu_founds;
+      const auto& cf = out.cpu_founds;
       std::map<uint64_t, float*> address;
       for (size_t i = 0; i < keys.size(); ++i) {
         ASSERT_EQ(gf[i] != 0, cf[i]) << "round " << round << " position " << i;
@@ -132,36 +94,15 @@ void check_copies(bool hybrid) {
     // insert_or_assign and assign: every copy offers its own row; the last one is stored.
     for (const bool assign : {false, true}) {
       const auto keys = hot_batch(rng, hot, distinct_keys(rng, 2000, seen));
-      const auto rows = random_rows(rng, keys.size());
-      auto k = upload(Backend::kCuda, keys);
-      auto v = upload(Backend::kCuda, rows);
-      if (assign) {
-        gpu->assign(keys.size(), k.data(), v.data());
-        cpu->assign(keys.size(), keys.data(), rows.data());
-      } else {
-        gpu->insert_or_assign(keys.size(), k.data(), v.data());
-        cpu->insert_or_assign(keys.size(), keys.data(), rows.data());
-      }
+      write_both(*gpu, *cpu, keys, random_rows(rng, keys.size()), assign);
       expect_same_contents(*gpu, *cpu);
     }
     // find_or_insert_given: the first copy of a new key stores its row, the others read it.
     {
       const auto keys = hot_batch(rng, distinct_keys(rng, 4, seen), cold);
-      const auto rows = random_rows(rng, keys.size());
-      auto k = upload(Backend::kCuda, keys);
-      auto v = upload(Backend::kCuda, rows);
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert_given(keys.size(), k.data(), v.data(), f.data());
-      std::vector<float> cv(rows);
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert_given(keys.size(), keys.data(), cv.data(), cf.get());
-      const auto gv = download(v, keys.size() * dim);
-      const auto gf = download_flags(Backend::kCuda, f, keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) {
-        ASSERT_EQ(gf[i] != 0, cf[i]) << "round " << round << " position " << i;
-        for (size_t d = 0; d < dim; ++d)
-          ASSERT_EQ(gv[i * dim + d], cv[i * dim + d]) << "round " << round << " position " << i;
-      }
+      expect_same_outputs(
+          find_or_insert_given_both(*gpu, *cpu, keys, random_rows(rng, keys.size())), keys.size(),
+          "round " + std::to_string(round) + " ");
       expect_same_contents(*gpu, *cpu);
     }
   }
@@ -182,25 +123,8 @@ TEST(CudaCopiesOfKeys, HybridTableMatchesBatchOrder) {
 TEST(CudaCopiesOfKeys, RefusedCopiesAreEachRefused) {
   DYNEMB_REQUIRE_CUDA();
   TestRng rng;
-  TableOptions o = copies_options(false);
-  o.max_capacity = o.init_capacity = 128 * 4;
-  o.max_load_factor = 1.0;
-  auto gpu = make_table<uint64_t>(Backend::kCuda, o);
-  auto cpu = make_table<uint64_t>(Backend::kCpu, o);
   std::set<uint64_t> seen;
-  // Fill every bucket at step 10.
-  gpu->set_score(10);
-  cpu->set_score(10);
-  // One key a call: at max capacity two keys of one call sharing a bucket may evict in either
-  // order (docs/table_contract.md).
-  for (int calls = 0; gpu->size() < gpu->capacity() && calls < 20000; ++calls) {
-    const auto keys = distinct_keys(rng, 1, seen);
-    const auto rows = random_rows(rng, keys.size());
-    auto k = upload(Backend::kCuda, keys);
-    auto v = upload(Backend::kCuda, rows);
-    gpu->insert_or_assign(keys.size(), k.data(), v.data());
-    cpu->insert_or_assign(keys.size(), keys.data(), rows.data());
-  }
+  auto [gpu, cpu] = full_tables(rng, copies_options(false), seen);  // every bucket at step 10
   ASSERT_EQ(gpu->size(), gpu->capacity());
   expect_same_contents(*gpu, *cpu);
   gpu->set_score(3);
@@ -208,22 +132,11 @@ TEST(CudaCopiesOfKeys, RefusedCopiesAreEachRefused) {
   const std::vector<uint64_t> hot = distinct_keys(rng, 3, seen);
   const std::vector<uint64_t> cold = distinct_keys(rng, 100, seen);  // new: refused too
   const auto keys = hot_batch(rng, hot, cold);
-  auto k = upload(Backend::kCuda, keys);
-  BackendBuffer<float> v(Backend::kCuda, keys.size() * kDim);
-  BackendBuffer<bool> f(Backend::kCuda, keys.size());
   const uint64_t gpu_refused = gpu->stats().refused, cpu_refused = cpu->stats().refused;
-  gpu->find_or_insert(keys.size(), k.data(), v.data(), f.data());
-  std::vector<float> cv(keys.size() * kDim);
-  std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-  cpu->find_or_insert(keys.size(), keys.data(), cv.data(), cf.get());
+  const auto out = find_or_insert_both(*gpu, *cpu, keys);
   EXPECT_GT(cpu->stats().refused - cpu_refused, 10000u);
   EXPECT_EQ(gpu->stats().refused - gpu_refused, cpu->stats().refused - cpu_refused);
-  const auto gv = download(v, keys.size() * kDim);
-  const auto gf = download_flags(Backend::kCuda, f, keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_EQ(gf[i] != 0, cf[i]) << "position " << i;
-    for (size_t d = 0; d < kDim; ++d) ASSERT_EQ(gv[i * kDim + d], cv[i * kDim + d]) << i;
-  }
+  expect_same_outputs(out, keys.size());
   expect_same_contents(*gpu, *cpu);
 }
 

@@ -11,30 +11,24 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <set>
 #include <vector>
 
 #include "core/test_random.hpp"
 #include "dynemb/table/table.hpp"
+#include "table/cuda/copies_test_util.hpp"
 #include "table/cuda/cuda_test_util.hpp"
 
 namespace dynemb::testing {
 namespace {
 
-constexpr uint32_t kDim = 16;
+using namespace copies;
+
 constexpr size_t kBatch = 30000;
 
 TableOptions join_options(bool joins) {
-  TableOptions o;
-  o.dim = kDim;
-  o.bucket_capacity = 128;
-  o.max_capacity = 128 * 1024;
-  o.init_capacity = o.max_capacity / 16;  // the first calls grow it (keys deferred, retried)
-  o.max_load_factor = 0.75;
-  o.score_policy = ScorePolicy::kStep;
-  o.safe_check = SafeCheck::kIgnore;
-  o.num_threads = 1;
+  // The first calls grow it (keys deferred, retried).
+  TableOptions o = copies_table_options(128 * 1024, 128 * 1024 / 16);
   o.join_contended_copies = joins;  // HBM-only: no owner search by default
   return o;
 }
@@ -53,18 +47,8 @@ std::vector<uint64_t> repeated_batch(TestRng& rng, const std::vector<uint64_t>& 
     while (k + 1 < cdf.size() && cdf[k] < u) ++k;
     keys.push_back(hot[k]);
   }
-  for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
+  shuffle_keys(rng, keys);
   return keys;
-}
-
-std::vector<float> random_rows(TestRng& rng, size_t n) {
-  std::vector<float> v(n * kDim);
-  for (float& x : v) x = static_cast<float>(rng.uniform(0, 1 << 20)) / 64.0f;
-  return v;
-}
-
-std::vector<float> row_at(const std::vector<float>& rows, size_t i) {
-  return {rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim};
 }
 
 // founds: per key, as many copies report a new key as on the CPU (one for a key the call
@@ -94,13 +78,7 @@ void adopt_and_compare(Table<uint64_t>& gpu, Table<uint64_t>& cpu,
     rows.insert(rows.end(), it->second.row.begin(), it->second.row.end());
   }
   if (!keys.empty()) cpu.assign(keys.size(), keys.data(), rows.data());
-  const auto c = dump(cpu);
-  ASSERT_EQ(g.size(), c.size());
-  for (const auto& [key, stored] : c) {
-    const auto it = g.find(key);
-    ASSERT_NE(it, g.end()) << "key " << key << " missing on CUDA";
-    ASSERT_EQ(it->second, stored) << "key " << key;
-  }
+  expect_same_contents(gpu, cpu);
 }
 
 void check_joins(bool joins) {
@@ -125,15 +103,9 @@ void check_joins(bool joins) {
     // find_or_insert: initializer rows depend on the key only, so every output is exact.
     {
       const auto keys = repeated_batch(rng, hot, cold);
-      auto k = upload(Backend::kCuda, keys);
-      BackendBuffer<float> v(Backend::kCuda, keys.size() * kDim);
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert(keys.size(), k.data(), v.data(), f.data());
-      std::vector<float> cv(keys.size() * kDim);
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert(keys.size(), keys.data(), cv.data(), cf.get());
-      const auto gv = download(v, keys.size() * kDim);
-      expect_founds_per_key(keys, download_flags(Backend::kCuda, f, keys.size()), cf.get());
+      const auto out = find_or_insert_both(*gpu, *cpu, keys);
+      const auto &gv = out.gpu, &cv = out.cpu;
+      expect_founds_per_key(keys, out.gpu_founds, out.cpu_founds.get());
       for (size_t i = 0; i < keys.size(); ++i)
         ASSERT_EQ(row_at(gv, i), row_at(cv, i)) << "position " << i;
       adopt_and_compare(*gpu, *cpu, {});
@@ -141,15 +113,9 @@ void check_joins(bool joins) {
     // find_or_insert_pointers: one address a key, holding the CPU's row.
     {
       const auto keys = repeated_batch(rng, distinct_keys(rng, 4, seen), hot);
-      auto k = upload(Backend::kCuda, keys);
-      BackendBuffer<float*> p(Backend::kCuda, keys.size());
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert_pointers(keys.size(), k.data(), p.data(), f.data());
-      std::vector<float*> cp(keys.size());
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert_pointers(keys.size(), keys.data(), cp.data(), cf.get());
-      const auto gp = download(p, keys.size());
-      expect_founds_per_key(keys, download_flags(Backend::kCuda, f, keys.size()), cf.get());
+      const auto out = find_or_insert_pointers_both(*gpu, *cpu, keys);
+      const auto &gp = out.gpu, &cp = out.cpu;
+      expect_founds_per_key(keys, out.gpu_founds, out.cpu_founds.get());
       std::map<uint64_t, float*> address;
       for (size_t i = 0; i < keys.size(); ++i) {
         ASSERT_NE(gp[i], nullptr) << "position " << i;
@@ -167,16 +133,10 @@ void check_joins(bool joins) {
     {
       const auto keys = repeated_batch(rng, hot, distinct_keys(rng, 3000, seen));
       const auto rows = random_rows(rng, keys.size());
-      auto k = upload(Backend::kCuda, keys);
-      auto v = upload(Backend::kCuda, rows);
-      BackendBuffer<bool> f(Backend::kCuda, keys.size());
-      gpu->find_or_insert_given(keys.size(), k.data(), v.data(), f.data());
-      std::vector<float> cv(rows);
-      std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-      cpu->find_or_insert_given(keys.size(), keys.data(), cv.data(), cf.get());
-      const auto gv = download(v, keys.size() * kDim);
-      const auto gf = download_flags(Backend::kCuda, f, keys.size());
-      expect_founds_per_key(keys, gf, cf.get());
+      const auto out = find_or_insert_given_both(*gpu, *cpu, keys, rows);
+      const auto& gv = out.gpu;
+      const auto& cf = out.cpu_founds;
+      expect_founds_per_key(keys, out.gpu_founds, cf.get());
       // Only a key new to the table stores a copy's row (the CPU saw it new at one copy).
       std::set<uint64_t> fresh;
       for (size_t i = 0; i < keys.size(); ++i)
@@ -193,15 +153,7 @@ void check_joins(bool joins) {
     for (const bool assign : {false, true}) {
       const auto keys = repeated_batch(rng, hot, distinct_keys(rng, 3000, seen));
       const auto rows = random_rows(rng, keys.size());
-      auto k = upload(Backend::kCuda, keys);
-      auto v = upload(Backend::kCuda, rows);
-      if (assign) {
-        gpu->assign(keys.size(), k.data(), v.data());
-        cpu->assign(keys.size(), keys.data(), rows.data());
-      } else {
-        gpu->insert_or_assign(keys.size(), k.data(), v.data());
-        cpu->insert_or_assign(keys.size(), keys.data(), rows.data());
-      }
+      write_both(*gpu, *cpu, keys, rows, assign);
       std::map<uint64_t, std::set<std::vector<float>>> offered;
       for (size_t i = 0; i < keys.size(); ++i) offered[keys[i]].insert(row_at(rows, i));
       adopt_and_compare(*gpu, *cpu, offered);
@@ -227,24 +179,8 @@ TEST(CudaCopyJoins, RepeatedKeysPerCopyGiveSomeSequentialOrder) {
 TEST(CudaCopyJoins, RefusedCopiesAreEachRefused) {
   DYNEMB_REQUIRE_CUDA();
   TestRng rng;
-  TableOptions o = join_options(true);
-  o.max_capacity = o.init_capacity = 128 * 4;
-  o.max_load_factor = 1.0;
-  auto gpu = make_table<uint64_t>(Backend::kCuda, o);
-  auto cpu = make_table<uint64_t>(Backend::kCpu, o);
   std::set<uint64_t> seen;
-  gpu->set_score(10);
-  cpu->set_score(10);
-  // One key a call: at max capacity two keys of one call sharing a bucket may evict in either
-  // order (docs/table_contract.md).
-  for (int calls = 0; gpu->size() < gpu->capacity() && calls < 20000; ++calls) {
-    const auto keys = distinct_keys(rng, 1, seen);
-    const auto rows = random_rows(rng, 1);
-    auto k = upload(Backend::kCuda, keys);
-    auto v = upload(Backend::kCuda, rows);
-    gpu->insert_or_assign(1, k.data(), v.data());
-    cpu->insert_or_assign(1, keys.data(), rows.data());
-  }
+  auto [gpu, cpu] = full_tables(rng, join_options(true), seen);  // every bucket at step 10
   ASSERT_EQ(gpu->size(), gpu->capacity());
   gpu->set_score(3);
   cpu->set_score(3);
@@ -252,22 +188,11 @@ TEST(CudaCopyJoins, RefusedCopiesAreEachRefused) {
   // in an order that depends on the batch's order.
   const std::vector<uint64_t> hot = distinct_keys(rng, 3, seen);
   const auto keys = repeated_batch(rng, hot, distinct_keys(rng, 100, seen));
-  auto k = upload(Backend::kCuda, keys);
-  BackendBuffer<float> v(Backend::kCuda, keys.size() * kDim);
-  BackendBuffer<bool> f(Backend::kCuda, keys.size());
   const uint64_t gpu_refused = gpu->stats().refused, cpu_refused = cpu->stats().refused;
-  gpu->find_or_insert(keys.size(), k.data(), v.data(), f.data());
-  std::vector<float> cv(keys.size() * kDim);
-  std::unique_ptr<bool[]> cf(new bool[keys.size()]);
-  cpu->find_or_insert(keys.size(), keys.data(), cv.data(), cf.get());
+  const auto out = find_or_insert_both(*gpu, *cpu, keys);
   EXPECT_GT(cpu->stats().refused - cpu_refused, 5000u);
   EXPECT_EQ(gpu->stats().refused - gpu_refused, cpu->stats().refused - cpu_refused);
-  const auto gv = download(v, keys.size() * kDim);
-  const auto gf = download_flags(Backend::kCuda, f, keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_EQ(gf[i] != 0, cf[i]) << "position " << i;
-    ASSERT_EQ(row_at(gv, i), row_at(cv, i)) << "position " << i;
-  }
+  expect_same_outputs(out, keys.size());
   adopt_and_compare(*gpu, *cpu, {});
 }
 
