@@ -13,6 +13,7 @@
 
 #include "bench/cache/hugectr_anchors.hpp"
 #include "bench/cache/key_stream.hpp"
+#include "bench/cache/peer_process.hpp"
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/machine_info.hpp"
 #include "bench/table/result_file.hpp"
@@ -207,23 +208,94 @@ std::string join(const std::vector<T>& values) {
   return out.str();
 }
 
-// Runs the HugeCTR peer on the same parameters and seed; returns its JSON (or an error note).
-Json run_peer(const CacheBenchConfig& config, uint64_t seed, std::ostream& log) {
-  const std::string out = "/tmp/dynemb-hugectr-peer-" + std::to_string(seed) + ".json";
+// Starts the HugeCTR peer on the same parameters and seed (it draws the same batches).
+std::unique_ptr<PeerProcess> start_peer(const CacheBenchConfig& config, uint64_t seed,
+                                        std::ostream& log) {
+  std::vector<uint32_t> rounds;
+  for (const uint64_t size : config.batches) rounds.push_back(rounds_for(config, size));
   std::ostringstream command;
   command << std::setprecision(17) << config.peer_binary << " " << config.ids << " " << config.alpha
-          << " " << seed << " " << join(config.dims) << " " << join(config.cache_rows) << " "
-          << join(config.batches) << " " << config.warm_batches << " " << config.warm_draws << " "
-          << config.timed_batches << " " << out;
-  // The optional arguments only when used, so a peer built before them still runs.
-  if (config.peer_raw_timed != 0 || config.pipelined_calls != 0) {
-    command << " " << config.peer_raw_timed << " " << config.pipelined_calls;
+          << " " << seed << " " << join(config.batches) << " " << join(rounds) << " "
+          << config.warm_batches << " " << config.warm_draws << " " << config.timed_batches << " "
+          << (config.peer_raw_timed == 0 ? config.timed_batches
+                                         : std::min(config.peer_raw_timed, config.timed_batches));
+  log << "starting the HugeCTR peer: " << command.str() << "\n";
+  return std::make_unique<PeerProcess>(command.str());
+}
+
+// Asks the peer and checks its answer is `expected`.
+void ask_peer(PeerProcess& peer, const std::string& line, const std::string& expected) {
+  const std::string answer = peer.ask(line);
+  if (answer != expected) {
+    throw Error("dynemb bench cache: the peer answered '" + answer + "' to '" + line + "'");
   }
-  log << "running the HugeCTR peer: " << command.str() << "\n";
-  const int rc = std::system(command.str().c_str());
-  if (rc != 0) return {{"error", "peer exited with status " + std::to_string(rc)}};
-  std::ifstream in(out);
-  return Json::parse(in);
+}
+
+// One side's timed calls of a cell, round by round.
+struct Timings {
+  std::vector<double> seconds, host_seconds;  // every call
+  std::vector<double> round_seconds;          // per round: its calls' seconds summed
+  std::vector<uint64_t> round_keys;           // per round: its calls' keys
+  uint64_t keys = 0, hits = 0, draws = 0;
+
+  // Adds a round of calls (seconds, host seconds) that queried `keys` keys and hit `hits`.
+  void add_round(const std::vector<double>& s, const std::vector<double>& host,
+                 uint64_t round_keys_, uint64_t round_hits) {
+    seconds.insert(seconds.end(), s.begin(), s.end());
+    host_seconds.insert(host_seconds.end(), host.begin(), host.end());
+    double total = 0.0;
+    for (double t : s) total += t;
+    round_seconds.push_back(total);
+    round_keys.push_back(round_keys_);
+    keys += round_keys_;
+    hits += round_hits;
+  }
+  // Million keys per second of round r.
+  double round_rate(size_t r) const {
+    return static_cast<double>(round_keys[r]) / round_seconds[r] / 1e6;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2.0;
+}
+
+// A side's figures for a cell: the median round's throughput (the headline), every round's, the
+// hit rate and the latency percentiles over all calls.
+Json summarize(const Timings& t) {
+  std::vector<double> rates;
+  for (size_t r = 0; r < t.round_seconds.size(); ++r) rates.push_back(t.round_rate(r));
+  double total = 0.0;
+  for (double s : t.seconds) total += s;
+  Json j = {{"calls", t.seconds.size()},
+            {"rounds", rates.size()},
+            {"keys", t.keys},
+            {"seconds", total},
+            {"mkeys_per_s", median(rates)},
+            {"round_mkeys_per_s", rates},
+            {"round_spread",
+             {{"min", *std::min_element(rates.begin(), rates.end())},
+              {"max", *std::max_element(rates.begin(), rates.end())}}},
+            {"mean_mkeys_per_s", static_cast<double>(t.keys) / total / 1e6},
+            {"hit_rate", static_cast<double>(t.hits) / static_cast<double>(t.keys)},
+            {"latency_us",
+             {{"p50", percentile(t.seconds, 0.5) * 1e6},
+              {"p90", percentile(t.seconds, 0.9) * 1e6},
+              {"p99", percentile(t.seconds, 0.99) * 1e6},
+              {"max", percentile(t.seconds, 1.0) * 1e6}}},
+            {"host_us_p50", percentile(t.host_seconds, 0.5) * 1e6}};
+  if (t.draws != 0) j["draws"] = t.draws;
+  return j;
+}
+
+// The peer's answer to a `time` command, as a round of its Timings.
+void add_peer_round(Timings& t, const std::string& answer) {
+  const Json j = Json::parse(answer);
+  t.add_round(j.at("seconds").get<std::vector<double>>(),
+              j.at("host_seconds").get<std::vector<double>>(), j.at("keys").get<uint64_t>(),
+              j.at("hits").get<uint64_t>());
 }
 
 }  // namespace
@@ -264,6 +336,16 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                       {"warm_batches", config.warm_batches},
                       {"warm_draws", config.warm_draws},
                       {"timed_batches", config.timed_batches},
+                      {"rounds", config.rounds},
+                      {"rounds_max_batch", config.rounds_max_batch},
+                      {"rounds_method",
+                       "distinct cells of up to rounds_max_batch keys a call: `rounds` rounds of "
+                       "timed_batches fresh batches; with the peer, each round of dynemb's and "
+                       "the peer's on the same batches next to each other (dynemb first in even "
+                       "rounds, the peer first in odd ones); mkeys_per_s is the median round's "
+                       "(keys / summed call seconds), round_spread the slowest and fastest "
+                       "round's, round_ratios each round's ratio; latency percentiles over all "
+                       "calls; larger calls and raw cells: one round"},
                       {"untimed_first_call", "one query of each call size before its cells"},
                       {"pipelined_calls", config.pipelined_calls},
                       {"peer_raw_timed", config.peer_raw_timed},
@@ -286,14 +368,19 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
   log << "generating keys ...\n";
   const std::vector<KeyBatch> warm_set =
       deduplicated_batches(spec, 1, config.warm_batches, config.warm_draws);
+  // Distinct cells: rounds_for(size) rounds of timed_batches fresh batches (round r takes
+  // batches r * timed .. (r + 1) * timed - 1); raw cells: one round.
   std::map<uint64_t, std::vector<KeyBatch>> distinct, raw;
   for (size_t s = 0; s < config.batches.size(); ++s) {
     const uint64_t size = config.batches[s];
-    distinct[size] = distinct_batches(spec, 100 + s, config.timed_batches, size);
+    distinct[size] =
+        distinct_batches(spec, 100 + s, rounds_for(config, size) * config.timed_batches, size);
     raw[size] = raw_batches(spec, 200 + s, config.timed_batches, size);
   }
   Buffers buf(config.backend, max_batch, max_dim);
   result["clock_floor_us"] = floor_seconds(config.backend, buf, *clock) * 1e6;
+  std::unique_ptr<PeerProcess> peer;
+  if (!config.peer_binary.empty()) peer = start_peer(config, seed, log);
 
   Json cells = Json::array();
   Json replaces = Json::array();
@@ -304,60 +391,91 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       log << "dim " << dim << ", cache " << rows << " rows (" << cache->footprint().slots
           << " slots, " << cache->footprint().bytes << " bytes): warming ...\n";
       warm(*cache, buf, warm_set, *clock);
+      if (peer) {
+        ask_peer(*peer, "open " + std::to_string(dim) + " " + std::to_string(rows), "ready");
+      }
       uint64_t last_misses = 0;
       const KeyBatch* last_batch = nullptr;
       for (const uint64_t size : config.batches) {
         // One untimed query of this size first (the peer does the same): a call size not seen
         // in the warm-up may take a kernel the process has not loaded yet.
         query(*cache, buf, distinct[size].front(), *clock, nullptr);
-        for (const char* mode : {"distinct", "raw"}) {
-          const auto& batches = std::string(mode) == "distinct" ? distinct[size] : raw[size];
-          std::vector<double> seconds, host_seconds;
-          uint64_t keys = 0, hits = 0, draws = 0;
-          for (size_t b = 0; b < batches.size(); ++b) {
-            double t = 0.0, host = 0.0;
-            const uint64_t misses = query(*cache, buf, batches[b], *clock, &t, &host);
-            seconds.push_back(t);
-            host_seconds.push_back(host);
-            keys += batches[b].keys.size();
-            hits += batches[b].keys.size() - misses;
-            draws += batches[b].total_draws;
-            if (b == 0) wrong += wrong_rows(*cache, buf, batches[b], misses);
-            last_misses = misses;
-            last_batch = &batches[b];
+        if (peer) ask_peer(*peer, "first " + std::to_string(size), "ok");
+        for (const std::string mode : {"distinct", "raw"}) {
+          const auto& batches = mode == "distinct" ? distinct[size] : raw[size];
+          const uint32_t rounds = mode == "distinct" ? rounds_for(config, size) : 1;
+          const size_t per_round = mode == "distinct" ? config.timed_batches : batches.size();
+          Timings ours, theirs;
+          // dynemb's round r: batches r * per_round .. (r + 1) * per_round - 1.
+          const auto our_round = [&](uint32_t r) {
+            std::vector<double> seconds, host_seconds;
+            uint64_t keys = 0, hits = 0;
+            for (size_t b = r * per_round; b < (r + 1) * per_round; ++b) {
+              double t = 0.0, host = 0.0;
+              const uint64_t misses = query(*cache, buf, batches[b], *clock, &t, &host);
+              seconds.push_back(t);
+              host_seconds.push_back(host);
+              keys += batches[b].keys.size();
+              hits += batches[b].keys.size() - misses;
+              ours.draws += batches[b].total_draws;
+              if (b == 0) wrong += wrong_rows(*cache, buf, batches[b], misses);
+              last_misses = misses;
+              last_batch = &batches[b];
+            }
+            ours.add_round(seconds, host_seconds, keys, hits);
+          };
+          const auto their_round = [&](uint32_t r) {
+            add_peer_round(theirs, peer->ask("time " + std::to_string(size) + " " + mode + " " +
+                                             std::to_string(r)));
+          };
+          // Interleaved: dynemb first in even rounds, the peer first in odd ones, so that
+          // neither side always runs right after the other.
+          for (uint32_t r = 0; r < rounds; ++r) {
+            if (peer && r % 2 == 1) their_round(r);
+            our_round(r);
+            if (peer && r % 2 == 0) their_round(r);
           }
-          double total = 0.0;
-          for (double t : seconds) total += t;
           Json cell = {{"dim", dim},
                        {"cache_rows", rows},
                        {"slots", cache->footprint().slots},
                        {"cache_bytes", cache->footprint().bytes},
                        {"batch", size},
-                       {"mode", mode},
-                       {"calls", seconds.size()},
-                       {"keys", keys},
-                       {"draws", draws},
-                       {"seconds", total},
-                       {"mkeys_per_s", static_cast<double>(keys) / total / 1e6},
-                       {"hit_rate", static_cast<double>(hits) / static_cast<double>(keys)},
-                       {"latency_us",
-                        {{"p50", percentile(seconds, 0.5) * 1e6},
-                         {"p90", percentile(seconds, 0.9) * 1e6},
-                         {"p99", percentile(seconds, 0.99) * 1e6},
-                         {"max", percentile(seconds, 1.0) * 1e6}}},
-                       {"host_us_p50", percentile(host_seconds, 0.5) * 1e6}};
-          if (config.pipelined_calls > 0 && cell["mode"] == "distinct") {
+                       {"mode", mode}};
+          cell.update(summarize(ours));
+          if (config.pipelined_calls > 0 && mode == "distinct") {
             cell["pipelined_us"] =
                 pipelined_seconds(*cache, buf, batches.front(), *clock, config.pipelined_calls) *
                 1e6;
           }
-          if (const auto a = hugectr_anchor(dim, rows, size); a && cell["mode"] == "distinct") {
+          if (const auto a = hugectr_anchor(dim, rows, size); a && mode == "distinct") {
             cell["hugectr_anchor"] = {{"mkeys_per_s", a->mkeys_per_s}, {"hit_rate", a->hit_rate}};
             cell["ratio_to_hugectr"] = cell["mkeys_per_s"].get<double>() / a->mkeys_per_s;
           }
-          if (cell["mode"] == "raw") {
+          if (mode == "raw") {
             cell["hugectr_anchor_range"] = {{"min_mkeys_per_s", kHugeCtrRawMinMkeys},
                                             {"max_mkeys_per_s", kHugeCtrRawMaxMkeys}};
+          }
+          if (peer) {
+            Json p = summarize(theirs);
+            if (config.pipelined_calls > 0 && mode == "distinct") {
+              p.update(Json::parse(peer->ask("pipe " + std::to_string(size) + " " +
+                                             std::to_string(config.pipelined_calls))));
+            }
+            cell["hugectr_same_run"] = p;
+            cell["ratio_to_hugectr_same_run"] =
+                cell["mkeys_per_s"].get<double>() / p["mkeys_per_s"].get<double>();
+            if (theirs.round_seconds.size() == ours.round_seconds.size()) {
+              // Each round's ratio (the rounds run next to each other): the verdict's spread.
+              std::vector<double> ratios;
+              for (size_t r = 0; r < ours.round_seconds.size(); ++r) {
+                ratios.push_back(ours.round_rate(r) / theirs.round_rate(r));
+              }
+              cell["round_ratios"] = ratios;
+              cell["round_ratio_spread"] = {
+                  {"min", *std::min_element(ratios.begin(), ratios.end())},
+                  {"median", median(ratios)},
+                  {"max", *std::max_element(ratios.begin(), ratios.end())}};
+            }
           }
           log << "  batch " << size << " " << mode << ": " << std::setprecision(4)
               << cell["mkeys_per_s"].get<double>() << " M keys/s, hit "
@@ -365,6 +483,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
           cells.push_back(cell);
         }
       }
+      if (peer) ask_peer(*peer, "close", "ok");
       // The replace that follows a query of the last batch: its misses.
       if (last_batch != nullptr) {
         const double t = replace_misses(*cache, buf, last_misses, *clock, true);
@@ -376,25 +495,8 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
       }
     }
   }
-  wall["dynemb_cells"] = since(began);
-  if (!config.peer_binary.empty()) {
-    const auto peer_began = std::chrono::steady_clock::now();
-    const Json peer = run_peer(config, seed, log);
-    wall["peer"] = since(peer_began);
-    result["peer_same_run"] = peer;
-    if (peer.contains("cells")) {
-      for (Json& cell : cells) {
-        for (const Json& p : peer["cells"]) {
-          if (p["dim"] == cell["dim"] && p["cache_rows"] == cell["cache_rows"] &&
-              p["batch"] == cell["batch"] && p["mode"] == cell["mode"]) {
-            cell["hugectr_same_run"] = p;
-            cell["ratio_to_hugectr_same_run"] =
-                cell["mkeys_per_s"].get<double>() / p["mkeys_per_s"].get<double>();
-          }
-        }
-      }
-    }
-  }
+  peer.reset();
+  wall["cells"] = since(began);
   result["cells"] = cells;
   result["replace_misses"] = replaces;
   result["wrong_rows"] = wrong;
@@ -478,7 +580,8 @@ void report_cache_bench(const Json& result, std::ostream& out) {
       << std::setw(10) << "mode" << std::right << std::setw(10) << "M keys/s" << std::setw(7)
       << "hit" << std::setw(9) << "p50 us" << std::setw(9) << "p99 us" << std::setw(8) << "host"
       << std::setw(8) << "pipe" << std::setw(16) << "HugeCTR M/s" << std::setw(18)
-      << "its p50/host/pipe" << std::setw(8) << "ratio"
+      << "its p50/host/pipe"
+      << "  ratio (rounds' range)"
       << "\n";
   for (const Json& c : result["cells"]) {
     std::ostringstream peer, peer_us, ratio;
@@ -490,6 +593,10 @@ void report_cache_bench(const Json& result, std::ostream& out) {
               << us(p, "host_us_p50") << "/" << us(p, "pipelined_us");
       ratio << std::fixed << std::setprecision(2) << c["ratio_to_hugectr_same_run"].get<double>()
             << "x";
+      if (c.contains("round_ratio_spread")) {
+        ratio << " (" << c["round_ratio_spread"]["min"].get<double>() << "-"
+              << c["round_ratio_spread"]["max"].get<double>() << ")";
+      }
     } else if (c.contains("hugectr_anchor")) {
       peer << std::fixed << std::setprecision(0) << c["hugectr_anchor"]["mkeys_per_s"].get<double>()
            << " (" << std::setprecision(2) << c["hugectr_anchor"]["hit_rate"].get<double>() << ")";
@@ -505,7 +612,7 @@ void report_cache_bench(const Json& result, std::ostream& out) {
         << std::setprecision(1) << std::setw(9) << c["latency_us"]["p50"].get<double>()
         << std::setw(9) << c["latency_us"]["p99"].get<double>() << std::setw(8)
         << us(c, "host_us_p50") << std::setw(8) << us(c, "pipelined_us") << std::setw(16)
-        << peer.str() << std::setw(18) << peer_us.str() << std::setw(8) << ratio.str() << "\n";
+        << peer.str() << std::setw(18) << peer_us.str() << "  " << ratio.str() << "\n";
   }
   if (result.contains("wall_seconds")) out << "wall seconds: " << result["wall_seconds"] << "\n";
   if (result.contains("clock_floor_us")) {
@@ -517,8 +624,11 @@ void report_cache_bench(const Json& result, std::ostream& out) {
         << " rows): " << std::setprecision(3) << r["ms"].get<double>() << " ms\n";
   }
   out << "wrong rows read back: " << result["wrong_rows"] << "\n";
-  out << "HugeCTR figures: * = measured in this run on the same batches; others from "
-         "../shared/ANCHORS.md (another run on a lent H100)\n";
+  out << "M keys/s: the median round's (rounds of " << result["params"]["timed_batches"]
+      << " calls; " << result["params"]["rounds"] << " rounds for calls of up to "
+      << result["params"]["rounds_max_batch"] << " distinct keys, else 1)\n";
+  out << "HugeCTR figures: * = measured in this run on the same batches, its rounds interleaved "
+         "with dynemb's; others from ../shared/ANCHORS.md (another run on a lent H100)\n";
   out << "written: " << result["path"].get<std::string>() << "\n";
 }
 

@@ -27,7 +27,12 @@ struct CacheBenchConfig {
   std::vector<uint64_t> batches = {2048, 65536, 1u << 20};  // keys per query call
   uint32_t warm_batches = 20;      // query-then-replace batches before timing
   uint64_t warm_draws = 1u << 20;  // draws per warm batch (deduplicated)
-  uint32_t timed_batches = 18;     // timed query calls per cell, each on a fresh batch
+  uint32_t timed_batches = 18;     // timed query calls per round, each on a fresh batch
+  // Timed rounds per distinct cell of up to rounds_max_batch keys a call (larger calls: one
+  // round). With a peer, its rounds alternate with dynemb's (dynemb first in even rounds, the
+  // peer first in odd ones); each side's throughput is its median round's (docs/cache.md).
+  uint32_t rounds = 9;
+  uint64_t rounds_max_batch = 65536;
   // Distinct cells also time this many back-to-back queries of one batch together (0: none).
   uint32_t pipelined_calls = 20;
   uint32_t ways = 32;
@@ -39,13 +44,19 @@ struct CacheBenchConfig {
   uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity
   uint64_t seed = 0;                 // 0: a random seed (printed and written)
   std::string json_path;             // default bench/results/cache-<backend>-<machine>.json
-  // A HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) run after dynemb's cells
-  // on the same batches (same seed); its figures go beside dynemb's in each cell.
+  // A HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh), run as a child process
+  // on the same batches (same seed), its rounds interleaved with dynemb's; its figures go beside
+  // dynemb's in each cell.
   std::string peer_binary;
   // Timed calls of the peer per raw cell (HugeCTR takes about a second per raw call of 1M keys);
-  // 0: timed_batches. Its distinct cells take timed_batches.
+  // 0: timed_batches. Its distinct cells take timed_batches a round, as dynemb's.
   uint32_t peer_raw_timed = 3;
 };
+
+// Timed rounds of a distinct cell of `batch` keys a call.
+inline uint32_t rounds_for(const CacheBenchConfig& config, uint64_t batch) {
+  return batch <= config.rounds_max_batch && config.rounds > 0 ? config.rounds : 1;
+}
 
 // Runs the benchmark, printing progress to `log`; returns the result document (also written).
 nlohmann::json run_cache_bench(const CacheBenchConfig& config, std::ostream& log);

@@ -27,7 +27,14 @@ void install(CLI::App& cmd) {
   cmd.add_option("--batches", c->batches, "keys per query call")->capture_default_str();
   cmd.add_option("--warm", c->warm_batches, "warm-up batches")->capture_default_str();
   cmd.add_option("--warm-draws", c->warm_draws, "draws per warm-up batch")->capture_default_str();
-  cmd.add_option("--timed", c->timed_batches, "timed query calls per cell")->capture_default_str();
+  cmd.add_option("--timed", c->timed_batches, "timed query calls per round")->capture_default_str();
+  cmd.add_option("--rounds", c->rounds,
+                 "timed rounds per distinct cell (the median round's throughput is reported; "
+                 "with --peer, its rounds alternate with dynemb's)")
+      ->capture_default_str();
+  cmd.add_option("--rounds-max-batch", c->rounds_max_batch,
+                 "the largest call taking --rounds rounds (larger calls: one round)")
+      ->capture_default_str();
   cmd.add_option("--pipelined", c->pipelined_calls,
                  "back-to-back queries timed together per distinct cell (0 = none)")
       ->capture_default_str();
@@ -46,7 +53,7 @@ void install(CLI::App& cmd) {
   cmd.add_option("--json", c->json_path, "result file (default bench/results/cache-...json)");
   cmd.add_option("--peer", c->peer_binary,
                  "a HugeCTR gpu_cache peer binary (bench/cache/hugectr_peer/build.sh) to run on "
-                 "the same batches after dynemb's");
+                 "the same batches, its rounds interleaved with dynemb's");
   auto replay = std::make_shared<dynemb::tools::CheckpointReplayConfig>();
   cmd.add_option("--checkpoint", replay->checkpoint,
                  "instead: load this training checkpoint's embedding rows into a CPU table and a "

@@ -1,7 +1,8 @@
 // HugeCTR's gpu_cache driven exactly as `dynemb bench cache` drives dynemb's cache: the same key
-// batches (same seed), the same warm-up and timed queries; writes the cells as JSON. Built by
-// build.sh against a HugeCTR checkout kept outside the repository (never committed); run by
-// `dynemb bench cache --peer BINARY` in the same run.
+// batches (same seed), the same warm-up and timed queries. It serves one command a line on stdin
+// and answers each with one line on stdout, so that the benchmark can interleave its rounds with
+// dynemb's (docs/cache.md, "Benchmark"). Built by build.sh against a HugeCTR checkout kept
+// outside the repository (never committed).
 #include <cuda_runtime_api.h>
 
 // gpu_cache's header names cuda::atomic and cuda::binary_semaphore without including them.
@@ -11,12 +12,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ namespace {
 
 using Cache = gpu_cache::gpu_cache<long long, uint64_t, std::numeric_limits<long long>::max(),
                                    SET_ASSOCIATIVITY, SLAB_SIZE>;
+using dynemb::bench::KeyBatch;
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
@@ -64,9 +66,9 @@ void upload(void* to, const void* from, size_t bytes, const char* what) {
   check(cudaDeviceSynchronize(), what);
 }
 
-// One timed Query as dynemb bench cache times its own: CUDA events around the call on the
-// stream (*seconds), and the time the call took to return (*host_seconds).
-size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* seconds,
+// One Query as dynemb bench cache times its own: CUDA events around the call on the stream
+// (*seconds), and the time the call took to return (*host_seconds).
+size_t query(Cache& cache, Device& d, const KeyBatch& b, double* seconds,
              double* host_seconds = nullptr) {
   const size_t n = b.keys.size();
   upload(d.keys, b.keys.data(), n * sizeof(long long), "keys");
@@ -88,8 +90,7 @@ size_t query(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b, double* 
 }
 
 // Seconds per call of `calls` Query calls of `b` back to back, timed together.
-double pipelined_seconds(Cache& cache, Device& d, const dynemb::bench::KeyBatch& b,
-                         uint32_t calls) {
+double pipelined_seconds(Cache& cache, Device& d, const KeyBatch& b, uint32_t calls) {
   const size_t n = b.keys.size();
   upload(d.keys, b.keys.data(), n * sizeof(long long), "keys");
   check(cudaEventRecord(d.begin, d.stream), "event");
@@ -117,107 +118,144 @@ void replace_misses(Cache& cache, Device& d, size_t misses, uint32_t dim) {
   check(cudaStreamSynchronize(d.stream), "replace");
 }
 
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+// The numbers as a JSON array (17 significant digits).
+std::string json_list(const std::vector<double>& values) {
+  std::ostringstream out;
+  out.precision(17);
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  out << "]";
+  return out.str();
 }
 
 }  // namespace
 
-// usage: hugectr_cache_peer IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT.json
-//        [RAW_TIMED [PIPELINED]]
-// (lists comma-separated; RAW_TIMED: timed calls per raw cell, 0 or absent = TIMED; PIPELINED:
-// back-to-back calls timed together per distinct cell, 0 or absent = none)
+// usage: hugectr_cache_peer IDS ALPHA SEED BATCHES ROUNDS WARM WARM_DRAWS TIMED RAW_TIMED
+// (BATCHES and ROUNDS comma-separated, ROUNDS[s] timed rounds of TIMED distinct batches for
+// BATCHES[s] keys a call; RAW_TIMED timed raw batches per raw cell). Then commands, one a line on
+// stdin, each answered by one line on stdout:
+//   open DIM ROWS         build a cache of ROWS rows and warm it             -> ready
+//   first SIZE            one untimed query of SIZE keys                     -> ok
+//   time SIZE MODE ROUND  time the round's batches (MODE distinct or raw)    -> {"seconds": [..],
+//                         "host_seconds": [..], "keys": K, "hits": H}
+//   pipe SIZE CALLS       CALLS queries of one batch back to back, per call  -> {"pipelined_us": x}
+//   close                 free the cache                                     -> ok
+//   quit (or the end of stdin)
 int main(int argc, char** argv) {
-  if (argc < 11 || argc > 13) {
+  if (argc != 10) {
     std::fprintf(stderr,
-                 "usage: %s IDS ALPHA SEED DIMS ROWS BATCHES WARM WARM_DRAWS TIMED OUT "
-                 "[RAW_TIMED [PIPELINED]]\n",
+                 "usage: %s IDS ALPHA SEED BATCHES ROUNDS WARM WARM_DRAWS TIMED RAW_TIMED, then "
+                 "commands on stdin (see peer_main.cu)\n",
                  argv[0]);
     return 2;
   }
   const dynemb::bench::KeyStreamSpec spec{std::stoull(argv[1]), std::stod(argv[2]),
                                           std::stoull(argv[3])};
-  const std::vector<uint64_t> dims = parse_list(argv[4]);
-  const std::vector<uint64_t> cache_rows = parse_list(argv[5]);
-  const std::vector<uint64_t> batches = parse_list(argv[6]);
-  const auto warm_batches = static_cast<uint32_t>(std::stoul(argv[7]));
-  const uint64_t warm_draws = std::stoull(argv[8]);
-  const auto timed = static_cast<uint32_t>(std::stoul(argv[9]));
-  const auto raw_arg = argc > 11 ? static_cast<uint32_t>(std::stoul(argv[11])) : 0u;
-  const uint32_t raw_timed = raw_arg == 0 ? timed : std::min(raw_arg, timed);
-  const auto pipelined = argc > 12 ? static_cast<uint32_t>(std::stoul(argv[12])) : 0u;
+  const std::vector<uint64_t> batches = parse_list(argv[4]);
+  const std::vector<uint64_t> rounds = parse_list(argv[5]);
+  const auto warm_batches = static_cast<uint32_t>(std::stoul(argv[6]));
+  const uint64_t warm_draws = std::stoull(argv[7]);
+  const auto timed = static_cast<uint32_t>(std::stoul(argv[8]));
+  const auto raw_timed = static_cast<uint32_t>(std::stoul(argv[9]));
+  if (rounds.size() != batches.size() || timed == 0 || raw_timed == 0) {
+    std::fprintf(stderr,
+                 "hugectr peer: ROUNDS needs one count per batch size; TIMED and "
+                 "RAW_TIMED must be > 0\n");
+    return 2;
+  }
 
   // The same batches as dynemb bench cache draws (stream ids 1, 100 + s, 200 + s).
   const auto warm_set = dynemb::bench::deduplicated_batches(spec, 1, warm_batches, warm_draws);
-  std::map<uint64_t, std::vector<dynemb::bench::KeyBatch>> distinct, raw;
+  std::map<uint64_t, std::vector<KeyBatch>> distinct, raw;
   for (size_t s = 0; s < batches.size(); ++s) {
-    distinct[batches[s]] = dynemb::bench::distinct_batches(spec, 100 + s, timed, batches[s]);
-    // The first raw_timed of the batches dynemb times (the same draws).
+    distinct[batches[s]] = dynemb::bench::distinct_batches(
+        spec, 100 + s, static_cast<uint32_t>(rounds[s]) * timed, batches[s]);
+    // The first raw_timed of the raw batches dynemb times (the same draws).
     raw[batches[s]] = dynemb::bench::raw_batches(spec, 200 + s, raw_timed, batches[s]);
   }
   const uint64_t max_batch =
       std::max(*std::max_element(batches.begin(), batches.end()), warm_draws);
-  const uint64_t max_dim = *std::max_element(dims.begin(), dims.end());
   Device d{};
+  uint64_t max_dim = 0;
   check(cudaMalloc(&d.keys, max_batch * sizeof(long long)), "malloc");
   check(cudaMalloc(&d.missing, max_batch * sizeof(long long)), "malloc");
   check(cudaMalloc(&d.positions, max_batch * sizeof(uint64_t)), "malloc");
   check(cudaMalloc(&d.count, sizeof(size_t)), "malloc");
-  check(cudaMalloc(&d.values, max_batch * max_dim * sizeof(float)), "malloc");
-  check(cudaMalloc(&d.rows, max_batch * max_dim * sizeof(float)), "malloc");
   check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "stream");
   check(cudaEventCreate(&d.begin), "event");
   check(cudaEventCreate(&d.end), "event");
 
-  std::ostringstream json;
-  json << "{\"peer\": \"HugeCTR gpu_cache " << SET_ASSOCIATIVITY << " slabs of " << SLAB_SIZE
-       << " per set\", \"cells\": [";
-  bool first = true;
-  for (const uint64_t dim : dims) {
-    for (const uint64_t rows : cache_rows) {
-      Cache cache(std::max<uint64_t>(rows / (SET_ASSOCIATIVITY * SLAB_SIZE), 1), dim);
-      for (const auto& b : warm_set) replace_misses(cache, d, query(cache, d, b, nullptr), dim);
-      for (const uint64_t size : batches) {
-        query(cache, d, distinct[size].front(), nullptr);  // untimed, as dynemb's first call
-        for (const char* mode : {"distinct", "raw"}) {
-          const auto& list = std::string(mode) == "distinct" ? distinct[size] : raw[size];
-          std::vector<double> seconds, host_seconds;
-          uint64_t keys = 0, hits = 0;
-          for (const auto& b : list) {
-            double t = 0, host = 0;
-            const size_t misses = query(cache, d, b, &t, &host);
-            seconds.push_back(t);
-            host_seconds.push_back(host);
-            keys += b.keys.size();
-            hits += b.keys.size() - misses;
-          }
-          double total = 0;
-          for (double t : seconds) total += t;
-          json << (first ? "" : ",") << "\n {\"dim\": " << dim << ", \"cache_rows\": " << rows
-               << ", \"batch\": " << size << ", \"mode\": \"" << mode
-               << "\", \"calls\": " << seconds.size() << ", \"keys\": " << keys
-               << ", \"seconds\": " << total << ", \"mkeys_per_s\": " << keys / total / 1e6
-               << ", \"hit_rate\": " << static_cast<double>(hits) / keys
-               << ", \"latency_us\": {\"p50\": " << percentile(seconds, 0.5) * 1e6
-               << ", \"p99\": " << percentile(seconds, 0.99) * 1e6
-               << "}, \"host_us_p50\": " << percentile(host_seconds, 0.5) * 1e6;
-          if (pipelined > 0 && std::string(mode) == "distinct") {
-            json << ", \"pipelined_us\": "
-                 << pipelined_seconds(cache, d, list.front(), pipelined) * 1e6;
-          }
-          json << "}";
-          first = false;
-          std::fprintf(stderr, "hugectr dim %lu rows %lu batch %lu %s: %.1f M keys/s, hit %.3f\n",
-                       static_cast<unsigned long>(dim), static_cast<unsigned long>(rows),
-                       static_cast<unsigned long>(size), mode, keys / total / 1e6,
-                       static_cast<double>(hits) / keys);
+  std::unique_ptr<Cache> cache;
+  uint32_t dim = 0;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string command;
+    in >> command;
+    if (command == "quit") break;
+    if (command != "open" && command != "close" && !cache) {
+      std::fprintf(stderr, "hugectr peer: '%s' before 'open'\n", line.c_str());
+      std::cout << "error" << std::endl;
+      continue;
+    }
+    if (command == "open") {
+      uint64_t rows = 0;
+      in >> dim >> rows;
+      if (dim > max_dim) {
+        if (max_dim != 0) {
+          check(cudaFree(d.values), "free");
+          check(cudaFree(d.rows), "free");
         }
+        max_dim = dim;
+        check(cudaMalloc(&d.values, max_batch * max_dim * sizeof(float)), "malloc");
+        check(cudaMalloc(&d.rows, max_batch * max_dim * sizeof(float)), "malloc");
       }
+      cache.reset();
+      cache = std::make_unique<Cache>(std::max<uint64_t>(rows / (SET_ASSOCIATIVITY * SLAB_SIZE), 1),
+                                      dim);
+      for (const auto& b : warm_set) replace_misses(*cache, d, query(*cache, d, b, nullptr), dim);
+      std::cout << "ready" << std::endl;
+    } else if (command == "first") {
+      uint64_t size = 0;
+      in >> size;
+      query(*cache, d, distinct.at(size).front(), nullptr);
+      std::cout << "ok" << std::endl;
+    } else if (command == "time") {
+      uint64_t size = 0;
+      std::string mode;
+      uint32_t round = 0;
+      in >> size >> mode >> round;
+      const auto& all = mode == "distinct" ? distinct.at(size) : raw.at(size);
+      const uint32_t per_round = mode == "distinct" ? timed : raw_timed;
+      std::vector<double> seconds, host_seconds;
+      uint64_t keys = 0, hits = 0;
+      for (uint32_t b = round * per_round; b < (round + 1) * per_round && b < all.size(); ++b) {
+        double t = 0, host = 0;
+        const size_t misses = query(*cache, d, all[b], &t, &host);
+        seconds.push_back(t);
+        host_seconds.push_back(host);
+        keys += all[b].keys.size();
+        hits += all[b].keys.size() - misses;
+      }
+      std::cout << "{\"seconds\": " << json_list(seconds)
+                << ", \"host_seconds\": " << json_list(host_seconds) << ", \"keys\": " << keys
+                << ", \"hits\": " << hits << "}" << std::endl;
+    } else if (command == "pipe") {
+      uint64_t size = 0;
+      uint32_t calls = 0;
+      in >> size >> calls;
+      const double s = pipelined_seconds(*cache, d, distinct.at(size).front(), calls);
+      std::ostringstream out;
+      out.precision(17);
+      out << "{\"pipelined_us\": " << s * 1e6 << "}";
+      std::cout << out.str() << std::endl;
+    } else if (command == "close") {
+      cache.reset();
+      std::cout << "ok" << std::endl;
+    } else {
+      std::fprintf(stderr, "hugectr peer: unknown command '%s'\n", line.c_str());
+      std::cout << "error" << std::endl;
     }
   }
-  json << "\n]}\n";
-  std::ofstream(argv[10]) << json.str();
   return 0;
 }
