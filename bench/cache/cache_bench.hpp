@@ -31,7 +31,7 @@ struct CacheBenchConfig {
   // Timed rounds per distinct cell of up to rounds_max_batch keys a call (larger calls: one
   // round). With a peer, its rounds alternate with dynemb's (dynemb first in even rounds, the
   // peer first in odd ones); each side's throughput is its median round's (docs/cache.md).
-  uint32_t rounds = 9;
+  uint32_t rounds = 15;
   uint64_t rounds_max_batch = 65536;
   // Distinct cells also time this many back-to-back queries of one batch together (0: none).
   uint32_t pipelined_calls = 20;
