@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -26,6 +27,16 @@ cudaStream_t as_stream(StreamHandle s) {
 // A preload wave holds at most num_sets / kPreloadWaveFraction keys (2 sets each): a quarter of
 // the sets are touched per wave, so keys of one wave seldom contend for a set.
 constexpr uint64_t kPreloadWaveFraction = 8;
+
+// EXPERIMENT (to be removed): fused queries launched as per-stream graphs when
+// DYNEMB_CACHE_QUERY_GRAPH=1.
+bool query_graphs_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DYNEMB_CACHE_QUERY_GRAPH");
+    return e != nullptr && e[0] == '1';
+  }();
+  return on;
+}
 
 // cudaMalloc that reports a failure as OutOfMemory naming the buffer and the cache's footprint.
 template <class T>
@@ -140,7 +151,9 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
     call.missing_keys = missing_keys;
     call.missing_positions = missing_positions;
     call.miss_count = miss_count;
-    call.status = scratch_->for_stream(s);
+    const QueryScratch::ForStream kept = scratch_->for_stream(s);
+    call.status = kept.status;
+    if (query_graphs_enabled()) call.graphs = kept.graphs;
     if (call.status != nullptr && most_blocks <= scratch_->entries()) {
       // The stream's arrival word follows its tile counts.
       if (!options_.misses_in_batch_order) call.arrivals = call.status + scratch_->entries();
@@ -149,6 +162,7 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
     }
     const dynemb::core::cuda::DeviceArray<TileStatus> status(most_blocks, s);
     call.status = status.data();
+    call.graphs = nullptr;
     launch_query(view_, call, s);
     return;
   }

@@ -10,6 +10,8 @@
 
 namespace dynemb::cache::detail {
 
+class StreamGraphs;
+
 // A tile's miss count as the fused query publishes it (query_kernels.cu): one 64-bit word, the
 // call's tag above the count, so that one store publishes both and a reader that sees the tag
 // sees the count.
@@ -69,6 +71,8 @@ struct QueryCall {
   // between calls; the call's last block leaves it zero), else nullptr (batch order).
   unsigned long long* arrivals = nullptr;
   int device = 0;  // the cache's device (current during the call)
+  // Fused: the stream's graphs, to launch the kernel as a graph (nullptr: a kernel launch).
+  StreamGraphs* graphs = nullptr;
 };
 
 // An arrival word of the unordered fused query: blocks arrived above kArrivalShift, misses

@@ -4,7 +4,6 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -13,6 +12,7 @@
 #include "cuda/device_view.cuh"
 #include "cuda/driver_launch.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/query_graphs.hpp"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 
@@ -21,6 +21,9 @@ namespace {
 
 constexpr int kBlockThreads = 256;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarp;
+// The fused query's block scans kFusedItems miss flags per thread (kMaxFusedTile keys a tile).
+constexpr uint32_t kFusedItems = kMaxFusedTile / kBlockThreads;
+static_assert(kFusedItems * kBlockThreads == kMaxFusedTile);
 
 // Reads key's row from `set` into out when the set holds it, and stamps the slot; false when the
 // set does not hold the key. Lock-free: the row is read between two reads of the set's version
@@ -448,19 +451,15 @@ __device__ void list_small_tile_misses(const CacheView<K>& c, size_t n, size_t f
 // once.
 // With `arrivals` (misses in any order) a block instead takes its place in the list with one atomic
 // add on that word, so no block waits for another.
-template <class K, int R, int C, bool V4, int G, int Threads>
-__global__ void __launch_bounds__(Threads)
+template <class K, int R, int C, bool V4, int G>
+__global__ void __launch_bounds__(kBlockThreads)
     query_fused_kernel(CacheView<K> c, size_t n, uint32_t tile, const K* __restrict__ keys,
                        float* values, K* __restrict__ missing_keys,
                        uint64_t* __restrict__ missing_positions, uint64_t* miss_count,
                        TileStatus* status, unsigned long long tag, unsigned long long stamp,
                        unsigned long long* arrivals) {
-  constexpr uint32_t kWarps = Threads / kWarp;
-  // The block scans kItems miss flags per thread (kMaxFusedTile keys a tile).
-  constexpr uint32_t kItems = kMaxFusedTile / Threads;
-  static_assert(kItems * Threads == kMaxFusedTile);
-  using Scan = cub::BlockScan<uint32_t, Threads>;
-  using Reduce = cub::BlockReduce<unsigned long long, Threads>;
+  using Scan = cub::BlockScan<uint32_t, kBlockThreads>;
+  using Reduce = cub::BlockReduce<unsigned long long, kBlockThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
     typename Reduce::TempStorage reduce;
@@ -473,24 +472,24 @@ __global__ void __launch_bounds__(Threads)
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const uint32_t warp = threadIdx.x / kWarp;
   unsigned long long sentinels = 0;
-  // Warp w reads keys w, w + W, w + 2 W, ... of the tile (W = kWarps): its m-th key is at
-  // w + W m. The warp
+  // Warp w reads keys w, w + 8, w + 16, ... of the tile: its m-th key is at w + 8 m. The warp
   // loads them 32 at a time (lane l the (b + l)-th, for a window starting at b) and reads the
   // window with read_window.
-  const uint32_t warp_keys = warp < count ? (count - warp + kWarps - 1) / kWarps : 0;
+  const uint32_t warp_keys =
+      warp < count ? (count - warp + kWarpsPerBlock - 1) / kWarpsPerBlock : 0;
   for (uint32_t b = 0; b < warp_keys; b += kWarp) {
     const uint32_t window = min(static_cast<uint32_t>(kWarp), warp_keys - b);
-    const uint32_t mine_at = warp + (b + static_cast<uint32_t>(lane)) * kWarps;
+    const uint32_t mine_at = warp + (b + static_cast<uint32_t>(lane)) * kWarpsPerBlock;
     K mine = c.empty_key;
     if (static_cast<uint32_t>(lane) < window) {
       mine = keys[first + mine_at];
       tile_keys[mine_at] = mine;
       if (mine == c.empty_key) ++sentinels;
     }
-    // Position p of the window is the tile's key warp + W (b + p).
-    const unsigned hits =
-        read_window<K, R, C, V4, G>(c, mine, window, values + (first + warp + b * kWarps) * c.dim,
-                                    static_cast<size_t>(kWarps) * c.dim, lane, stamp);
+    // Position p of the window is the tile's key warp + 8 (b + p).
+    const unsigned hits = read_window<K, R, C, V4, G>(
+        c, mine, window, values + (first + warp + b * kWarpsPerBlock) * c.dim,
+        static_cast<size_t>(kWarpsPerBlock) * c.dim, lane, stamp);
     if (static_cast<uint32_t>(lane) < window) missed[mine_at] = ((hits >> lane) & 1u) ? 0 : 1;
   }
   // Lanes counted sentinels; one add per warp.
@@ -509,11 +508,11 @@ __global__ void __launch_bounds__(Threads)
     return;
   }
 
-  uint32_t flags[kItems];
+  uint32_t flags[kFusedItems];
   uint32_t mine = 0;
 #pragma unroll
-  for (uint32_t k = 0; k < kItems; ++k) {
-    const uint32_t j = threadIdx.x * kItems + k;
+  for (uint32_t k = 0; k < kFusedItems; ++k) {
+    const uint32_t j = threadIdx.x * kFusedItems + k;
     flags[k] = j < count ? missed[j] : 0u;
     mine += flags[k];
   }
@@ -540,9 +539,9 @@ __global__ void __launch_bounds__(Threads)
     __syncthreads();
     uint64_t at = misses_before + offset;
 #pragma unroll
-    for (uint32_t k = 0; k < kItems; ++k) {
+    for (uint32_t k = 0; k < kFusedItems; ++k) {
       if (flags[k] == 0) continue;
-      const uint32_t j = threadIdx.x * kItems + k;
+      const uint32_t j = threadIdx.x * kFusedItems + k;
       missing_keys[at] = tile_keys[j];
       missing_positions[at] = first + j;
       ++at;
@@ -557,7 +556,7 @@ __global__ void __launch_bounds__(Threads)
   __syncthreads();  // the scan's shared memory is reused by the reduction
 
   unsigned long long before = 0;
-  for (uint32_t t = threadIdx.x; t < blockIdx.x; t += Threads) {
+  for (uint32_t t = threadIdx.x; t < blockIdx.x; t += kBlockThreads) {
     ::cuda::atomic_ref<TileStatus, ::cuda::thread_scope_device> published(status[t]);
     TileStatus word = published.load(::cuda::memory_order_relaxed);
     while ((word >> kTileCountBits) != tag) {
@@ -572,9 +571,9 @@ __global__ void __launch_bounds__(Threads)
 
   uint64_t at = misses_before + offset;
 #pragma unroll
-  for (uint32_t k = 0; k < kItems; ++k) {
+  for (uint32_t k = 0; k < kFusedItems; ++k) {
     if (flags[k] == 0) continue;
-    const uint32_t j = threadIdx.x * kItems + k;
+    const uint32_t j = threadIdx.x * kFusedItems + k;
     missing_keys[at] = tile_keys[j];
     missing_positions[at] = first + j;
     ++at;
@@ -587,12 +586,12 @@ __global__ void __launch_bounds__(Threads)
   }
 }
 
-// Blocks of `kernel` (`threads` threads) an SM holds at once, 1 to kMaxBlocksPerSm.
+// Blocks of `kernel` (kBlockThreads threads) an SM holds at once, 1 to kMaxBlocksPerSm.
 template <class Kernel>
-uint32_t resident_blocks(Kernel kernel, int threads = kBlockThreads) {
+uint32_t resident_blocks(Kernel kernel) {
   int blocks = 0;
   dynemb::core::cuda::check(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0),
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0),
       "EmbeddingCache::query: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return static_cast<uint32_t>(std::clamp<int>(blocks, 1, kMaxBlocksPerSm));
 }
@@ -617,27 +616,15 @@ struct LaunchUnfused {
 // about 3K keys on an H100) takes the kernel that reads one key of a warp at a time: it holds
 // fewer registers and runs fewer instructions than the one reading two keys at once, which only
 // pays where a warp has keys to pair (a 2K-key call took about 1 us less on an H100).
-// EXPERIMENT (to be removed): threads of the blocks of calls read one key a warp, 256 (the
-// default), 512 or 1024, from DYNEMB_CACHE_QUERY_BLOCK.
-int small_call_block_threads() {
-  static const int threads = [] {
-    const char* e = std::getenv("DYNEMB_CACHE_QUERY_BLOCK");
-    const int t = e == nullptr ? kBlockThreads : std::atoi(e);
-    return t == 512 || t == 1024 ? t : kBlockThreads;
-  }();
-  return threads;
-}
-
 template <class K, int R, int C, bool V4>
 struct LaunchFused {
-  template <int G, int Threads = kBlockThreads>
+  template <int G>
   static void launch(const CacheView<K>& c, const QueryCall<K>& q, uint32_t tile,
                      cudaStream_t stream) {
     const uint64_t blocks = fused_query_blocks(q.n, tile);
     // Through the driver where it can be found: the runtime's launch adds about 0.5-1 us of host
     // time, most of a 2K-key call's (docs/cache.md, "What a small query costs").
-    static DriverKernel kernel(
-        reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G, Threads>));
+    static DriverKernel kernel(reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G>));
     const CUfunction function = kernel.on(q.device);
     if (function != nullptr) {
       // The kernel's parameters, in order.
@@ -654,44 +641,30 @@ struct LaunchFused {
       void* args[] = {
           &view,       &n,      &tile, &keys,  &values,  &missing_keys, &missing_positions,
           &miss_count, &status, &tag,  &stamp, &arrivals};
-      launch_through_driver(function, static_cast<unsigned>(blocks), Threads, args, stream,
+      if (q.graphs != nullptr &&
+          q.graphs->launch(reinterpret_cast<const void*>(&query_fused_kernel<K, R, C, V4, G>),
+                           static_cast<unsigned>(blocks), kBlockThreads, args, stream)) {
+        return;
+      }
+      launch_through_driver(function, static_cast<unsigned>(blocks), kBlockThreads, args, stream,
                             "EmbeddingCache::query: query_fused_kernel launch");
       return;
     }
-    query_fused_kernel<K, R, C, V4, G, Threads>
-        <<<static_cast<unsigned>(blocks), Threads, 0, stream>>>(
-            c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count,
-            q.status, q.tag, q.stamp, q.arrivals);
+    query_fused_kernel<K, R, C, V4, G><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(
+        c, q.n, tile, q.keys, q.values, q.missing_keys, q.missing_positions, q.miss_count, q.status,
+        q.tag, q.stamp, q.arrivals);
     dynemb::core::cuda::check(cudaGetLastError(),
                               "EmbeddingCache::query: query_fused_kernel launch");
   }
 
-  // One key a warp in blocks of Threads threads (tiles of Threads / 32 keys) when those blocks
-  // are resident at once; false (nothing launched) otherwise.
-  template <int Threads>
-  static bool launch_one_key_a_warp(const CacheView<K>& c, const QueryCall<K>& q,
-                                    cudaStream_t stream) {
-    static const uint32_t resident =
-        resident_blocks(query_fused_kernel<K, R, C, V4, 1, Threads>, Threads);
-    constexpr uint32_t kTile = Threads / kWarp;
-    if (fused_query_blocks(q.n, kTile) > q.grid_limit / kMaxBlocksPerSm * resident) return false;
-    launch<1, Threads>(c, q, kTile, stream);
-    return true;
-  }
-
   static void run(const CacheView<K>& c, const QueryCall<K>& q, cudaStream_t stream) {
-    const int small_threads = small_call_block_threads();
-    if (small_threads == 1024 && launch_one_key_a_warp<1024>(c, q, stream)) return;
-    if (small_threads == 512 && launch_one_key_a_warp<512>(c, q, stream)) return;
     constexpr int kKeysAtOnce = group_keys<R, C, V4>();
     if constexpr (kKeysAtOnce > 1) {
-      static const uint32_t resident_one =
-          resident_blocks(query_fused_kernel<K, R, C, V4, 1, kBlockThreads>);
+      static const uint32_t resident_one = resident_blocks(query_fused_kernel<K, R, C, V4, 1>);
       const uint32_t tile = fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident_one);
       if (tile <= static_cast<uint32_t>(kWarpsPerBlock)) return launch<1>(c, q, tile, stream);
     }
-    static const uint32_t resident =
-        resident_blocks(query_fused_kernel<K, R, C, V4, kKeysAtOnce, kBlockThreads>);
+    static const uint32_t resident = resident_blocks(query_fused_kernel<K, R, C, V4, kKeysAtOnce>);
     launch<kKeysAtOnce>(c, q, fused_query_tile(q.n, q.grid_limit / kMaxBlocksPerSm * resident),
                         stream);
   }

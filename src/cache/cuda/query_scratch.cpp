@@ -5,20 +5,23 @@
 namespace dynemb::cache::detail {
 
 QueryScratch::~QueryScratch() {
-  for (const auto& [id, buffer] : buffers_) cudaFree(buffer);
+  for (Entry& e : buffers_) {
+    e.graphs.reset();
+    cudaFree(e.buffer);
+  }
 }
 
-TileStatus* QueryScratch::for_stream(cudaStream_t stream) {
+QueryScratch::ForStream QueryScratch::for_stream(cudaStream_t stream) {
   unsigned long long id = 0;
   if (cudaStreamGetId(stream, &id) != cudaSuccess) {
     cudaGetLastError();  // not left for the launch check; the caller allocates instead
-    return nullptr;
+    return {};
   }
   const std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [known, buffer] : buffers_) {
-    if (known == id) return buffer;
+  for (const Entry& e : buffers_) {
+    if (e.id == id) return {e.buffer, e.graphs.get()};
   }
-  if (buffers_.size() >= kMaxStreams) return nullptr;
+  if (buffers_.size() >= kMaxStreams) return {};
   void* p = nullptr;
   const size_t bytes = sizeof(TileStatus) * (entries_ + 1);
   dynemb::core::cuda::check(cudaMalloc(&p, bytes),
@@ -31,8 +34,8 @@ TileStatus* QueryScratch::for_stream(cudaStream_t stream) {
     cudaFree(p);
     dynemb::core::cuda::check(cleared, "EmbeddingCache::query: cudaMemset (tile counts)");
   }
-  buffers_.emplace_back(id, static_cast<TileStatus*>(p));
-  return static_cast<TileStatus*>(p);
+  buffers_.push_back({id, static_cast<TileStatus*>(p), std::make_unique<StreamGraphs>()});
+  return {buffers_.back().buffer, buffers_.back().graphs.get()};
 }
 
 bool stream_is_capturing(cudaStream_t stream) {

@@ -5,11 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "cuda/kernels.hpp"
+#include "cuda/query_graphs.hpp"
 
 namespace dynemb::cache::detail {
 
@@ -22,11 +24,16 @@ class QueryScratch {
   QueryScratch(const QueryScratch&) = delete;
   QueryScratch& operator=(const QueryScratch&) = delete;
 
-  // The buffer of `stream` (allocated on its first use, kept until the cache goes), or nullptr
+  // What the cache keeps for one stream.
+  struct ForStream {
+    TileStatus* status = nullptr;    // the stream's tile counts, then its arrival word
+    StreamGraphs* graphs = nullptr;  // the stream's query graphs
+  };
+  // The scratch of `stream` (allocated on its first use, kept until the cache goes), or nullptrs
   // once kMaxStreams streams have one (or when the stream's id cannot be read). Calls on one stream
   // run one after another on the device, so they share its buffer; the call tag tells their counts
   // apart.
-  TileStatus* for_stream(cudaStream_t stream);
+  ForStream for_stream(cudaStream_t stream);
   // TileStatus entries per buffer.
   uint32_t entries() const { return entries_; }
 
@@ -36,8 +43,12 @@ class QueryScratch {
  private:
   uint32_t entries_;
   std::mutex mutex_;
-  // (cudaStreamGetId, buffer): stream ids are never reused, unlike stream handles.
-  std::vector<std::pair<unsigned long long, TileStatus*>> buffers_;
+  struct Entry {
+    unsigned long long id;  // cudaStreamGetId: never reused, unlike stream handles
+    TileStatus* buffer;
+    std::unique_ptr<StreamGraphs> graphs;
+  };
+  std::vector<Entry> buffers_;
 };
 
 // True when `stream` is being captured into a CUDA graph (or its capture state is unknown).
