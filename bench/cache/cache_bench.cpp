@@ -198,6 +198,7 @@ std::unique_ptr<EmbeddingCache<int64_t>> make_bench_cache(const CacheBenchConfig
   options.capacity_bytes = hugectr_bytes(rows, dim);
   options.validate_keys = false;  // no per-call sentinel scan (HugeCTR has none either)
   options.misses_in_batch_order = config.misses_in_batch_order;
+  options.query_graphs = config.query_graphs;
   return cache::make_cache<int64_t>(config.backend, options);
 }
 
@@ -352,6 +353,7 @@ Json run_cache_bench(const CacheBenchConfig& config, std::ostream& log) {
                       {"ways", config.ways},
                       {"validate_keys", false},
                       {"misses_in_batch_order", config.misses_in_batch_order},
+                      {"query_graphs", config.query_graphs},
                       {"key_type", "int64"},
                       {"seed", seed},
                       {"distinct_batch", "draws until the batch holds `batch` distinct keys"},

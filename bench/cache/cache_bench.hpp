@@ -39,6 +39,8 @@ struct CacheBenchConfig {
   // The caches' CacheOptions::misses_in_batch_order: off, a query lists its misses in any order
   // (each with its position), as HugeCTR's gpu_cache does.
   bool misses_in_batch_order = false;
+  // The caches' CacheOptions::query_graphs (CUDA: queries launched as per-stream graphs).
+  bool query_graphs = true;
   bool curve = true;                 // the hit rate against capacity
   std::vector<uint64_t> curve_rows;  // empty: 1/8 .. 4x the largest cache_rows, doubling
   uint32_t curve_batches = 10;       // measured query-then-replace batches per capacity

@@ -44,6 +44,8 @@ void install(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_flag("--ordered-misses", c->misses_in_batch_order,
                "queries list their misses in batch order (default: any order, as HugeCTR's)");
+  cmd.add_flag("!--kernel-launch-queries", c->query_graphs,
+               "CUDA: queries launch their kernel (default: as the cache's per-stream graphs)");
   cmd.add_option("--ways", c->ways, "slots per set (32, 64, 128)")->capture_default_str();
   cmd.add_flag("!--no-curve", c->curve, "skip the hit rate against capacity");
   cmd.add_option("--curve-rows", c->curve_rows, "capacities of the curve (default: 1/8 to 4x)");

@@ -40,6 +40,11 @@ struct CacheOptions {
   // finish (in batch order within a block), so no block waits for the ones before it (as
   // HugeCTR's gpu_cache lists them); the CPU cache keeps batch order.
   bool misses_in_batch_order = true;
+  // CUDA: a query of up to 131,072 keys launches its kernel as a one-kernel CUDA graph, one per
+  // stream and launch shape, its parameters set per call: that takes about half the host time of
+  // a kernel launch, most of a small query's time. When false, a kernel launch (the CPU cache
+  // ignores it).
+  bool query_graphs = true;
   int device = 0;  // CUDA backend: device ordinal
   bool operator==(const CacheOptions&) const = default;
 };

@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -27,16 +26,6 @@ cudaStream_t as_stream(StreamHandle s) {
 // A preload wave holds at most num_sets / kPreloadWaveFraction keys (2 sets each): a quarter of
 // the sets are touched per wave, so keys of one wave seldom contend for a set.
 constexpr uint64_t kPreloadWaveFraction = 8;
-
-// EXPERIMENT (to be removed): fused queries launched as per-stream graphs when
-// DYNEMB_CACHE_QUERY_GRAPH=1.
-bool query_graphs_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("DYNEMB_CACHE_QUERY_GRAPH");
-    return e != nullptr && e[0] == '1';
-  }();
-  return on;
-}
 
 // cudaMalloc that reports a failure as OutOfMemory naming the buffer and the cache's footprint.
 template <class T>
@@ -153,7 +142,7 @@ void CudaCache<K>::query(size_t n, const K* keys, float* values, K* missing_keys
     call.miss_count = miss_count;
     const QueryScratch::ForStream kept = scratch_->for_stream(s);
     call.status = kept.status;
-    if (query_graphs_enabled()) call.graphs = kept.graphs;
+    if (options_.query_graphs) call.graphs = kept.graphs;
     if (call.status != nullptr && most_blocks <= scratch_->entries()) {
       // The stream's arrival word follows its tile counts.
       if (!options_.misses_in_batch_order) call.arrivals = call.status + scratch_->entries();

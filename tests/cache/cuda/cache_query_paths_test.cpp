@@ -1,6 +1,7 @@
 // The CUDA query's paths against the set of stored keys: every kernel shape (ways 32 / 64 / 128,
-// rows staged as float4s, as floats or not staged) at every size class, a query captured into a
-// CUDA graph and replayed, and queries on more streams than the cache keeps scratch for.
+// rows staged as float4s, as floats or not staged) at every size class, queries launched as the
+// cache's per-stream graphs against kernel launches, a query captured into a CUDA graph and
+// replayed, and queries on more streams than the cache keeps scratch for.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -294,6 +295,94 @@ TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
     ASSERT_EQ(by_position(got), by_position(want));
     ASSERT_EQ(got.values, want.values);
     cudaStreamDestroy(streams[s]);
+  }
+}
+
+// Queries launched as per-stream graphs (query_graphs, the default) against kernel launches: a
+// burst of calls of one shape on one stream, each with its own keys and outputs, is queued before
+// any is waited for, so that a call whose parameters were set into the shape's graph after an
+// earlier call was launched shows if that earlier call saw them; then the same on a second
+// stream, and sizes of other shapes in between.
+TEST(CacheCudaQueryPaths, GraphLaunchedQueriesAnswerAsKernelLaunchedOnes) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  TestRng rng;
+  constexpr uint32_t kDim = 32;
+  const std::vector<int64_t> pool = distinct_keys(rng, 16000);
+  const std::vector<int64_t> stored(pool.begin(), pool.begin() + 10000);
+  const std::set<int64_t> present(stored.begin(), stored.end());
+  for (const bool ordered : {true, false}) {
+    for (const bool graphs : {true, false}) {
+      SCOPED_TRACE(std::string(graphs ? "graphs" : "kernel launches") +
+                   (ordered ? "" : ", misses in any order"));
+      CacheOptions<int64_t> options;
+      options.dim = kDim;
+      options.capacity_rows = 12000;
+      options.validate_keys = false;
+      options.misses_in_batch_order = ordered;
+      options.query_graphs = graphs;
+      CacheHarness<int64_t> harness(Backend::kCuda, options);
+      ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
+      cudaStream_t streams[2];
+      for (cudaStream_t& s : streams) cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      struct Call {
+        std::vector<int64_t> keys;
+        BackendBuffer<int64_t> d_keys, missing;
+        BackendBuffer<uint64_t> positions, count;
+        BackendBuffer<float> values;
+      };
+      std::vector<Call> calls;
+      const std::vector<size_t> sizes = {2048, 2048, 9, 2048, 2048, 12001, 2048, 2048};
+      for (size_t c = 0; c < 2 * sizes.size(); ++c) {
+        const size_t n = sizes[c % sizes.size()];
+        std::vector<int64_t> keys = batch_of(rng, pool, n, options.empty_key);
+        calls.push_back(Call{keys, BackendBuffer<int64_t>(Backend::kCuda, n),
+                             BackendBuffer<int64_t>(Backend::kCuda, n),
+                             BackendBuffer<uint64_t>(Backend::kCuda, n),
+                             BackendBuffer<uint64_t>(Backend::kCuda, 1),
+                             BackendBuffer<float>(Backend::kCuda, n * kDim)});
+        calls.back().d_keys.upload(keys.data(), n);
+        const std::vector<float> fill(n * kDim, -7.0f);
+        calls.back().values.upload(fill.data(), fill.size());
+      }
+      cuda_ok(cudaDeviceSynchronize());
+      // The first half on one stream, the second on the other, all queued before any wait.
+      for (size_t c = 0; c < calls.size(); ++c) {
+        Call& call = calls[c];
+        harness.cache().query(call.keys.size(), call.d_keys.data(), call.values.data(),
+                              call.missing.data(), call.positions.data(), call.count.data(),
+                              streams[c / sizes.size()]);
+      }
+      cuda_ok(cudaDeviceSynchronize());
+      uint64_t queried = 0, missed = 0;
+      for (size_t c = 0; c < calls.size(); ++c) {
+        SCOPED_TRACE("call " + std::to_string(c));
+        const Call& call = calls[c];
+        const size_t n = call.keys.size();
+        uint64_t count = 0;
+        call.count.download(&count, 1);
+        QueryOutput<int64_t> got;
+        got.values.resize(n * kDim);
+        got.missing_keys.resize(count);
+        got.missing_positions.resize(count);
+        call.values.download(got.values.data(), got.values.size());
+        call.missing.download(got.missing_keys.data(), count);
+        call.positions.download(got.missing_positions.data(), count);
+        const QueryOutput<int64_t> want = expected(call.keys, present, kDim);
+        if (ordered) {
+          ASSERT_EQ(got.missing_keys, want.missing_keys);
+          ASSERT_EQ(got.missing_positions, want.missing_positions);
+        } else {
+          ASSERT_EQ(by_position(got), by_position(want));
+        }
+        ASSERT_EQ(got.values, want.values);
+        queried += n;
+        missed += want.missing_keys.size();
+      }
+      const CacheStats stats = harness.cache().stats();
+      EXPECT_EQ(stats.misses, missed);
+      EXPECT_EQ(stats.hits, queried - missed);
+      for (cudaStream_t s : streams) cudaStreamDestroy(s);
+    }
   }
 }
 
