@@ -226,7 +226,14 @@ std::unique_ptr<PeerProcess> start_peer(const CacheBenchConfig& config, uint64_t
 
 // Asks the peer and checks its answer is `expected`.
 void ask_peer(PeerProcess& peer, const std::string& line, const std::string& expected) {
-  const std::string answer = peer.ask(line);
+  std::string answer;
+  try {
+    answer = peer.ask(line);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) +
+                " (a peer built before the interleaved rounds exits at once: rebuild it with "
+                "bench/cache/hugectr_peer/build.sh)");
+  }
   if (answer != expected) {
     throw Error("dynemb bench cache: the peer answered '" + answer + "' to '" + line + "'");
   }
