@@ -32,8 +32,12 @@ struct TableBenchConfig {
   uint32_t host_keys_in_flight = TableOptions{}.host_keys_in_flight;
   // CUDA: copies of a key meeting at a taken bucket lock take the claimer's result (TableOptions).
   bool join_contended_copies = TableOptions{}.join_contended_copies;
+  // CUDA: writes of at least this many keys run once per distinct key (TableOptions; unset: the
+  // table's default).
+  std::optional<uint64_t> coalesce_copies_min_batch = TableOptions{}.coalesce_copies_min_batch;
   std::vector<TableOp> ops = all_table_ops();
   bool peers = true;          // CPU: also time libcuckoo and absl::flat_hash_map
+  bool pcie_floor = true;     // CUDA hybrid mode: measure the PCIe and random-row floors
   uint64_t seed = 0;          // key stream seed
   std::string json_path;      // empty = default_json_path(...)
   std::string markdown_path;  // empty = no markdown file

@@ -209,6 +209,7 @@ class DynembBench {
     options.grouped_write_min_batch = config.grouped_write_min_batch;
     options.host_keys_in_flight = config.host_keys_in_flight;
     options.join_contended_copies = config.join_contended_copies;
+    options.coalesce_copies_min_batch = config.coalesce_copies_min_batch;
     if (config.hbm_budget_gb) {
       options.max_hbm_for_values = static_cast<uint64_t>(*config.hbm_budget_gb * 1073741824.0);
     }

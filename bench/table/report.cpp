@@ -309,6 +309,9 @@ nlohmann::json to_json(const TableBenchReport& report) {
       {"grouped_write_min_batch", c.grouped_write_min_batch},
       {"host_keys_in_flight", c.host_keys_in_flight},
       {"join_contended_copies", c.join_contended_copies},
+      {"coalesce_copies_min_batch", c.coalesce_copies_min_batch
+                                        ? nlohmann::json(*c.coalesce_copies_min_batch)
+                                        : nlohmann::json("table default")},
       {"peer_notes",
        "libcuckoo::cuckoohash_map<uint64, std::array<float, dim>>, batch split over `threads` "
        "threads; absl::flat_hash_map behind one std::mutex, one lock per batch (single "

@@ -52,7 +52,7 @@ TableBenchReport run_table_bench(const TableBenchConfig& input, std::ostream& pr
   report.threads = effective_threads(config);
   report.machine = query_machine_info();
   report.gpu = config.backend == Backend::kCuda ? query_gpu_info(0) : std::nullopt;
-  if (config.backend == Backend::kCuda && config.hbm_budget_gb) {
+  if (config.backend == Backend::kCuda && config.hbm_budget_gb && config.pcie_floor) {
     // Random rows are measured over as many bytes as each dim's table keeps in host memory.
     std::map<uint32_t, size_t> host_regions;
     for (uint32_t dim : config.dims) {

@@ -24,8 +24,10 @@ struct BenchTableArgs {
   double hbm_budget_gb = 0;
   uint64_t grouped_write_min_batch = 0;
   uint32_t host_keys_in_flight = 0;
+  uint64_t coalesce_copies_min_batch = 0;
   std::vector<std::string> ops;
   bool no_peers = false;
+  bool no_pcie_floor = false;
   bool join_copies = false;
   uint64_t seed = 0;
   std::string json_path;
@@ -45,6 +47,7 @@ struct GivenOptions {
   CLI::Option* hbm_budget_gb = nullptr;
   CLI::Option* grouped_write_min_batch = nullptr;
   CLI::Option* host_keys_in_flight = nullptr;
+  CLI::Option* coalesce_copies_min_batch = nullptr;
   CLI::Option* ops = nullptr;
 };
 
@@ -61,11 +64,14 @@ TableBenchConfig make_config(const BenchTableArgs& a, const GivenOptions& given)
   if (given.grouped_write_min_batch->count() > 0)
     c.grouped_write_min_batch = a.grouped_write_min_batch;
   if (given.host_keys_in_flight->count() > 0) c.host_keys_in_flight = a.host_keys_in_flight;
+  if (given.coalesce_copies_min_batch->count() > 0)
+    c.coalesce_copies_min_batch = a.coalesce_copies_min_batch;
   if (given.ops->count() > 0) {
     c.ops.clear();
     for (const std::string& name : a.ops) c.ops.push_back(dynemb::bench::parse_op(name, "--ops"));
   }
   c.peers = !a.no_peers;
+  c.pcie_floor = !a.no_pcie_floor;
   c.join_contended_copies = a.join_copies;
   c.seed = a.seed;
   c.json_path = a.json_path;
@@ -114,21 +120,28 @@ void install(CLI::App& cmd) {
       "--host-keys-in-flight", args->host_keys_in_flight,
       "cuda hybrid mode: keys a large write keeps in flight at once (default " +
           std::to_string(dynemb::TableOptions{}.host_keys_in_flight) + "; 0 = no cap)");
+  given->coalesce_copies_min_batch = cmd.add_option(
+      "--coalesce-copies-min-batch", args->coalesce_copies_min_batch,
+      "cuda: writes of at least this many keys run once per distinct key, the copies taking its "
+      "result (TableOptions::coalesce_copies_min_batch; default: the table's own choice)");
   given->ops =
       cmd.add_option(
              "--ops", args->ops,
              "Operations, comma-separated (default all: " + dynemb::bench::op_names_list() + ")")
           ->delimiter(',');
   cmd.add_flag("--no-peers", args->no_peers, "cpu: skip libcuckoo and absl::flat_hash_map");
+  cmd.add_flag("--no-pcie-floor", args->no_pcie_floor,
+               "cuda hybrid mode: skip measuring the PCIe and random-row floors (quicker A/B runs; "
+               "the over-floor tables are left out)");
   cmd.add_flag("--join-copies", args->join_copies,
                "cuda: copies of a key that meet at a taken bucket lock join the copy holding it "
                "(TableOptions::join_contended_copies on), to measure what the joins cost a batch");
   CLI::Option* seed = cmd.add_option("--seed", args->seed,
                                      "Key stream seed (default 0 = random; the JSON records it)");
   // Unsigned options: a negative value is an error, not a wrap-around.
-  for (CLI::Option* option :
-       {given->dims, given->capacity, given->batch, given->repeats, given->threads,
-        given->hbm_budget_gb, given->grouped_write_min_batch, given->host_keys_in_flight, seed}) {
+  for (CLI::Option* option : {given->dims, given->capacity, given->batch, given->repeats,
+                              given->threads, given->hbm_budget_gb, given->grouped_write_min_batch,
+                              given->host_keys_in_flight, given->coalesce_copies_min_batch, seed}) {
     option->check(dynemb::tools::not_negative());
   }
   cmd.add_option(

@@ -55,15 +55,17 @@ struct TableOptions {
   // bucket by bucket. Off by default: the sort costs more than the locks (docs/cuda_table.md).
   uint64_t grouped_write_min_batch = std::numeric_limits<uint64_t>::max();
   // CUDA backend, hybrid mode: a write of many keys visits them in bucket order (address order
-  // of their rows) with about this many keys in flight at once, so that the host rows reached at
-  // once lie close together (docs/cuda_table.md, "Hybrid tables"); 0: as many as the GPU holds.
-  uint32_t host_keys_in_flight = 8192;
+  // of their rows); when set, with at most about this many keys in flight at once (0: as many as
+  // the GPU holds, the default: a cap of 8192 cost the writes 10-15% on an H100,
+  // docs/cuda_table.md, "Hybrid tables").
+  uint32_t host_keys_in_flight = 0;
   // CUDA backend: a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or
   // assign call of at least this many keys (no caller scores, not LFU) runs once per distinct
   // key and hands the result to every copy, so that many copies of a hot key do not serialize
   // on its bucket lock; it costs such a call an owner search and one host synchronization
   // (docs/cuda_table.md, "Copies of a key in one call"). Unset: 2^14 on a table with rows in
-  // host memory (hybrid), never on an HBM-only one (there it halves a distinct batch's speed and
+  // host memory (hybrid) for the ops that write rows, never for find_or_reserve_pointers (no row
+  // held under a lock) or on an HBM-only table (there it halves a distinct batch's speed and
   // makes a raw Zipf batch ~500x faster: set it when batches repeat hot ids); max: never.
   std::optional<uint64_t> coalesce_copies_min_batch;
   // CUDA backend: in a find_or_insert(_given, _pointers, _reserve_pointers), insert_or_assign or

@@ -312,10 +312,12 @@ bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
                        op == WriteOp::kFindOrInsertPointers || op == WriteOp::kInsertOrAssign ||
                        op == WriteOp::kAssign;
   // LFU counts every copy and caller scores may differ between copies: those keep the op per
-  // copy, as does a call that takes the grouped (batch-order) form.
+  // copy, as does a call that takes the grouped (batch-order) form. Unset, it is on where a copy
+  // holds its lock while a host row is copied: hybrid tables, ops that move rows
+  // (find_or_reserve_pointers moves none: its copies hold the lock as briefly as on an HBM table).
+  const bool host_rows_under_lock = storage_.view().host_values != nullptr && a.init_new_rows;
   const uint64_t min_batch = options_.coalesce_copies_min_batch.value_or(
-      storage_.view().host_values != nullptr ? kCoalesceCopiesMinBatch
-                                             : std::numeric_limits<uint64_t>::max());
+      host_rows_under_lock ? kCoalesceCopiesMinBatch : std::numeric_limits<uint64_t>::max());
   if (!op_fits || a.scores_in != nullptr || options_.score_policy == ScorePolicy::kLfu ||
       a.subset != nullptr || n < min_batch || n >= options_.grouped_write_min_batch ||
       n >= (uint64_t{1} << 31))
@@ -368,6 +370,7 @@ void CudaTable<K>::launch_write_op(WriteOp op, WriteArgs a, cudaStream_t s) {
       order = positions_by_bucket(view, a.keys, a.subset, a.n, s);
       a.subset = order.data();
       a.keys_in_flight = options_.host_keys_in_flight;
+      a.host_order = true;
     }
     launch_write(op, view, a, multiprocessors_, s);
     return;

@@ -164,6 +164,9 @@ struct WriteArgs {
   // unused shared memory so that fewer fit an SM): a launch over keys in bucket order then
   // reaches host rows that lie close together.
   uint32_t keys_in_flight = 0;
+  // The launch visits its keys in bucket order so that their host-resident rows are reached in
+  // address order (a hybrid table's large call; positions in subset).
+  bool host_order = false;
   // find_or_insert(_given, _pointers), insert_or_assign, assign: copies meeting at a locked bucket
   // take the result of the copy that holds or waits for it (CopyJoins); tags null: off.
   CopyJoins joins{};

@@ -4,6 +4,8 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/copy_joins.cuh"
 #include "cuda/kernels.hpp"
@@ -723,6 +725,16 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
   launch_kernel<kOp, true, 0, kT, false>(t, a, multiprocessors, stream);
 }
 
+// EXPERIMENT (removed before merge): DYNEMB_EXP_HOST_TILE=8 runs a hybrid table's ordered
+// launches (host rows in address order) on 8-thread tiles at every dim.
+inline bool host_order_on_wide_tiles() {
+  static const bool wide = [] {
+    const char* e = std::getenv("DYNEMB_EXP_HOST_TILE");
+    return e != nullptr && std::string(e) == "8";
+  }();
+  return wide;
+}
+
 // Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
 // accum_or_assign, which read the stored row too: 32; find_or_insert_pointers copies none), else
 // 8: twice the keys in flight per warp, where a row's copy is short enough for 4 threads.
@@ -738,6 +750,8 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
     // SM) read 2.23-2.26 / 1.45-1.49 B-KV/s at λ 0.5 / 1 against 2.55 / 1.68 on 8 threads.
     if (runs_pointer_kernel(a)) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   }
+  if (a.host_order && host_order_on_wide_tiles())
+    return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }

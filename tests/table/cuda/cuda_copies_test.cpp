@@ -117,6 +117,70 @@ TEST(CudaCopiesOfKeys, HybridTableMatchesBatchOrder) {
   check_copies(true);
 }
 
+// find_or_reserve_pointers writes no row, so a hybrid table does not run its large calls once
+// per distinct key by default (its copies hold a lock as briefly as on an HBM table): copies of a
+// key still end in some sequential order. Every copy of a key gets one address, a stored key is
+// found by every copy, a new key is inserted by exactly one copy (founds = false) and found by
+// the others, and the table then holds exactly the old and the new keys at those addresses.
+TEST(CudaCopiesOfKeys, HybridReservePointersGiveSomeSequentialOrder) {
+  DYNEMB_REQUIRE_CUDA();
+  TestRng rng;
+  const TableOptions o = copies_options(true);
+  auto gpu = make_table<uint64_t>(Backend::kCuda, o);
+  std::set<uint64_t> seen;
+  const auto stored = distinct_keys(rng, 2000, seen);
+  {
+    const auto rows = random_rows(rng, stored.size());
+    auto k = upload(Backend::kCuda, stored);
+    auto v = upload(Backend::kCuda, rows);
+    gpu->insert_or_assign(stored.size(), k.data(), v.data());
+  }
+  ASSERT_EQ(gpu->size(), stored.size());
+  // Hot keys: three stored, three new; the rest once each: stored and new keys.
+  std::vector<uint64_t> hot(stored.begin(), stored.begin() + 3);
+  for (uint64_t key : distinct_keys(rng, 3, seen)) hot.push_back(key);
+  std::vector<uint64_t> cold(stored.begin() + 3, stored.begin() + 1003);
+  for (uint64_t key : distinct_keys(rng, 1000, seen)) cold.push_back(key);
+  const auto keys = hot_batch(rng, hot, cold);
+  const std::set<uint64_t> was_stored(stored.begin(), stored.end());
+
+  auto k = upload(Backend::kCuda, keys);
+  BackendBuffer<float*> p(Backend::kCuda, keys.size()), again(Backend::kCuda, keys.size());
+  BackendBuffer<bool> f(Backend::kCuda, keys.size());
+  gpu->find_or_reserve_pointers(keys.size(), k.data(), p.data(), f.data(), nullptr);
+  const auto gp = download(p, keys.size());
+  const auto gf = download_flags(Backend::kCuda, f, keys.size());
+  std::map<uint64_t, float*> address;
+  std::map<uint64_t, size_t> inserts;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_NE(gp[i], nullptr) << "position " << i;
+    const auto [it, fresh] = address.emplace(keys[i], gp[i]);
+    ASSERT_EQ(it->second, gp[i]) << "two addresses for key " << keys[i];
+    if (was_stored.count(keys[i]) != 0) {
+      ASSERT_NE(gf[i], 0) << "stored key " << keys[i] << " not found at position " << i;
+    } else if (gf[i] == 0) {
+      ++inserts[keys[i]];
+    }
+  }
+  std::set<float*> distinct;
+  for (const auto& [key, ptr] : address) {
+    distinct.insert(ptr);
+    if (was_stored.count(key) == 0)
+      ASSERT_EQ(inserts[key], 1u) << "new key " << key << ": copies that saw it missing";
+  }
+  ASSERT_EQ(distinct.size(), address.size());
+  ASSERT_EQ(gpu->size(), address.size());
+  gpu->find_pointers(keys.size(), k.data(), again.data(), f.data(), nullptr);
+  const auto gp2 = download(again, keys.size());
+  const auto gf2 = download_flags(Backend::kCuda, f, keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_NE(gf2[i], 0) << "position " << i;
+    ASSERT_EQ(gp2[i], gp[i]) << "position " << i;
+  }
+  EXPECT_EQ(gpu->stats().refused, 0u);
+  EXPECT_EQ(gpu->stats().evictions, 0u);
+}
+
 // A call that refuses keys (the step set back below every stored score of a full table): the
 // copies of a refused key go through the op one by one, so each copy is refused and counted, as
 // on the CPU.
