@@ -114,12 +114,12 @@ __device__ __noinline__ void take_owner_result(TileOf<kT> tile, float* values_ou
 // the copy of the key that claimed it (lock_or_join). Returns whether the tile holds the lock
 // (then *claimed is the entry it claimed + 1, or 0); otherwise the entry is done: its owner's
 // result was taken, or it was deferred as its owner was.
-template <WriteOp kOp, bool kVec, uint32_t kT>
+template <WriteOp kOp, bool kVec, bool kJoins, uint32_t kT>
 __device__ __forceinline__ bool lock_or_take_owner(const TileOf<kT>& tile, const TableView& t,
                                                    const WriteArgs& a, uint64_t bucket, uint64_t i,
                                                    uint64_t key, uint64_t hash, uint32_t* claimed) {
   *claimed = 0;
-  if constexpr (!joins_copies(kOp)) {
+  if constexpr (!joins_copies(kOp) || !kJoins) {
     lock_bucket(tile, t.locks + bucket);
     return true;
   }
@@ -262,7 +262,8 @@ __device__ __forceinline__ bool find_pointer_lock_free(const TileOf<kA>& group, 
 // packed row (init_row).
 // lock_free_first (find_or_insert_pointers): find_pointer_lock_free first, the lock only for a
 // key it did not find.
-template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT, bool kPacked>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, bool kLocked, uint32_t kT, bool kPacked,
+          bool kJoins>
 __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const WriteArgs& a,
                           uint64_t i, uint64_t key, BlockCounts* counts, bool lock_free_first) {
   const bool leader = tile.thread_rank() == 0;
@@ -298,12 +299,14 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
     probe.found = find_in_bucket<false>(tile, t, bucket, key, slot_digest_of_hash(hash));
     if (probe.found < 0) return;
     if constexpr (takes_lock(kOp, kLocked)) {
-      if (!lock_or_take_owner<kOp, kVec>(tile, t, a, bucket, i, key, hash, &claimed)) return;
+      if (!lock_or_take_owner<kOp, kVec, kJoins>(tile, t, a, bucket, i, key, hash, &claimed))
+        return;
     }
   } else {
     if constexpr (kLocked) {
       prefetch_bucket_l2(tile, t, bucket);
-      if (!lock_or_take_owner<kOp, kVec>(tile, t, a, bucket, i, key, hash, &claimed)) return;
+      if (!lock_or_take_owner<kOp, kVec, kJoins>(tile, t, a, bucket, i, key, hash, &claimed))
+        return;
     }
     // find_or_insert asks L2 for the row it will copy out as the key is confirmed, for rows of
     // a 128-byte line or more (shorter ones measured slower with it).
@@ -452,7 +455,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
   }
   if constexpr (takes_lock(kOp, kLocked)) {
     unlock_bucket(tile, t.locks + bucket);
-    if constexpr (joins_copies(kOp)) {
+    if constexpr (joins_copies(kOp) && kJoins) {
       if (claimed != 0)
         publish_join(tile, a.joins, a.state, claimed - 1, outcome, static_cast<uint32_t>(i));
     }
@@ -494,7 +497,7 @@ constexpr int min_blocks(WriteOp op) {
 
 // Key by key under bucket locks, one kT-thread tile per key (striding over the rest of a batch
 // larger than the grid).
-template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked>
+template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked, bool kJoins>
 __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     locked_write_kernel(TableView t, WriteArgs a) {
   constexpr uint32_t kTilesPerBlock = kLockedBlockThreads / kT;
@@ -509,8 +512,8 @@ __global__ void __launch_bounds__(kLockedBlockThreads, min_blocks(kOp))
     const uint64_t n = a.n_device != nullptr && *a.n_device < a.n ? *a.n_device : a.n;
     for (uint64_t k = blockIdx.x * kTilesPerBlock + tile.meta_group_rank(); k < n; k += stride) {
       const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-      write_one<kOp, kVec, kHeld, true, kT, kPacked>(tile, t, a, i, a.keys[i], &counts,
-                                                     a.lock_free_first);
+      write_one<kOp, kVec, kHeld, true, kT, kPacked, kJoins>(tile, t, a, i, a.keys[i], &counts,
+                                                             a.lock_free_first);
     }
   }
   __syncthreads();
@@ -558,7 +561,7 @@ __global__ void __launch_bounds__(kLockedBlockThreads, kPointerKernelBlocks)
         if (mine != 0) {
           const uint64_t k = first + static_cast<uint32_t>(__ffs(mine) - 1);
           const uint64_t i = a.subset != nullptr ? a.subset[k] : k;
-          write_one<WriteOp::kFindOrInsertPointers, kVec, 0, true, kT, kPacked>(
+          write_one<WriteOp::kFindOrInsertPointers, kVec, 0, true, kT, kPacked, true>(
               tile, t, a, i, a.keys[i], &counts, false);
         }
         for (uint32_t r = 0; r < kTilesPerWarp && misses != 0; ++r) misses &= misses - 1;
@@ -584,8 +587,8 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
     const uint32_t bucket = a.run_buckets[k];
     if (k == 0 || a.run_buckets[k - 1] != bucket) {
       for (uint64_t j = k; j < a.n && a.run_buckets[j] == bucket; ++j) {
-        write_one<kOp, kVec, kHeld, false, kTileSize, kPacked>(tile, t, a, a.subset[j],
-                                                               a.run_keys[j], &counts, false);
+        write_one<kOp, kVec, kHeld, false, kTileSize, kPacked, false>(
+            tile, t, a, a.subset[j], a.run_keys[j], &counts, false);
       }
     }
   }
@@ -659,6 +662,28 @@ void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t mult
   core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
 }
 
+// EXPERIMENT (removed before merge): DYNEMB_EXP_JOIN_KERNEL=1 runs the joins' form of the
+// locked kernel for every launch (joins off: its run-time check takes the plain lock), as before
+// the joins were a template argument.
+inline bool join_kernel_always() {
+  static const bool on = [] {
+    const char* e = std::getenv("DYNEMB_EXP_JOIN_KERNEL");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on;
+}
+
+// Launches a locked_write_kernel instance over `blocks` blocks, with the residency cap's
+// shared memory when one is asked.
+template <auto kKernel, uint32_t kT>
+void launch_locked(const TableView& t, const WriteArgs& a, unsigned blocks,
+                   uint32_t multiprocessors, cudaStream_t stream) {
+  const size_t held =
+      residency_bytes(kKernel, a.keys_in_flight, kLockedBlockThreads / kT, multiprocessors);
+  kKernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
+  core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
+}
+
 // A grouped launch always runs 8-thread tiles (a kHeld chosen for 4-thread tiles covers its
 // rows too).
 template <WriteOp kOp, bool kVec, uint32_t kHeld, uint32_t kT, bool kPacked>
@@ -683,11 +708,15 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
         return launch_pointer_kernel<kVec, kT, kPacked>(t, a, multiprocessors, stream);
     }
   }
-  auto* kernel = &locked_write_kernel<kOp, kVec, kHeld, kT, kPacked>;
-  const size_t held =
-      residency_bytes(kernel, a.keys_in_flight, kLockedBlockThreads / kT, multiprocessors);
-  kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
-  core::cuda::check(cudaGetLastError(), "locked_write_kernel launch");
+  // Joins are a kernel of their own: their code beside the plain lock changed the registers of
+  // every locked write (insert_or_assign 80 -> 72, assign 46 -> 56 with spills).
+  if constexpr (joins_copies(kOp)) {
+    if (a.joins.tags != nullptr || join_kernel_always())
+      return launch_locked<locked_write_kernel<kOp, kVec, kHeld, kT, kPacked, true>, kT>(
+          t, a, blocks, multiprocessors, stream);
+  }
+  launch_locked<locked_write_kernel<kOp, kVec, kHeld, kT, kPacked, false>, kT>(
+      t, a, blocks, multiprocessors, stream);
 }
 
 // Whether an op stores the caller's row for every key it is given, where assign stores it only
