@@ -596,6 +596,13 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
   if (threadIdx.x == 0) flush_counts(counts, t, a);
 }
 
+// Whether a launch's length is one only the device knows and may be far below n: a.n_device,
+// except on an ordered launch over a batch's distinct keys (CudaTable::write's owner search
+// without a host synchronization), whose count is the batch's distinct keys, mostly near n.
+inline bool length_on_device(const WriteArgs& a) {
+  return a.n_device != nullptr && !a.host_order;
+}
+
 // Blocks of the locked kernel for a batch of n keys: one tile per key (at most 2^31 - 1
 // blocks). A subset whose length only the device knows (a.n_device, at most n) gets at most two
 // waves of blocks that stride over it: sized for n, the grid's blocks would mostly start only
@@ -647,7 +654,7 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
 // without the lock first, and no residency cap is asked (ordered hybrid writes keep the locked
 // kernel, whose tiles the cap was measured with).
 inline bool runs_pointer_kernel(const WriteArgs& a) {
-  return a.lock_free_first && a.keys_in_flight == 0;
+  return a.lock_free_first && a.keys_in_flight == 0 && !a.host_order;
 }
 
 // Launches pointer_write_kernel over the batch (or subset): 32 keys a warp.
@@ -655,7 +662,7 @@ template <bool kVec, uint32_t kT, bool kPacked>
 void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                            cudaStream_t stream) {
   constexpr uint32_t kKeysPerBlock = kLockedBlockThreads;
-  const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, a.n_device != nullptr, multiprocessors);
+  const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, length_on_device(a), multiprocessors);
   auto* kernel = &pointer_write_kernel<kVec, kT, kPacked>;
   const size_t held = residency_bytes(kernel, a.keys_in_flight, kKeysPerBlock, multiprocessors);
   kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
@@ -699,7 +706,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
-      locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
+      locked_blocks(a.n, kLockedBlockThreads / kT, length_on_device(a), multiprocessors);
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
     // A launch with a residency cap (ordered, host rows) keeps the locked kernel, whose tiles
     // the cap was measured with.
@@ -754,19 +761,12 @@ void launch_tiled(const TableView& t, const WriteArgs& a, bool vec, uint32_t mul
   launch_kernel<kOp, true, 0, kT, false>(t, a, multiprocessors, stream);
 }
 
-// EXPERIMENT (removed before merge): DYNEMB_EXP_HOST_TILE=8 runs a hybrid table's ordered
-// launches (host rows in address order) on 8-thread tiles at every dim.
-inline bool host_order_on_wide_tiles() {
-  static const bool wide = [] {
-    const char* e = std::getenv("DYNEMB_EXP_HOST_TILE");
-    return e != nullptr && std::string(e) == "8";
-  }();
-  return wide;
-}
-
 // Tiles of 4 threads for rows of up to 64 floats (find_or_insert, find_or_insert_given and
 // accum_or_assign, which read the stored row too: 32; find_or_insert_pointers copies none), else
-// 8: twice the keys in flight per warp, where a row's copy is short enough for 4 threads.
+// 8: twice the keys in flight per warp, where a row's copy is short enough for 4 threads. A
+// launch over host rows in address order takes 8-thread tiles for rows of more than 32 floats:
+// a warp's store then reaches 4 rows, not 8 (on an H100 at dim 64: insert_or_assign +1.6%,
+// assign +3.5%; docs/cuda_table.md, "Hybrid tables").
 template <WriteOp kOp>
 void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multiprocessors,
                cudaStream_t stream) {
@@ -779,8 +779,7 @@ void launch_op(const TableView& t, const WriteArgs& a, bool vec, uint32_t multip
     // SM) read 2.23-2.26 / 1.45-1.49 B-KV/s at λ 0.5 / 1 against 2.55 / 1.68 on 8 threads.
     if (runs_pointer_kernel(a)) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   }
-  if (a.host_order && host_order_on_wide_tiles())
-    return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
+  if (a.host_order && t.dim > 32) return launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
   if (t.dim <= widest) return launch_tiled<kOp, 4>(t, a, vec, multiprocessors, stream);
   launch_tiled<kOp, 8>(t, a, vec, multiprocessors, stream);
 }

@@ -184,11 +184,15 @@ TEST(CudaCopiesOfKeys, HybridReservePointersGiveSomeSequentialOrder) {
 // A call that refuses keys (the step set back below every stored score of a full table): the
 // copies of a refused key go through the op one by one, so each copy is refused and counted, as
 // on the CPU.
-TEST(CudaCopiesOfKeys, RefusedCopiesAreEachRefused) {
+void check_refused_copies(bool hybrid) {
   DYNEMB_REQUIRE_CUDA();
   TestRng rng;
   std::set<uint64_t> seen;
-  auto [gpu, cpu] = full_tables(rng, copies_options(false), seen);  // every bucket at step 10
+  TableOptions o = copies_options(hybrid);
+  // A hybrid table: a quarter of full_tables' 512 slots have their rows in HBM, the rest in host
+  // memory.
+  if (hybrid) o.max_hbm_for_values = 128 * kDim * sizeof(float);
+  auto [gpu, cpu] = full_tables(rng, o, seen);  // every bucket at step 10
   ASSERT_EQ(gpu->size(), gpu->capacity());
   expect_same_contents(*gpu, *cpu);
   gpu->set_score(3);
@@ -202,6 +206,15 @@ TEST(CudaCopiesOfKeys, RefusedCopiesAreEachRefused) {
   EXPECT_EQ(gpu->stats().refused - gpu_refused, cpu->stats().refused - cpu_refused);
   expect_same_outputs(out, keys.size());
   expect_same_contents(*gpu, *cpu);
+}
+
+TEST(CudaCopiesOfKeys, RefusedCopiesAreEachRefused) {
+  check_refused_copies(false);
+}
+// A hybrid table's large call finds its owners without a host synchronization (one sort puts
+// them first, their count read on the device); the refused copies still go one by one.
+TEST(CudaCopiesOfKeys, HybridRefusedCopiesAreEachRefused) {
+  check_refused_copies(true);
 }
 
 }  // namespace
