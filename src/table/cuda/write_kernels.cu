@@ -651,8 +651,8 @@ size_t residency_bytes(Kernel* kernel, uint32_t keys, uint32_t tiles_per_block,
 }
 
 // Whether a find_or_insert_pointers launch runs pointer_write_kernel: its keys are looked for
-// without the lock first, and no residency cap is asked (ordered hybrid writes keep the locked
-// kernel, whose tiles the cap was measured with).
+// without the lock first, no residency cap is asked, and it is not an ordered hybrid launch
+// (there the locked kernel was faster: 0.218 against 0.184 B-KV/s on an H100 at dim 64).
 inline bool runs_pointer_kernel(const WriteArgs& a) {
   return a.lock_free_first && a.keys_in_flight == 0 && !a.host_order;
 }
@@ -708,8 +708,8 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   const unsigned blocks =
       locked_blocks(a.n, kLockedBlockThreads / kT, length_on_device(a), multiprocessors);
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
-    // A launch with a residency cap (ordered, host rows) keeps the locked kernel, whose tiles
-    // the cap was measured with.
+    // A launch with a residency cap or over host rows in address order keeps the locked kernel
+    // (runs_pointer_kernel).
     if constexpr (kT == 8) {  // launch_op sends pointer_write_kernel's launches here
       if (runs_pointer_kernel(a))
         return launch_pointer_kernel<kVec, kT, kPacked>(t, a, multiprocessors, stream);
