@@ -167,7 +167,7 @@ class DynamicEmbTableOptions:
     prefault_host_memory: bool = True
     join_contended_copies: bool = False
     grouped_write_min_batch: Optional[int] = None
-    host_keys_in_flight: int = 8192
+    host_keys_in_flight: int = 0
     private_store: bool = False
     private_store_filter_log2_bits: int = 27
 

@@ -139,7 +139,7 @@ def compiled(**fields):
 def test_options_reach_the_compiled_table_options():
     default = compiled()
     assert default.prefault_host_memory is True and default.join_contended_copies is False
-    assert default.host_keys_in_flight == 8192 and default.grouped_write_min_batch == 2**64 - 1
+    assert default.host_keys_in_flight == 0 and default.grouped_write_min_batch == 2**64 - 1
     t = compiled(prefault_host_memory=False, join_contended_copies=True,
                  grouped_write_min_batch=4096, host_keys_in_flight=1024)
     assert t.prefault_host_memory is False and t.join_contended_copies is True
