@@ -13,16 +13,13 @@
 namespace dynemb::table::cuda {
 namespace {
 
-// A copy of a key (owner_of set, owner_of[i] != i) sorts as bucket num_buckets, after all.
 __global__ void bucket_of_keys_kernel(const uint64_t* keys, const uint32_t* subset, uint64_t n,
-                                      uint64_t num_buckets, const uint32_t* owner_of,
-                                      uint32_t* buckets, uint32_t* positions) {
+                                      uint64_t num_buckets, uint32_t* buckets,
+                                      uint32_t* positions) {
   const uint64_t k = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n) return;
   const uint32_t i = subset != nullptr ? subset[k] : static_cast<uint32_t>(k);
-  const bool copy = owner_of != nullptr && owner_of[i] != i;
-  buckets[k] = static_cast<uint32_t>(copy ? num_buckets
-                                          : bucket_of_hash(hash_key_bits(keys[i]), num_buckets));
+  buckets[k] = static_cast<uint32_t>(bucket_of_hash(hash_key_bits(keys[i]), num_buckets));
   positions[k] = i;
 }
 
@@ -34,15 +31,12 @@ __global__ void gather_keys_kernel(const uint64_t* keys, const uint32_t* positio
 
 // Sorts the (bucket, position) pairs of keys[subset[k]] into `buckets` and `positions`.
 void sort_by_bucket(const TableView& t, const uint64_t* keys, const uint32_t* subset, uint64_t n,
-                    uint32_t* buckets, uint32_t* positions, cudaStream_t stream,
-                    const uint32_t* owner_of = nullptr) {
+                    uint32_t* buckets, uint32_t* positions, cudaStream_t stream) {
   core::cuda::DeviceArray<uint32_t> buckets_in(n, stream), positions_in(n, stream);
   bucket_of_keys_kernel<<<blocks_for_threads(n, 1ull << 31), 256, 0, stream>>>(
-      keys, subset, n, t.num_buckets, owner_of, buckets_in.data(), positions_in.data());
+      keys, subset, n, t.num_buckets, buckets_in.data(), positions_in.data());
   core::cuda::check(cudaGetLastError(), "bucket_of_keys_kernel launch");
-  // Copies sort as bucket num_buckets: one more bit.
-  const uint64_t last = owner_of != nullptr ? t.num_buckets : t.num_buckets - 1;
-  const int end_bit = last < 1 ? 1 : std::bit_width(last);
+  const int end_bit = t.num_buckets <= 1 ? 1 : std::bit_width(t.num_buckets - 1);
   const int items = static_cast<int>(n);
   size_t temp_bytes = 0;
   core::cuda::check(
@@ -73,10 +67,9 @@ BucketOrder group_by_bucket(const TableView& t, const uint64_t* keys, const uint
 
 core::cuda::DeviceArray<uint32_t> positions_by_bucket(const TableView& t, const uint64_t* keys,
                                                       const uint32_t* subset, uint64_t n,
-                                                      cudaStream_t stream,
-                                                      const uint32_t* owner_of) {
+                                                      cudaStream_t stream) {
   core::cuda::DeviceArray<uint32_t> buckets(n, stream), positions(n, stream);
-  sort_by_bucket(t, keys, subset, n, buckets.data(), positions.data(), stream, owner_of);
+  sort_by_bucket(t, keys, subset, n, buckets.data(), positions.data(), stream);
   return positions;
 }
 

@@ -27,12 +27,10 @@ BucketOrder group_by_bucket(const TableView& table, const uint64_t* keys, const 
 // The batch positions k < n (subset[k] when subset is set) ordered by their key's bucket, ties in
 // the order given: a launch over them visits the table's rows in ascending address order, which
 // is what makes host-resident rows fast to reach (docs/cuda_table.md, "Hybrid tables"). Same
-// limits as group_by_bucket. With owner_of (KeyOwners::owner_of), the positions i whose
-// owner_of[i] != i (copies of a key) come last, after every owner, in the order given.
+// limits as group_by_bucket.
 core::cuda::DeviceArray<uint32_t> positions_by_bucket(const TableView& table, const uint64_t* keys,
                                                       const uint32_t* subset, uint64_t n,
-                                                      cudaStream_t stream,
-                                                      const uint32_t* owner_of = nullptr);
+                                                      cudaStream_t stream);
 
 // Whether a call of n keys on `table` visits its keys in bucket order (positions_by_bucket):
 // tables with host-resident rows, at least kHostOrderMinBatch keys, within the sort's limits.

@@ -136,11 +136,6 @@ class CudaTable final : public Table<K> {
   // (TableOptions::coalesce_copies_min_batch and the ops and scores it covers).
   bool coalesces_copies(WriteOp op, const WriteArgs& a, size_t n, cudaStream_t s) const;
 
-  // Whether such a call's owners are found without a host synchronization: it visits its keys in
-  // bucket order, so one sort puts the owners first and the kernel reads their count on the
-  // device (CudaTable::write).
-  bool orders_owners_on_device(WriteOp op, const WriteArgs& a, size_t n) const;
-
   // Whether a write's copies of a key that meet at a taken bucket lock take the result of the
   // copy that claimed their key (TableOptions::join_contended_copies and the ops and scores it
   // covers).

@@ -1,9 +1,7 @@
 // CudaTable: the batch writes (find_or_insert*, insert_or_assign, insert_and_evict, assign*,
 // accum_or_assign, erase) and the driver they share: grow and retry deferred keys, group large
 // batches by bucket, report what the call's state says.
-#include <cstdlib>
 #include <limits>
-#include <string>
 
 #include "cuda/bucket_order.hpp"
 #include "cuda/cuda_table.hpp"
@@ -215,23 +213,10 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   // Copies of a key: the op runs on one owner per distinct key, the copies take its result
   // after the call (docs/cuda_table.md, "Copies of a key in one call").
   std::optional<KeyOwners> owners;
-  DeviceArray<uint32_t> owners_first;
   if (coalesces_copies(op, a, n, s)) {
     owners =
         find_key_owners(a.keys, nullptr, n,
                         /*last_wins=*/op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign, s);
-  }
-  if (owners && orders_owners_on_device(op, a, n)) {
-    // A call that visits its keys in bucket order: every position sorted by bucket with the
-    // copies last, the kernel covering the owners (their count read on the device). No host
-    // synchronization; the copies' pass below runs whether or not there are copies.
-    owners_first =
-        positions_by_bucket(storage_.view(), a.keys, nullptr, n, s, owners->owner_of.data());
-    a.subset = owners_first.data();
-    a.n_device = owners->count.data();
-    a.host_order = true;
-    a.keys_in_flight = options_.host_keys_in_flight;
-  } else if (owners) {
     unsigned long long distinct = 0;
     core::cuda::check(cudaMemcpyAsync(&distinct, owners->count.data(), sizeof(distinct),
                                       cudaMemcpyDeviceToHost, s),
@@ -275,8 +260,6 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     a.subset = deferred[current].data();
     a.n = st.deferred;
     a.n_device = nullptr;
-    a.host_order = false;  // launch_write_op orders the retry itself
-    a.keys_in_flight = 0;
     current ^= 1;
     a.deferred_out = deferred[current].data();
     a.growable = storage_.capacity() < options_.max_capacity;
@@ -300,7 +283,6 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     a.growable = false;
     a.deferred_out = nullptr;
     a.keys_in_flight = 0;
-    a.host_order = false;
     launch_write_op(op, a, s);
     have_state = false;
   }
@@ -344,21 +326,6 @@ bool CudaTable<K>::coalesces_copies(WriteOp op, const WriteArgs& a, size_t n,
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   core::cuda::check(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing");
   return capture == cudaStreamCaptureStatusNone;
-}
-
-template <TableKey K>
-bool CudaTable<K>::orders_owners_on_device(WriteOp op, const WriteArgs& a, size_t n) const {
-  // EXPERIMENT (removed before merge): DYNEMB_EXP_OWNER_SYNC=1 keeps the synchronizing form.
-  static const bool sync_form = [] {
-    const char* e = std::getenv("DYNEMB_EXP_OWNER_SYNC");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  if (sync_form) return false;
-  const TableView view = storage_.view();
-  // As launch_write_op's ordered path, with room for the copies' sort key (num_buckets).
-  return a.n_device == nullptr && a.subset == nullptr && moves_rows(op) && a.init_new_rows &&
-         n < options_.grouped_write_min_batch && visits_in_bucket_order(view, n) &&
-         view.num_buckets < (uint64_t{1} << 32);
 }
 
 template <TableKey K>

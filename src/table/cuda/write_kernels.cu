@@ -4,8 +4,6 @@
 // order; otherwise it takes the bucket's lock), probes it, then updates, inserts (empty slot,
 // or the victim at max capacity), refuses, or defers the key to after a growth.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/copy_joins.cuh"
 #include "cuda/kernels.hpp"
@@ -596,13 +594,6 @@ __global__ void __launch_bounds__(kBlockThreads) grouped_write_kernel(TableView 
   if (threadIdx.x == 0) flush_counts(counts, t, a);
 }
 
-// Whether a launch's length is one only the device knows and may be far below n: a.n_device,
-// except on an ordered launch over a batch's distinct keys (CudaTable::write's owner search
-// without a host synchronization), whose count is the batch's distinct keys, mostly near n.
-inline bool length_on_device(const WriteArgs& a) {
-  return a.n_device != nullptr && !a.host_order;
-}
-
 // Blocks of the locked kernel for a batch of n keys: one tile per key (at most 2^31 - 1
 // blocks). A subset whose length only the device knows (a.n_device, at most n) gets at most two
 // waves of blocks that stride over it: sized for n, the grid's blocks would mostly start only
@@ -662,22 +653,11 @@ template <bool kVec, uint32_t kT, bool kPacked>
 void launch_pointer_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocessors,
                            cudaStream_t stream) {
   constexpr uint32_t kKeysPerBlock = kLockedBlockThreads;
-  const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, length_on_device(a), multiprocessors);
+  const unsigned blocks = locked_blocks(a.n, kKeysPerBlock, a.n_device != nullptr, multiprocessors);
   auto* kernel = &pointer_write_kernel<kVec, kT, kPacked>;
   const size_t held = residency_bytes(kernel, a.keys_in_flight, kKeysPerBlock, multiprocessors);
   kernel<<<blocks, kLockedBlockThreads, held, stream>>>(t, a);
   core::cuda::check(cudaGetLastError(), "pointer_write_kernel launch");
-}
-
-// EXPERIMENT (removed before merge): DYNEMB_EXP_JOIN_KERNEL=1 runs the joins' form of the
-// locked kernel for every launch (joins off: its run-time check takes the plain lock), as before
-// the joins were a template argument.
-inline bool join_kernel_always() {
-  static const bool on = [] {
-    const char* e = std::getenv("DYNEMB_EXP_JOIN_KERNEL");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  return on;
 }
 
 // Launches a locked_write_kernel instance over `blocks` blocks, with the residency cap's
@@ -706,7 +686,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // persistent grid gave each tile a fixed share of the batch (ncu, assign at dim 8: 514 µs
   // persistent, 323 µs one tile per key).
   const unsigned blocks =
-      locked_blocks(a.n, kLockedBlockThreads / kT, length_on_device(a), multiprocessors);
+      locked_blocks(a.n, kLockedBlockThreads / kT, a.n_device != nullptr, multiprocessors);
   if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
     // A launch with a residency cap or over host rows in address order keeps the locked kernel
     // (runs_pointer_kernel).
@@ -718,7 +698,7 @@ void launch_kernel(const TableView& t, const WriteArgs& a, uint32_t multiprocess
   // Joins are a kernel of their own: their code beside the plain lock changed the registers of
   // every locked write (insert_or_assign 80 -> 72, assign 46 -> 56 with spills).
   if constexpr (joins_copies(kOp)) {
-    if (a.joins.tags != nullptr || join_kernel_always())
+    if (a.joins.tags != nullptr)
       return launch_locked<locked_write_kernel<kOp, kVec, kHeld, kT, kPacked, true>, kT>(
           t, a, blocks, multiprocessors, stream);
   }
