@@ -3,6 +3,8 @@
 // position and leave the contents a host model predicts.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/test_random.hpp"
+#include "dynemb/core/initializer.hpp"
 #include "dynemb/table/table.hpp"
 #include "table/cuda/bucket_order.hpp"
 #include "table/cuda/cuda_test_util.hpp"
@@ -289,6 +292,100 @@ TEST(CudaHybridOrder, LargeCallsWithAnInFlightCap) {
 TEST(CudaHybridOrder, LargeCallsWithOneBlockAnSm) {
   DYNEMB_REQUIRE_CUDA();
   check_large_calls(64);
+}
+
+// Rows of 64 floats: an ordered launch writes them on 8-thread tiles (insert_or_assign, assign
+// and find_or_insert_pointers take 4-thread tiles at this width elsewhere). Contents against a
+// host model after each call.
+TEST(CudaHybridOrder, WideRowsOnEightThreadTiles) {
+  DYNEMB_REQUIRE_CUDA();
+  constexpr uint32_t kWide = 64;
+  TestRng rng;
+  TableOptions o;
+  o.dim = kWide;
+  o.bucket_capacity = 128;
+  o.max_capacity = o.init_capacity = 128 * 512;
+  o.max_load_factor = 1.0;
+  o.score_policy = ScorePolicy::kStep;
+  o.safe_check = SafeCheck::kIgnore;
+  o.max_hbm_for_values = o.max_capacity / 4 * kWide * sizeof(float);  // 3/4 on the host
+  auto t = make_table<uint64_t>(kGpu, o);
+  std::set<uint64_t> seen;
+  Model model;
+  auto rows_of = [&](size_t n) {
+    std::vector<float> v(n * kWide);
+    for (float& x : v)
+      x = static_cast<float>(static_cast<int64_t>(rng.uniform(0, 2000)) - 1000) / 8.0f;
+    return v;
+  };
+  auto wide_row = [&](const std::vector<float>& rows, size_t i) {
+    return std::vector<float>(rows.begin() + i * kWide, rows.begin() + (i + 1) * kWide);
+  };
+  auto expect_model = [&] {
+    const auto stored = dump(*t);
+    ASSERT_EQ(stored.size(), model.size());
+    for (const auto& [key, row] : model) {
+      const auto it = stored.find(key);
+      ASSERT_NE(it, stored.end()) << "key " << key << " lost";
+      ASSERT_EQ(it->second.row, row) << "key " << key;
+    }
+  };
+  // insert_or_assign of new keys.
+  {
+    const auto keys = distinct_keys(rng, kBatch, seen);
+    const auto rows = rows_of(keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, rows);
+    t->insert_or_assign(keys.size(), k.data(), v.data());
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = wide_row(rows, i);
+  }
+  expect_model();
+  // assign: stored and unknown keys.
+  {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto unknown = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), unknown.begin(), unknown.end());
+    shuffle(rng, keys);
+    const auto rows = rows_of(keys.size());
+    auto k = upload(kGpu, keys);
+    auto v = upload(kGpu, rows);
+    t->assign(keys.size(), k.data(), v.data());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (auto it = model.find(keys[i]); it != model.end()) it->second = wide_row(rows, i);
+    }
+  }
+  expect_model();
+  // find_or_insert_pointers: stored and new keys; every address distinct, the flags the model's,
+  // a stored key's row behind its address unchanged, a new key's row the initializer's.
+  {
+    auto keys = some_stored(rng, model, kBatch / 2);
+    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
+    keys.insert(keys.end(), fresh.begin(), fresh.end());
+    shuffle(rng, keys);
+    auto k = upload(kGpu, keys);
+    BackendBuffer<float*> ptrs(kGpu, keys.size());
+    BackendBuffer<bool> founds(kGpu, keys.size());
+    t->find_or_insert_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+    const auto f = download_flags(kGpu, founds, keys.size());
+    const auto p = download(ptrs, keys.size());
+    ASSERT_EQ(std::set<float*>(p.begin(), p.end()).size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = model.find(keys[i]);
+      ASSERT_EQ(f[i] != 0, it != model.end()) << "position " << i;
+      std::vector<float> row(kWide);
+      ASSERT_EQ(cudaMemcpy(row.data(), p[i], kWide * sizeof(float), cudaMemcpyDefault),
+                cudaSuccess);
+      if (it != model.end()) {
+        ASSERT_EQ(row, it->second) << "position " << i;
+      } else {
+        std::vector<float> initial(kWide);
+        fill_initial_row(o.initializer, keys[i], initial.data(), kWide);
+        ASSERT_EQ(row, initial) << "position " << i;
+        model[keys[i]] = row;
+      }
+    }
+  }
+  expect_model();
 }
 
 }  // namespace
