@@ -1,5 +1,6 @@
 #include "bench/train/step_graph.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "dynemb/core/error.hpp"
@@ -44,7 +45,14 @@ StepGraph::StepGraph(StreamHandle stream, const std::function<void()>& issue)
   }
   check(cudaStreamEndCapture(s, &handles_->graph), "cudaStreamEndCapture");
   check(cudaGraphGetNodes(handles_->graph, nullptr, &nodes_), "cudaGraphGetNodes");
-  check(cudaGraphInstantiate(&handles_->exec, handles_->graph, 0), "cudaGraphInstantiate");
+  // Node priorities kept: the backward's hot rows run on a high-priority branch beside its cold
+  // rows' pass (docs/embedding.md).
+  const unsigned long long flags =
+      std::getenv("DYNEMB_X_NOPRIO") != nullptr  // EXPERIMENT: remove
+          ? 0ull
+          : static_cast<unsigned long long>(cudaGraphInstantiateFlagUseNodePriority);
+  check(cudaGraphInstantiateWithFlags(&handles_->exec, handles_->graph, flags),
+        "cudaGraphInstantiate");
   check(cudaGraphUpload(handles_->exec, s), "cudaGraphUpload");
 }
 

@@ -184,10 +184,11 @@ __device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, u
 }
 
 // The sum, from zero and in ascending id order, of ids_by_row[begin, end) into `out` (dim
-// floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor.
-// bag_by_row[k] is the bag of id ids_by_row[k] (SUM / MEAN), so the two loads do not wait on
-// each other.
-template <uint32_t kVec>
+// floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor. The
+// gradient rows are g's, their elements kGradType (gradient_read_type: a bfloat16 copy for
+// bfloat16 rows, out_stride in words). bag_by_row[k] is the bag of id ids_by_row[k] (SUM / MEAN),
+// so the two loads do not wait on each other.
+template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
                                         const uint32_t* ids_by_row, const uint32_t* bag_by_row,
                                         uint32_t begin, uint32_t end, float* out) {
@@ -205,7 +206,8 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
-      add_terms<kVec>(acc, count, row_t, f_t, DenseRows{g.out, g.out_stride}, tile, width);
+      add_terms<kVec>(acc, count, row_t, f_t, DenseRowsOf<kGradType>{g.out, g.out_stride}, tile,
+                      width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
