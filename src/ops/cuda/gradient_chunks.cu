@@ -226,10 +226,8 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
       constexpr ValueType kGradType = decltype(grad_type)::value;
       if (std::getenv("DYNEMB_X_CHUNK") != nullptr &&  // EXPERIMENT (round 2): remove
           stageable_dim(x.dim) && vec4_ok(g.out, g.out_stride, x.dim)) {
-        core::cuda::check(cudaFuncSetAttribute(staged_chunk_kernel<kGradType>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kStagedChunkBytes)),
-                          "reduce_gradients: cudaFuncSetAttribute");
+        allow_shared_bytes<staged_chunk_kernel<kGradType>>(
+            static_cast<int>(kStagedChunkBytes), "reduce_gradients: cudaFuncSetAttribute");
         const size_t staged_blocks = (max_chunks_ + kStagedChunkWarps - 1) / kStagedChunkWarps;
         staged_chunk_kernel<kGradType>
             <<<static_cast<unsigned>(staged_blocks), kStagedChunkWarps * 32, kStagedChunkBytes,

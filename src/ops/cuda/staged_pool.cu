@@ -46,11 +46,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
 template <ValueType kType>
 void launch_staged(const LookupFeature& x, const LookupOutput& o, cudaStream_t stream) {
   constexpr uint32_t kSharedBytes = kStagedWarps * kStage * kStagedRowBytes;
-  // Set on every launch: the attribute belongs to the current device.
-  core::cuda::check(
-      cudaFuncSetAttribute(staged_pool_kernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kSharedBytes)),
-      "pooled_lookup: cudaFuncSetAttribute");
+  allow_shared_bytes<staged_pool_kernel<kType>>(static_cast<int>(kSharedBytes),
+                                                "pooled_lookup: cudaFuncSetAttribute");
   const size_t blocks = (x.num_bags + kStagedWarps - 1) / kStagedWarps;
   staged_pool_kernel<kType>
       <<<static_cast<unsigned>(blocks), kStagedWarps * 32, kSharedBytes, stream>>>(x, x.row_ptrs,

@@ -8,10 +8,12 @@
 
 #include <cuda_pipeline_primitives.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/row_tiles.cuh"
 #include "cuda/tile_lanes.cuh"
+#include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/value_type.hpp"
 
 namespace dynemb::ops::cuda {
@@ -83,6 +85,20 @@ __device__ __forceinline__ void add_staged_terms(float (&acc)[kTileRegs], uint32
     add_scaled(acc, f, v);
   }
   __syncwarp();
+}
+
+// Lets kKernel use `bytes` of dynamic shared memory on the current device (past the default 48
+// KB); set once a device (the first 64 devices; others on every call).
+template <auto kKernel>
+void allow_shared_bytes(int bytes, const char* what) {
+  static std::atomic<uint64_t> done{0};
+  int device = 0;
+  core::cuda::check(cudaGetDevice(&device), what);
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_relaxed) & bit) != 0) return;
+  core::cuda::check(
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+  done.fetch_or(bit, std::memory_order_relaxed);
 }
 
 }  // namespace dynemb::ops::cuda
