@@ -97,7 +97,10 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
 // one warp per hot chunk, 32 of its ids' rows in flight at once (a chunk is kGradientChunk ids),
 // the same additions in the same order as sum_ids.
 constexpr uint32_t kStagedChunkWarps = 4;
-constexpr uint32_t kStagedChunkBytes = kStagedChunkWarps * 32 * kStagedRowBytes;
+template <ValueType kGradType>
+constexpr uint32_t staged_chunk_bytes() {
+  return kStagedChunkWarps * 32 * staged_row_bytes<kGradType>();
+}
 
 template <ValueType kGradType>
 __global__ void __launch_bounds__(kStagedChunkWarps * 32)
@@ -109,8 +112,8 @@ __global__ void __launch_bounds__(kStagedChunkWarps * 32)
   const size_t k = warp_index();
   const size_t last = x.num_rows - 1;
   if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
-  uint8_t* slots =
-      reinterpret_cast<uint8_t*>(staged_grads) + (threadIdx.x / 32) * size_t{32} * kStagedRowBytes;
+  uint8_t* slots = reinterpret_cast<uint8_t*>(staged_grads) +
+                   (threadIdx.x / 32) * size_t{32} * staged_row_bytes<kGradType>();
   const uint32_t r = chunk_row[k];
   const uint32_t begin =
       groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
@@ -227,12 +230,14 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
       if (std::getenv("DYNEMB_X_CHUNK") != nullptr &&  // EXPERIMENT (round 2): remove
           stageable_dim(x.dim) && vec4_ok(g.out, g.out_stride, x.dim)) {
         allow_shared_bytes<staged_chunk_kernel<kGradType>>(
-            static_cast<int>(kStagedChunkBytes), "reduce_gradients: cudaFuncSetAttribute");
+            static_cast<int>(staged_chunk_bytes<kGradType>()),
+            "reduce_gradients: cudaFuncSetAttribute");
         const size_t staged_blocks = (max_chunks_ + kStagedChunkWarps - 1) / kStagedChunkWarps;
         staged_chunk_kernel<kGradType>
-            <<<static_cast<unsigned>(staged_blocks), kStagedChunkWarps * 32, kStagedChunkBytes,
-               stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count, a.chunk_row,
-                         max_chunks_, partial_stride_, a.partial);
+            <<<static_cast<unsigned>(staged_blocks), kStagedChunkWarps * 32,
+               staged_chunk_bytes<kGradType>(), stream>>>(x, g, groups, bag_by_row, a.chunk_first,
+                                                          a.chunk_count, a.chunk_row, max_chunks_,
+                                                          partial_stride_, a.partial);
       } else if (vec4_ok(g.out, g.out_stride, x.dim)) {
         hot_chunk_kernel<4, kGradType>
             <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,

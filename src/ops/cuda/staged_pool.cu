@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
   if (b >= x.num_bags) return;
   const uint32_t lane = lane_index();
   uint8_t* slots = reinterpret_cast<uint8_t*>(staged_rows) +
-                   (threadIdx.x / 32) * size_t{kStage} * kStagedRowBytes;
+                   (threadIdx.x / 32) * size_t{kStage} * staged_row_bytes<kType>();
   const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
   float acc[kTileRegs] = {};
   for (int64_t first = begin; first < end; first += kStage) {
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
 
 template <ValueType kType>
 void launch_staged(const LookupFeature& x, const LookupOutput& o, cudaStream_t stream) {
-  constexpr uint32_t kSharedBytes = kStagedWarps * kStage * kStagedRowBytes;
+  constexpr uint32_t kSharedBytes = kStagedWarps * kStage * staged_row_bytes<kType>();
   allow_shared_bytes<staged_pool_kernel<kType>>(static_cast<int>(kSharedBytes),
                                                 "pooled_lookup: cudaFuncSetAttribute");
   const size_t blocks = (x.num_bags + kStagedWarps - 1) / kStagedWarps;

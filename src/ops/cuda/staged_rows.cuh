@@ -18,13 +18,16 @@
 
 namespace dynemb::ops::cuda {
 
-// Shared memory one staged row takes (128 float32 elements).
-inline constexpr uint32_t kStagedRowBytes = 512;
-
 // Bytes of a lane's 4 elements of a kType row.
 template <ValueType kType>
 __host__ __device__ constexpr uint32_t staged_lane_bytes() {
   return kType == ValueType::kFloat32 ? 16 : 8;
+}
+
+// Shared memory one staged kType row takes (kTileWidth elements: 512 bytes, 256 for 16-bit).
+template <ValueType kType>
+__host__ __device__ constexpr uint32_t staged_row_bytes() {
+  return 32 * staged_lane_bytes<kType>();
 }
 
 // Whether rows of `dim` elements can be staged.
@@ -64,7 +67,8 @@ __device__ __forceinline__ void read_staged_lane(const uint8_t* slot, uint32_t l
 
 // Adds `count` (<= 32, at most the warp's slots) terms in order to the lane's registers: term t
 // (held by lane t: row_t, f_t) is f_t times the kType row at row_t (null: zeros), dim elements.
-// `slots`: the warp's shared memory, count * kStagedRowBytes. Every lane of the warp calls it.
+// `slots`: the warp's shared memory, count * staged_row_bytes<kType>(). Every lane of the warp
+// calls it.
 template <ValueType kType>
 __device__ __forceinline__ void add_staged_terms(float (&acc)[kTileRegs], uint32_t count,
                                                  const float* row_t, float f_t, uint32_t dim,
@@ -72,7 +76,7 @@ __device__ __forceinline__ void add_staged_terms(float (&acc)[kTileRegs], uint32
   const uint32_t lane = lane_index();
   for (uint32_t u = 0; u < count; ++u) {
     const float* row = shuffle(row_t, u);
-    if (row != nullptr) stage_lane<kType>(row, dim, lane, slots + u * kStagedRowBytes);
+    if (row != nullptr) stage_lane<kType>(row, dim, lane, slots + u * staged_row_bytes<kType>());
   }
   __pipeline_commit();
   __pipeline_wait_prior(0);
@@ -81,7 +85,8 @@ __device__ __forceinline__ void add_staged_terms(float (&acc)[kTileRegs], uint32
     const bool null_row = shuffle(row_t, u) == nullptr;
     const float f = __shfl_sync(0xFFFFFFFFu, f_t, u);
     float v[kTileRegs] = {};
-    if (!null_row && 4 * lane < dim) read_staged_lane<kType>(slots + u * kStagedRowBytes, lane, v);
+    if (!null_row && 4 * lane < dim)
+      read_staged_lane<kType>(slots + u * staged_row_bytes<kType>(), lane, v);
     add_scaled(acc, f, v);
   }
   __syncwarp();
