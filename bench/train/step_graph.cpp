@@ -1,6 +1,5 @@
 #include "bench/train/step_graph.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "dynemb/core/error.hpp"
@@ -46,11 +45,8 @@ StepGraph::StepGraph(StreamHandle stream, const std::function<void()>& issue)
   check(cudaStreamEndCapture(s, &handles_->graph), "cudaStreamEndCapture");
   check(cudaGraphGetNodes(handles_->graph, nullptr, &nodes_), "cudaGraphGetNodes");
   // Node priorities kept: the backward's hot rows run on a high-priority branch beside its cold
-  // rows' pass (docs/embedding.md).
-  const unsigned long long flags =
-      std::getenv("DYNEMB_X_NOPRIO") != nullptr  // EXPERIMENT: remove
-          ? 0ull
-          : static_cast<unsigned long long>(cudaGraphInstantiateFlagUseNodePriority);
+X
+  const auto flags = static_cast<unsigned long long>(cudaGraphInstantiateFlagUseNodePriority);
   check(cudaGraphInstantiateWithFlags(&handles_->exec, handles_->graph, flags),
         "cudaGraphInstantiate");
   check(cudaGraphUpload(handles_->exec, s), "cudaGraphUpload");

@@ -1,7 +1,6 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -333,28 +332,18 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
 
   backend_zero(backend_, s.words.data(), ops::detail::kTableKeyStatusWords * sizeof(uint64_t),
                stream);
-  // Captured into a graph, the tables' keys are combined side by side too (each table's launch
-  // is small and bound by latency): on the lookups' side streams, joined before the dedup.
-  const size_t side = p.ops.capturing(stream) ? std::min<size_t>(lookup_streams_, num_tables) : 1;
-  if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
-  ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
-  if (std::getenv("DYNEMB_X_COMBINE_SERIAL") != nullptr) fan = nullptr;  // EXPERIMENT: remove
-  if (fan != nullptr) fan->fork(stream);
   uint64_t bag_base = 0;
   for (size_t t = 0; t < num_tables; ++t) {
     const EmbeddingBatch<K>& b = batches[t];
-    const StreamHandle table_stream = fan != nullptr ? fan->stream(t % fan->size()) : stream;
-    ops::detail::combine_table_keys<K>(p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys,
-                                       b.offsets, b.num_bags, id_base[t], bag_base,
-                                       s.combined_keys.data(), p.offsets.data(), s.words.data(),
-                                       table_stream);
+    ops::detail::combine_table_keys<K>(
+        p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys, b.offsets, b.num_bags,
+        id_base[t], bag_base, s.combined_keys.data(), p.offsets.data(), s.words.data(), stream);
     if (p.weighted && b.num_ids > 0) {
       copy_within_backend(backend_, p.weights.data() + id_base[t], b.weights,
                           b.num_ids * sizeof(float), stream);
     }
     bag_base += b.num_bags;
   }
-  if (fan != nullptr) fan->join(stream);
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   uint64_t* unique_count = s.words.data() + kUniqueCount;
   ops::detail::dedup_grouped_async(
@@ -392,7 +381,9 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   // Captured into a graph, the tables look up their keys side by side: each on a side stream
   // forked from `stream` and joined back (parallel branches). Issued eagerly, the host is what
   // bounds the tables' calls, and the fork and join would only add to its work.
-  if (fan == nullptr && side > 1 && s.fan->size() > 0) fan = s.fan.get();
+  const size_t side = p.ops.capturing(stream) ? std::min<size_t>(lookup_streams_, num_tables) : 1;
+  if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
+  ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
   if (fan != nullptr) fan->fork(stream);
   for (size_t t = 0; t < num_tables; ++t) {
     if (s.ids_of[t] == 0) continue;

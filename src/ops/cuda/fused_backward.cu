@@ -3,7 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -205,8 +204,7 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   // hot chunks: with the bags at hand the hot rows' chain (chunk sums, then their update) runs on
   // a high-priority side stream beside one pass over the cold rows, instead of before it.
   const bool side_by_side =
-      x.num_ids > 0 && (groups.bag_by_row != nullptr || x.mode == PoolingMode::kNone) &&
-      std::getenv("DYNEMB_X_SERIAL") == nullptr;  // EXPERIMENT (round 1): remove
+      x.num_ids > 0 && (groups.bag_by_row != nullptr || x.mode == PoolingMode::kNone);
   ops::detail::StreamFan* fan = nullptr;
   if (side_by_side) {
     if (workspace.priority_fan == nullptr) {

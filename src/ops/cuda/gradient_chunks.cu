@@ -1,13 +1,11 @@
 // The hot chunks of the gradient reduction (gradient_chunks.cuh).
 #include <cub/device/device_scan.cuh>
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
-#include "cuda/staged_rows.cuh"
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
 
@@ -91,49 +89,6 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
   const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
   sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, bag_by_row, begin, end,
                            partial + k * partial_stride);
-}
-
-// hot_chunk_kernel with the chunk's gradient rows staged through shared memory (staged_rows.cuh):
-// one warp per hot chunk, 32 of its ids' rows in flight at once (a chunk is kGradientChunk ids),
-// the same additions in the same order as sum_ids.
-constexpr uint32_t kStagedChunkWarps = 4;
-template <ValueType kGradType>
-constexpr uint32_t staged_chunk_bytes() {
-  return kStagedChunkWarps * 32 * staged_row_bytes<kGradType>();
-}
-
-template <ValueType kGradType>
-__global__ void __launch_bounds__(kStagedChunkWarps * 32)
-    staged_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
-                        const uint32_t* bag_by_row, const uint32_t* chunk_first,
-                        const uint32_t* chunk_count, const uint32_t* chunk_row, size_t max_chunks,
-                        uint32_t partial_stride, float* partial) {
-  extern __shared__ uint4 staged_grads[];
-  const size_t k = warp_index();
-  const size_t last = x.num_rows - 1;
-  if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
-  uint8_t* slots = reinterpret_cast<uint8_t*>(staged_grads) +
-                   (threadIdx.x / 32) * size_t{32} * staged_row_bytes<kGradType>();
-  const uint32_t r = chunk_row[k];
-  const uint32_t begin =
-      groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
-  const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-  const uint32_t lane = lane_index();
-  const bool none = x.mode == PoolingMode::kNone;
-  float acc[kTileRegs] = {};
-  for (uint32_t first = begin; first < end; first += 32) {
-    const uint32_t count = min(32u, end - first);
-    const float* row_t = nullptr;
-    float f_t = 0.0f;
-    if (lane < count) {
-      const uint32_t i = groups.ids_by_row[first + lane];
-      const uint32_t b = none ? 0 : bag_by_row[first + lane];
-      row_t = g.out + size_t{none ? i : b} * g.out_stride;
-      f_t = factor_of(x, i, b);
-    }
-    add_staged_terms<kGradType>(acc, count, row_t, f_t, x.dim, slots);
-  }
-  TileLanes<4>::store(partial + k * partial_stride, x.dim, lane, acc);
 }
 
 }  // namespace
@@ -227,18 +182,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
     const auto launch = [&](auto grad_type) {
       constexpr ValueType kGradType = decltype(grad_type)::value;
-      if (std::getenv("DYNEMB_X_CHUNK") != nullptr &&  // EXPERIMENT (round 2): remove
-          stageable_dim(x.dim) && vec4_ok(g.out, g.out_stride, x.dim)) {
-        allow_shared_bytes<staged_chunk_kernel<kGradType>>(
-            static_cast<int>(staged_chunk_bytes<kGradType>()),
-            "reduce_gradients: cudaFuncSetAttribute");
-        const size_t staged_blocks = (max_chunks_ + kStagedChunkWarps - 1) / kStagedChunkWarps;
-        staged_chunk_kernel<kGradType>
-            <<<static_cast<unsigned>(staged_blocks), kStagedChunkWarps * 32,
-               staged_chunk_bytes<kGradType>(), stream>>>(x, g, groups, bag_by_row, a.chunk_first,
-                                                          a.chunk_count, a.chunk_row, max_chunks_,
-                                                          partial_stride_, a.partial);
-      } else if (vec4_ok(g.out, g.out_stride, x.dim)) {
+      if (vec4_ok(g.out, g.out_stride, x.dim)) {
         hot_chunk_kernel<4, kGradType>
             <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
                                             a.chunk_row, max_chunks_, partial_stride_, a.partial);

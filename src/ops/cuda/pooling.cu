@@ -6,14 +6,12 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
-#include "cuda/staged_pool.cuh"
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
@@ -240,11 +238,6 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
     if (x.num_bags == 0) continue;
-    if (std::getenv("DYNEMB_X_POOL") != nullptr &&  // EXPERIMENT (round 1): remove
-        ops::cuda::staged_pool_fits(x, o)) {
-      ops::cuda::staged_pool(x, o, stream);
-      continue;
-    }
     const bool out_vec = ops::cuda::vec4_ok(o.out, o.out_stride, x.dim);
     if (x.value_type != ValueType::kFloat32) {
       launch_packed_pool(x, o, out_vec, stream);
