@@ -44,7 +44,11 @@ StepGraph::StepGraph(StreamHandle stream, const std::function<void()>& issue)
   }
   check(cudaStreamEndCapture(s, &handles_->graph), "cudaStreamEndCapture");
   check(cudaGraphGetNodes(handles_->graph, nullptr, &nodes_), "cudaGraphGetNodes");
-  check(cudaGraphInstantiate(&handles_->exec, handles_->graph, 0), "cudaGraphInstantiate");
+  // Node priorities kept: the backward's hot rows run on a high-priority branch beside its cold
+  // rows' pass (docs/ops.md).
+  const auto flags = static_cast<unsigned long long>(cudaGraphInstantiateFlagUseNodePriority);
+  check(cudaGraphInstantiateWithFlags(&handles_->exec, handles_->graph, flags),
+        "cudaGraphInstantiate");
   check(cudaGraphUpload(handles_->exec, s), "cudaGraphUpload");
 }
 

@@ -66,6 +66,9 @@ void reduce_and_optimize_row_ptrs(const OpsBackend& ops, const OptimizerOptions&
                                   uint64_t* nonfinite, StepWorkspace& workspace,
                                   StreamHandle stream) {
   if (feature.num_rows == 0) return;
+  require(feature.value_type == optimizer.value_type, "reduce_and_optimize_row_ptrs",
+          "feature.value_type", to_string(feature.value_type),
+          "must equal optimizer.value_type = " + to_string(optimizer.value_type));
   ops.reduce_and_optimize_row_ptrs(optimizer, feature, groups, grads, rows, skip, nonfinite,
                                    workspace, stream);
 }

@@ -70,7 +70,8 @@ void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
 // Backward: `grads[f]` holds the gradient of feature f's output in LookupOutput's layout.
 // Writes row_grads[f] (num_rows x dim at row_grads[f].out + r * out_stride): the sum over
 // every id i with indices[i] == r of weight_i * (1 / bag length for MEAN) * the gradient of
-// i's bag (or of id i for NONE). Rows no id reads get zeros. The order of additions is fixed
+// i's bag (or of id i for NONE), the gradient read as gradient_read_type(value_type). Rows no
+// id reads get zeros. The order of additions is fixed
 // (kGradientChunk): a row's ids in ascending order are cut into chunks of that many, each
 // chunk summed in order, then the chunk sums added in order; so the result is bit-identical
 // run to run and backend to backend, and a hot row's ids are summed in parallel on the GPU.
@@ -80,5 +81,13 @@ void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
 
 // Ids per chunk of reduce_gradients' fixed summation order.
 inline constexpr uint32_t kGradientChunk = 64;
+
+// What the backward reads each output-gradient element as for rows stored as `rows`: bfloat16
+// rows read it rounded to bfloat16 (nearest even), which halves the bytes the GPU's reduction
+// gathers; every other type reads float32. (float16 keeps float32: its range would flush small
+// gradients to zero.) The products, sums and the optimizer stay float32.
+constexpr ValueType gradient_read_type(ValueType rows) {
+  return rows == ValueType::kBFloat16 ? ValueType::kBFloat16 : ValueType::kFloat32;
+}
 
 }  // namespace dynemb

@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "dynemb/core/memory.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
+#include "dynemb/ops/stream_fan.hpp"
 
 namespace dynemb {
 class OpsBackend;
@@ -52,6 +54,10 @@ class StepWorkspace {
   // The dedup's radix sort: the end bit the last batch needed (0 = no batch yet). The next batch
   // is sorted on these bits and checked on the device; a batch that needs more is sorted again.
   int sort_end_bit = 0;
+
+  // A side stream of high priority the backward forks its hot rows' chain onto (so it runs beside
+  // the cold rows' pass), made on first use by the backend's ops; empty until then.
+  std::unique_ptr<StreamFan> priority_fan;
 
   // CUB's temporary-storage sizes for the last (items, end bit, key bytes) the dedup asked about.
   struct SortSizes {

@@ -90,8 +90,11 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               StreamHandle stream);
 // Whether `stream` is capturing a CUDA graph.
 bool stream_capturing_cuda(StreamHandle stream);
-// Side streams and their events on `device` (stream_fan.hpp).
-std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device);
+// Side streams and their events on `device` (stream_fan.hpp); high_priority: blocks of their
+// kernels are scheduled ahead of those of default-priority streams (in a graph, when it is
+// instantiated with cudaGraphInstantiateFlagUseNodePriority).
+std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device,
+                                                bool high_priority = false);
 // Page-locked host memory (cudaMallocHost) and its release.
 void* pinned_host_alloc_cuda(size_t bytes);
 void pinned_host_free_cuda(void* p) noexcept;

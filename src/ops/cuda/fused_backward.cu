@@ -92,7 +92,10 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
+  // bfloat16 gradients 4 rows in flight, not 8: the packed 8 spilled Adam's registers (ptxas: 88
+  // bytes of spill stores against 40 with float32 gradients).
+  sum_ids<kVec, gradient_read_type(kType), false>(x, g, groups.ids_by_row, h.bag_by_row, begin, end,
+                                                  grad);
   __syncwarp();
   optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
@@ -144,15 +147,23 @@ unsigned strided_cold_blocks(size_t num_rows) {
   return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
 }
 
+// Which rows a launch of fused_row_kernel updates.
+enum class FusedRows { kAll, kHot, kCold };
+
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
-void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups groups,
-                  const LookupOutput& g, const HotChunks& h, float* const* rows, const bool* skip,
-                  unsigned long long* nonfinite, uint32_t grad_stride, cudaStream_t stream) {
+void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
+                  IdGroups groups, const LookupOutput& g, const HotChunks& h, float* const* rows,
+                  const bool* skip, unsigned long long* nonfinite, uint32_t grad_stride,
+                  cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const uint32_t hot_blocks =
-      x.num_ids == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
-  const unsigned cold_blocks =
-      x.live_rows != nullptr ? strided_cold_blocks(x.num_rows) : blocks_for_warps(x.num_rows);
+      x.num_ids == 0 || which == FusedRows::kCold
+          ? 0
+          : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
+  const unsigned cold_blocks = which == FusedRows::kHot ? 0
+                               : x.live_rows != nullptr ? strided_cold_blocks(x.num_rows)
+                                                        : blocks_for_warps(x.num_rows);
+  if (hot_blocks + cold_blocks == 0) return;
   fused_row_kernel<kKind, kVec, kType>
       <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
@@ -162,8 +173,8 @@ void launch_fused(const OptimizerOptions& o, const LookupFeature& x, IdGroups gr
 }  // namespace
 
 void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFeature& x,
-                                       IdGroups groups, const LookupOutput& g, float* const* rows,
-                                       const bool* skip, uint64_t* nonfinite,
+                                       IdGroups groups, const LookupOutput& given,
+                                       float* const* rows, const bool* skip, uint64_t* nonfinite,
                                        StepWorkspace& workspace, StreamHandle stream_handle) {
   if (x.num_rows == 0) return;
   const cudaStream_t stream = as_stream(stream_handle);
@@ -172,29 +183,65 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     // Rows too wide for shared memory: the gradients go through the workspace.
     auto* row_grads = static_cast<float*>(
         workspace.scratch(x.num_rows * size_t{grad_stride} * sizeof(float), stream));
-    reduce_gradients_grouped_cuda(x, groups, g, {row_grads, grad_stride}, stream_handle);
+    reduce_gradients_grouped_cuda(x, groups, given, {row_grads, grad_stride}, stream_handle);
     apply_optimizer_row_ptrs_cuda(o, x.num_rows, rows, row_grads, grad_stride, x.dim, skip,
                                   nonfinite, stream_handle);
     return;
   }
   ops::cuda::keep_pool_memory(stream);
+  // The scratch: the gradients' bfloat16 copy (bfloat16 rows), then the hot chunks'.
   const ops::cuda::HotChunkPlan plan(x, groups, stream);
-  const HotChunks h = plan.issue(g, workspace.scratch(plan.bytes(), stream), stream);
+  const size_t copy_bytes = ops::cuda::gradient_copy_bytes(x);
+  ScratchCarver measure;
+  measure.take<uint8_t>(copy_bytes);
+  measure.take<uint8_t>(plan.bytes());
+  ScratchCarver place(workspace.scratch(measure.bytes(), stream_handle));
+  void* copy = place.take<uint8_t>(copy_bytes);
+  void* chunks = place.take<uint8_t>(plan.bytes());
+  const LookupOutput g = ops::cuda::gradients_to_read(x, given, copy, stream);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
   const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);
   auto* bad = reinterpret_cast<unsigned long long*>(nonfinite);
+  // The cold rows read only the groups (and the ids' bags, when the dedup brought them), not the
+  // hot chunks: with the bags at hand the hot rows' chain (chunk sums, then their update) runs on
+  // a high-priority side stream beside one pass over the cold rows, instead of before it.
+  const bool side_by_side =
+      x.num_ids > 0 && (groups.bag_by_row != nullptr || x.mode == PoolingMode::kNone);
+  ops::detail::StreamFan* fan = nullptr;
+  if (side_by_side) {
+    if (workspace.priority_fan == nullptr) {
+      int device = 0;
+      core::cuda::check(cudaGetDevice(&device), "reduce_and_optimize: cudaGetDevice");
+      workspace.priority_fan = make_stream_fan_cuda(1, device, true);
+    }
+    fan = workspace.priority_fan.get();
+  }
+  const cudaStream_t hot_stream = fan != nullptr ? ops::cuda::as_stream(fan->stream(0)) : stream;
   // One kernel per value type: a 16-bit row's update is inlined into its own kernel (an
   // out-of-line update took the float32 kernel's parameters through a stack frame).
   const auto launch = [&](auto type) {
     constexpr ValueType kType = decltype(type)::value;
     ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
       constexpr OptimizerKind kKind = decltype(kind)::value;
-      if (vec) {
-        launch_fused<kKind, 4, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
-      } else {
-        launch_fused<kKind, 1, kType>(o, x, groups, g, h, rows, skip, bad, grad_stride, stream);
+      const auto fused = [&](FusedRows which, const HotChunks& h, cudaStream_t s) {
+        if (vec) {
+          launch_fused<kKind, 4, kType>(which, o, x, groups, g, h, rows, skip, bad, grad_stride, s);
+        } else {
+          launch_fused<kKind, 1, kType>(which, o, x, groups, g, h, rows, skip, bad, grad_stride, s);
+        }
+      };
+      if (fan != nullptr) fan->fork(stream_handle);
+      const HotChunks h = plan.issue(g, chunks, hot_stream);
+      if (fan == nullptr) {
+        fused(FusedRows::kAll, h, stream);
+        return;
       }
+      fused(FusedRows::kHot, h, hot_stream);
+      HotChunks cold;
+      cold.bag_by_row = groups.bag_by_row;
+      fused(FusedRows::kCold, cold, stream);
+      fan->join(stream_handle);
     });
   };
   switch (o.value_type) {

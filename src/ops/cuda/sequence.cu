@@ -78,12 +78,16 @@ namespace {
 // Non-blocking side streams, an event for the fork and one per side stream for the join.
 class CudaStreamFan final : public StreamFan {
  public:
-  CudaStreamFan(size_t streams, int device) : device_(device) {
+  CudaStreamFan(size_t streams, int device, bool high_priority) : device_(device) {
     core::cuda::DeviceGuard guard(device_);
+    int least = 0, greatest = 0;
+    core::cuda::check(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                      "StreamFan: cudaDeviceGetStreamPriorityRange");
     streams_.resize(streams);
     joins_.resize(streams);
     for (size_t i = 0; i < streams; ++i) {
-      core::cuda::check(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
+      core::cuda::check(cudaStreamCreateWithPriority(&streams_[i], cudaStreamNonBlocking,
+                                                     high_priority ? greatest : least),
                         "StreamFan: cudaStreamCreate");
       core::cuda::check(cudaEventCreateWithFlags(&joins_[i], cudaEventDisableTiming),
                         "StreamFan: cudaEventCreate");
@@ -129,8 +133,8 @@ bool stream_capturing_cuda(StreamHandle stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device) {
-  return std::make_unique<CudaStreamFan>(streams, device);
+std::unique_ptr<StreamFan> make_stream_fan_cuda(size_t streams, int device, bool high_priority) {
+  return std::make_unique<CudaStreamFan>(streams, device, high_priority);
 }
 
 void sync_stream_cuda(StreamHandle stream) {

@@ -114,7 +114,7 @@ __device__ void count_by_table(const TableRows& r, bool flag, uint32_t t, uint32
   atomicAdd(counters + index, static_cast<unsigned long long>(__popc(peers)));
 }
 
-// Thread p < n: padded entry p (its table: the tag of id p's combined key) back to its row; then
+// Thread p < n: padded entry p (its table: the one whose ids' range holds p) back to its row; then
 // row p itself when no table answered it (padding, or a refused batch). The rows created and the
 // rows missing are counted a warp at a time (count_by_table), not one atomic each.
 __global__ void gather_kernel(TableSpread s, TableRows r) {
@@ -122,9 +122,12 @@ __global__ void gather_kernel(TableSpread s, TableRows r) {
   bool created = false, missed = false;
   uint32_t t = 0;
   if (p < s.n) {
-    const uint64_t tag = s.shift >= 64 ? 0 : s.combined_keys[p] >> s.shift;
-    t = static_cast<uint32_t>(tag);
-    if (tag < s.num_tables && p - s.id_base[t] < s.counts[t]) {
+    // The table whose ids' range holds p (the last t with id_base[t] <= p): the same table as
+    // id p's combined key names, without reading the keys.
+    t = static_cast<uint32_t>(
+        thrust::upper_bound(thrust::seq, s.id_base + 1, s.id_base + s.num_tables, uint64_t{p}) -
+        (s.id_base + 1));
+    if (p - s.id_base[t] < s.counts[t]) {
       const uint64_t j = p - s.id_base[t];
       const uint64_t row = s.bounds[t] + j;
       float* address = r.padded_rows[p];

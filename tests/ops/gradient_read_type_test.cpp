@@ -1,0 +1,247 @@
+// The backward of bfloat16 rows reads each output-gradient element rounded to bfloat16
+// (gradient_read_type): reduce_gradients_grouped against a float64 sum of the rounded gradients
+// (and not of the float32 ones), float32 rows against the float32 gradients; the fused reduction
+// and optimizer on bfloat16 rows bit-identical to the two passes it replaces; and, with a GPU,
+// the GPU bit-identical to the CPU in both. Fresh random bags with a hot row (several gradient
+// chunks), SUM / MEAN / NONE, with and without weights, dims on the float4 and scalar paths.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/backend_test.hpp"
+#include "core/test_random.hpp"
+#include "dynemb/core/memory.hpp"
+#include "dynemb/core/value_type.hpp"
+#include "dynemb/ops/optimizer.hpp"
+#include "dynemb/ops/pooling.hpp"
+#include "dynemb/ops/row_ops.hpp"
+#include "dynemb/ops/step_ops.hpp"
+#include "ops/backend_vectors.hpp"
+
+namespace dynemb {
+namespace {
+
+using ops_test::download;
+using ops_test::upload;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One batch on the host: bags over num_rows rows (row 0 read by about a third of the ids: a hot
+// row of several chunks), the ids grouped by row, gradients of one row per bag (NONE: per id).
+struct Batch {
+  std::vector<uint32_t> indices, ids_by_row, row_begin, bag_by_row;
+  std::vector<int64_t> offsets{0};
+  std::vector<float> weights, grads;
+  uint32_t grad_stride = 0;
+};
+
+Batch make_batch(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t dim,
+                 PoolingMode mode) {
+  Batch s;
+  std::normal_distribution<float> normal;
+  for (size_t b = 0; b < bags; ++b) {
+    const int len = static_cast<int>(rng() % 7);
+    for (int j = 0; j < len; ++j) {
+      s.indices.push_back(rng() % 3 == 0 ? 0 : static_cast<uint32_t>(rng() % num_rows));
+      s.weights.push_back(normal(rng));
+    }
+    s.offsets.push_back(static_cast<int64_t>(s.indices.size()));
+  }
+  const size_t n = s.indices.size();
+  s.row_begin.assign(num_rows + 1, 0);
+  for (uint32_t r : s.indices) ++s.row_begin[r + 1];
+  for (size_t r = 0; r < num_rows; ++r) s.row_begin[r + 1] += s.row_begin[r];
+  s.ids_by_row.resize(n);
+  std::vector<uint32_t> fill(s.row_begin.begin(), s.row_begin.end() - 1);
+  for (size_t i = 0; i < n; ++i) s.ids_by_row[fill[s.indices[i]]++] = static_cast<uint32_t>(i);
+  std::vector<uint32_t> bag_of(n);
+  for (size_t b = 0; b < bags; ++b) {
+    for (int64_t i = s.offsets[b]; i < s.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
+  }
+  for (uint32_t id : s.ids_by_row) s.bag_by_row.push_back(bag_of[id]);
+  s.grad_stride = dim + static_cast<uint32_t>(rng() % 2);  // odd strides take the scalar path
+  const size_t out_rows = mode == PoolingMode::kNone ? n : bags;
+  s.grads.resize(out_rows * s.grad_stride + 1);
+  for (auto& g : s.grads) g = normal(rng);
+  return s;
+}
+
+// Row r's gradient in float64, each gradient element read through `read`.
+template <class Read>
+std::vector<double> gradient64(const Batch& in, size_t row, uint32_t dim, PoolingMode mode,
+                               bool weighted, Read read) {
+  std::vector<double> sum(dim, 0.0);
+  for (size_t b = 0; b + 1 < in.offsets.size(); ++b) {
+    for (int64_t i = in.offsets[b]; i < in.offsets[b + 1]; ++i) {
+      if (in.indices[i] != row) continue;
+      double f = weighted ? in.weights[i] : 1.0;
+      if (mode == PoolingMode::kMean) f /= static_cast<double>(in.offsets[b + 1] - in.offsets[b]);
+      const size_t out = mode == PoolingMode::kNone ? static_cast<size_t>(i) : b;
+      for (uint32_t j = 0; j < dim; ++j) sum[j] += f * read(in.grads[out * in.grad_stride + j]);
+    }
+  }
+  return sum;
+}
+
+// A batch in one backend's memory, as a feature over `rows` (row_ptrs: by address) of `type`.
+struct Device {
+  BackendBuffer<uint32_t> indices, ids_by_row, row_begin, bag_by_row;
+  BackendBuffer<int64_t> offsets;
+  BackendBuffer<float> weights, grads, dense;
+  LookupFeature x;
+  LookupOutput g;
+  ops::detail::IdGroups groups;
+
+  Device(Backend backend, const Batch& in, size_t num_rows, uint32_t dim, PoolingMode mode,
+         bool weighted, ValueType type, const float* const* row_ptrs, bool with_bags)
+      : indices(upload(backend, in.indices)),
+        ids_by_row(upload(backend, in.ids_by_row)),
+        row_begin(upload(backend, in.row_begin)),
+        bag_by_row(upload(backend, in.bag_by_row)),
+        offsets(upload(backend, in.offsets)),
+        weights(upload(backend, in.weights)),
+        grads(upload(backend, in.grads)),
+        dense(backend, num_rows * value_words(type, dim) + 1) {
+    x.rows = row_ptrs == nullptr ? dense.data() : nullptr;
+    x.row_stride = value_words(type, dim);
+    x.row_ptrs = row_ptrs;
+    x.dim = dim;
+    x.num_rows = num_rows;
+    x.indices = indices.data();
+    x.num_ids = in.indices.size();
+    x.offsets = offsets.data();
+    x.num_bags = in.offsets.size() - 1;
+    x.weights = weighted ? weights.data() : nullptr;
+    x.mode = mode;
+    x.value_type = type;
+    g = {grads.data(), in.grad_stride};
+    groups = {ids_by_row.data(), row_begin.data(),
+              with_bags && mode != PoolingMode::kNone ? bag_by_row.data() : nullptr};
+  }
+};
+
+class GradientReadType : public dynemb::testing::BackendTest {};
+
+TEST_P(GradientReadType, ReductionOfBFloat16RowsSumsRoundedGradients) {
+  const Backend backend = GetParam();
+  dynemb::testing::TestRng test_rng;  // prints the seed
+  std::mt19937_64& rng = test_rng.engine();
+  const size_t num_rows = 60, bags = 500;
+  for (const uint32_t dim : {128u, 13u}) {
+    for (const ValueType type : {ValueType::kBFloat16, ValueType::kFloat32, ValueType::kFloat16}) {
+      const PoolingMode mode =
+          std::array{PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}[rng() % 3];
+      const bool weighted = rng() % 2 == 0;
+      SCOPED_TRACE("dim " + std::to_string(dim) + " " + to_string(type) + " " + to_string(mode) +
+                   (weighted ? " weighted" : ""));
+      const Batch in = make_batch(rng, num_rows, bags, dim, mode);
+      Device d(backend, in, num_rows, dim, mode, weighted, type, nullptr, false);
+      BackendBuffer<float> out(backend, num_rows * dim);
+      ops::detail::reduce_gradients_grouped(backend, d.x, d.groups, d.g, {out.data(), dim},
+                                            nullptr);
+      backend_synchronize(backend);
+      const std::vector<float> got = download(out, num_rows * dim);
+      const bool rounded = gradient_read_type(type) == ValueType::kBFloat16;
+      ASSERT_EQ(rounded, type == ValueType::kBFloat16);
+      size_t told_apart = 0;
+      for (size_t r = 0; r < num_rows; ++r) {
+        const auto g16 = gradient64(in, r, dim, mode, weighted,
+                                    [](float v) { return round_to<ValueType::kBFloat16>(v); });
+        const auto g32 = gradient64(in, r, dim, mode, weighted, [](float v) { return v; });
+        for (uint32_t j = 0; j < dim; ++j) {
+          const double want = rounded ? g16[j] : g32[j];
+          const double tol = 2e-5 * (1 + std::abs(want)) * (1 + in.row_begin[r + 1] / 64.0);
+          ASSERT_NEAR(got[r * dim + j], want, tol) << "row " << r << " element " << j;
+          if (std::abs(g16[j] - g32[j]) > 10 * tol) ++told_apart;
+        }
+      }
+      // The two readings differ by more than the tolerance somewhere: the check above tells
+      // which one the reduction used.
+      EXPECT_GT(told_apart, 0u);
+
+      // Without a GPU this compares the CPU with itself; with one, the GPU with the CPU.
+      Device c(Backend::kCpu, in, num_rows, dim, mode, weighted, type, nullptr, false);
+      std::vector<float> cpu(num_rows * dim);
+      ops::detail::reduce_gradients_grouped(Backend::kCpu, c.x, c.groups, c.g, {cpu.data(), dim},
+                                            nullptr);
+      ASSERT_TRUE(same_bits(got, cpu));
+    }
+  }
+}
+
+// bfloat16 rows of `dim` elements (random values) and AdaGrad (state in float32; not Adam, whose
+// bias corrections call each platform's powf): the fused pass against the two passes on the
+// backend, the GPU against the CPU, bit for bit.
+TEST_P(GradientReadType, FusedBackwardOnBFloat16RowsMatchesTwoPasses) {
+  const Backend backend = GetParam();
+  dynemb::testing::TestRng test_rng;  // prints the seed
+  std::mt19937_64& rng = test_rng.engine();
+  const size_t num_rows = 80, bags = 600;
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdaGrad;
+  o.learning_rate = 0.05f;
+  o.value_type = ValueType::kBFloat16;
+  for (const uint32_t dim : {128u, 13u}) {
+    const uint32_t words = value_words(ValueType::kBFloat16, dim);
+    const uint32_t row_words = words + optimizer_state_words(o.kind, dim, ValueType::kFloat32);
+    const size_t slot = (row_words + 3) / 4 * 4;  // 16-byte aligned rows
+    std::vector<float> storage(num_rows * slot, 0.0f);
+    std::normal_distribution<float> normal;
+    for (size_t r = 0; r < num_rows; ++r) {
+      for (uint32_t j = 0; j < dim; ++j)
+        store_value(ValueType::kBFloat16, &storage[r * slot], j, normal(rng));
+    }
+    const auto addresses = [&](BackendBuffer<float>& s) {
+      std::vector<float*> p(num_rows);
+      for (size_t r = 0; r < num_rows; ++r) p[r] = s.data() + r * slot;
+      return p;
+    };
+    BackendBuffer<float> two = upload(backend, storage), fused = upload(backend, storage);
+    BackendBuffer<float> cpu_fused = upload(Backend::kCpu, storage);
+    BackendBuffer<float*> two_ptrs = upload(backend, addresses(two));
+    BackendBuffer<float*> fused_ptrs = upload(backend, addresses(fused));
+    BackendBuffer<float*> cpu_ptrs = upload(Backend::kCpu, addresses(cpu_fused));
+    BackendBuffer<float> row_grads(backend, num_rows * dim);
+    ops::detail::StepWorkspace workspace(backend, 0), cpu_workspace(Backend::kCpu, 0);
+    for (int step = 0; step < 4; ++step) {
+      const PoolingMode mode =
+          std::array{PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone}[rng() % 3];
+      const bool weighted = rng() % 2 == 0;
+      SCOPED_TRACE("dim " + std::to_string(dim) + " step " + std::to_string(step) + " " +
+                   to_string(mode) + (weighted ? " weighted" : ""));
+      const Batch in = make_batch(rng, num_rows, bags, dim, mode);
+      // Every other step the bags come in grouped order (as the training step's dedup gives
+      // them), which lets the GPU run the hot rows beside the cold ones.
+      const bool with_bags = step % 2 == 0;
+      Device d(backend, in, num_rows, dim, mode, weighted, ValueType::kBFloat16, fused_ptrs.data(),
+               with_bags);
+      ops::detail::reduce_gradients_grouped(backend, d.x, d.groups, d.g, {row_grads.data(), dim},
+                                            nullptr);
+      apply_optimizer_row_ptrs(backend, o, num_rows, two_ptrs.data(), row_grads.data(), dim, dim,
+                               nullptr, nullptr);
+      ops::detail::reduce_and_optimize_row_ptrs(backend, o, d.x, d.groups, d.g, fused_ptrs.data(),
+                                                nullptr, nullptr, workspace, nullptr);
+      backend_synchronize(backend);
+      const std::vector<float> got = download(fused, storage.size());
+      ASSERT_TRUE(same_bits(got, download(two, storage.size())));
+      Device c(Backend::kCpu, in, num_rows, dim, mode, weighted, ValueType::kBFloat16,
+               cpu_ptrs.data(), with_bags);
+      ops::detail::reduce_and_optimize_row_ptrs(Backend::kCpu, o, c.x, c.groups, c.g,
+                                                cpu_ptrs.data(), nullptr, nullptr, cpu_workspace,
+                                                nullptr);
+      ASSERT_TRUE(same_bits(got, download(cpu_fused, storage.size())));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GradientReadType, dynemb::testing::all_backends(),
+                         dynemb::testing::backend_name);
+
+}  // namespace
+}  // namespace dynemb
