@@ -135,7 +135,9 @@ void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, Strea
 
 template <TableKey K>
 void CachedTable<K>::settle(StreamHandle stream) {
+  settle_prefetch(stream);
   created_.clear();
+  created_on_device_ = 0;
   trusted_ = false;
   if (held_ == 0) return;
   using detail::Scratch;
@@ -160,8 +162,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   CachingPhaseTimes& phases = stats_.phases;
   detail::PhaseClock clock;
   phases.calls += 1;
+  settle_prefetch(stream);  // a prefetch left on the device: done, its evictions written down
   install_prefetched(false);
   const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
+  const size_t created_on_device = created_on_device_;        // by a prefetch on the device
   // After prefetch_step, an address call trusts that its keys are all up: nothing read back.
   const bool trusted = trusted_ && rows != nullptr && !copy_out;
   settle(stream);
@@ -169,7 +173,14 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   const uint64_t now = clock_now();
   // The keys the last prefetch gave new rows: not found before this call.
   const auto report_created = [&] {
-    if (founds == nullptr || created.empty()) return;
+    if (founds == nullptr) return;
+    if (created_on_device > 0) {  // still where that prefetch sorted them
+      const auto* sorted = static_cast<const uint64_t*>(
+          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
+                       founds, stream);
+    }
+    if (created.empty()) return;
     auto* sorted = static_cast<uint64_t*>(
         d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
     d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
@@ -380,6 +391,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
   const StreamHandle s = d.side_stream();
+  settle_prefetch(s);
   CachingPhaseTimes& phases = stats_.phases;
   detail::PhaseClock clock;
   phases.calls += 1;
@@ -481,10 +493,158 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
 }
 
+template <TableKey K>
+bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  // Only a private store's filter can tell, on the device, that a missed key is stored nowhere.
+  if (!caching_.private_store || options_.score_policy == ScorePolicy::kLfu) return false;
+  install_prefetched(true);
+  if (!pending_.empty()) return false;  // rows below may be in host memory: the host path
+  if (stage_backoff_ > 0) {             // the last one fell back: the host path for a while
+    --stage_backoff_;
+    return false;
+  }
+  require(n < (size_t{1} << 31), "CachedTable::prefetch_step", "n", std::to_string(n),
+          "must be < 2^31");
+  TierDevice& d = *device_;
+  const StreamHandle s = d.side_stream();
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  phases.calls += 1;
+  if (created_on_device_ > 0) {  // an earlier device prefetch's new keys: kept on the host now
+    std::vector<uint64_t> earlier(created_on_device_);
+    d.download(earlier.data(), d.scratch(Scratch::kDeferNew, earlier.size() * 8, s),
+               earlier.size() * 8, s);
+    created_.insert(created_.end(), earlier.begin(), earlier.end());
+    std::sort(created_.begin(), created_.end());
+    created_on_device_ = 0;
+  }
+  if (stream != nullptr) d.order_after(s, stream);  // the keys are ready
+  d.wait(s, detail::Mark::kCallEnd);                // the last call's pins are in place
+  const size_t cap = std::max<size_t>(std::min(n, stage_cap_), 1);
+  // The batch is copied: the caller may reuse its buffer once the next call has begun.
+  auto* dkeys = static_cast<K*>(d.scratch(Scratch::kDeferKeys, n * sizeof(K), s));
+  d.copy(dkeys, keys, n * sizeof(K), s);
+  auto* ptrs = static_cast<float**>(d.scratch(Scratch::kDeferPointers, n * sizeof(float*), s));
+  auto* found = static_cast<bool*>(d.scratch(Scratch::kDeferFound, n, s));
+  auto* current = static_cast<uint64_t*>(d.scratch(Scratch::kDeferCurrent, n * 8, s));
+  fast_->find_pointers(n, dkeys, ptrs, found, current, s);
+  auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kDeferNew, n * 8, s));
+  auto* status =
+      static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, fresh, status, s);
+  auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
+  d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
+                         rows, s);
+  // As prefetch_device: the batch's keys in the fast tier stay while the new ones go in, held
+  // keys above them all; then every key has its score back (the new ones: now).
+  fast_->assign_scores(n, dkeys, pinned_scores(n, s, true), s);
+  if (held_ > 0) {
+    const auto* hk = static_cast<const K*>(d.scratch(Scratch::kHeldKeys, held_ * sizeof(K), s));
+    fast_->assign_scores(held_, hk, pinned_scores(held_, s), s);
+  }
+  auto* ek = static_cast<K*>(d.scratch(Scratch::kDeferEvictedKeys, cap * sizeof(K), s));
+  auto* er =
+      static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
+  auto* es = static_cast<uint64_t*>(d.scratch(Scratch::kDeferEvictedScores, cap * 8, s));
+  fast_->insert_and_evict_counted(
+      cap, status + TierDevice::kStageInsert, reinterpret_cast<const K*>(fresh), rows,
+      pinned_scores(cap, s, true), ek, er, es, status + TierDevice::kStageEvicted, s);
+  d.fill_missing(n, found, clock_now(), current, s);
+  fast_->assign_scores(n, dkeys, current, s);
+  d.post_words(status, TierDevice::kStageWords, s);
+  d.record(detail::Mark::kPrefetchEnd, s);
+  stage_ = DeviceStage{true, n, cap};
+  stats_.staged_prefetches += 1;
+  clock.lap(phases.lookup_ns);
+  clock.total(phases.total_ns);
+  return true;
+}
+
+template <TableKey K>
+void CachedTable<K>::settle_prefetch(StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  if (!stage_.active) return;
+  constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
+  const DeviceStage st = stage_;
+  stage_.active = false;
+  TierDevice& d = *device_;
+  const StreamHandle s = d.side_stream();
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  d.wait(stream, detail::Mark::kPrefetchEnd);  // the caller's work comes after it
+  uint64_t w[TierDevice::kStageWords] = {};
+  d.take_words(w, TierDevice::kStageWords);  // waits for the prefetch (done by now, usually)
+  const uint64_t u = w[TierDevice::kStageDistinct];
+  const uint64_t evicted = w[TierDevice::kStageEvicted];
+  if (w[TierDevice::kStageInsert] != u) {  // nothing went in: the next call finds the misses
+    trusted_ = false;
+    stats_.staged_fallbacks += 1;
+    if (w[TierDevice::kStageWhy] & TierDevice::kOverCap)
+      stage_cap_ = std::max<size_t>(stage_cap_ * 2, u + u / 2);
+    if (w[TierDevice::kStageWhy] & (TierDevice::kMaybeBelow | TierDevice::kReservedMissed))
+      stage_backoff_ = 16;
+    clock.lap(phases.misses_ns);
+    return;
+  }
+  stats_.lookups += u;
+  stats_.new_rows += u;
+  stats_.filtered += u;
+  stats_.prefetched += u;
+  created_on_device_ = u;
+  if (evicted > 0) {
+    // What left goes down (the filter learns it first); a key of the batch that left (pinned)
+    // takes its real score, the one the prefetch gave back to the batch.
+    const auto* ek = static_cast<const K*>(d.scratch(Scratch::kDeferEvictedKeys, st.cap * 8, s));
+    const auto* er =
+        static_cast<const float*>(d.scratch(Scratch::kDeferEvictedRows, st.cap * dim_ * 4, s));
+    const auto* es =
+        static_cast<const uint64_t*>(d.scratch(Scratch::kDeferEvictedScores, st.cap * 8, s));
+    if (caching_.private_store) d.filter_add(evicted, reinterpret_cast<const uint64_t*>(ek), s);
+    std::vector<K> ev_keys(evicted);
+    float* ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+    std::vector<uint64_t> ev_scores(evicted);
+    d.download_parts({{ev_keys.data(), ek, evicted * sizeof(K)},
+                      {ev_rows, er, evicted * dim_ * sizeof(float)},
+                      {ev_scores.data(), es, evicted * sizeof(uint64_t)}},
+                     s);
+    std::vector<K> own;
+    std::vector<size_t> own_at;
+    for (size_t e = 0; e < evicted; ++e) {
+      if (ev_scores[e] < kPinnedBelowHeld) continue;
+      own.push_back(ev_keys[e]);
+      own_at.push_back(e);
+    }
+    if (!own.empty()) {  // refused or pushed out by the batch's own keys: not all up
+      trusted_ = false;
+      stats_.prefetch_refused += own.size();
+      const auto* dkeys = static_cast<const K*>(d.scratch(Scratch::kDeferKeys, st.n * 8, s));
+      const auto* current =
+          static_cast<const uint64_t*>(d.scratch(Scratch::kDeferCurrent, st.n * 8, s));
+      std::vector<uint64_t> real(own.size());
+      gather_scores(d, last_positions(d, st.n, dkeys, own, s), current, clock_now(), real, s);
+      for (size_t o = 0; o < own.size(); ++o) ev_scores[own_at[o]] = real[o];
+    }
+    std::vector<uint64_t> put_keys(evicted);
+    for (size_t e = 0; e < evicted; ++e) {
+      put_keys[e] = key_bits(ev_keys[e]);
+      if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+    }
+    stats_.evictions_written += evicted;
+    clock.lap(phases.evicted_ns);
+    write_down(put_keys, ev_rows, ev_scores, {}, false);
+    clock.lap(phases.write_down_ns);
+  }
+}
+
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle(StreamHandle);
+template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
+template void CachedTable<int64_t>::settle_prefetch(StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
@@ -493,6 +653,8 @@ template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, Stre
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
+template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);
+template void CachedTable<uint64_t>::settle_prefetch(StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);

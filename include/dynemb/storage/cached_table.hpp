@@ -69,14 +69,18 @@ struct CachingStats {
                                    // later keys of that call (pointer calls give them nullptr)
   uint64_t unsynced_calls = 0;     // address calls after prefetch_step: no host synchronization
   uint64_t unserved = 0;  // keys a call after prefetch_step looked up that it had not brought up
-  uint64_t prefetch_refused = 0;  // rows a prefetch left below: their bucket was full of the
-                                  // keys in use and the batch's own
-  uint64_t lower_failures = 0;    // lower-tier calls that threw
-  uint64_t pending_rows = 0;      // rows held in host memory until the lower tier takes them
-  uint64_t lower_wait_ns = 0;     // time spent waiting for the lower tier
-  CachingPhaseTimes phases{};     // the device path's time by phase
-  TableStats fast{};              // the fast table's own counts
-  StorageStats lower{};           // the lower tier's own counts
+  uint64_t staged_prefetches = 0;  // prefetch_steps run on the device without a host wait
+  uint64_t staged_fallbacks = 0;   // ... that brought nothing up (a missed key may be below, a
+                                   // reserved key, more new keys than their buffers): the next
+                                   // call finds the misses itself
+  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
+                                   // keys in use and the batch's own
+  uint64_t lower_failures = 0;     // lower-tier calls that threw
+  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
+  CachingPhaseTimes phases{};      // the device path's time by phase
+  TableStats fast{};               // the fast table's own counts
+  StorageStats lower{};            // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -210,6 +214,15 @@ class CachedTable final : public Table<K> {
   // batch is up afterwards.
   bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create,
                        PrefetchFor purpose);
+  // prefetch_step left on the device (a private store, nothing pending): the batch's keys stored
+  // nowhere get their new rows and go in without any host wait; the table's next call settles it
+  // (settle_prefetch). Returns false when it cannot run that way (then the caller takes
+  // prefetch_device).
+  bool prefetch_on_device(size_t n, const K* keys, StreamHandle stream);
+  // Settles a prefetch left on the device: waits for it, reads its status, writes down what it
+  // evicted, counts; a prefetch that could not place its keys on the device brought nothing up
+  // and ends the next call's trust. Every call starts with it (through settle).
+  void settle_prefetch(StreamHandle stream);
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
@@ -279,6 +292,16 @@ class CachedTable final : public Table<K> {
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
   bool trusted_ = false;           // the next address call may skip the miss count (prefetch_step)
+  // A prefetch left on the device, until the next call settles it.
+  struct DeviceStage {
+    bool active = false;
+    size_t n = 0;    // its batch's keys
+    size_t cap = 0;  // rows it could insert
+  };
+  DeviceStage stage_{};
+  size_t stage_cap_ = 4096;       // rows a prefetch left on the device can insert (grows to fit)
+  uint32_t stage_backoff_ = 0;    // prefetch_steps to take the host path after one fell back
+  size_t created_on_device_ = 0;  // keys the last device prefetch created (sorted, kDeferNew)
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;
