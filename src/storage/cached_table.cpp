@@ -1164,9 +1164,20 @@ void CachedTable<K>::clear(StreamHandle stream) {
 // --- whole table ------------------------------------------------------------------------------
 
 template <TableKey K>
+void CachedTable<K>::settle_for_reading(StreamHandle stream) const {
+  // The table is never created const: settling a prefetch left on the device changes no contents.
+  try {
+    const_cast<CachedTable*>(this)->settle_prefetch(stream);
+  } catch (const StorageError&) {
+    // The lower tier failed: the evicted rows wait pending (counted); the next writing call
+    // surfaces the failure.
+  }
+}
+
+template <TableKey K>
 size_t CachedTable<K>::size(StreamHandle stream) const {
   std::lock_guard lock(mutex_);
-  const_cast<CachedTable*>(this)->settle_prefetch(stream);  // its evictions are below first
+  settle_for_reading(stream);  // its evictions are below (or pending) first
   size_t below = lower_->size();
   // Pending rows: a put not yet below adds one; an erase marker whose stale copy is still below
   // (its key is in the fast tier) takes one away.
@@ -1189,7 +1200,7 @@ size_t CachedTable<K>::size(StreamHandle stream) const {
 template <TableKey K>
 size_t CachedTable<K>::capacity() const {
   std::lock_guard lock(mutex_);
-  const_cast<CachedTable*>(this)->settle_prefetch(nullptr);
+  settle_for_reading(nullptr);
   return fast_->capacity() + lower_->size();
 }
 
@@ -1348,7 +1359,7 @@ void CachedTable<K>::set_score(uint64_t score) {
 template <TableKey K>
 CachingStats CachedTable<K>::caching_stats() const {
   std::lock_guard lock(mutex_);
-  const_cast<CachedTable*>(this)->settle_prefetch(nullptr);  // its counts are in
+  settle_for_reading(nullptr);  // its counts are in
   CachingStats s = stats_;
   s.unserved += device_->missing_total();  // counted on the device by unsynchronized calls
   s.pending_rows = pending_.size();
@@ -1360,7 +1371,7 @@ CachingStats CachedTable<K>::caching_stats() const {
 template <TableKey K>
 TableStats CachedTable<K>::stats() const {
   std::lock_guard lock(mutex_);
-  const_cast<CachedTable*>(this)->settle_prefetch(nullptr);
+  settle_for_reading(nullptr);
   TableStats s = fast_->stats();
   s.evictions = lower_->stats().evicted;
   return s;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dynemb/core/error.hpp"
@@ -219,6 +220,17 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
           : static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), stream));
   auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
   fast_->find_pointers(n, keys, ptrs, found, nullptr, stream);
+  // Over a private store, the misses are first listed on the device: when the filter shows every
+  // one stored nowhere, they go in from there (one read of their count; "A call whose misses are
+  // all new" in docs/storage.md).
+  if (caching_.private_store && pending_.empty() && miss == Miss::kInitialize && !given_scores) {
+    if (stage_call_backoff_ > 0) {
+      --stage_call_backoff_;
+    } else if (find_or_insert_new(n, keys, values, founds, rows, copy_out, ptrs, found, call_scores,
+                                  now, created_on_device, created, clock, stream)) {
+      return;
+    }
+  }
   detail::TierDevice::MissList list;
   d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, list, stream);
   clock.lap(phases.lookup_ns);
@@ -494,6 +506,140 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
 }
 
 template <TableKey K>
+bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, bool* founds,
+                                        float** rows, bool copy_out, float** ptrs, bool* found,
+                                        const uint64_t* call_scores, uint64_t now,
+                                        size_t created_on_device,
+                                        const std::vector<uint64_t>& created,
+                                        detail::PhaseClock& clock, StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
+  TierDevice& d = *device_;
+  CachingPhaseTimes& phases = stats_.phases;
+  auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kCallNew, n * 8, stream));
+  auto* status =
+      static_cast<uint64_t*>(d.scratch(Scratch::kCallStatus, TierDevice::kStageWords * 8, stream));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, stream);
+  uint64_t w[TierDevice::kStageWords] = {};
+  d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
+  const size_t u = w[TierDevice::kStageDistinct];
+  if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
+    if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
+    return false;
+  }
+  const size_t missed = w[TierDevice::kStageMissed];
+  stats_.hits += n - missed;
+  stats_.lookups += n - missed + u;
+  stats_.misses += u;
+  stats_.new_rows += u;
+  stats_.filtered += u;
+  clock.lap(phases.lookup_ns);
+  // The new rows, drawn where they go; the call's keys in the fast tier stay (pinned) while
+  // they go in, pinned too.
+  std::unordered_set<uint64_t> went_down;  // keys of the call pushed out by the call's own
+  std::vector<K> ev_keys;
+  std::vector<uint64_t> ev_scores;
+  float* ev_rows = nullptr;
+  size_t evicted = 0;
+  const uint64_t* pinned = pinned_scores(n, stream);
+  fast_->assign_scores(n, keys, pinned, stream);
+  if (u > 0) {
+    auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
+    d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
+    auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
+    auto* dev =
+        static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
+    auto* des = static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, u * 8, stream));
+    evicted = fast_->insert_and_evict(u, reinterpret_cast<const K*>(fresh), drows, pinned, dek, dev,
+                                      des, stream);
+    clock.lap(phases.insert_ns);
+    if (evicted > 0) {
+      if (caching_.private_store)
+        d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
+      ev_keys.resize(evicted);
+      ev_scores.resize(evicted);
+      ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+      d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
+                        {ev_rows, dev, evicted * dim_ * sizeof(float)},
+                        {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                       stream);
+      std::vector<uint64_t> put_keys(evicted);
+      for (size_t e = 0; e < evicted; ++e) {
+        put_keys[e] = key_bits(ev_keys[e]);
+        if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+        // A key of the call (pinned; each leaves once: the new ones had no row before) goes
+        // down with the call's score.
+        if (ev_scores[e] < kPinnedBelowHeld) continue;
+        ev_scores[e] = now;
+        went_down.insert(put_keys[e]);
+      }
+      stats_.evictions_written += evicted;
+      stats_.batch_evicted += went_down.size();
+      clock.lap(phases.evicted_ns);
+      try {
+        write_down(put_keys, ev_rows, ev_scores, {}, false);
+      } catch (...) {  // the rows wait pending: no key stays pinned
+        fast_->assign_scores(n, keys, call_scores, stream);
+        throw;
+      }
+      clock.lap(phases.write_down_ns);
+    }
+  }
+  // Outputs: addresses (held) or rows, from the fast tier; a key pushed straight down from the
+  // host; founds: the lookup's, with a new key's later copies found.
+  if (rows != nullptr) {
+    hold(n, keys, call_scores, stream);
+    fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
+  } else {
+    fast_->assign_scores(n, keys, call_scores, stream);
+    if (copy_out) {
+      if (u > 0) fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
+      d.copy_rows_out(n, ptrs, dim_, values, stream);
+      if (!went_down.empty()) {
+        std::unordered_map<uint64_t, size_t> row_of;
+        for (size_t e = 0; e < evicted; ++e)
+          if (went_down.count(key_bits(ev_keys[e]))) row_of[key_bits(ev_keys[e])] = e;
+        const std::vector<K> hk = download_keys(n, keys);
+        std::vector<uint32_t> out_at;
+        std::vector<float> out_rows;
+        for (size_t i = 0; i < n; ++i) {
+          const auto it = row_of.find(key_bits(hk[i]));
+          if (it == row_of.end()) continue;
+          out_at.push_back(static_cast<uint32_t>(i));
+          out_rows.insert(out_rows.end(), ev_rows + it->second * dim_,
+                          ev_rows + (it->second + 1) * dim_);
+        }
+        d.scatter(out_at.size(), out_at.data(), out_rows.data(), dim_ * sizeof(float), values,
+                  stream);
+      }
+    }
+  }
+  if (founds != nullptr) {
+    auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
+    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream);
+    d.copy(founds, found, n, stream);
+    if (created_on_device > 0) {
+      const auto* sorted = static_cast<const uint64_t*>(
+          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
+                       founds, stream);
+    }
+    if (!created.empty()) {
+      auto* sorted = static_cast<uint64_t*>(
+          d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
+      d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created.size(), founds,
+                       stream);
+    }
+  }
+  d.record(detail::Mark::kCallEnd, stream);
+  clock.lap(phases.outputs_ns);
+  clock.total(phases.total_ns);
+  return true;
+}
+
+template <TableKey K>
 bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle stream) {
   using detail::Scratch;
   using detail::TierDevice;
@@ -645,6 +791,11 @@ template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*
 template void CachedTable<int64_t>::settle(StreamHandle);
 template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle_prefetch(StreamHandle);
+template bool CachedTable<int64_t>::find_or_insert_new(size_t, const int64_t*, float*, bool*,
+                                                       float**, bool, float**, bool*,
+                                                       const uint64_t*, uint64_t, size_t,
+                                                       const std::vector<uint64_t>&,
+                                                       detail::PhaseClock&, StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
@@ -655,6 +806,11 @@ template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle_prefetch(StreamHandle);
+template bool CachedTable<uint64_t>::find_or_insert_new(size_t, const uint64_t*, float*, bool*,
+                                                        float**, bool, float**, bool*,
+                                                        const uint64_t*, uint64_t, size_t,
+                                                        const std::vector<uint64_t>&,
+                                                        detail::PhaseClock&, StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);

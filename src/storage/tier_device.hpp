@@ -66,6 +66,9 @@ enum class Scratch : uint8_t {
   kStageSorted,
   kStageCount,
   kStageTemp,
+  kCallNew,  // a find_or_insert whose misses are all new: their keys, status, first positions
+  kCallStatus,
+  kCallFirst,
   kCount
 };
 
@@ -190,13 +193,19 @@ class TierDevice {
   static constexpr size_t kStageInsert = 1;    // how many to insert on the device (all or 0)
   static constexpr size_t kStageWhy = 2;       // why none (bits above)
   static constexpr size_t kStageEvicted = 3;   // left for insert_and_evict_counted's count
-  static constexpr size_t kStageWords = 4;
+  static constexpr size_t kStageMissed = 4;    // missed positions (copies and reserved included)
+  static constexpr size_t kStageWords = 5;
   // The distinct keys at the positions i < n where found[i] is false (8-byte bit patterns),
   // ascending, into unique[0, u) (unique holds n entries), with status (kStageWords words) as
   // above: status[kStageInsert] = u when none is reserved, the filter (if any) holds none of them
   // and u <= cap, else 0. Everything stays in the fast table's memory: nothing is read back.
   virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
                               uint64_t* unique, uint64_t* status, StreamHandle stream) = 0;
+  // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
+  // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
+  // fast table's memory, ordered on `stream`.
+  virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted,
+                            size_t u, uint32_t* first, StreamHandle stream) = 0;
   // Rows j < min(*count, cap) of `rows` (dim words each) = the initializer's rows of keys[j]
   // (count, keys and rows in the fast table's memory); ordered on `stream`.
   virtual void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,

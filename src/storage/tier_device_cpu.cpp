@@ -156,8 +156,10 @@ class CpuTierDevice final : public TierDevice {
                       uint64_t* unique, uint64_t* status, StreamHandle) override {
     size_t u = 0;
     uint64_t why = 0;
+    uint64_t missed = 0;
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;
+      ++missed;
       if (keys[i] >= kFirstReservedKey) {
         why |= kReservedMissed;
         continue;
@@ -173,6 +175,19 @@ class CpuTierDevice final : public TierDevice {
     status[kStageInsert] = why == 0 ? u : 0;
     status[kStageWhy] = why;
     status[kStageEvicted] = 0;
+    status[kStageMissed] = missed;
+  }
+  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
+                    uint32_t*, StreamHandle) override {
+    std::vector<uint8_t> seen(u, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (found[i]) continue;
+      const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
+      if (at == sorted + u || *at != keys[i]) continue;
+      uint8_t& s = seen[static_cast<size_t>(at - sorted)];
+      found[i] = s != 0;
+      s = 1;
+    }
   }
   void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
                             const InitializerOptions& init, uint32_t dim, float* rows,

@@ -367,36 +367,71 @@ TEST_P(CachedDevice, BatchesLargerThanTheFastTierKeepTheirNewRows) {
 }
 
 // A batch of new keys larger than the fast tier: the rows of the keys pushed straight back down
-// still come out (the initializer's rows, as one big table gives them), none found.
+// still come out (the initializer's rows, as one big table gives them), only later copies of a
+// key found; over a shared store and over a private one (whose new keys go in from the device).
 TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
   const Backend backend = GetParam();
   TestRng rng;
   const uint32_t dim = 5;
-  const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
-  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-  CachedTable<K> cached(backend, fo, lower);
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 4096;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
-  const std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
-  const size_t n = keys.size();
-  const auto dkeys = on(backend, keys);
-  BackendBuffer<float> dvalues(backend, n * dim);
-  BackendBuffer<bool> dfound(backend, n);
-  cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
-  std::vector<float> want(n * dim);
-  std::unique_ptr<bool[]> fb(new bool[n]);
-  big->find_or_insert(n, keys.data(), want.data(), fb.get());
-  const auto found = back(dfound, n);
-  const auto got = back(dvalues, n * dim);
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_FALSE(found[i]) << "founds[" << i << "]";
-    for (uint32_t c = 0; c < dim; ++c)
-      ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+  for (const bool private_store : {false, true}) {
+    SCOPED_TRACE(private_store ? "private store" : "shared store");
+    const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
+    auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+    CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 20});
+    TableOptions bo = fo;
+    bo.init_capacity = bo.max_capacity = 4096;
+    bo.bucket_capacity = 128;
+    auto big = make_table<K>(Backend::kCpu, bo);
+    std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
+    for (int copy = 0; copy < 150; ++copy) keys.push_back(keys[rng.uniform(0, 599)]);
+    std::shuffle(keys.begin(), keys.end(), rng.engine());
+    const size_t n = keys.size();
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float> dvalues(backend, n * dim);
+    BackendBuffer<bool> dfound(backend, n);
+    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+    std::vector<float> want(n * dim);
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert(n, keys.data(), want.data(), fb.get());
+    const auto found = back(dfound, n);
+    const auto got = back(dvalues, n * dim);
+    std::set<K> earlier;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+      ASSERT_EQ(found[i] != 0, !earlier.insert(keys[i]).second) << "founds[" << i << "]";
+      for (uint32_t c = 0; c < dim; ++c)
+        ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+    }
+    const storage::CachingStats s = cached.caching_stats();
+    EXPECT_GT(s.batch_evicted, 0u) << "no key went straight down";
+    EXPECT_EQ(s.filtered, private_store ? 600u : 0u);
+    EXPECT_EQ(cached.size(), 600u);
+    // By address, a second batch of new keys (copies too): addresses of the keys that stayed,
+    // nullptr for those pushed straight down (counted), rows below all the same.
+    std::vector<K> more = draw_keys(rng, 100, 1u << 30, true);
+    for (int copy = 0; copy < 30; ++copy) more.push_back(more[rng.uniform(0, 99)]);
+    const auto dmore = on(backend, more);
+    BackendBuffer<float*> dptrs(backend, more.size());
+    BackendBuffer<bool> dmf(backend, more.size());
+    cached.find_or_insert_pointers(more.size(), dmore.data(), dptrs.data(), dmf.data());
+    std::vector<float> mwant(more.size() * dim);
+    std::unique_ptr<bool[]> mfb(new bool[more.size()]);
+    big->find_or_insert(more.size(), more.data(), mwant.data(), mfb.get());
+    const auto mf = back(dmf, more.size());
+    const auto ptrs = back(dptrs, more.size());
+    std::vector<float> row(dim);
+    for (size_t i = 0; i < more.size(); ++i) {
+      ASSERT_EQ(mf[i], mfb[i]) << "founds[" << i << "]";
+      if (ptrs[i] == nullptr) continue;
+      copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+      for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], mwant[i * dim + c]) << "key " << more[i];
+    }
+    EXPECT_EQ(cached.caching_stats().filtered, private_store ? 700u : 0u);
+    EXPECT_EQ(cached.size(), 700u);
+    BackendBuffer<float> dall(backend, more.size() * dim);
+    cached.find(more.size(), dmore.data(), dall.data(), dmf.data(), nullptr);
+    ASSERT_EQ(back(dall, more.size() * dim), mwant);
   }
-  EXPECT_GT(cached.caching_stats().batch_evicted, 0u) << "no key went straight down";
-  EXPECT_EQ(cached.size(), n);
 }
 
 // After prefetch_step the next address call reads nothing back: the keys the prefetch brought up

@@ -20,7 +20,8 @@ namespace dynemb::storage {
 
 namespace detail {
 class TierDevice;
-}
+class PhaseClock;
+}  // namespace detail
 
 // Host wall time of the caching table's device-path calls (find_or_insert*, prefetch*), by phase,
 // in nanoseconds, cumulative: where a call's time goes. A phase that ends by waiting for the
@@ -214,6 +215,14 @@ class CachedTable final : public Table<K> {
   // batch is up afterwards.
   bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create,
                        PrefetchFor purpose);
+  // find_or_insert_device over a private store whose misses the filter shows all stored nowhere:
+  // listed, given their new rows and moved in on the device after one read of their count;
+  // false (nothing changed) when some may be below or are reserved, then the host lists them.
+  bool find_or_insert_new(size_t n, const K* keys, float* values, bool* founds, float** rows,
+                          bool copy_out, float** ptrs, bool* found, const uint64_t* call_scores,
+                          uint64_t now, size_t created_on_device,
+                          const std::vector<uint64_t>& created, detail::PhaseClock& clock,
+                          StreamHandle stream);
   // prefetch_step left on the device (a private store, nothing pending): the batch's keys stored
   // nowhere get their new rows and go in without any host wait; the table's next call settles it
   // (settle_prefetch). Returns false when it cannot run that way (then the caller takes
@@ -223,6 +232,9 @@ class CachedTable final : public Table<K> {
   // evicted, counts; a prefetch that could not place its keys on the device brought nothing up
   // and ends the next call's trust. Every call starts with it (through settle).
   void settle_prefetch(StreamHandle stream);
+  // settle_prefetch for the const readers (size, capacity, stats): a lower-tier failure leaves the
+  // rows pending and is not thrown here.
+  void settle_for_reading(StreamHandle stream) const;
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
@@ -299,9 +311,10 @@ class CachedTable final : public Table<K> {
     size_t cap = 0;  // rows it could insert
   };
   DeviceStage stage_{};
-  size_t stage_cap_ = 4096;       // rows a prefetch left on the device can insert (grows to fit)
-  uint32_t stage_backoff_ = 0;    // prefetch_steps to take the host path after one fell back
-  size_t created_on_device_ = 0;  // keys the last device prefetch created (sorted, kDeferNew)
+  size_t stage_cap_ = 4096;          // rows a prefetch left on the device can insert (grows to fit)
+  uint32_t stage_backoff_ = 0;       // prefetch_steps to take the host path after one fell back
+  uint32_t stage_call_backoff_ = 0;  // calls to list their misses on the host after one fell back
+  size_t created_on_device_ = 0;     // keys the last device prefetch created (sorted, kDeferNew)
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

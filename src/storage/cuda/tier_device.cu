@@ -169,15 +169,54 @@ __global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, c
 // reserved key is flagged in status.
 __global__ void stage_candidates_kernel(size_t n, const uint64_t* keys, const bool* found,
                                         uint64_t* candidates, unsigned long long* status) {
+  unsigned long long missed = 0;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     if (found[i]) {
       candidates[i] = ~0ull;
       continue;
     }
+    ++missed;
     candidates[i] = keys[i];
     if (keys[i] >= kFirstReservedKey)
       atomicOr(status + TierDevice::kStageWhy, TierDevice::kReservedMissed);
+  }
+  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+}
+
+// The index of `key` in sorted[0, u) (ascending), or u when absent.
+__device__ size_t sorted_index(const uint64_t* sorted, size_t u, uint64_t key) {
+  size_t lo = 0, hi = u;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (sorted[mid] < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < u && sorted[lo] == key ? lo : u;
+}
+
+// first[k] = the first missed position of sorted[k] (first starts at ~0).
+__global__ void first_positions_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                       const uint64_t* sorted, size_t u, uint32_t* first) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (found[i]) continue;
+    const size_t k = sorted_index(sorted, u, keys[i]);
+    if (k < u) atomicMin(first + k, static_cast<uint32_t>(i));
+  }
+}
+
+// found[i] = true at a missed position that is not its key's first.
+__global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
+                                    const uint64_t* sorted, size_t u, const uint32_t* first) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (found[i]) continue;
+    const size_t k = sorted_index(sorted, u, keys[i]);
+    if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
   }
 }
 
@@ -823,6 +862,17 @@ class CudaTierDevice final : public TierDevice {
     }
     stage_status_kernel<<<1, 1, 0, stream>>>(count, unique, cap, st);
     check_launch("CachedTable: stage status");
+  }
+
+  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
+                    uint32_t* first, StreamHandle stream_handle) override {
+    if (n == 0 || u == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    check(cudaMemsetAsync(first, 0xFF, u * sizeof(uint32_t), stream), "CachedTable: first");
+    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
+    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
+    check_launch("CachedTable: mark repeats");
   }
 
   void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
