@@ -683,13 +683,11 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
   d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
                          rows, s);
-  // As prefetch_device: the batch's keys in the fast tier stay while the new ones go in, held
-  // keys above them all; then every key has its score back (the new ones: now).
-  fast_->assign_scores(n, dkeys, pinned_scores(n, s, true), s);
-  if (held_ > 0) {
-    const auto* hk = static_cast<const K*>(d.scratch(Scratch::kHeldKeys, held_ * sizeof(K), s));
-    fast_->assign_scores(held_, hk, pinned_scores(held_, s), s);
-  }
+  // The batch's keys in the fast tier stay while the new ones go in: pinned as high as the held
+  // keys, so the held ones need no pin again (a new key, one below, can push out neither: a
+  // victim must score no more than the key coming in); then every key has its score back (the
+  // new ones: now; held ones: still pinned, as the lookup found them).
+  fast_->assign_scores(n, dkeys, pinned_scores(n, s), s);
   auto* ek = static_cast<K*>(d.scratch(Scratch::kDeferEvictedKeys, cap * sizeof(K), s));
   auto* er =
       static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
