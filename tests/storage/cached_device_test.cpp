@@ -699,6 +699,8 @@ TEST_P(CachedDevice, StagedPrefetchRefusalsGoDownWithTheirRows) {
   EXPECT_EQ(s.staged_fallbacks, 0u);
   EXPECT_GE(s.prefetch_refused, n - 64) << "at most 64 of " << n << " keys fit";
   EXPECT_EQ(s.evictions_written, s.prefetch_refused);
+  EXPECT_EQ(lower->size(), s.prefetch_refused) << "the refused rows are below";
+  EXPECT_EQ(cached.size(), n) << "every key of the prefetch is in one tier";
   // The next address call synchronizes (no trust after a refusal) and reports them as new.
   BackendBuffer<float*> dptrs(backend, n);
   BackendBuffer<bool> dfound(backend, n);
