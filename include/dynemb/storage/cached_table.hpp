@@ -121,6 +121,9 @@ class CachedTable final : public Table<K> {
   // only these keys (a key it did not bring up gets no row, nullptr, counted in
   // caching_stats().unserved). When the prefetch could not place every key (prefetch_refused),
   // or a reserved key was skipped, the next call takes the synchronizing path instead.
+  // Over a private store it is staged on the device when it can be (its missed keys all stored
+  // nowhere): nothing is waited for, the table's next call settles it (docs/storage.md, "A
+  // prefetch staged on the device"); `keys` must stay unchanged until that call begins.
   void prefetch_step(size_t n, const K* keys, StreamHandle stream = nullptr);
   // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
   // up at the first call that finds the read done (or that must wait: flush, clear, another
