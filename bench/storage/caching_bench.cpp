@@ -19,7 +19,7 @@
 //   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B]
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
-//   [--lost-fraction F] [--no-touch] [--prefetch-before-backward] [--seed S] [--json PATH]
+//   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -75,9 +75,6 @@ struct Args {
   double lost_fraction = 0.01;
   uint64_t seed = 0;
   bool touch = true;  // map the host tier's memory before timing (host_tier)
-  // The step's prefetch of the next batch: issued between its forward and backward (the rows the
-  // forward found are held), else after the backward (the default).
-  bool prefetch_before_backward = false;
   // find_or_insert streams: "repeats" (the Zipf draws as they come) and "distinct" (each call's
   // distinct keys, as a step's lookup after its dedup).
   std::vector<std::string> streams{"repeats", "distinct"};
@@ -143,8 +140,6 @@ Args parse(int argc, char** argv) {
       a.lost_fraction = std::stod(value());
     } else if (k == "--no-touch") {
       a.touch = false;
-    } else if (k == "--prefetch-before-backward") {
-      a.prefetch_before_backward = true;
     } else if (k == "--distinct") {
       a.streams = {"distinct"};
     } else if (k == "--streams") {
@@ -453,16 +448,12 @@ json run_step(const Args& a, StreamHandle stream) {
       const auto start = Clock::now();
       emb.forward({b.keys.data(), n, b.offsets.data(), a.bags, nullptr, PoolingMode::kSum},
                   out.data(), a.dim, true, stream);
-      if (prefetch && cached != nullptr && a.prefetch_before_backward) {
-        const StepBatch& next = batches[s + 1];
-        cached->prefetch_step(next.num_distinct, next.distinct.data());
-      }
       emb.backward(dgrad.data(), a.dim, stream);
       // The next batch's keys are ready (uploaded before the loop): the prefetch waits for
       // nothing on `stream` and overlaps the step issued there.
       // The next batch's distinct keys (deduplicated when the batch was made) come up, new keys
       // get their rows there too, so the next step's lookup reads nothing back (prefetch_step).
-      if (prefetch && cached != nullptr && !a.prefetch_before_backward) {
+      if (prefetch && cached != nullptr) {
         const StepBatch& next = batches[s + 1];
         cached->prefetch_step(next.num_distinct, next.distinct.data());
       }
@@ -712,7 +703,6 @@ int main(int argc, char** argv) try {
                 {"steps", a.steps},
                 {"step_warmup", a.step_warmup},
                 {"host_tier_touched_before_timing", a.touch},
-                {"prefetch_before_backward", a.prefetch_before_backward},
                 {"optimizer", "adam"},
                 {"score_policy", "step"},
                 {"lower_tier", "HostStorage"},
