@@ -508,6 +508,8 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"new_rows", st.new_rows},
                        {"filtered", st.filtered},
                        {"unsynced_calls", st.unsynced_calls},
+                       {"staged_prefetches", st.staged_prefetches},
+                       {"staged_fallbacks", st.staged_fallbacks},
                        {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
                        {"phases_ms_per_call", phases_ms(st.phases, warm)},
@@ -770,7 +772,8 @@ int main(int argc, char** argv) try {
                 << c["rows_down"].get<double>() / steps << " / "
                 << c["new_rows"].get<double>() / steps << ", lower tier "
                 << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step, "
-                << c["unsynced_calls"] << " lookups without a sync\n"
+                << c["unsynced_calls"] << " lookups without a sync, " << c["staged_prefetches"]
+                << " prefetches staged on the device (" << c["staged_fallbacks"] << " fell back)\n"
                 << phases_line(c["phases_ms_per_call"]);
     }
   }

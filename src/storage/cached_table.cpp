@@ -126,6 +126,12 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
 template <TableKey K>
 CachedTable<K>::~CachedTable() {
   if (prefetch_ && prefetch_->done.valid()) prefetch_->done.wait();
+  try {  // a prefetch left on the device: what it evicted goes down
+    settle_prefetch(nullptr);
+  } catch (const std::exception& e) {
+    warn(std::string("CachedTable: rows a prefetch evicted could not be written down: ") +
+         e.what());
+  }
 }
 
 template <TableKey K>
@@ -206,6 +212,7 @@ void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
   require(keys != nullptr, "CachedTable::prefetch_async", "keys", "nullptr",
           "must be non-null when n = " + std::to_string(n));
   std::lock_guard lock(mutex_);
+  settle_prefetch(nullptr);
   trusted_ = false;
   install_prefetched(true);
   auto [hk, usable, unique, index] =
@@ -241,6 +248,7 @@ void CachedTable<K>::prefetch_async(size_t n, const K* keys, StreamHandle) {
 template <TableKey K>
 void CachedTable<K>::wait_prefetch() {
   std::lock_guard lock(mutex_);
+  settle_prefetch(nullptr);
   install_prefetched(true);
 }
 
@@ -777,6 +785,12 @@ void CachedTable<K>::prefetch_step(size_t n, const K* keys, StreamHandle stream)
     stats_.prefetched += move_up(n, keys, stream);
     return;
   }
+  settle_prefetch(stream);
+  // Left on the device when it can be (a private store); its next call settles it.
+  if (prefetch_on_device(n, keys, stream)) {
+    trusted_ = true;
+    return;
+  }
   trusted_ = prefetch_device(n, keys, stream, true, PrefetchFor::kCaller);
 }
 
@@ -1150,8 +1164,20 @@ void CachedTable<K>::clear(StreamHandle stream) {
 // --- whole table ------------------------------------------------------------------------------
 
 template <TableKey K>
+void CachedTable<K>::settle_for_reading(StreamHandle stream) const {
+  // The table is never created const: settling a prefetch left on the device changes no contents.
+  try {
+    const_cast<CachedTable*>(this)->settle_prefetch(stream);
+  } catch (const StorageError&) {
+    // The lower tier failed: the evicted rows wait pending (counted); the next writing call
+    // surfaces the failure.
+  }
+}
+
+template <TableKey K>
 size_t CachedTable<K>::size(StreamHandle stream) const {
   std::lock_guard lock(mutex_);
+  settle_for_reading(stream);  // its evictions are below (or pending) first
   size_t below = lower_->size();
   // Pending rows: a put not yet below adds one; an erase marker whose stale copy is still below
   // (its key is in the fast tier) takes one away.
@@ -1174,6 +1200,7 @@ size_t CachedTable<K>::size(StreamHandle stream) const {
 template <TableKey K>
 size_t CachedTable<K>::capacity() const {
   std::lock_guard lock(mutex_);
+  settle_for_reading(nullptr);
   return fast_->capacity() + lower_->size();
 }
 
@@ -1186,6 +1213,7 @@ double CachedTable<K>::load_factor(StreamHandle stream) const {
 template <TableKey K>
 void CachedTable<K>::reserve(size_t new_capacity, StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  settle_prefetch(stream);
   fast_->reserve(new_capacity, stream);
 }
 
@@ -1331,6 +1359,7 @@ void CachedTable<K>::set_score(uint64_t score) {
 template <TableKey K>
 CachingStats CachedTable<K>::caching_stats() const {
   std::lock_guard lock(mutex_);
+  settle_for_reading(nullptr);  // its counts are in
   CachingStats s = stats_;
   s.unserved += device_->missing_total();  // counted on the device by unsynchronized calls
   s.pending_rows = pending_.size();
@@ -1342,6 +1371,7 @@ CachingStats CachedTable<K>::caching_stats() const {
 template <TableKey K>
 TableStats CachedTable<K>::stats() const {
   std::lock_guard lock(mutex_);
+  settle_for_reading(nullptr);
   TableStats s = fast_->stats();
   s.evictions = lower_->stats().evicted;
   return s;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dynemb/core/error.hpp"
@@ -135,7 +136,9 @@ void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, Strea
 
 template <TableKey K>
 void CachedTable<K>::settle(StreamHandle stream) {
+  settle_prefetch(stream);
   created_.clear();
+  created_on_device_ = 0;
   trusted_ = false;
   if (held_ == 0) return;
   using detail::Scratch;
@@ -160,8 +163,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   CachingPhaseTimes& phases = stats_.phases;
   detail::PhaseClock clock;
   phases.calls += 1;
+  settle_prefetch(stream);  // a prefetch left on the device: done, its evictions written down
   install_prefetched(false);
   const std::vector<uint64_t> created = std::move(created_);  // by the last prefetch
+  const size_t created_on_device = created_on_device_;        // by a prefetch on the device
   // After prefetch_step, an address call trusts that its keys are all up: nothing read back.
   const bool trusted = trusted_ && rows != nullptr && !copy_out;
   settle(stream);
@@ -169,7 +174,14 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   const uint64_t now = clock_now();
   // The keys the last prefetch gave new rows: not found before this call.
   const auto report_created = [&] {
-    if (founds == nullptr || created.empty()) return;
+    if (founds == nullptr) return;
+    if (created_on_device > 0) {  // still where that prefetch sorted them
+      const auto* sorted = static_cast<const uint64_t*>(
+          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
+                       founds, stream);
+    }
+    if (created.empty()) return;
     auto* sorted = static_cast<uint64_t*>(
         d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
     d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
@@ -208,6 +220,17 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
           : static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), stream));
   auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
   fast_->find_pointers(n, keys, ptrs, found, nullptr, stream);
+  // Over a private store, the misses are first listed on the device: when the filter shows every
+  // one stored nowhere, they go in from there (one read of their count; "A call whose misses are
+  // all new" in docs/storage.md).
+  if (caching_.private_store && pending_.empty() && miss == Miss::kInitialize && !given_scores) {
+    if (stage_call_backoff_ > 0) {
+      --stage_call_backoff_;
+    } else if (find_or_insert_new(n, keys, values, founds, rows, copy_out, ptrs, found, call_scores,
+                                  now, created_on_device, created, clock, stream)) {
+      return;
+    }
+  }
   detail::TierDevice::MissList list;
   d.list_misses(n, reinterpret_cast<const uint64_t*>(keys), found, list, stream);
   clock.lap(phases.lookup_ns);
@@ -380,6 +403,7 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   require(n < (size_t{1} << 31), "CachedTable::prefetch", "n", std::to_string(n), "must be < 2^31");
   detail::TierDevice& d = *device_;
   const StreamHandle s = d.side_stream();
+  settle_prefetch(s);
   CachingPhaseTimes& phases = stats_.phases;
   detail::PhaseClock clock;
   phases.calls += 1;
@@ -481,10 +505,295 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   return complete && (create || up.size() == u) && stats_.prefetch_refused == refused_before;
 }
 
+template <TableKey K>
+bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, bool* founds,
+                                        float** rows, bool copy_out, float** ptrs, bool* found,
+                                        const uint64_t* call_scores, uint64_t now,
+                                        size_t created_on_device,
+                                        const std::vector<uint64_t>& created,
+                                        detail::PhaseClock& clock, StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
+  TierDevice& d = *device_;
+  CachingPhaseTimes& phases = stats_.phases;
+  auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kCallNew, n * 8, stream));
+  auto* status =
+      static_cast<uint64_t*>(d.scratch(Scratch::kCallStatus, TierDevice::kStageWords * 8, stream));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, stream);
+  uint64_t w[TierDevice::kStageWords] = {};
+  d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
+  const size_t u = w[TierDevice::kStageDistinct];
+  if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
+    if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
+    return false;
+  }
+  const size_t missed = w[TierDevice::kStageMissed];
+  stats_.hits += n - missed;
+  stats_.lookups += n - missed + u;
+  stats_.misses += u;
+  stats_.new_rows += u;
+  stats_.filtered += u;
+  clock.lap(phases.lookup_ns);
+  // The new rows, drawn where they go; the call's keys in the fast tier stay (pinned) while
+  // they go in, pinned too.
+  std::unordered_set<uint64_t> went_down;  // keys of the call pushed out by the call's own
+  std::vector<K> ev_keys;
+  std::vector<uint64_t> ev_scores;
+  float* ev_rows = nullptr;
+  size_t evicted = 0;
+  const uint64_t* pinned = pinned_scores(n, stream);
+  fast_->assign_scores(n, keys, pinned, stream);
+  if (u > 0) {
+    auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
+    d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
+    auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
+    auto* dev =
+        static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
+    auto* des = static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, u * 8, stream));
+    evicted = fast_->insert_and_evict(u, reinterpret_cast<const K*>(fresh), drows, pinned, dek, dev,
+                                      des, stream);
+    clock.lap(phases.insert_ns);
+    if (evicted > 0) {
+      if (caching_.private_store)
+        d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
+      ev_keys.resize(evicted);
+      ev_scores.resize(evicted);
+      ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+      d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
+                        {ev_rows, dev, evicted * dim_ * sizeof(float)},
+                        {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                       stream);
+      std::vector<uint64_t> put_keys(evicted);
+      for (size_t e = 0; e < evicted; ++e) {
+        put_keys[e] = key_bits(ev_keys[e]);
+        if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+        // A key of the call (pinned; each leaves once: the new ones had no row before) goes
+        // down with the call's score.
+        if (ev_scores[e] < kPinnedBelowHeld) continue;
+        ev_scores[e] = now;
+        went_down.insert(put_keys[e]);
+      }
+      stats_.evictions_written += evicted;
+      stats_.batch_evicted += went_down.size();
+      clock.lap(phases.evicted_ns);
+      try {
+        write_down(put_keys, ev_rows, ev_scores, {}, false);
+      } catch (...) {  // the rows wait pending: no key stays pinned
+        fast_->assign_scores(n, keys, call_scores, stream);
+        throw;
+      }
+      clock.lap(phases.write_down_ns);
+    }
+  }
+  // Outputs: addresses (held) or rows, from the fast tier; a key pushed straight down from the
+  // host; founds: the lookup's, with a new key's later copies found.
+  if (rows != nullptr) {
+    hold(n, keys, call_scores, stream);
+    fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
+  } else {
+    fast_->assign_scores(n, keys, call_scores, stream);
+    if (copy_out) {
+      if (u > 0) fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
+      d.copy_rows_out(n, ptrs, dim_, values, stream);
+      if (!went_down.empty()) {
+        std::unordered_map<uint64_t, size_t> row_of;
+        for (size_t e = 0; e < evicted; ++e)
+          if (went_down.count(key_bits(ev_keys[e]))) row_of[key_bits(ev_keys[e])] = e;
+        const std::vector<K> hk = download_keys(n, keys);
+        std::vector<uint32_t> out_at;
+        std::vector<float> out_rows;
+        for (size_t i = 0; i < n; ++i) {
+          const auto it = row_of.find(key_bits(hk[i]));
+          if (it == row_of.end()) continue;
+          out_at.push_back(static_cast<uint32_t>(i));
+          out_rows.insert(out_rows.end(), ev_rows + it->second * dim_,
+                          ev_rows + (it->second + 1) * dim_);
+        }
+        d.scatter(out_at.size(), out_at.data(), out_rows.data(), dim_ * sizeof(float), values,
+                  stream);
+      }
+    }
+  }
+  if (founds != nullptr) {
+    auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
+    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream);
+    d.copy(founds, found, n, stream);
+    if (created_on_device > 0) {
+      const auto* sorted = static_cast<const uint64_t*>(
+          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
+                       founds, stream);
+    }
+    if (!created.empty()) {
+      auto* sorted = static_cast<uint64_t*>(
+          d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
+      d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created.size(), founds,
+                       stream);
+    }
+  }
+  d.record(detail::Mark::kCallEnd, stream);
+  clock.lap(phases.outputs_ns);
+  clock.total(phases.total_ns);
+  return true;
+}
+
+template <TableKey K>
+bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  // Only a private store's filter can tell, on the device, that a missed key is stored nowhere.
+  if (!caching_.private_store || options_.score_policy == ScorePolicy::kLfu) return false;
+  install_prefetched(true);
+  if (!pending_.empty()) return false;  // rows below may be in host memory: the host path
+  if (stage_backoff_ > 0) {             // the last one fell back: the host path for a while
+    --stage_backoff_;
+    return false;
+  }
+  require(n < (size_t{1} << 31), "CachedTable::prefetch_step", "n", std::to_string(n),
+          "must be < 2^31");
+  TierDevice& d = *device_;
+  const StreamHandle s = d.side_stream();
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  phases.calls += 1;
+  if (created_on_device_ > 0) {  // an earlier device prefetch's new keys: kept on the host now
+    std::vector<uint64_t> earlier(created_on_device_);
+    d.download(earlier.data(), d.scratch(Scratch::kDeferNew, earlier.size() * 8, s),
+               earlier.size() * 8, s);
+    created_.insert(created_.end(), earlier.begin(), earlier.end());
+    std::sort(created_.begin(), created_.end());
+    created_on_device_ = 0;
+  }
+  if (stream != nullptr) d.order_after(s, stream);  // the keys are ready
+  d.wait(s, detail::Mark::kCallEnd);                // the last call's pins are in place
+  const size_t cap = std::max<size_t>(std::min(n, stage_cap_), 1);
+  // The batch is copied: the caller may reuse its buffer once the next call has begun.
+  auto* dkeys = static_cast<K*>(d.scratch(Scratch::kDeferKeys, n * sizeof(K), s));
+  d.copy(dkeys, keys, n * sizeof(K), s);
+  auto* ptrs = static_cast<float**>(d.scratch(Scratch::kDeferPointers, n * sizeof(float*), s));
+  auto* found = static_cast<bool*>(d.scratch(Scratch::kDeferFound, n, s));
+  auto* current = static_cast<uint64_t*>(d.scratch(Scratch::kDeferCurrent, n * 8, s));
+  fast_->find_pointers(n, dkeys, ptrs, found, current, s);
+  auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kDeferNew, n * 8, s));
+  auto* status =
+      static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, fresh, status, s);
+  auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
+  d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
+                         rows, s);
+  // The batch's keys in the fast tier stay while the new ones go in: pinned as high as the held
+  // keys, so the held ones need no pin again (a new key, one below, can push out neither: a
+  // victim must score no more than the key coming in); then every key has its score back (the
+  // new ones: now; held ones: still pinned, as the lookup found them).
+  fast_->assign_scores(n, dkeys, pinned_scores(n, s), s);
+  auto* ek = static_cast<K*>(d.scratch(Scratch::kDeferEvictedKeys, cap * sizeof(K), s));
+  auto* er =
+      static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
+  auto* es = static_cast<uint64_t*>(d.scratch(Scratch::kDeferEvictedScores, cap * 8, s));
+  fast_->insert_and_evict_counted(
+      cap, status + TierDevice::kStageInsert, reinterpret_cast<const K*>(fresh), rows,
+      pinned_scores(cap, s, true), ek, er, es, status + TierDevice::kStageEvicted, s);
+  d.fill_missing(n, found, clock_now(), current, s);
+  fast_->assign_scores(n, dkeys, current, s);
+  d.post_words(status, TierDevice::kStageWords, s);
+  d.record(detail::Mark::kPrefetchEnd, s);
+  stage_ = DeviceStage{true, n, cap};
+  stats_.staged_prefetches += 1;
+  clock.lap(phases.lookup_ns);
+  clock.total(phases.total_ns);
+  return true;
+}
+
+template <TableKey K>
+void CachedTable<K>::settle_prefetch(StreamHandle stream) {
+  using detail::Scratch;
+  using detail::TierDevice;
+  if (!stage_.active) return;
+  constexpr uint64_t kPinnedBelowHeld = ~0ull - 1;
+  const DeviceStage st = stage_;
+  stage_.active = false;
+  TierDevice& d = *device_;
+  const StreamHandle s = d.side_stream();
+  CachingPhaseTimes& phases = stats_.phases;
+  detail::PhaseClock clock;
+  d.wait(stream, detail::Mark::kPrefetchEnd);  // the caller's work comes after it
+  uint64_t w[TierDevice::kStageWords] = {};
+  d.take_words(w, TierDevice::kStageWords);  // waits for the prefetch (done by now, usually)
+  const uint64_t u = w[TierDevice::kStageDistinct];
+  const uint64_t evicted = w[TierDevice::kStageEvicted];
+  if (w[TierDevice::kStageInsert] != u) {  // nothing went in: the next call finds the misses
+    trusted_ = false;
+    stats_.staged_fallbacks += 1;
+    if (w[TierDevice::kStageWhy] & TierDevice::kOverCap)
+      stage_cap_ = std::max<size_t>(stage_cap_ * 2, u + u / 2);
+    if (w[TierDevice::kStageWhy] & (TierDevice::kMaybeBelow | TierDevice::kReservedMissed))
+      stage_backoff_ = 16;
+    clock.lap(phases.misses_ns);
+    return;
+  }
+  stats_.lookups += u;
+  stats_.new_rows += u;
+  stats_.filtered += u;
+  stats_.prefetched += u;
+  created_on_device_ = u;
+  if (evicted > 0) {
+    // What left goes down (the filter learns it first); a key of the batch that left (pinned)
+    // takes its real score, the one the prefetch gave back to the batch.
+    const auto* ek = static_cast<const K*>(d.scratch(Scratch::kDeferEvictedKeys, st.cap * 8, s));
+    const auto* er =
+        static_cast<const float*>(d.scratch(Scratch::kDeferEvictedRows, st.cap * dim_ * 4, s));
+    const auto* es =
+        static_cast<const uint64_t*>(d.scratch(Scratch::kDeferEvictedScores, st.cap * 8, s));
+    if (caching_.private_store) d.filter_add(evicted, reinterpret_cast<const uint64_t*>(ek), s);
+    std::vector<K> ev_keys(evicted);
+    float* ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+    std::vector<uint64_t> ev_scores(evicted);
+    d.download_parts({{ev_keys.data(), ek, evicted * sizeof(K)},
+                      {ev_rows, er, evicted * dim_ * sizeof(float)},
+                      {ev_scores.data(), es, evicted * sizeof(uint64_t)}},
+                     s);
+    std::vector<K> own;
+    std::vector<size_t> own_at;
+    for (size_t e = 0; e < evicted; ++e) {
+      if (ev_scores[e] < kPinnedBelowHeld) continue;
+      own.push_back(ev_keys[e]);
+      own_at.push_back(e);
+    }
+    if (!own.empty()) {  // refused or pushed out by the batch's own keys: not all up
+      trusted_ = false;
+      stats_.prefetch_refused += own.size();
+      const auto* dkeys = static_cast<const K*>(d.scratch(Scratch::kDeferKeys, st.n * 8, s));
+      const auto* current =
+          static_cast<const uint64_t*>(d.scratch(Scratch::kDeferCurrent, st.n * 8, s));
+      std::vector<uint64_t> real(own.size());
+      gather_scores(d, last_positions(d, st.n, dkeys, own, s), current, clock_now(), real, s);
+      for (size_t o = 0; o < own.size(); ++o) ev_scores[own_at[o]] = real[o];
+    }
+    std::vector<uint64_t> put_keys(evicted);
+    for (size_t e = 0; e < evicted; ++e) {
+      put_keys[e] = key_bits(ev_keys[e]);
+      if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+    }
+    stats_.evictions_written += evicted;
+    clock.lap(phases.evicted_ns);
+    write_down(put_keys, ev_rows, ev_scores, {}, false);
+    clock.lap(phases.write_down_ns);
+  }
+}
+
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle(StreamHandle);
+template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
+template void CachedTable<int64_t>::settle_prefetch(StreamHandle);
+template bool CachedTable<int64_t>::find_or_insert_new(size_t, const int64_t*, float*, bool*,
+                                                       float**, bool, float**, bool*,
+                                                       const uint64_t*, uint64_t, size_t,
+                                                       const std::vector<uint64_t>&,
+                                                       detail::PhaseClock&, StreamHandle);
 template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*, float*, bool*,
                                                           const uint64_t*, float**, Miss, bool,
                                                           StreamHandle);
@@ -493,6 +802,13 @@ template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, Stre
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
+template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);
+template void CachedTable<uint64_t>::settle_prefetch(StreamHandle);
+template bool CachedTable<uint64_t>::find_or_insert_new(size_t, const uint64_t*, float*, bool*,
+                                                        float**, bool, float**, bool*,
+                                                        const uint64_t*, uint64_t, size_t,
+                                                        const std::vector<uint64_t>&,
+                                                        detail::PhaseClock&, StreamHandle);
 template void CachedTable<uint64_t>::find_or_insert_device(size_t, const uint64_t*, float*, bool*,
                                                            const uint64_t*, float**, Miss, bool,
                                                            StreamHandle);

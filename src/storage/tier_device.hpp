@@ -50,6 +50,25 @@ enum class Scratch : uint8_t {
   kMissFirst,
   kMissLast,
   kMissMaybe,  // per distinct key: the filter's answer
+  // A prefetch left on the device (CachedTable::prefetch_step with a private store), kept until
+  // the table's next call settles it: its keys, lookup, scores, new keys, rows, evictions, status.
+  kDeferKeys,
+  kDeferFound,
+  kDeferPointers,
+  kDeferCurrent,
+  kDeferNew,
+  kDeferRows,
+  kDeferStatus,
+  kDeferEvictedKeys,
+  kDeferEvictedRows,
+  kDeferEvictedScores,
+  kStageCandidates,  // stage_new_keys: the batch with found keys masked, sorted, the run count
+  kStageSorted,
+  kStageCount,
+  kStageTemp,
+  kCallNew,  // a find_or_insert whose misses are all new: their keys, status, first positions
+  kCallStatus,
+  kCallFirst,
   kCount
 };
 
@@ -63,7 +82,8 @@ enum class HostRows : uint8_t {
 
 // Points in a stream's work that another stream can wait for.
 enum class Mark : uint8_t {
-  kCallEnd,  // the end of the caching table's last call on the caller's stream
+  kCallEnd,      // the end of the caching table's last call on the caller's stream
+  kPrefetchEnd,  // the end of a prefetch left on the device (on the table's own stream)
   kCount
 };
 
@@ -164,6 +184,40 @@ class TierDevice {
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
   // The running total of count_missing (waits for the device).
   virtual uint64_t missing_total() = 0;
+  // Why stage_new_keys leaves the keys to the host (bits of status[kStageWhy]).
+  static constexpr uint64_t kReservedMissed = 1;  // a missed key is reserved
+  static constexpr uint64_t kMaybeBelow = 2;      // the filter may hold a missed key below
+  static constexpr uint64_t kOverCap = 4;         // more distinct missed keys than `cap`
+  // Indices of stage_new_keys' status words.
+  static constexpr size_t kStageDistinct = 0;  // distinct usable missed keys
+  static constexpr size_t kStageInsert = 1;    // how many to insert on the device (all or 0)
+  static constexpr size_t kStageWhy = 2;       // why none (bits above)
+  static constexpr size_t kStageEvicted = 3;   // left for insert_and_evict_counted's count
+  static constexpr size_t kStageMissed = 4;    // missed positions (copies and reserved included)
+  static constexpr size_t kStageWords = 5;
+  // The distinct keys at the positions i < n where found[i] is false (8-byte bit patterns),
+  // ascending, into unique[0, u) (unique holds n entries), with status (kStageWords words) as
+  // above: status[kStageInsert] = u when none is reserved, the filter (if any) holds none of them
+  // and u <= cap, else 0. Everything stays in the fast table's memory: nothing is read back.
+  virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
+                              uint64_t* unique, uint64_t* status, StreamHandle stream) = 0;
+  // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
+  // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
+  // fast table's memory, ordered on `stream`.
+  virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted,
+                            size_t u, uint32_t* first, StreamHandle stream) = 0;
+  // Rows j < min(*count, cap) of `rows` (dim words each) = the initializer's rows of keys[j]
+  // (count, keys and rows in the fast table's memory); ordered on `stream`.
+  virtual void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
+                                    const InitializerOptions& init, uint32_t dim, float* rows,
+                                    StreamHandle stream) = 0;
+  // dst[i] = value where found[i] is false (i < n); ordered on `stream`.
+  virtual void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
+                            StreamHandle stream) = 0;
+  // Starts copying `words` (at most kStageWords) 8-byte words of the fast table's memory to the
+  // host, ordered on `stream`; take_words waits for that copy and returns them.
+  virtual void post_words(const uint64_t* src, size_t words, StreamHandle stream) = 0;
+  virtual void take_words(uint64_t* host, size_t words) = 0;
   // The stream prefetch works on (nullptr on the CPU).
   virtual StreamHandle side_stream() = 0;
   // Records `mark` at the end of the work issued on `stream` so far.

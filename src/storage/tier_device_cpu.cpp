@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dynemb/core/error.hpp"
+#include "dynemb/core/key.hpp"
 #include "flat_index.hpp"
 #include "key_filter.hpp"
 #include "tier_device.hpp"
@@ -151,6 +152,60 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }
   uint64_t missing_total() override { return count_; }
+  void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
+                      uint64_t* unique, uint64_t* status, StreamHandle) override {
+    size_t u = 0;
+    uint64_t why = 0;
+    uint64_t missed = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (found[i]) continue;
+      ++missed;
+      if (keys[i] >= kFirstReservedKey) {
+        why |= kReservedMissed;
+        continue;
+      }
+      unique[u++] = keys[i];
+    }
+    std::sort(unique, unique + u);
+    u = static_cast<size_t>(std::unique(unique, unique + u) - unique);
+    for (size_t k = 0; k < u && !filter_.empty(); ++k)
+      if (filter_may_hold(filter_.data(), filter_log2_, unique[k])) why |= kMaybeBelow;
+    if (u > cap) why |= kOverCap;
+    status[kStageDistinct] = u;
+    status[kStageInsert] = why == 0 ? u : 0;
+    status[kStageWhy] = why;
+    status[kStageEvicted] = 0;
+    status[kStageMissed] = missed;
+  }
+  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
+                    uint32_t*, StreamHandle) override {
+    std::vector<uint8_t> seen(u, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (found[i]) continue;
+      const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
+      if (at == sorted + u || *at != keys[i]) continue;
+      uint8_t& s = seen[static_cast<size_t>(at - sorted)];
+      found[i] = s != 0;
+      s = 1;
+    }
+  }
+  void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
+                            const InitializerOptions& init, uint32_t dim, float* rows,
+                            StreamHandle) override {
+    const size_t m = std::min<size_t>(*count, cap);
+    for (size_t j = 0; j < m; ++j) fill_initial_row(init, keys[j], rows + j * dim, dim);
+  }
+  void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
+                    StreamHandle) override {
+    for (size_t i = 0; i < n; ++i)
+      if (!found[i]) dst[i] = value;
+  }
+  void post_words(const uint64_t* src, size_t words, StreamHandle) override {
+    std::copy(src, src + std::min(words, posted_.size()), posted_.begin());
+  }
+  void take_words(uint64_t* host, size_t words) override {
+    std::copy(posted_.begin(), posted_.begin() + std::min(words, posted_.size()), host);
+  }
   StreamHandle side_stream() override { return nullptr; }
   void record(Mark, StreamHandle) override {}
   void wait(StreamHandle, Mark) override {}
@@ -161,6 +216,7 @@ class CpuTierDevice final : public TierDevice {
   std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
   std::array<std::vector<float>, static_cast<size_t>(HostRows::kCount)> rows_;
   uint64_t count_ = 0;
+  std::array<uint64_t, kStageWords> posted_{};
   std::vector<uint64_t> filter_;  // empty: no filter
   uint32_t filter_log2_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <set>
 #include <vector>
@@ -366,36 +367,71 @@ TEST_P(CachedDevice, BatchesLargerThanTheFastTierKeepTheirNewRows) {
 }
 
 // A batch of new keys larger than the fast tier: the rows of the keys pushed straight back down
-// still come out (the initializer's rows, as one big table gives them), none found.
+// still come out (the initializer's rows, as one big table gives them), only later copies of a
+// key found; over a shared store and over a private one (whose new keys go in from the device).
 TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
   const Backend backend = GetParam();
   TestRng rng;
   const uint32_t dim = 5;
-  const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
-  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-  CachedTable<K> cached(backend, fo, lower);
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 4096;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
-  const std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
-  const size_t n = keys.size();
-  const auto dkeys = on(backend, keys);
-  BackendBuffer<float> dvalues(backend, n * dim);
-  BackendBuffer<bool> dfound(backend, n);
-  cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
-  std::vector<float> want(n * dim);
-  std::unique_ptr<bool[]> fb(new bool[n]);
-  big->find_or_insert(n, keys.data(), want.data(), fb.get());
-  const auto found = back(dfound, n);
-  const auto got = back(dvalues, n * dim);
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_FALSE(found[i]) << "founds[" << i << "]";
-    for (uint32_t c = 0; c < dim; ++c)
-      ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+  for (const bool private_store : {false, true}) {
+    SCOPED_TRACE(private_store ? "private store" : "shared store");
+    const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
+    auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+    CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 20});
+    TableOptions bo = fo;
+    bo.init_capacity = bo.max_capacity = 4096;
+    bo.bucket_capacity = 128;
+    auto big = make_table<K>(Backend::kCpu, bo);
+    std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
+    for (int copy = 0; copy < 150; ++copy) keys.push_back(keys[rng.uniform(0, 599)]);
+    std::shuffle(keys.begin(), keys.end(), rng.engine());
+    const size_t n = keys.size();
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float> dvalues(backend, n * dim);
+    BackendBuffer<bool> dfound(backend, n);
+    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+    std::vector<float> want(n * dim);
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert(n, keys.data(), want.data(), fb.get());
+    const auto found = back(dfound, n);
+    const auto got = back(dvalues, n * dim);
+    std::set<K> earlier;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+      ASSERT_EQ(found[i] != 0, !earlier.insert(keys[i]).second) << "founds[" << i << "]";
+      for (uint32_t c = 0; c < dim; ++c)
+        ASSERT_EQ(got[i * dim + c], want[i * dim + c]) << "row " << i << " (key " << keys[i] << ")";
+    }
+    const storage::CachingStats s = cached.caching_stats();
+    EXPECT_GT(s.batch_evicted, 0u) << "no key went straight down";
+    EXPECT_EQ(s.filtered, private_store ? 600u : 0u);
+    EXPECT_EQ(cached.size(), 600u);
+    // By address, a second batch of new keys (copies too): addresses of the keys that stayed,
+    // nullptr for those pushed straight down (counted), rows below all the same.
+    std::vector<K> more = draw_keys(rng, 100, 1u << 30, true);
+    for (int copy = 0; copy < 30; ++copy) more.push_back(more[rng.uniform(0, 99)]);
+    const auto dmore = on(backend, more);
+    BackendBuffer<float*> dptrs(backend, more.size());
+    BackendBuffer<bool> dmf(backend, more.size());
+    cached.find_or_insert_pointers(more.size(), dmore.data(), dptrs.data(), dmf.data());
+    std::vector<float> mwant(more.size() * dim);
+    std::unique_ptr<bool[]> mfb(new bool[more.size()]);
+    big->find_or_insert(more.size(), more.data(), mwant.data(), mfb.get());
+    const auto mf = back(dmf, more.size());
+    const auto ptrs = back(dptrs, more.size());
+    std::vector<float> row(dim);
+    for (size_t i = 0; i < more.size(); ++i) {
+      ASSERT_EQ(mf[i], mfb[i]) << "founds[" << i << "]";
+      if (ptrs[i] == nullptr) continue;
+      copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+      for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], mwant[i * dim + c]) << "key " << more[i];
+    }
+    EXPECT_EQ(cached.caching_stats().filtered, private_store ? 700u : 0u);
+    EXPECT_EQ(cached.size(), 700u);
+    BackendBuffer<float> dall(backend, more.size() * dim);
+    cached.find(more.size(), dmore.data(), dall.data(), dmf.data(), nullptr);
+    ASSERT_EQ(back(dall, more.size() * dim), mwant);
   }
-  EXPECT_GT(cached.caching_stats().batch_evicted, 0u) << "no key went straight down";
-  EXPECT_EQ(cached.size(), n);
 }
 
 // After prefetch_step the next address call reads nothing back: the keys the prefetch brought up
@@ -521,6 +557,168 @@ TEST_P(CachedDevice, ReservedKeysAmongTheMissesAreRefusedOrSkipped) {
     EXPECT_FALSE(found[at[0]] || found[at[1]] || found[at[2]]);
     EXPECT_EQ(cached.size(), big->size());
   }
+}
+
+// Training steps over a private store with the next batch prefetched by prefetch_step: a batch
+// whose missed keys the filter shows stored nowhere is staged on the device (no host wait), what
+// it evicts is written down by the next call; a batch revisiting rows below falls back. Every
+// step's founds and rows (updated in place), and at the end every row, score and tier, against
+// one CPU table.
+TEST_P(CachedDevice, StagedPrefetchStepsMatchOneBigTable) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = std::vector<uint32_t>{5, 8, 33}[rng.uniform(0, 2)];
+  SCOPED_TRACE("dim " + std::to_string(dim));
+  const TableOptions fo = fast_tier_options(dim, 1024, 32, ScorePolicy::kStep, 21);
+  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 16});
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 1 << 15;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  // Step s: fresh ids (never seen: staged), plus now and then ids seen long ago (below: the
+  // prefetch falls back) or just now (in the fast tier: staged all the same).
+  K next_id = 1;
+  std::vector<K> seen;
+  const auto make_step = [&] {
+    std::vector<K> keys;
+    const size_t fresh = rng.uniform(20, 120);
+    for (size_t i = 0; i < fresh; ++i) keys.push_back(next_id++);
+    if (!seen.empty() && rng.chance(0.15)) {  // from long ago: below by now
+      for (int i = 0; i < 5; ++i) keys.push_back(seen[rng.uniform(0, seen.size() / 4)]);
+    }
+    if (seen.size() > 50 && rng.chance(0.5)) {  // from the last steps: still up
+      for (int i = 0; i < 10; ++i) keys.push_back(seen[seen.size() - 1 - rng.uniform(0, 49)]);
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::shuffle(keys.begin(), keys.end(), rng.engine());
+    seen.insert(seen.end(), keys.begin(), keys.end());
+    return keys;
+  };
+  std::vector<K> keys = make_step();
+  for (int step = 0; step < 120; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const size_t n = keys.size();
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float*> dptrs(backend, n);
+    BackendBuffer<bool> dfound(backend, n);
+    cached.find_or_insert_pointers(n, dkeys.data(), dptrs.data(), dfound.data());
+    std::vector<float*> bp(n);
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert_pointers(n, keys.data(), bp.data(), fb.get());
+    const auto ptrs = back(dptrs, n);
+    const auto found = back(dfound, n);
+    std::vector<float> row(dim);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "] (key " << keys[i] << ")";
+      ASSERT_NE(ptrs[i], nullptr) << "key " << keys[i];
+      copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+      for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "key " << keys[i];
+      for (uint32_t c = 0; c < dim; ++c) row[c] += 0.25f * static_cast<float>(c + step % 7);
+      copy_to_backend(backend, ptrs[i], row.data(), dim * sizeof(float));
+      std::copy(row.begin(), row.end(), bp[i]);
+    }
+    // The next batch, brought up while these rows are held (they must not move).
+    std::vector<K> next = make_step();
+    const auto dnext = on(backend, next);
+    cached.prefetch_step(next.size(), dnext.data());
+    for (size_t i = 0; i < n; ++i) {  // the held rows are where they were, with their updates
+      copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
+      for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "held key " << keys[i];
+    }
+    cached.advance_step();
+    big->advance_step();
+    keys = std::move(next);
+  }
+  {  // the last batch prefetched: used by a last lookup on both
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float*> dptrs(backend, keys.size());
+    cached.find_or_insert_pointers(keys.size(), dkeys.data(), dptrs.data(), nullptr);
+    std::vector<float*> bp(keys.size());
+    big->find_or_insert_pointers(keys.size(), keys.data(), bp.data(), nullptr);
+  }
+  std::map<K, std::pair<std::vector<float>, uint64_t>> want;
+  big->for_each([&](K key, std::span<const float> row, uint64_t score) {
+    want[key] = {std::vector<float>(row.begin(), row.end()), score};
+  });
+  size_t visited = 0;
+  cached.for_each([&](K key, std::span<const float> row, uint64_t score) {
+    ++visited;
+    const auto it = want.find(key);
+    ASSERT_NE(it, want.end()) << "key " << key;
+    ASSERT_EQ(std::vector<float>(row.begin(), row.end()), it->second.first) << "key " << key;
+    EXPECT_EQ(score, it->second.second) << "key " << key;
+  });
+  EXPECT_EQ(visited, want.size());
+  std::map<K, int> tiers;
+  cached.fast_table().for_each([&](K key, std::span<const float>, uint64_t) { tiers[key] += 1; });
+  storage::ScanCursor cursor;
+  std::vector<uint64_t> bk(256), bs(256);
+  std::vector<float> bv(256 * dim);
+  while (!cursor.done()) {
+    const size_t got = lower->scan(cursor, 256, bk.data(), bv.data(), bs.data());
+    for (size_t i = 0; i < got; ++i) tiers[static_cast<K>(bk[i])] += 1;
+  }
+  for (const auto& [key, count] : tiers) ASSERT_EQ(count, 1) << "key " << key;
+  EXPECT_EQ(tiers.size(), visited);
+  const storage::CachingStats s = cached.caching_stats();
+  std::cout << "staged " << s.staged_prefetches << ", fell back " << s.staged_fallbacks
+            << ", unsynchronized calls " << s.unsynced_calls << ", evictions written "
+            << s.evictions_written << std::endl;
+  EXPECT_GT(s.staged_prefetches, s.staged_fallbacks) << "no prefetch ran on the device";
+  EXPECT_GT(s.staged_fallbacks, 0u) << "no staged prefetch met a row below";
+  EXPECT_GT(s.unsynced_calls, 0u);
+  EXPECT_EQ(s.unserved, 0u);
+  EXPECT_GT(s.evictions_written, 0u) << "the fast tier never evicted: the test shows nothing";
+  EXPECT_GT(s.lower_hits, 0u);
+  EXPECT_EQ(s.batch_evicted, 0u);
+  EXPECT_EQ(s.prefetch_refused, 0u);
+}
+
+// A staged prefetch whose new keys overflow their buckets (more than the fast tier holds): the
+// keys refused go down with their new rows and real scores when the next call settles it, the
+// next call does not trust the prefetch, and every key reads back its initial row from one tier.
+TEST_P(CachedDevice, StagedPrefetchRefusalsGoDownWithTheirRows) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 4;
+  const TableOptions fo = fast_tier_options(dim, 64, 32, ScorePolicy::kStep, 13);
+  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 14});
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 1 << 12;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  std::vector<K> keys = draw_keys(rng, 150, 1'000'000, true);
+  const size_t n = keys.size();
+  const auto dkeys = on(backend, keys);
+  cached.prefetch_step(n, dkeys.data());
+  storage::CachingStats s = cached.caching_stats();  // settles it
+  EXPECT_EQ(s.staged_prefetches, 1u);
+  EXPECT_EQ(s.staged_fallbacks, 0u);
+  EXPECT_GE(s.prefetch_refused, n - 64) << "at most 64 of " << n << " keys fit";
+  EXPECT_EQ(s.evictions_written, s.prefetch_refused);
+  EXPECT_EQ(lower->size(), s.prefetch_refused) << "the refused rows are below";
+  EXPECT_EQ(cached.size(), n) << "every key of the prefetch is in one tier";
+  // The next address call synchronizes (no trust after a refusal) and reports them as new.
+  BackendBuffer<float*> dptrs(backend, n);
+  BackendBuffer<bool> dfound(backend, n);
+  cached.find_or_insert_pointers(n, dkeys.data(), dptrs.data(), dfound.data());
+  for (const uint8_t f : back(dfound, n)) EXPECT_FALSE(f);
+  // Read back: every key stored (found), its initial row, the step's score, in one tier.
+  BackendBuffer<float> dvalues(backend, n * dim);
+  BackendBuffer<uint64_t> dscores(backend, n);
+  cached.find(n, dkeys.data(), dvalues.data(), dfound.data(), dscores.data());
+  std::vector<float> want(n * dim);
+  big->find_or_insert(n, keys.data(), want.data(), nullptr);
+  for (const uint8_t f : back(dfound, n)) ASSERT_TRUE(f);
+  ASSERT_EQ(back(dvalues, n * dim), want);
+  for (const uint64_t score : back(dscores, n)) EXPECT_EQ(score, cached.score());
+  EXPECT_EQ(cached.size(), n);
+  s = cached.caching_stats();
+  EXPECT_EQ(s.unsynced_calls, 0u);
+  EXPECT_EQ(cached.size(), n);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CachedDevice, all_backends(), backend_name);

@@ -93,13 +93,15 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
   // Prefetch: none; the next batch read below on a host thread before the step
   // (prefetch_async); the next batch moved up (and its new keys created) between the step's
   // forward and backward, while the step's rows are in use (prefetch).
-  // prefetch_step: the same, and the step's lookup then runs without a host synchronization.
-  enum class Prefetch { kNone, kAsync, kAfterStep, kStep };
+  // prefetch_step: the same, and the step's lookup then runs without a host synchronization;
+  // over a private store, staged on the device while the new keys are stored nowhere.
+  enum class Prefetch { kNone, kAsync, kAfterStep, kStep, kStepPrivate };
   for (const auto [kind, prefetch] : {std::pair{OptimizerKind::kAdam, Prefetch::kNone},
                                       std::pair{OptimizerKind::kAdaGrad, Prefetch::kNone},
                                       std::pair{OptimizerKind::kAdam, Prefetch::kAsync},
                                       std::pair{OptimizerKind::kAdam, Prefetch::kAfterStep},
-                                      std::pair{OptimizerKind::kAdam, Prefetch::kStep}}) {
+                                      std::pair{OptimizerKind::kAdam, Prefetch::kStep},
+                                      std::pair{OptimizerKind::kAdam, Prefetch::kStepPrivate}}) {
     SCOPED_TRACE(std::to_string(static_cast<int>(kind)) + " prefetch mode " +
                  std::to_string(static_cast<int>(prefetch)));
     const EmbeddingOptions o = training_options(kind);
@@ -109,19 +111,23 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     Embedding<K> small(backend, o, [&](Backend b, const TableOptions& t) {
       TableOptions fast = t;
       fast.init_capacity = fast.max_capacity = 1024;  // ~10% of the 10K keys
-      if (prefetch == Prefetch::kAfterStep || prefetch == Prefetch::kStep) {
+      if (prefetch == Prefetch::kAfterStep || prefetch == Prefetch::kStep ||
+          prefetch == Prefetch::kStepPrivate) {
         // Small buckets, so that a step's keys and the next batch's fill some bucket whole: a
         // prefetch that evicted a row the step holds by address would change the results.
         fast.init_capacity = fast.max_capacity = 256;
         fast.bucket_capacity = 32;
       }
       fast.max_load_factor = 1.0;
-      auto table = std::make_unique<CachedTable<K>>(b, fast, host.make(t.dim));
+      auto table = std::make_unique<CachedTable<K>>(
+          b, fast, host.make(t.dim),
+          storage::CachingOptions{/*private_store=*/prefetch == Prefetch::kStepPrivate});
       cached = table.get();
       return table;
     });
     ASSERT_NE(cached, nullptr);
-    const bool held_mode = prefetch == Prefetch::kAfterStep || prefetch == Prefetch::kStep;
+    const bool step_mode = prefetch == Prefetch::kStep || prefetch == Prefetch::kStepPrivate;
+    const bool held_mode = prefetch == Prefetch::kAfterStep || step_mode;
     const size_t bags = held_mode ? 24 : 48;
     std::vector<float> out_a(bags * o.dim), out_b(bags * o.dim), grad(bags * o.dim);
     BackendBuffer<float> dout(backend, bags * o.dim), dgrad(backend, bags * o.dim);
@@ -149,7 +155,7 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
       if (prefetch == Prefetch::kAfterStep && step + 1 < steps) {
         cached->prefetch(next.keys.size(), dn.keys.data(), nullptr, true);
       }
-      if (prefetch == Prefetch::kStep && step + 1 < steps) {
+      if (step_mode && step + 1 < steps) {
         cached->prefetch_step(next.keys.size(), dn.keys.data());
       }
       small.backward(dgrad.data(), o.dim);
@@ -166,7 +172,12 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
     if (prefetch != Prefetch::kNone) EXPECT_GT(s.prefetched, 0u);
     EXPECT_EQ(s.unserved, 0u);
     // Most steps' lookups ran without synchronizing (not the first, nor after a refusal).
-    if (prefetch == Prefetch::kStep) EXPECT_GT(s.unsynced_calls, 100u);
+    if (step_mode) EXPECT_GT(s.unsynced_calls, 100u);
+    if (prefetch == Prefetch::kStepPrivate) {
+      EXPECT_GT(s.staged_prefetches, s.staged_fallbacks) << "none staged on the device";
+    } else {
+      EXPECT_EQ(s.staged_prefetches, 0u);
+    }
     // Evaluation (rows by address: rows found below move up, nothing is created) pools the same.
     const HostBatch hb = draw_batch(rng, bags);
     const DeviceBatch db(backend, hb);

@@ -20,7 +20,8 @@ namespace dynemb::storage {
 
 namespace detail {
 class TierDevice;
-}
+class PhaseClock;
+}  // namespace detail
 
 // Host wall time of the caching table's device-path calls (find_or_insert*, prefetch*), by phase,
 // in nanoseconds, cumulative: where a call's time goes. A phase that ends by waiting for the
@@ -69,14 +70,18 @@ struct CachingStats {
                                    // later keys of that call (pointer calls give them nullptr)
   uint64_t unsynced_calls = 0;     // address calls after prefetch_step: no host synchronization
   uint64_t unserved = 0;  // keys a call after prefetch_step looked up that it had not brought up
-  uint64_t prefetch_refused = 0;  // rows a prefetch left below: their bucket was full of the
-                                  // keys in use and the batch's own
-  uint64_t lower_failures = 0;    // lower-tier calls that threw
-  uint64_t pending_rows = 0;      // rows held in host memory until the lower tier takes them
-  uint64_t lower_wait_ns = 0;     // time spent waiting for the lower tier
-  CachingPhaseTimes phases{};     // the device path's time by phase
-  TableStats fast{};              // the fast table's own counts
-  StorageStats lower{};           // the lower tier's own counts
+  uint64_t staged_prefetches = 0;  // prefetch_steps run on the device without a host wait
+  uint64_t staged_fallbacks = 0;   // ... that brought nothing up (a missed key may be below, a
+                                   // reserved key, more new keys than their buffers): the next
+                                   // call finds the misses itself
+  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
+                                   // keys in use and the batch's own
+  uint64_t lower_failures = 0;     // lower-tier calls that threw
+  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
+  CachingPhaseTimes phases{};      // the device path's time by phase
+  TableStats fast{};               // the fast table's own counts
+  StorageStats lower{};            // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -116,6 +121,9 @@ class CachedTable final : public Table<K> {
   // only these keys (a key it did not bring up gets no row, nullptr, counted in
   // caching_stats().unserved). When the prefetch could not place every key (prefetch_refused),
   // or a reserved key was skipped, the next call takes the synchronizing path instead.
+  // Over a private store it is staged on the device when it can be (its missed keys all stored
+  // nowhere): nothing is waited for, the table's next call settles it (docs/storage.md, "A
+  // prefetch staged on the device"); `keys` must stay unchanged until that call begins.
   void prefetch_step(size_t n, const K* keys, StreamHandle stream = nullptr);
   // Starts reading the keys' rows from the lower tier on a host thread and returns; the rows move
   // up at the first call that finds the read done (or that must wait: flush, clear, another
@@ -210,6 +218,26 @@ class CachedTable final : public Table<K> {
   // batch is up afterwards.
   bool prefetch_device(size_t n, const K* keys, StreamHandle stream, bool create,
                        PrefetchFor purpose);
+  // find_or_insert_device over a private store whose misses the filter shows all stored nowhere:
+  // listed, given their new rows and moved in on the device after one read of their count;
+  // false (nothing changed) when some may be below or are reserved, then the host lists them.
+  bool find_or_insert_new(size_t n, const K* keys, float* values, bool* founds, float** rows,
+                          bool copy_out, float** ptrs, bool* found, const uint64_t* call_scores,
+                          uint64_t now, size_t created_on_device,
+                          const std::vector<uint64_t>& created, detail::PhaseClock& clock,
+                          StreamHandle stream);
+  // prefetch_step left on the device (a private store, nothing pending): the batch's keys stored
+  // nowhere get their new rows and go in without any host wait; the table's next call settles it
+  // (settle_prefetch). Returns false when it cannot run that way (then the caller takes
+  // prefetch_device).
+  bool prefetch_on_device(size_t n, const K* keys, StreamHandle stream);
+  // Settles a prefetch left on the device: waits for it, reads its status, writes down what it
+  // evicted, counts; a prefetch that could not place its keys on the device brought nothing up
+  // and ends the next call's trust. Every call starts with it (through settle).
+  void settle_prefetch(StreamHandle stream);
+  // settle_prefetch for the const readers (size, capacity, stats): a lower-tier failure leaves the
+  // rows pending and is not thrown here.
+  void settle_for_reading(StreamHandle stream) const;
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
@@ -279,6 +307,17 @@ class CachedTable final : public Table<K> {
   size_t held_ = 0;                             // keys held pinned since the last address call
   std::vector<uint64_t> created_;  // keys the last prefetch gave new rows (sorted), until a call
   bool trusted_ = false;           // the next address call may skip the miss count (prefetch_step)
+  // A prefetch left on the device, until the next call settles it.
+  struct DeviceStage {
+    bool active = false;
+    size_t n = 0;    // its batch's keys
+    size_t cap = 0;  // rows it could insert
+  };
+  DeviceStage stage_{};
+  size_t stage_cap_ = 4096;          // rows a prefetch left on the device can insert (grows to fit)
+  uint32_t stage_backoff_ = 0;       // prefetch_steps to take the host path after one fell back
+  uint32_t stage_call_backoff_ = 0;  // calls to list their misses on the host after one fell back
+  size_t created_on_device_ = 0;     // keys the last device prefetch created (sorted, kDeferNew)
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -137,6 +137,27 @@ class Table {
                                   const uint64_t* scores, K* evicted_keys, float* evicted_values,
                                   uint64_t* evicted_scores, StreamHandle stream = nullptr) = 0;
 
+  // insert_and_evict of the first *count keys (count: backend memory, at most n, written by
+  // earlier work on `stream`) for a caller that reads nothing back on the host: how many entries
+  // went to evicted_* lands in *evicted_count (backend memory). The buffers hold n entries. This
+  // default reads the count (synchronizes the device); a backend may keep both on the device.
+  virtual void insert_and_evict_counted(size_t n, const uint64_t* count, const K* keys,
+                                        const float* values, const uint64_t* scores,
+                                        K* evicted_keys, float* evicted_values,
+                                        uint64_t* evicted_scores, uint64_t* evicted_count,
+                                        StreamHandle stream = nullptr) {
+    uint64_t m = 0;
+    if (n > 0) {
+      backend_synchronize(backend());
+      copy_from_backend(backend(), &m, count, sizeof m);
+    }
+    if (m > n) m = n;
+    const uint64_t evicted = m == 0 ? 0
+                                    : insert_and_evict(m, keys, values, scores, evicted_keys,
+                                                       evicted_values, evicted_scores, stream);
+    copy_to_backend(backend(), evicted_count, &evicted, sizeof evicted);
+  }
+
   // Overwrites the rows (and scores) of keys that exist; missing keys are ignored.
   virtual void assign(size_t n, const K* keys, const float* values,
                       const uint64_t* scores = nullptr, StreamHandle stream = nullptr) = 0;

@@ -17,6 +17,7 @@
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
 #include "dynemb/core/initializer.hpp"
+#include "dynemb/core/key.hpp"
 #include "key_filter.hpp"
 #include "tier_device.hpp"
 
@@ -139,16 +140,124 @@ __global__ void copy_rows_to_kernel(size_t m, const uint32_t* positions, float* 
   }
 }
 
-// Rows [first, m) = the initial rows of keys[first, m): a thread per word.
+// Rows [first, m) = the initial rows of keys[first, m): a block per row, a thread per word (no
+// division per word: a thread a word over the flat range spent most of its time dividing).
 __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t* keys,
                                          InitializerOptions init, uint32_t dim, uint32_t* rows) {
-  const size_t total = (m - first) * dim;
-  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total;
-       t += size_t{gridDim.x} * blockDim.x) {
-    const size_t j = first + t / dim;
-    const uint32_t w = static_cast<uint32_t>(t % dim);
-    rows[j * dim + w] = initial_word(init, keys[j], w);
+  for (size_t j = first + blockIdx.x; j < m; j += gridDim.x) {
+    const uint64_t key = keys[j];
+    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
+      rows[j * dim + w] = initial_word(init, key, w);
   }
+}
+
+// Blocks for a block-per-row launch over `rows` rows.
+unsigned blocks_for_rows(size_t rows) {
+  return static_cast<unsigned>(std::clamp<size_t>(rows, 1, 65535));
+}
+
+// Rows j < min(*count, cap) = the initial rows of keys[j]: a thread per word.
+__global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
+                                            InitializerOptions init, uint32_t dim, uint32_t* rows) {
+  const size_t m = *count < cap ? *count : cap;
+  for (size_t j = blockIdx.x; j < m; j += gridDim.x) {  // a block per row
+    const uint64_t key = keys[j];
+    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
+      rows[j * dim + w] = initial_word(init, key, w);
+  }
+}
+
+// candidates[i] = keys[i] where found[i] is false, else ~0 (sorted last, dropped after); a missed
+// reserved key is flagged in status.
+__global__ void stage_candidates_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                        uint64_t* candidates, unsigned long long* status) {
+  unsigned long long missed = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (found[i]) {
+      candidates[i] = ~0ull;
+      continue;
+    }
+    ++missed;
+    candidates[i] = keys[i];
+    if (keys[i] >= kFirstReservedKey)
+      atomicOr(status + TierDevice::kStageWhy, TierDevice::kReservedMissed);
+  }
+  // One atomic a warp (one a thread serialized on the word: 25 us for 65K keys on an H100).
+  for (int offset = 16; offset > 0; offset /= 2) missed += __shfl_down_sync(~0u, missed, offset);
+  if (threadIdx.x % 32 == 0 && missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+}
+
+// The index of `key` in sorted[0, u) (ascending), or u when absent.
+__device__ size_t sorted_index(const uint64_t* sorted, size_t u, uint64_t key) {
+  size_t lo = 0, hi = u;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (sorted[mid] < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < u && sorted[lo] == key ? lo : u;
+}
+
+// first[k] = the first missed position of sorted[k] (first starts at ~0).
+__global__ void first_positions_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                       const uint64_t* sorted, size_t u, uint32_t* first) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (found[i]) continue;
+    const size_t k = sorted_index(sorted, u, keys[i]);
+    if (k < u) atomicMin(first + k, static_cast<uint32_t>(i));
+  }
+}
+
+// found[i] = true at a missed position that is not its key's first.
+__global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
+                                    const uint64_t* sorted, size_t u, const uint32_t* first) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (found[i]) continue;
+    const size_t k = sorted_index(sorted, u, keys[i]);
+    if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
+  }
+}
+
+// The distinct candidates without the filler: unique[0, u), u = *count less a last ~0.
+__device__ size_t staged_distinct(const uint32_t* count, const uint64_t* unique) {
+  const size_t m = *count;
+  return m > 0 && unique[m - 1] == ~0ull ? m - 1 : m;
+}
+
+// Flags status when the filter may hold one of the distinct missed keys below.
+__global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* unique,
+                                    const unsigned long long* words, uint32_t log2_bits,
+                                    unsigned long long* status) {
+  const size_t u = staged_distinct(count, unique);
+  for (size_t k = blockIdx.x * size_t{blockDim.x} + threadIdx.x; k < u;
+       k += size_t{gridDim.x} * blockDim.x)
+    if (filter_may_hold(reinterpret_cast<const uint64_t*>(words), log2_bits, unique[k]))
+      atomicOr(status + TierDevice::kStageWhy, TierDevice::kMaybeBelow);
+}
+
+// One thread: the status words (TierDevice::stage_new_keys).
+__global__ void stage_status_kernel(const uint32_t* count, const uint64_t* unique, size_t cap,
+                                    unsigned long long* status) {
+  const size_t u = staged_distinct(count, unique);
+  unsigned long long why = status[TierDevice::kStageWhy];
+  if (u > cap) why |= TierDevice::kOverCap;
+  status[TierDevice::kStageDistinct] = u;
+  status[TierDevice::kStageInsert] = why == 0 ? u : 0;
+  status[TierDevice::kStageWhy] = why;
+  status[TierDevice::kStageEvicted] = 0;
+}
+
+// dst[i] = value where found[i] is false.
+__global__ void fill_missing_kernel(size_t n, const bool* found, uint64_t value, uint64_t* dst) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    if (!found[i]) dst[i] = value;
 }
 
 // Element j of `words` words: out[j] = src[positions[j]] (gather) or dst[positions[j]] = in[j]
@@ -307,6 +416,8 @@ class CudaTierDevice final : public TierDevice {
     cudaEventDestroy(order_);
     if (count_device_ != nullptr) cudaFree(count_device_);
     if (filter_ != nullptr) cudaFree(filter_);
+    if (posted_ != nullptr) cudaFreeHost(posted_);
+    if (posted_copy_ != nullptr) cudaEventDestroy(posted_copy_);
     cudaStreamDestroy(side_);
   }
 
@@ -589,7 +700,7 @@ class CudaTierDevice final : public TierDevice {
                          StreamHandle stream) override {
     if (first >= m) return;
     core::cuda::DeviceGuard guard(device_);
-    initial_rows_from_kernel<<<blocks_for((m - first) * dim), kBlock, 0, as_stream(stream)>>>(
+    initial_rows_from_kernel<<<blocks_for_rows(m - first), kBlock, 0, as_stream(stream)>>>(
         first, m, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
     check_launch("CachedTable: initial rows");
   }
@@ -719,6 +830,94 @@ class CudaTierDevice final : public TierDevice {
     return total;
   }
 
+  void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
+                      uint64_t* unique, uint64_t* status, StreamHandle stream_handle) override {
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    auto* st = reinterpret_cast<unsigned long long*>(status);
+    check(cudaMemsetAsync(st, 0, kStageWords * sizeof(uint64_t), stream), "CachedTable: status");
+    if (n == 0) return;
+    const auto buffer = [&](Scratch slot, size_t bytes) {
+      return scratch(slot, bytes, stream_handle);
+    };
+    auto* candidates = static_cast<uint64_t*>(buffer(Scratch::kStageCandidates, n * 8));
+    auto* sorted = static_cast<uint64_t*>(buffer(Scratch::kStageSorted, n * 8));
+    auto* count = static_cast<uint32_t*>(buffer(Scratch::kStageCount, 8));
+    stage_candidates_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, candidates, st);
+    check_launch("CachedTable: stage candidates");
+    size_t sort_bytes = 0, unique_bytes = 0;
+    check(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, candidates, sorted,
+                                         static_cast<int>(n), 0, 64, stream),
+          "CachedTable: DeviceRadixSort::SortKeys (size)");
+    check(cub::DeviceSelect::Unique(nullptr, unique_bytes, sorted, unique, count,
+                                    static_cast<int>(n), stream),
+          "CachedTable: DeviceSelect::Unique (size)");
+    void* temp = buffer(Scratch::kStageTemp, std::max(sort_bytes, unique_bytes));
+    check(cub::DeviceRadixSort::SortKeys(temp, sort_bytes, candidates, sorted, static_cast<int>(n),
+                                         0, 64, stream),
+          "CachedTable: DeviceRadixSort::SortKeys");
+    check(cub::DeviceSelect::Unique(temp, unique_bytes, sorted, unique, count, static_cast<int>(n),
+                                    stream),
+          "CachedTable: DeviceSelect::Unique");
+    if (filter_ != nullptr) {
+      stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filter_,
+                                                                filter_log2_, st);
+      check_launch("CachedTable: stage filter");
+    }
+    stage_status_kernel<<<1, 1, 0, stream>>>(count, unique, cap, st);
+    check_launch("CachedTable: stage status");
+  }
+
+  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
+                    uint32_t* first, StreamHandle stream_handle) override {
+    if (n == 0 || u == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const cudaStream_t stream = as_stream(stream_handle);
+    check(cudaMemsetAsync(first, 0xFF, u * sizeof(uint32_t), stream), "CachedTable: first");
+    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
+    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
+    check_launch("CachedTable: mark repeats");
+  }
+
+  void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
+                            const InitializerOptions& init, uint32_t dim, float* rows,
+                            StreamHandle stream) override {
+    if (cap == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    initial_rows_counted_kernel<<<blocks_for_rows(cap), kBlock, 0, as_stream(stream)>>>(
+        count, cap, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
+    check_launch("CachedTable: initial rows (counted)");
+  }
+
+  void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
+                    StreamHandle stream) override {
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    fill_missing_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, found, value, dst);
+    check_launch("CachedTable: fill missing");
+  }
+
+  void post_words(const uint64_t* src, size_t words, StreamHandle stream) override {
+    core::cuda::DeviceGuard guard(device_);
+    if (posted_ == nullptr) {
+      check(cudaHostAlloc(reinterpret_cast<void**>(&posted_), kStageWords * sizeof(uint64_t),
+                          cudaHostAllocDefault),
+            "CachedTable: cudaHostAlloc (status)");
+      check(cudaEventCreateWithFlags(&posted_copy_, cudaEventDisableTiming), "CachedTable: event");
+    }
+    check(cudaMemcpyAsync(posted_, src, std::min<size_t>(words, kStageWords) * sizeof(uint64_t),
+                          cudaMemcpyDeviceToHost, as_stream(stream)),
+          "CachedTable: status copy");
+    check(cudaEventRecord(posted_copy_, as_stream(stream)), "CachedTable: status event");
+  }
+
+  void take_words(uint64_t* host, size_t words) override {
+    if (posted_ == nullptr) return;
+    core::cuda::DeviceGuard guard(device_);
+    check(cudaEventSynchronize(posted_copy_), "CachedTable: status wait");
+    std::memcpy(host, posted_, std::min<size_t>(words, kStageWords) * sizeof(uint64_t));
+  }
+
   StreamHandle side_stream() override { return side_; }
 
   void record(Mark mark, StreamHandle stream) override {
@@ -771,6 +970,8 @@ class CudaTierDevice final : public TierDevice {
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
   cudaEvent_t order_ = nullptr;
   unsigned long long* count_device_ = nullptr;
+  uint64_t* posted_ = nullptr;  // post_words' pinned landing place
+  cudaEvent_t posted_copy_ = nullptr;
   unsigned long long* filter_ = nullptr;  // the filter of keys that may be below (or none)
   uint32_t filter_log2_ = 0;
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};

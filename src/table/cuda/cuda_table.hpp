@@ -71,6 +71,10 @@ class CudaTable final : public Table<K> {
   size_t insert_and_evict(size_t n, const K* keys, const float* values, const uint64_t* scores,
                           K* evicted_keys, float* evicted_values, uint64_t* evicted_scores,
                           StreamHandle stream) override;
+  void insert_and_evict_counted(size_t n, const uint64_t* count, const K* keys, const float* values,
+                                const uint64_t* scores, K* evicted_keys, float* evicted_values,
+                                uint64_t* evicted_scores, uint64_t* evicted_count,
+                                StreamHandle stream) override;
   void assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
               StreamHandle stream) override;
   void assign_scores(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) override;

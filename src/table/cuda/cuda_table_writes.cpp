@@ -115,6 +115,34 @@ size_t CudaTable<K>::insert_and_evict(size_t n, const K* keys, const float* valu
 }
 
 template <TableKey K>
+void CudaTable<K>::insert_and_evict_counted(size_t n, const uint64_t* count, const K* keys,
+                                            const float* values, const uint64_t* scores,
+                                            K* evicted_keys, float* evicted_values,
+                                            uint64_t* evicted_scores, uint64_t* evicted_count,
+                                            StreamHandle stream) {
+  // Growth, LFU and ERROR's check read the call's state on the host anyway.
+  const bool on_device = storage_.capacity() >= options_.max_capacity &&
+                         options_.score_policy != ScorePolicy::kLfu && !error_mode();
+  if (!on_device || n == 0)
+    return Table<K>::insert_and_evict_counted(n, count, keys, values, scores, evicted_keys,
+                                              evicted_values, evicted_scores, evicted_count,
+                                              stream);
+  require_pointer(count, "insert_and_evict_counted", "count");
+  require_pointer(values, "insert_and_evict_counted", "values");
+  require_pointer(evicted_keys, "insert_and_evict_counted", "evicted_keys");
+  require_pointer(evicted_count, "insert_and_evict_counted", "evicted_count");
+  WriteArgs a;
+  a.values_in = values;
+  a.scores_in = scores;
+  a.n_device = reinterpret_cast<const unsigned long long*>(count);
+  a.evicted_keys = reinterpret_cast<uint64_t*>(evicted_keys);
+  a.evicted_values = evicted_values;
+  a.evicted_scores = evicted_scores;
+  a.emitted_out = reinterpret_cast<unsigned long long*>(evicted_count);
+  write("insert_and_evict", WriteOp::kInsertAndEvict, n, keys, a, to_stream(stream));
+}
+
+template <TableKey K>
 void CudaTable<K>::assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
                           StreamHandle stream) {
   store_rows("assign", WriteOp::kAssign, n, keys, values, scores, to_stream(stream));
@@ -288,7 +316,13 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
   }
   // WARNING without a state read already: the warnings are logged at a later call (no
   // synchronization); ERROR and insert_and_evict (which returns a count) read it now.
-  const bool must_read = error_mode() || op == WriteOp::kInsertAndEvict;
+  // insert_and_evict_counted leaves its count on the device (copied before the state is reset).
+  if (a.emitted_out != nullptr)
+    core::cuda::check(cudaMemcpyAsync(a.emitted_out, &a.state->emitted, sizeof(*a.emitted_out),
+                                      cudaMemcpyDeviceToDevice, s),
+                      "cudaMemcpyAsync (evicted count)");
+  const bool must_read =
+      error_mode() || (op == WriteOp::kInsertAndEvict && a.emitted_out == nullptr);
   const bool warns = reports_ != nullptr;  // WARNING mode
   if (must_read && !have_state) st = scratch.read();
   if (must_read || (warns && have_state)) {
@@ -398,6 +432,10 @@ template void CudaTable<int64_t>::find_or_insert_given(size_t, const int64_t*, f
                                                        const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::insert_or_assign(size_t, const int64_t*, const float*,
                                                    const uint64_t*, StreamHandle);
+template void CudaTable<int64_t>::insert_and_evict_counted(size_t, const uint64_t*, const int64_t*,
+                                                           const float*, const uint64_t*, int64_t*,
+                                                           float*, uint64_t*, uint64_t*,
+                                                           StreamHandle);
 template size_t CudaTable<int64_t>::insert_and_evict(size_t, const int64_t*, const float*,
                                                      const uint64_t*, int64_t*, float*, uint64_t*,
                                                      StreamHandle);
@@ -421,6 +459,10 @@ template void CudaTable<uint64_t>::find_or_insert_given(size_t, const uint64_t*,
                                                         const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::insert_or_assign(size_t, const uint64_t*, const float*,
                                                     const uint64_t*, StreamHandle);
+template void CudaTable<uint64_t>::insert_and_evict_counted(size_t, const uint64_t*,
+                                                            const uint64_t*, const float*,
+                                                            const uint64_t*, uint64_t*, float*,
+                                                            uint64_t*, uint64_t*, StreamHandle);
 template size_t CudaTable<uint64_t>::insert_and_evict(size_t, const uint64_t*, const float*,
                                                       const uint64_t*, uint64_t*, float*, uint64_t*,
                                                       StreamHandle);

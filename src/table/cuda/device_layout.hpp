@@ -153,6 +153,9 @@ struct WriteArgs {
   uint64_t* evicted_keys = nullptr;
   float* evicted_values = nullptr;
   uint64_t* evicted_scores = nullptr;
+  // insert_and_evict_counted: the count of evicted entries is copied here (device memory) instead
+  // of being read on the host.
+  unsigned long long* emitted_out = nullptr;
   InitializerOptions init{};
   // find_or_insert_pointers: each key is first looked for without the lock (found: address
   // written, score touched atomically, no lock taken); only keys not found take the lock.
