@@ -485,7 +485,9 @@ json run_step(const Args& a, StreamHandle stream) {
         // Sized for half the ids (it grows, doubling, if more rows come down).
         auto lower = host_tier(t.dim, a.rows / 2, a.touch);
         auto table = std::make_unique<storage::CachedTable<K>>(
-            backend, fast, lower, storage::CachingOptions{store == "private"});
+            backend, fast, lower,
+            storage::CachingOptions{store == "private", 27,
+                                    /*stage_prefetch_on_device=*/store == "private"});
         cached = table.get();
         return table;
       });

@@ -266,7 +266,9 @@ void register_storage(py::module_& m) {
                                       "Options of a caching table beyond its fast tier's")
       .def(py::init<>())
       .def_readwrite("private_store", &storage::CachingOptions::private_store)
-      .def_readwrite("filter_log2_bits", &storage::CachingOptions::filter_log2_bits);
+      .def_readwrite("filter_log2_bits", &storage::CachingOptions::filter_log2_bits)
+      .def_readwrite("stage_prefetch_on_device",
+                     &storage::CachingOptions::stage_prefetch_on_device);
   py::class_<storage::HostStorage, storage::Storage, std::shared_ptr<storage::HostStorage>>(
       m, "HostStorage",
       "Rows in host memory, at most max_rows (then the lowest scores go, counted)")

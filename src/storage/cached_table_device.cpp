@@ -644,7 +644,9 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   using detail::Scratch;
   using detail::TierDevice;
   // Only a private store's filter can tell, on the device, that a missed key is stored nowhere.
-  if (!caching_.private_store || options_.score_policy == ScorePolicy::kLfu) return false;
+  if (!caching_.private_store || !caching_.stage_prefetch_on_device ||
+      options_.score_policy == ScorePolicy::kLfu)
+    return false;
   install_prefetched(true);
   if (!pending_.empty()) return false;  // rows below may be in host memory: the host path
   if (stage_backoff_ > 0) {             // the last one fell back: the host path for a while

@@ -571,7 +571,7 @@ TEST_P(CachedDevice, StagedPrefetchStepsMatchOneBigTable) {
   SCOPED_TRACE("dim " + std::to_string(dim));
   const TableOptions fo = fast_tier_options(dim, 1024, 32, ScorePolicy::kStep, 21);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 16});
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 16, true});
   TableOptions bo = fo;
   bo.init_capacity = bo.max_capacity = 1 << 15;
   bo.bucket_capacity = 128;
@@ -685,7 +685,7 @@ TEST_P(CachedDevice, StagedPrefetchRefusalsGoDownWithTheirRows) {
   const uint32_t dim = 4;
   const TableOptions fo = fast_tier_options(dim, 64, 32, ScorePolicy::kStep, 13);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 14});
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 14, true});
   TableOptions bo = fo;
   bo.init_capacity = bo.max_capacity = 1 << 12;
   bo.bucket_capacity = 128;

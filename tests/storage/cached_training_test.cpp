@@ -121,7 +121,8 @@ TEST_P(CachedTraining, EmbeddingOnACachingTableMatchesOneBigTable) {
       fast.max_load_factor = 1.0;
       auto table = std::make_unique<CachedTable<K>>(
           b, fast, host.make(t.dim),
-          storage::CachingOptions{/*private_store=*/prefetch == Prefetch::kStepPrivate});
+          storage::CachingOptions{/*private_store=*/prefetch == Prefetch::kStepPrivate, 27,
+                                  /*stage_prefetch_on_device=*/prefetch == Prefetch::kStepPrivate});
       cached = table.get();
       return table;
     });
