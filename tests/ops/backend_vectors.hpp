@@ -1,6 +1,7 @@
 // Host vectors in and out of a backend's memory, for the ops and embedding tests.
 #pragma once
 
+#include <cstring>
 #include <vector>
 
 #include "dynemb/core/memory.hpp"
@@ -22,6 +23,11 @@ std::vector<T> download(const BackendBuffer<T>& b, size_t n) {
   std::vector<T> h(n);
   if (n > 0) b.download(h.data(), n);
   return h;
+}
+
+// Whether two float vectors hold the same bits (NaNs and signed zeros included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // upload() to the GPU.

@@ -24,20 +24,18 @@
 #include "dynemb/ops/row_ops.hpp"
 #include "dynemb/ops/step_ops.hpp"
 #include "ops/backend_vectors.hpp"
+#include "ops/ids_by_row.hpp"
 
 namespace dynemb {
 namespace {
 
 using ops_test::download;
+using ops_test::same_bits;
 using ops_test::upload;
 
 constexpr OptimizerKind kKinds[] = {OptimizerKind::kSgd,     OptimizerKind::kAdam,
                                     OptimizerKind::kAdaGrad, OptimizerKind::kRowWiseAdaGrad,
                                     OptimizerKind::kRmsProp, OptimizerKind::kFtrl};
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // One step's inputs on the host: bags over `num_rows` rows (row 0 very hot, row 1 warm), the ids
 // grouped by row (a stable counting sort) and their bags in that order, bag (or id) gradients,
@@ -68,17 +66,10 @@ StepInput make_step(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t
     s.offsets.push_back(static_cast<int64_t>(s.indices.size()));
   }
   const size_t n = s.indices.size();
-  s.row_begin.assign(num_rows + 1, 0);
-  for (uint32_t r : s.indices) ++s.row_begin[r + 1];
-  for (size_t r = 0; r < num_rows; ++r) s.row_begin[r + 1] += s.row_begin[r];
-  s.ids_by_row.resize(n);
-  std::vector<uint32_t> fill(s.row_begin.begin(), s.row_begin.end() - 1);
-  for (size_t i = 0; i < n; ++i) s.ids_by_row[fill[s.indices[i]]++] = static_cast<uint32_t>(i);
-  std::vector<uint32_t> bag_of(n);
-  for (size_t b = 0; b < bags; ++b) {
-    for (int64_t i = s.offsets[b]; i < s.offsets[b + 1]; ++i) bag_of[i] = static_cast<uint32_t>(b);
-  }
-  for (uint32_t id : s.ids_by_row) s.bag_by_row.push_back(bag_of[id]);
+  ops_test::IdsByRow grouped = ops_test::group_ids_by_row(s.indices, s.offsets, num_rows);
+  s.ids_by_row = std::move(grouped.ids_by_row);
+  s.row_begin = std::move(grouped.row_begin);
+  s.bag_by_row = std::move(grouped.bag_by_row);
   // A stride that is not a multiple of 4 half of the time: the gradient rows then take the
   // scalar path.
   s.grad_stride = dim + (rng() % 2 == 0 ? 0 : 1);

@@ -25,11 +25,8 @@ namespace dynemb {
 namespace {
 
 using ops_test::download;
+using ops_test::same_bits;
 using ops_test::upload;
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // num_rows rows of `width` floats placed in a storage buffer in shuffled order, each at an
 // offset (in floats) of `place[r]`; misaligned rows start at an odd float. null[r]: no address.
