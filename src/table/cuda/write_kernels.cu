@@ -352,7 +352,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
       }
     }
   } else if constexpr (op_inserts(kOp)) {
-    const uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
+    uint64_t new_score = next_score(a.policy, false, 0, has_given, given, now);
     int target = -1;
     bool evicting = false;
     bool defer = false;
@@ -387,6 +387,18 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
       } else {
         victim = find_victim(tile, t, bucket);
         evicting = victim.slot >= 0 && may_evict(victim.score, new_score);
+      }
+      if constexpr (kOp == WriteOp::kFindOrInsertPointers) {
+        // The lock-free touches of this kernel take no lock: between the timer read above and
+        // the victim search they may have moved every score of the bucket past `now`. No
+        // sequential order refuses a timer-scored key there (each stored timestamp was read
+        // earlier), so the key takes the time of the search: a touch read its timestamp before
+        // storing it, so a timer read after the search is at least every score the search saw.
+        // Only scores above any timer reading (assign_scores) refuse the key then.
+        if (!evicting && victim.slot >= 0 && a.policy == ScorePolicy::kTimestamp) {
+          new_score = tile.shfl(leader ? global_time_ns() : 0ull, 0);
+          evicting = may_evict(victim.score, new_score);
+        }
       }
       if (evicting) target = victim.slot;
     }
