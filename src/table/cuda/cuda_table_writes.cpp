@@ -240,11 +240,19 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
 
   // Copies of a key: the op runs on one owner per distinct key, the copies take its result
   // after the call (docs/cuda_table.md, "Copies of a key in one call").
+  // A caller's count on the device bounds the search (the keys past it are not the call's) and
+  // keeps the owners' count there too: the op runs over the listed owners, nothing read on the
+  // host.
   std::optional<KeyOwners> owners;
   if (coalesces_copies(op, a, n, s)) {
-    owners =
-        find_key_owners(a.keys, nullptr, n,
-                        /*last_wins=*/op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign, s);
+    owners = find_key_owners(a.keys, nullptr, n,
+                             /*last_wins=*/op == WriteOp::kInsertOrAssign || op == WriteOp::kAssign,
+                             s, counted);
+  }
+  if (owners && counted != nullptr) {
+    a.subset = owners->owners.data();
+    a.n_device = owners->count.data();
+  } else if (owners) {
     unsigned long long distinct = 0;
     core::cuda::check(cudaMemcpyAsync(&distinct, owners->count.data(), sizeof(distinct),
                                       cudaMemcpyDeviceToHost, s),
@@ -304,7 +312,7 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     core::cuda::check(cudaMemsetAsync(redo_count.data(), 0, sizeof(unsigned long long), s),
                       "cudaMemsetAsync (copies to redo)");
     give_copies_owner_results(*owners, n, storage_.view().dim, a.values_out, a.row_ptrs, a.founds,
-                              a.state, redo.data(), redo_count.data(), s);
+                              a.state, redo.data(), redo_count.data(), s, counted);
     a.subset = redo.data();
     a.n = n;
     a.n_device = redo_count.data();

@@ -41,11 +41,16 @@ __device__ uint32_t position_at(const uint32_t* order, uint64_t k) {
   return order != nullptr ? order[k] : static_cast<uint32_t>(k);
 }
 
+// The entries a launch covers: n, or the device's count when one is given (at most n).
+__device__ uint64_t counted_length(uint64_t n, const unsigned long long* n_device) {
+  return n_device != nullptr && *n_device < n ? *n_device : n;
+}
+
 __global__ void claim_kernel(const uint64_t* keys, const uint32_t* order, uint64_t n,
-                             unsigned long long* slot_keys, uint32_t* slot_owner, uint64_t mask,
-                             bool last_wins) {
+                             const unsigned long long* n_device, unsigned long long* slot_keys,
+                             uint32_t* slot_owner, uint64_t mask, bool last_wins) {
   const uint64_t k = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= n) return;
+  if (k >= counted_length(n, n_device)) return;
   const uint32_t i = position_at(order, k);
   const uint64_t key = keys[i];
   if (key >= kFirstReservedKey) return;  // reserved keys go through the op one by one
@@ -60,11 +65,17 @@ __global__ void claim_kernel(const uint64_t* keys, const uint32_t* order, uint64
 }
 
 __global__ void owner_kernel(const uint64_t* keys, const uint32_t* order, uint64_t n,
-                             unsigned long long* slot_keys, const uint32_t* slot_owner,
-                             uint64_t mask, bool last_wins, uint32_t* owner_of, uint8_t* is_owner) {
+                             const unsigned long long* n_device, unsigned long long* slot_keys,
+                             const uint32_t* slot_owner, uint64_t mask, bool last_wins,
+                             uint32_t* owner_of, uint8_t* is_owner) {
   const uint64_t k = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n) return;
   const uint32_t i = position_at(order, k);
+  if (k >= counted_length(n, n_device)) {  // past the count: not read, not listed
+    owner_of[i] = i;
+    is_owner[k] = 0;
+    return;
+  }
   const uint64_t key = keys[i];
   uint32_t owner = i;
   if (key < kFirstReservedKey) {
@@ -79,11 +90,13 @@ __global__ void owner_kernel(const uint64_t* keys, const uint32_t* order, uint64
 // of the row's words.
 constexpr uint32_t kLanes = 8;
 
-__global__ void copies_kernel(const uint32_t* owner_of, uint64_t n, uint32_t dim, float* values_out,
+__global__ void copies_kernel(const uint32_t* owner_of, uint64_t n,
+                              const unsigned long long* n_device, uint32_t dim, float* values_out,
                               float** row_ptrs, bool* founds, const CallState* state,
                               uint32_t* redo, unsigned long long* redo_count) {
   if (state->reserved_position != kNoPosition) return;  // ERROR mode: nothing was changed
   const bool refused = state->refused != 0;
+  n = counted_length(n, n_device);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x / kLanes;
   const uint32_t lane = threadIdx.x % kLanes;
   for (uint64_t i = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes; i < n;
@@ -109,7 +122,7 @@ __global__ void copies_kernel(const uint32_t* owner_of, uint64_t n, uint32_t dim
 }  // namespace
 
 KeyOwners find_key_owners(const uint64_t* keys, const uint32_t* order, uint64_t n, bool last_wins,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const unsigned long long* n_device) {
   const uint64_t slots = std::bit_ceil(2 * n);
   DeviceArray<unsigned long long> slot_keys(slots, stream);
   DeviceArray<uint32_t> slot_owner(slots, stream);
@@ -122,12 +135,12 @@ KeyOwners find_key_owners(const uint64_t* keys, const uint32_t* order, uint64_t 
       cudaMemsetAsync(slot_owner.data(), last_wins ? 0 : 0xFF, slots * sizeof(uint32_t), stream),
       "cudaMemsetAsync (owner set positions)");
   const unsigned blocks = blocks_for_threads(n, 1ull << 31);
-  claim_kernel<<<blocks, 256, 0, stream>>>(keys, order, n, slot_keys.data(), slot_owner.data(),
-                                           slots - 1, last_wins);
+  claim_kernel<<<blocks, 256, 0, stream>>>(keys, order, n, n_device, slot_keys.data(),
+                                           slot_owner.data(), slots - 1, last_wins);
   core::cuda::check(cudaGetLastError(), "claim_kernel launch");
-  owner_kernel<<<blocks, 256, 0, stream>>>(keys, order, n, slot_keys.data(), slot_owner.data(),
-                                           slots - 1, last_wins, out.owner_of.data(),
-                                           is_owner.data());
+  owner_kernel<<<blocks, 256, 0, stream>>>(keys, order, n, n_device, slot_keys.data(),
+                                           slot_owner.data(), slots - 1, last_wins,
+                                           out.owner_of.data(), is_owner.data());
   core::cuda::check(cudaGetLastError(), "owner_kernel launch");
   const int items = static_cast<int>(n);
   size_t temp_bytes = 0;
@@ -158,10 +171,11 @@ KeyOwners find_key_owners(const uint64_t* keys, const uint32_t* order, uint64_t 
 
 void give_copies_owner_results(const KeyOwners& owners, uint64_t n, uint32_t dim, float* values_out,
                                float** row_ptrs, bool* founds, const CallState* state,
-                               uint32_t* redo, unsigned long long* redo_count,
-                               cudaStream_t stream) {
+                               uint32_t* redo, unsigned long long* redo_count, cudaStream_t stream,
+                               const unsigned long long* n_device) {
   copies_kernel<<<blocks_for_threads(n * kLanes, 8192), 256, 0, stream>>>(
-      owners.owner_of.data(), n, dim, values_out, row_ptrs, founds, state, redo, redo_count);
+      owners.owner_of.data(), n, n_device, dim, values_out, row_ptrs, founds, state, redo,
+      redo_count);
   core::cuda::check(cudaGetLastError(), "copies_kernel launch");
 }
 
