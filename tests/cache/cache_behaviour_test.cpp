@@ -21,15 +21,6 @@ using dynemb::testing::TestRng;
 
 class CacheBehaviourTest : public BackendTest {};
 
-// Distinct random keys (never the default sentinel -1).
-std::vector<int64_t> distinct_keys(TestRng& rng, size_t n) {
-  std::set<int64_t> keys;
-  while (keys.size() < n) keys.insert(static_cast<int64_t>(rng.next() >> 2));
-  std::vector<int64_t> out(keys.begin(), keys.end());
-  std::shuffle(out.begin(), out.end(), rng.engine());
-  return out;
-}
-
 TEST_P(CacheBehaviourTest, CacheAsLargeAsTheKeySetHitsEverythingAfterOnePass) {
   TestRng rng;
   for (const uint32_t ways : {32u, 64u, 128u}) {

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
+#include "core/test_random.hpp"
 #include "dynemb/cache/cache_sets.hpp"
 #include "dynemb/cache/embedding_cache.hpp"
 #include "dynemb/core/memory.hpp"
@@ -26,6 +28,65 @@ struct QueryOutput {
 template <class K>
 using Contents = std::map<K, std::vector<float>>;
 
+// n distinct random keys (never the default sentinel -1), in random order.
+inline std::vector<int64_t> distinct_keys(dynemb::testing::TestRng& rng, size_t n) {
+  std::set<int64_t> keys;
+  while (keys.size() < n) keys.insert(static_cast<int64_t>(rng.next() >> 2));
+  std::vector<int64_t> out(keys.begin(), keys.end());
+  std::shuffle(out.begin(), out.end(), rng.engine());
+  return out;
+}
+
+// One query's buffers in a backend's memory: its keys, and outputs for every key (values filled
+// with `fill`, to see that misses leave it alone).
+template <class K>
+struct QueryBuffers {
+  QueryBuffers(Backend backend, const std::vector<K>& host_keys, uint32_t row_dim,
+               float fill = -7.0f)
+      : n(host_keys.size()),
+        dim(row_dim),
+        keys(backend, n),
+        missing(backend, n),
+        positions(backend, n),
+        count(backend, 1),
+        values(backend, n * dim) {
+    keys.upload(host_keys.data(), n);
+    fill_values(fill);
+  }
+
+  // Sets every value to `fill` again (a captured query's outputs, before each replay).
+  void fill_values(float fill = -7.0f) {
+    const std::vector<float> init(n * dim, fill);
+    values.upload(init.data(), init.size());
+  }
+
+  // Queues cache.query over these buffers on `stream`.
+  void run(EmbeddingCache<K>& cache, StreamHandle stream = nullptr) {
+    cache.query(n, keys.data(), values.data(), missing.data(), positions.data(), count.data(),
+                stream);
+  }
+
+  // What the query wrote; the caller has waited for it.
+  QueryOutput<K> download() const {
+    uint64_t listed = 0;
+    count.download(&listed, 1);
+    QueryOutput<K> out;
+    out.values.resize(n * dim);
+    values.download(out.values.data(), out.values.size());
+    out.missing_keys.resize(listed);
+    out.missing_positions.resize(listed);
+    missing.download(out.missing_keys.data(), listed);
+    positions.download(out.missing_positions.data(), listed);
+    return out;
+  }
+
+  size_t n;
+  uint32_t dim;
+  BackendBuffer<K> keys, missing;
+  BackendBuffer<uint64_t> positions, count;
+  BackendBuffer<float> values;
+};
+
 // Host-vector calls on a cache of either backend; each call waits for the device.
 template <class K>
 class CacheHarness {
@@ -38,26 +99,10 @@ class CacheHarness {
 
   // query; `fill` is what values holds before the call (to see that misses leave it alone).
   QueryOutput<K> query(const std::vector<K>& keys, float fill = -7.0f) {
-    const size_t n = keys.size();
-    BackendBuffer<K> d_keys = upload(keys);
-    std::vector<float> init(n * dim(), fill);
-    BackendBuffer<float> d_values = upload(init);
-    BackendBuffer<K> d_missing(backend_, n);
-    BackendBuffer<uint64_t> d_positions(backend_, n);
-    BackendBuffer<uint64_t> d_count(backend_, 1);
-    cache_->query(n, d_keys.data(), d_values.data(), d_missing.data(), d_positions.data(),
-                  d_count.data());
+    QueryBuffers<K> buffers(backend_, keys, dim(), fill);
+    buffers.run(*cache_);
     backend_synchronize(backend_);
-    uint64_t count = 0;
-    d_count.download(&count, 1);
-    QueryOutput<K> out;
-    out.values.resize(n * dim());
-    d_values.download(out.values.data(), out.values.size());
-    out.missing_keys.resize(count);
-    out.missing_positions.resize(count);
-    d_missing.download(out.missing_keys.data(), count);
-    d_positions.download(out.missing_positions.data(), count);
-    return out;
+    return buffers.download();
   }
 
   void replace(const std::vector<K>& keys, const std::vector<float>& values) {

@@ -24,14 +24,6 @@ void cuda_ok(cudaError_t status) {
   ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
 }
 
-std::vector<int64_t> distinct_keys(TestRng& rng, size_t n) {
-  std::set<int64_t> keys;
-  while (keys.size() < n) keys.insert(static_cast<int64_t>(rng.next() >> 2));
-  std::vector<int64_t> out(keys.begin(), keys.end());
-  std::shuffle(out.begin(), out.end(), rng.engine());
-  return out;
-}
-
 // What a query of `keys` must return when exactly `present` is stored (values start at -7).
 QueryOutput<int64_t> expected(const std::vector<int64_t>& keys, const std::set<int64_t>& present,
                               uint32_t dim) {
@@ -59,6 +51,38 @@ std::vector<std::pair<uint64_t, int64_t>> by_position(const QueryOutput<int64_t>
   return out;
 }
 
+// A query's answer against the expected one: its misses in batch order (`ordered`) or compared
+// by position, and its rows. Fatal failures (call under ASSERT_NO_FATAL_FAILURE).
+void assert_answer(const QueryOutput<int64_t>& got, const QueryOutput<int64_t>& want,
+                   bool ordered) {
+  if (ordered) {
+    ASSERT_EQ(got.missing_keys, want.missing_keys);
+    ASSERT_EQ(got.missing_positions, want.missing_positions);
+  } else {
+    ASSERT_EQ(by_position(got), by_position(want));
+  }
+  ASSERT_EQ(got.values, want.values);
+}
+
+// The hit and miss counters after queries of `queried` keys, `missed` of them missing.
+void expect_counted(const EmbeddingCache<int64_t>& cache, uint64_t queried, uint64_t missed) {
+  const CacheStats stats = cache.stats();
+  EXPECT_EQ(stats.misses, missed);
+  EXPECT_EQ(stats.hits, queried - missed);
+}
+
+// A test cache's options: rows of `dim`, `capacity_rows`, misses listed in batch order or in any
+// order, and keys not validated (a batch's sentinel is skipped and counted; a query being
+// captured could not synchronize for the check).
+CacheOptions<int64_t> query_options(uint32_t dim, uint64_t capacity_rows, bool ordered) {
+  CacheOptions<int64_t> options;
+  options.dim = dim;
+  options.capacity_rows = capacity_rows;
+  options.misses_in_batch_order = ordered;
+  options.validate_keys = false;
+  return options;
+}
+
 // Draws n keys from `pool` (repeats included) with a sentinel key at a random position.
 std::vector<int64_t> batch_of(TestRng& rng, const std::vector<int64_t>& pool, size_t n,
                               int64_t sentinel) {
@@ -79,12 +103,8 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
       for (const uint32_t dim : {4u, 7u, 37u, 128u, 300u, 1100u}) {
         SCOPED_TRACE("ways " + std::to_string(ways) + ", dim " + std::to_string(dim) +
                      (ordered ? "" : ", misses in any order"));
-        CacheOptions<int64_t> options;
-        options.dim = dim;
+        CacheOptions<int64_t> options = query_options(dim, 12000, ordered);
         options.ways = ways;
-        options.misses_in_batch_order = ordered;
-        options.capacity_rows = 12000;
-        options.validate_keys = false;  // the sentinel in each batch is skipped and counted
         CacheHarness<int64_t> cache(Backend::kCuda, options);
         const std::vector<int64_t> pool = distinct_keys(rng, 16000);
         const std::vector<int64_t> stored(pool.begin(), pool.begin() + 10000);
@@ -105,21 +125,13 @@ TEST(CacheCudaQueryPaths, EveryShapeAndSizeAnswersInBatchOrder) {
             const std::vector<int64_t> keys = batch_of(rng, *from, n, options.empty_key);
             const QueryOutput<int64_t> got = cache.query(keys);
             const QueryOutput<int64_t> want = expected(keys, present, dim);
-            if (ordered) {
-              ASSERT_EQ(got.missing_keys, want.missing_keys);
-              ASSERT_EQ(got.missing_positions, want.missing_positions);
-            } else {
-              ASSERT_EQ(by_position(got), by_position(want));
-            }
-            ASSERT_EQ(got.values, want.values);
+            ASSERT_NO_FATAL_FAILURE(assert_answer(got, want, ordered));
             queried += n;
             missed += want.missing_keys.size();
           }
         }
-        const CacheStats stats = cache.cache().stats();
-        EXPECT_EQ(stats.misses, missed);
-        EXPECT_EQ(stats.hits, queried - missed);
-        EXPECT_EQ(stats.sentinel_keys, 2 * sizes.size());
+        expect_counted(cache.cache(), queried, missed);
+        EXPECT_EQ(cache.cache().stats().sentinel_keys, 2 * sizes.size());
       }
     }
   }
@@ -133,11 +145,7 @@ TEST(CacheCudaQueryPaths, UnorderedMissListsFillALargeCacheWithoutLoss) {
   TestRng rng;
   for (const uint32_t dim : {32u, 128u}) {
     SCOPED_TRACE("dim " + std::to_string(dim));
-    CacheOptions<int64_t> options;
-    options.dim = dim;
-    options.capacity_rows = 1200000;
-    options.misses_in_batch_order = false;
-    options.validate_keys = false;
+    const CacheOptions<int64_t> options = query_options(dim, 1200000, /*ordered=*/false);
     CacheHarness<int64_t> cache(Backend::kCuda, options);
     const std::vector<int64_t> pool = distinct_keys(rng, 300000);
     std::set<int64_t> stored;
@@ -173,10 +181,7 @@ TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
   TestRng rng;
   constexpr uint32_t kDim = 8;
-  CacheOptions<int64_t> options;
-  options.dim = kDim;
-  options.capacity_rows = 12000;
-  options.validate_keys = false;  // a synchronizing check cannot be captured
+  const CacheOptions<int64_t> options = query_options(kDim, 12000, /*ordered=*/true);
   CacheHarness<int64_t> harness(Backend::kCuda, options);
   EmbeddingCache<int64_t>& cache = harness.cache();
   const std::vector<int64_t> pool = distinct_keys(rng, 6000);
@@ -185,11 +190,7 @@ TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
   std::set<int64_t> present(stored.begin(), stored.end());
 
   const std::vector<int64_t> keys = batch_of(rng, pool, 3001, options.empty_key);
-  const size_t n = keys.size();
-  BackendBuffer<int64_t> d_keys(Backend::kCuda, n), d_missing(Backend::kCuda, n);
-  BackendBuffer<uint64_t> d_positions(Backend::kCuda, n), d_count(Backend::kCuda, 1);
-  BackendBuffer<float> d_values(Backend::kCuda, n * kDim);
-  d_keys.upload(keys.data(), n);
+  QueryBuffers<int64_t> buffers(Backend::kCuda, keys, kDim);
   // A captured query takes the two-step path; one direct call of that path first loads its
   // kernels, so the capture records launches only.
   harness.query(batch_of(rng, pool, 140000, options.empty_key));
@@ -197,8 +198,7 @@ TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cache.query(n, d_keys.data(), d_values.data(), d_missing.data(), d_positions.data(),
-              d_count.data(), stream);
+  buffers.run(cache, stream);
   cuda_ok(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
@@ -211,19 +211,10 @@ TEST(CacheCudaQueryPaths, CapturedQueryReplaysAgainstTheCurrentContents) {
       harness.replace(more, rows_of(more, kDim));
       present.insert(more.begin(), more.end());
     }
-    const std::vector<float> fill(n * kDim, -7.0f);
-    d_values.upload(fill.data(), fill.size());
+    buffers.fill_values();
     cuda_ok(cudaGraphLaunch(exec, stream));
     cuda_ok(cudaStreamSynchronize(stream));
-    uint64_t count = 0;
-    d_count.download(&count, 1);
-    QueryOutput<int64_t> got;
-    got.values.resize(n * kDim);
-    got.missing_keys.resize(count);
-    got.missing_positions.resize(count);
-    d_values.download(got.values.data(), got.values.size());
-    d_missing.download(got.missing_keys.data(), count);
-    d_positions.download(got.missing_positions.data(), count);
+    const QueryOutput<int64_t> got = buffers.download();
     const QueryOutput<int64_t> want = expected(keys, present, kDim);
     EXPECT_EQ(got.missing_keys, want.missing_keys);
     EXPECT_EQ(got.missing_positions, want.missing_positions);
@@ -239,61 +230,31 @@ TEST(CacheCudaQueryPaths, QueriesOnMoreStreamsThanKeptScratchAnswerAlike) {
   TestRng rng;
   constexpr uint32_t kDim = 16;
   constexpr int kStreams = 80;  // the cache keeps scratch for 64 streams; the rest allocate
-  CacheOptions<int64_t> options;
-  options.dim = kDim;
-  options.capacity_rows = 8000;
-  options.validate_keys = false;
   // Streams with kept scratch list misses in any order (an arrival word per stream); the others
   // fall back to batch order: compared by position.
-  options.misses_in_batch_order = false;
+  const CacheOptions<int64_t> options = query_options(kDim, 8000, /*ordered=*/false);
   CacheHarness<int64_t> harness(Backend::kCuda, options);
   const std::vector<int64_t> pool = distinct_keys(rng, 8000);
   const std::vector<int64_t> stored(pool.begin(), pool.begin() + 5000);
   ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
   const std::set<int64_t> present(stored.begin(), stored.end());
   const std::vector<int64_t> keys = batch_of(rng, pool, 2500, options.empty_key);
-  const size_t n = keys.size();
   const QueryOutput<int64_t> want = expected(keys, present, kDim);
-  BackendBuffer<int64_t> d_keys(Backend::kCuda, n);
-  d_keys.upload(keys.data(), n);
   // Every stream queries twice (its kept scratch is reused by the second call) into its own
   // buffers; all calls are queued before any is waited for.
-  struct Out {
-    BackendBuffer<int64_t> missing;
-    BackendBuffer<uint64_t> positions, count;
-    BackendBuffer<float> values;
-  };
   std::vector<cudaStream_t> streams(kStreams);
-  std::vector<Out> outs;
+  std::vector<QueryBuffers<int64_t>> outs;
   for (int s = 0; s < kStreams; ++s) {
     cuda_ok(cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking));
-    outs.push_back(Out{BackendBuffer<int64_t>(Backend::kCuda, n),
-                       BackendBuffer<uint64_t>(Backend::kCuda, n),
-                       BackendBuffer<uint64_t>(Backend::kCuda, 1),
-                       BackendBuffer<float>(Backend::kCuda, n * kDim)});
-    const std::vector<float> fill(n * kDim, -7.0f);
-    outs[s].values.upload(fill.data(), fill.size());
+    outs.emplace_back(Backend::kCuda, keys, kDim);
   }
   for (int round = 0; round < 2; ++round) {
-    for (int s = 0; s < kStreams; ++s) {
-      harness.cache().query(n, d_keys.data(), outs[s].values.data(), outs[s].missing.data(),
-                            outs[s].positions.data(), outs[s].count.data(), streams[s]);
-    }
+    for (int s = 0; s < kStreams; ++s) outs[s].run(harness.cache(), streams[s]);
   }
   for (int s = 0; s < kStreams; ++s) {
     SCOPED_TRACE("stream " + std::to_string(s));
     cuda_ok(cudaStreamSynchronize(streams[s]));
-    uint64_t count = 0;
-    outs[s].count.download(&count, 1);
-    QueryOutput<int64_t> got;
-    got.values.resize(n * kDim);
-    got.missing_keys.resize(count);
-    got.missing_positions.resize(count);
-    outs[s].values.download(got.values.data(), got.values.size());
-    outs[s].missing.download(got.missing_keys.data(), count);
-    outs[s].positions.download(got.missing_positions.data(), count);
-    ASSERT_EQ(by_position(got), by_position(want));
-    ASSERT_EQ(got.values, want.values);
+    ASSERT_NO_FATAL_FAILURE(assert_answer(outs[s].download(), want, /*ordered=*/false));
     cudaStreamDestroy(streams[s]);
   }
 }
@@ -314,73 +275,33 @@ TEST(CacheCudaQueryPaths, GraphLaunchedQueriesAnswerAsKernelLaunchedOnes) {
     for (const bool graphs : {true, false}) {
       SCOPED_TRACE(std::string(graphs ? "graphs" : "kernel launches") +
                    (ordered ? "" : ", misses in any order"));
-      CacheOptions<int64_t> options;
-      options.dim = kDim;
-      options.capacity_rows = 12000;
-      options.validate_keys = false;
-      options.misses_in_batch_order = ordered;
+      CacheOptions<int64_t> options = query_options(kDim, 12000, ordered);
       options.query_graphs = graphs;
       CacheHarness<int64_t> harness(Backend::kCuda, options);
       ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
       cudaStream_t streams[2];
       for (cudaStream_t& s : streams) cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      struct Call {
-        std::vector<int64_t> keys;
-        BackendBuffer<int64_t> d_keys, missing;
-        BackendBuffer<uint64_t> positions, count;
-        BackendBuffer<float> values;
-      };
-      std::vector<Call> calls;
+      std::vector<std::vector<int64_t>> batches;
+      std::vector<QueryBuffers<int64_t>> calls;
       const std::vector<size_t> sizes = {2048, 2048, 9, 2048, 2048, 12001, 2048, 2048};
       for (size_t c = 0; c < 2 * sizes.size(); ++c) {
-        const size_t n = sizes[c % sizes.size()];
-        std::vector<int64_t> keys = batch_of(rng, pool, n, options.empty_key);
-        calls.push_back(Call{keys, BackendBuffer<int64_t>(Backend::kCuda, n),
-                             BackendBuffer<int64_t>(Backend::kCuda, n),
-                             BackendBuffer<uint64_t>(Backend::kCuda, n),
-                             BackendBuffer<uint64_t>(Backend::kCuda, 1),
-                             BackendBuffer<float>(Backend::kCuda, n * kDim)});
-        calls.back().d_keys.upload(keys.data(), n);
-        const std::vector<float> fill(n * kDim, -7.0f);
-        calls.back().values.upload(fill.data(), fill.size());
+        batches.push_back(batch_of(rng, pool, sizes[c % sizes.size()], options.empty_key));
+        calls.emplace_back(Backend::kCuda, batches.back(), kDim);
       }
       cuda_ok(cudaDeviceSynchronize());
       // The first half on one stream, the second on the other, all queued before any wait.
-      for (size_t c = 0; c < calls.size(); ++c) {
-        Call& call = calls[c];
-        harness.cache().query(call.keys.size(), call.d_keys.data(), call.values.data(),
-                              call.missing.data(), call.positions.data(), call.count.data(),
-                              streams[c / sizes.size()]);
-      }
+      for (size_t c = 0; c < calls.size(); ++c)
+        calls[c].run(harness.cache(), streams[c / sizes.size()]);
       cuda_ok(cudaDeviceSynchronize());
       uint64_t queried = 0, missed = 0;
       for (size_t c = 0; c < calls.size(); ++c) {
         SCOPED_TRACE("call " + std::to_string(c));
-        const Call& call = calls[c];
-        const size_t n = call.keys.size();
-        uint64_t count = 0;
-        call.count.download(&count, 1);
-        QueryOutput<int64_t> got;
-        got.values.resize(n * kDim);
-        got.missing_keys.resize(count);
-        got.missing_positions.resize(count);
-        call.values.download(got.values.data(), got.values.size());
-        call.missing.download(got.missing_keys.data(), count);
-        call.positions.download(got.missing_positions.data(), count);
-        const QueryOutput<int64_t> want = expected(call.keys, present, kDim);
-        if (ordered) {
-          ASSERT_EQ(got.missing_keys, want.missing_keys);
-          ASSERT_EQ(got.missing_positions, want.missing_positions);
-        } else {
-          ASSERT_EQ(by_position(got), by_position(want));
-        }
-        ASSERT_EQ(got.values, want.values);
-        queried += n;
+        const QueryOutput<int64_t> want = expected(batches[c], present, kDim);
+        ASSERT_NO_FATAL_FAILURE(assert_answer(calls[c].download(), want, ordered));
+        queried += batches[c].size();
         missed += want.missing_keys.size();
       }
-      const CacheStats stats = harness.cache().stats();
-      EXPECT_EQ(stats.misses, missed);
-      EXPECT_EQ(stats.hits, queried - missed);
+      expect_counted(harness.cache(), queried, missed);
       for (cudaStream_t s : streams) cudaStreamDestroy(s);
     }
   }
@@ -407,39 +328,20 @@ TEST(CacheCudaQueryPaths, FirstQueryOnANonBlockingStreamSeesClearedScratch) {
       cuda_ok(cudaDeviceSynchronize());
       cuda_ok(cudaFree(dirty));
     }
-    CacheOptions<int64_t> options;
-    options.dim = kDim;
-    options.capacity_rows = 4000;
-    options.validate_keys = false;
-    options.misses_in_batch_order = round % 2 == 0;
+    const CacheOptions<int64_t> options = query_options(kDim, 4000, round % 2 == 0);
     CacheHarness<int64_t> harness(Backend::kCuda, options);
     ASSERT_EQ(harness.preload(stored, rows_of(stored, kDim)), 0u);
     const std::vector<int64_t> keys = batch_of(rng, pool, 2048, options.empty_key);
-    const size_t n = keys.size();
-    BackendBuffer<int64_t> d_keys(Backend::kCuda, n), d_missing(Backend::kCuda, n);
-    BackendBuffer<uint64_t> d_positions(Backend::kCuda, n), d_count(Backend::kCuda, 1);
-    BackendBuffer<float> d_values(Backend::kCuda, n * kDim);
-    d_keys.upload(keys.data(), n);
-    const std::vector<float> fill(n * kDim, -7.0f);
-    d_values.upload(fill.data(), fill.size());
+    QueryBuffers<int64_t> buffers(Backend::kCuda, keys, kDim);
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cuda_ok(cudaMemsetAsync(busy, round, size_t{1} << 30, nullptr));  // the legacy stream, busy
-    harness.cache().query(n, d_keys.data(), d_values.data(), d_missing.data(), d_positions.data(),
-                          d_count.data(), stream);
+    buffers.run(harness.cache(), stream);
     cuda_ok(cudaStreamSynchronize(stream));
     cuda_ok(cudaDeviceSynchronize());
-    uint64_t count = 0;
-    d_count.download(&count, 1);
+    const QueryOutput<int64_t> got = buffers.download();
     const QueryOutput<int64_t> want = expected(keys, present, kDim);
-    ASSERT_EQ(count, want.missing_keys.size());
-    QueryOutput<int64_t> got;
-    got.values.resize(n * kDim);
-    got.missing_keys.resize(count);
-    got.missing_positions.resize(count);
-    d_values.download(got.values.data(), got.values.size());
-    d_missing.download(got.missing_keys.data(), count);
-    d_positions.download(got.missing_positions.data(), count);
+    ASSERT_EQ(got.missing_keys.size(), want.missing_keys.size());
     EXPECT_EQ(by_position(got), by_position(want));
     EXPECT_EQ(got.values, want.values);
     cudaStreamDestroy(stream);
