@@ -15,6 +15,34 @@ template <class Config>
 class TableCountedPointersTest : public TableTestBase<Config> {};
 TYPED_TEST_SUITE(TableCountedPointersTest, AllTableConfigs, TableConfigNames);
 
+// The address a call's rows hold before it: what an entry it must not write keeps.
+float* untouched_row() {
+  return reinterpret_cast<float*>(uintptr_t{1});
+}
+
+// What find_or_insert_pointers_counted of `keys` with `count` (in backend memory) gave: every
+// entry's address and founds flag, set to untouched_row() and true before the call.
+struct CountedCall {
+  std::vector<float*> rows;
+  std::vector<bool> founds;
+};
+
+template <TableKey K>
+CountedCall counted_call(TableHarness<K>& h, const std::vector<K>& keys, uint64_t count) {
+  auto k = h.upload(keys);
+  auto p = h.filled(keys.size(), untouched_row());
+  auto f = h.flags(keys.size(), true);
+  auto c = h.upload(std::vector<uint64_t>{count});
+  h->find_or_insert_pointers_counted(keys.size(), c.data(), k.data(), p.data(), f.data());
+  return CountedCall{h.download(p, keys.size()), h.download_flags(f, keys.size())};
+}
+
+// Puts `keys` in a uniformly random order.
+template <TableKey K>
+void shuffle(TestRng& rng, std::vector<K>& keys) {
+  for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
+}
+
 TYPED_TEST(TableCountedPointersTest, OnlyTheCountedKeysAreLookedUpOrInserted) {
   using K = typename TestFixture::Key;
   TestRng rng;
@@ -32,21 +60,14 @@ TYPED_TEST(TableCountedPointersTest, OnlyTheCountedKeysAreLookedUpOrInserted) {
     for (size_t i = 0; i < count; i += 3) stored.push_back(keys[i]);
     h.insert_or_assign(stored, value_rows(stored, h.dim()));
 
-    auto k = h.upload(keys);
-    float* const untouched = reinterpret_cast<float*>(uintptr_t{1});
-    auto p = h.filled(keys.size(), untouched);
-    auto f = h.flags(keys.size(), true);
-    auto c = h.upload(std::vector<uint64_t>{count});
-    h->find_or_insert_pointers_counted(keys.size(), c.data(), k.data(), p.data(), f.data());
-    const std::vector<float*> rows = h.download(p, keys.size());
-    const std::vector<bool> founds = h.download_flags(f, keys.size());
+    const auto [rows, founds] = counted_call(h, keys, count);
 
     const Snapshot<K> contents = h.snapshot();
     EXPECT_EQ(contents.size(), count);  // the counted keys, and no other
     std::set<const float*> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (i >= count) {
-        EXPECT_EQ(rows[i], untouched) << i;  // left as they were
+        EXPECT_EQ(rows[i], untouched_row()) << i;  // left as they were
         EXPECT_TRUE(founds[i]) << i;
         EXPECT_EQ(contents.count(keys[i]), 0u) << i;
         continue;
@@ -62,8 +83,7 @@ TYPED_TEST(TableCountedPointersTest, OnlyTheCountedKeysAreLookedUpOrInserted) {
       EXPECT_EQ(row, expected) << i;
     }
     // A count above n covers n keys.
-    auto big = h.upload(std::vector<uint64_t>{keys.size() * 2});
-    h->find_or_insert_pointers_counted(keys.size(), big.data(), k.data(), p.data(), f.data());
+    counted_call(h, keys, keys.size() * 2);
     EXPECT_EQ(h->size(), keys.size());
   }
 }
@@ -98,24 +118,16 @@ TYPED_TEST(TableCountedPointersTest, PaddingPastTheCountIsNeverReadByTheCopiesSe
     for (const auto* group : {&stored, &fresh}) {
       for (const K key : *group) keys.insert(keys.end(), rng.uniform(1, 3), key);
     }
-    for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
+    shuffle(rng, keys);
     const size_t count = keys.size();
     std::vector<K> padding(padding_fresh);
     for (size_t j = 0; j < 200; ++j) padding.push_back(keys[rng.uniform(0, count - 1)]);
     const std::vector<K> reserved = reserved_keys<K>();
     padding.insert(padding.end(), reserved.begin(), reserved.end());
-    for (size_t i = padding.size(); i > 1; --i)
-      std::swap(padding[i - 1], padding[rng.uniform(0, i - 1)]);
+    shuffle(rng, padding);
     keys.insert(keys.end(), padding.begin(), padding.end());
 
-    auto k = h.upload(keys);
-    float* const untouched = reinterpret_cast<float*>(uintptr_t{1});
-    auto p = h.filled(keys.size(), untouched);
-    auto f = h.flags(keys.size(), true);
-    auto c = h.upload(std::vector<uint64_t>{count});
-    h->find_or_insert_pointers_counted(keys.size(), c.data(), k.data(), p.data(), f.data());
-    const std::vector<float*> rows = h.download(p, keys.size());
-    const std::vector<bool> founds = h.download_flags(f, keys.size());
+    const auto [rows, founds] = counted_call(h, keys, count);
 
     const std::set<K> was_stored(stored.begin(), stored.end());
     const Snapshot<K> contents = h.snapshot();
@@ -128,7 +140,7 @@ TYPED_TEST(TableCountedPointersTest, PaddingPastTheCountIsNeverReadByTheCopiesSe
     std::map<K, int> not_found;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (i >= count) {
-        EXPECT_EQ(rows[i], untouched) << "padding position " << i << ", key " << keys[i];
+        EXPECT_EQ(rows[i], untouched_row()) << "padding position " << i << ", key " << keys[i];
         EXPECT_TRUE(founds[i]) << "padding position " << i << ", key " << keys[i];
         continue;
       }
