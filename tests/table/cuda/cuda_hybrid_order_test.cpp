@@ -27,16 +27,16 @@ constexpr size_t kBatch = table::cuda::kHostOrderMinBatch + 3000;
 
 using Model = std::map<uint64_t, std::vector<float>>;
 
-// Small multiples of 1/8: sums of a few stay exact in float32.
-std::vector<float> random_rows(TestRng& rng, size_t n) {
-  std::vector<float> v(n * kDim);
+// n rows of `dim` small multiples of 1/8: sums of a few stay exact in float32.
+std::vector<float> random_rows(TestRng& rng, size_t n, uint32_t dim = kDim) {
+  std::vector<float> v(n * dim);
   for (float& x : v)
     x = static_cast<float>(static_cast<int64_t>(rng.uniform(0, 2000)) - 1000) / 8.0f;
   return v;
 }
 
-std::vector<float> row_at(const std::vector<float>& rows, size_t i) {
-  return {rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim};
+std::vector<float> row_at(const std::vector<float>& rows, size_t i, uint32_t dim = kDim) {
+  return {rows.begin() + i * dim, rows.begin() + (i + 1) * dim};
 }
 
 void expect_contents(Table<uint64_t>& t, const Model& model) {
@@ -63,6 +63,56 @@ void shuffle(TestRng& rng, std::vector<uint64_t>& keys) {
   for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.uniform(0, i - 1)]);
 }
 
+// A batch of `stored` keys of the model and `fresh` keys never seen (also returned apart),
+// shuffled.
+struct MixedBatch {
+  std::vector<uint64_t> keys;
+  std::vector<uint64_t> fresh;
+};
+
+MixedBatch mixed_batch(TestRng& rng, const Model& model, size_t stored, size_t fresh,
+                       std::set<uint64_t>& seen) {
+  MixedBatch b{some_stored(rng, model, stored), distinct_keys(rng, fresh, seen)};
+  b.keys.insert(b.keys.end(), b.fresh.begin(), b.fresh.end());
+  shuffle(rng, b.keys);
+  return b;
+}
+
+// insert_or_assign (or assign) of `rows` under `keys`.
+void store(Table<uint64_t>& t, const std::vector<uint64_t>& keys, const std::vector<float>& rows,
+           bool assign = false) {
+  auto k = upload(kGpu, keys);
+  auto v = upload(kGpu, rows);
+  if (assign) {
+    t.assign(keys.size(), k.data(), v.data());
+  } else {
+    t.insert_or_assign(keys.size(), k.data(), v.data());
+  }
+}
+
+// A pointer call's outputs: each key's address and founds flag.
+struct Addresses {
+  std::vector<float*> rows;
+  std::vector<uint8_t> founds;
+};
+
+enum class PointerCall { kFind, kFindOrInsert, kFindOrReserve };
+
+// find_pointers, find_or_insert_pointers or find_or_reserve_pointers of `keys`.
+Addresses pointers_of(Table<uint64_t>& t, const std::vector<uint64_t>& keys, PointerCall call) {
+  auto k = upload(kGpu, keys);
+  BackendBuffer<float*> ptrs(kGpu, keys.size());
+  BackendBuffer<bool> founds(kGpu, keys.size());
+  if (call == PointerCall::kFind) {
+    t.find_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+  } else if (call == PointerCall::kFindOrInsert) {
+    t.find_or_insert_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+  } else {
+    t.find_or_reserve_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
+  }
+  return Addresses{download(ptrs, keys.size()), download_flags(kGpu, founds, keys.size())};
+}
+
 // Every op on batches that take the ordered path, with the writes' keys in flight capped at
 // `keys_in_flight` (0: no cap).
 void check_large_calls(uint32_t keys_in_flight) {
@@ -86,9 +136,7 @@ void check_large_calls(uint32_t keys_in_flight) {
   for (int round = 0; round < 2; ++round) {
     const auto keys = distinct_keys(rng, kBatch, seen);
     const auto rows = random_rows(rng, keys.size());
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, rows);
-    t->insert_or_assign(keys.size(), k.data(), v.data());
+    store(*t, keys, rows);
     for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(rows, i);
   }
   ASSERT_GT(t->capacity(), o.init_capacity);
@@ -96,10 +144,7 @@ void check_large_calls(uint32_t keys_in_flight) {
 
   // find: stored and unknown keys mixed.
   {
-    auto keys = some_stored(rng, model, kBatch - 4000);
-    const auto unknown = distinct_keys(rng, 4000, seen);
-    keys.insert(keys.end(), unknown.begin(), unknown.end());
-    shuffle(rng, keys);
+    const auto keys = mixed_batch(rng, model, kBatch - 4000, 4000, seen).keys;
     auto k = upload(kGpu, keys);
     BackendBuffer<float> out(kGpu, keys.size() * kDim);
     BackendBuffer<bool> founds(kGpu, keys.size());
@@ -115,14 +160,9 @@ void check_large_calls(uint32_t keys_in_flight) {
 
   // assign (stored and unknown keys), then accum_or_assign with every key twice in the batch.
   {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto unknown = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), unknown.begin(), unknown.end());
-    shuffle(rng, keys);
+    const auto keys = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen).keys;
     const auto rows = random_rows(rng, keys.size());
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, rows);
-    t->assign(keys.size(), k.data(), v.data());
+    store(*t, keys, rows, /*assign=*/true);
     for (size_t i = 0; i < keys.size(); ++i) {
       if (auto it = model.find(keys[i]); it != model.end()) it->second = row_at(rows, i);
     }
@@ -152,10 +192,7 @@ void check_large_calls(uint32_t keys_in_flight) {
   // find_or_insert_given (new keys take the offered row) and find_or_insert (new keys take the
   // initializer's row, which a later find must return).
   for (const bool given : {true, false}) {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), fresh.begin(), fresh.end());
-    shuffle(rng, keys);
+    const auto keys = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen).keys;
     const auto offered = random_rows(rng, keys.size());
     auto k = upload(kGpu, keys);
     auto v = upload(kGpu, offered);
@@ -183,19 +220,14 @@ void check_large_calls(uint32_t keys_in_flight) {
   // find_or_insert_pointers (its lock-free pass in bucket order, the locked pass over its misses):
   // the flags, and the addresses find_pointers gives afterwards; the rows behind them via find.
   {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), fresh.begin(), fresh.end());
-    shuffle(rng, keys);
+    const auto keys = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen).keys;
+    const Addresses call = pointers_of(*t, keys, PointerCall::kFindOrInsert);
+    const auto& f = call.founds;
+    const auto& p = call.rows;
+    const auto p2 = pointers_of(*t, keys, PointerCall::kFind).rows;
     auto k = upload(kGpu, keys);
-    BackendBuffer<float*> ptrs(kGpu, keys.size()), again(kGpu, keys.size());
-    BackendBuffer<bool> founds(kGpu, keys.size());
-    t->find_or_insert_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
-    const auto f = download_flags(kGpu, founds, keys.size());
-    const auto p = download(ptrs, keys.size());
-    t->find_pointers(keys.size(), k.data(), again.data(), founds.data(), nullptr);
-    const auto p2 = download(again, keys.size());
     BackendBuffer<float> out(kGpu, keys.size() * kDim);
+    BackendBuffer<bool> founds(kGpu, keys.size());
     t->find(keys.size(), k.data(), out.data(), founds.data(), nullptr);
     const auto rows = download(out, keys.size() * kDim);
     const auto f2 = download_flags(kGpu, founds, keys.size());
@@ -218,27 +250,18 @@ void check_large_calls(uint32_t keys_in_flight) {
   // find_or_reserve_pointers (no rows written, the caller's order): stored keys' addresses are
   // find_pointers' and their rows the model's; the caller then fills the new keys' rows.
   {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), fresh.begin(), fresh.end());
-    shuffle(rng, keys);
-    auto k = upload(kGpu, keys);
-    BackendBuffer<float*> ptrs(kGpu, keys.size()), again(kGpu, keys.size());
-    BackendBuffer<bool> founds(kGpu, keys.size());
-    t->find_or_reserve_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
-    const auto f = download_flags(kGpu, founds, keys.size());
-    const auto p = download(ptrs, keys.size());
-    t->find_pointers(keys.size(), k.data(), again.data(), founds.data(), nullptr);
-    const auto p2 = download(again, keys.size());
+    const auto [keys, fresh] = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen);
+    const Addresses call = pointers_of(*t, keys, PointerCall::kFindOrReserve);
+    const auto& f = call.founds;
+    const auto& p = call.rows;
+    const auto p2 = pointers_of(*t, keys, PointerCall::kFind).rows;
     ASSERT_EQ(std::set<float*>(p.begin(), p.end()).size(), keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       ASSERT_EQ(f[i] != 0, model.count(keys[i]) != 0) << "position " << i;
       ASSERT_EQ(p[i], p2[i]) << "position " << i;
     }
     const auto rows = random_rows(rng, fresh.size());
-    auto fk = upload(kGpu, fresh);
-    auto fv = upload(kGpu, rows);
-    t->assign(fresh.size(), fk.data(), fv.data(), nullptr);
+    store(*t, fresh, rows, /*assign=*/true);
     for (size_t i = 0; i < fresh.size(); ++i) model[fresh[i]] = row_at(rows, i);
   }
   expect_contents(*t, model);
@@ -312,62 +335,31 @@ TEST(CudaHybridOrder, WideRowsOnEightThreadTiles) {
   auto t = make_table<uint64_t>(kGpu, o);
   std::set<uint64_t> seen;
   Model model;
-  auto rows_of = [&](size_t n) {
-    std::vector<float> v(n * kWide);
-    for (float& x : v)
-      x = static_cast<float>(static_cast<int64_t>(rng.uniform(0, 2000)) - 1000) / 8.0f;
-    return v;
-  };
-  auto wide_row = [&](const std::vector<float>& rows, size_t i) {
-    return std::vector<float>(rows.begin() + i * kWide, rows.begin() + (i + 1) * kWide);
-  };
-  auto expect_model = [&] {
-    const auto stored = dump(*t);
-    ASSERT_EQ(stored.size(), model.size());
-    for (const auto& [key, row] : model) {
-      const auto it = stored.find(key);
-      ASSERT_NE(it, stored.end()) << "key " << key << " lost";
-      ASSERT_EQ(it->second.row, row) << "key " << key;
-    }
-  };
   // insert_or_assign of new keys.
   {
     const auto keys = distinct_keys(rng, kBatch, seen);
-    const auto rows = rows_of(keys.size());
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, rows);
-    t->insert_or_assign(keys.size(), k.data(), v.data());
-    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = wide_row(rows, i);
+    const auto rows = random_rows(rng, keys.size(), kWide);
+    store(*t, keys, rows);
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(rows, i, kWide);
   }
-  expect_model();
+  expect_contents(*t, model);
   // assign: stored and unknown keys.
   {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto unknown = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), unknown.begin(), unknown.end());
-    shuffle(rng, keys);
-    const auto rows = rows_of(keys.size());
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, rows);
-    t->assign(keys.size(), k.data(), v.data());
+    const auto keys = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen).keys;
+    const auto rows = random_rows(rng, keys.size(), kWide);
+    store(*t, keys, rows, /*assign=*/true);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (auto it = model.find(keys[i]); it != model.end()) it->second = wide_row(rows, i);
+      if (auto it = model.find(keys[i]); it != model.end()) it->second = row_at(rows, i, kWide);
     }
   }
-  expect_model();
+  expect_contents(*t, model);
   // find_or_insert_pointers: stored and new keys; every address distinct, the flags the model's,
   // a stored key's row behind its address unchanged, a new key's row the initializer's.
   {
-    auto keys = some_stored(rng, model, kBatch / 2);
-    const auto fresh = distinct_keys(rng, kBatch / 2, seen);
-    keys.insert(keys.end(), fresh.begin(), fresh.end());
-    shuffle(rng, keys);
-    auto k = upload(kGpu, keys);
-    BackendBuffer<float*> ptrs(kGpu, keys.size());
-    BackendBuffer<bool> founds(kGpu, keys.size());
-    t->find_or_insert_pointers(keys.size(), k.data(), ptrs.data(), founds.data(), nullptr);
-    const auto f = download_flags(kGpu, founds, keys.size());
-    const auto p = download(ptrs, keys.size());
+    const auto keys = mixed_batch(rng, model, kBatch / 2, kBatch / 2, seen).keys;
+    const Addresses call = pointers_of(*t, keys, PointerCall::kFindOrInsert);
+    const auto& f = call.founds;
+    const auto& p = call.rows;
     ASSERT_EQ(std::set<float*>(p.begin(), p.end()).size(), keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       const auto it = model.find(keys[i]);
@@ -385,7 +377,7 @@ TEST(CudaHybridOrder, WideRowsOnEightThreadTiles) {
       }
     }
   }
-  expect_model();
+  expect_contents(*t, model);
 }
 
 }  // namespace
