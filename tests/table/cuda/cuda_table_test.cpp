@@ -33,6 +33,23 @@ std::vector<float> rows_for(const std::vector<uint64_t>& keys, uint32_t dim, flo
   return v;
 }
 
+using Model = std::map<uint64_t, std::vector<float>>;
+
+// Row i of row-major rows of `dim` floats.
+std::vector<float> row_at(const std::vector<float>& rows, size_t i, uint32_t dim) {
+  return {rows.begin() + i * dim, rows.begin() + (i + 1) * dim};
+}
+
+// insert_or_assign of `values` under `keys`, and the same rows into the model.
+void insert_rows(Table<uint64_t>& t, Model& model, const std::vector<uint64_t>& keys,
+                 const std::vector<float>& values) {
+  const uint32_t dim = t.options().dim;
+  auto k = upload(kGpu, keys);
+  auto v = upload(kGpu, values);
+  t.insert_or_assign(keys.size(), k.data(), v.data());
+  for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(values, i, dim);
+}
+
 // n keys from distinct_keys, skipping any whose bucket among `buckets` already holds `cap` keys
 // (counted in `per_bucket`): so that many buckets never overflow, and nothing evicts.
 std::vector<uint64_t> keys_under_cap(TestRng& rng, size_t n, std::set<uint64_t>& seen,
@@ -51,7 +68,7 @@ std::vector<uint64_t> keys_under_cap(TestRng& rng, size_t n, std::set<uint64_t>&
 }
 
 // Checks every model key is stored with its row.
-void expect_rows(Table<uint64_t>& t, const std::map<uint64_t, std::vector<float>>& model) {
+void expect_rows(Table<uint64_t>& t, const Model& model) {
   const auto stored = dump(t);
   ASSERT_EQ(stored.size(), model.size());
   for (const auto& [key, row] : model) {
@@ -75,7 +92,7 @@ TEST(CudaTable, HybridRowsInHostMemoryBehaveLikeHbmRows) {
   o.max_hbm_for_values = 128ull * 8 * o.dim * sizeof(float) + 100;  // a quarter of max rows
   auto t = make_table<uint64_t>(kGpu, o);
   std::set<uint64_t> seen;
-  std::map<uint64_t, std::vector<float>> model;
+  Model model;
   // Grow to max capacity through inserts, then overwrite and accumulate. No bucket of the full
   // table gets more than 120 of the 3000 keys: drawn freely, one in about 500 seeds put 131 in one
   // of the 32 buckets, and its evictions failed the size check.
@@ -83,14 +100,7 @@ TEST(CudaTable, HybridRowsInHostMemoryBehaveLikeHbmRows) {
   for (int round = 0; round < 6; ++round) {
     const auto keys =
         keys_under_cap(rng, 500, seen, per_bucket, o.max_capacity / o.bucket_capacity, 120);
-    const auto values = rows_for(keys, o.dim, static_cast<float>(round));
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, values);
-    t->insert_or_assign(keys.size(), k.data(), v.data());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      model[keys[i]] =
-          std::vector<float>(values.begin() + i * o.dim, values.begin() + (i + 1) * o.dim);
-    }
+    insert_rows(*t, model, keys, rows_for(keys, o.dim, static_cast<float>(round)));
   }
   EXPECT_EQ(t->capacity(), o.max_capacity);
   EXPECT_EQ(t->size(), model.size());
@@ -107,8 +117,7 @@ TEST(CudaTable, HybridRowsInHostMemoryBehaveLikeHbmRows) {
   const auto hf = download_flags(kGpu, founds, all.size());
   for (size_t i = 0; i < all.size(); ++i) {
     ASSERT_TRUE(hf[i]);
-    ASSERT_EQ(std::vector<float>(hv.begin() + i * o.dim, hv.begin() + (i + 1) * o.dim),
-              model[all[i]]);
+    ASSERT_EQ(row_at(hv, i, o.dim), model[all[i]]);
   }
 
   // insert_and_evict works in hybrid mode: fill past capacity and account for every row.
@@ -124,17 +133,13 @@ TEST(CudaTable, HybridRowsInHostMemoryBehaveLikeHbmRows) {
     BackendBuffer<uint64_t> es(kGpu, keys.size());
     const size_t count = t->insert_and_evict(keys.size(), kk.data(), vv.data(), nullptr, ek.data(),
                                              ev.data(), es.data());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      model[keys[i]] =
-          std::vector<float>(values.begin() + i * o.dim, values.begin() + (i + 1) * o.dim);
-    }
+    for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = row_at(values, i, o.dim);
     const auto hk = download(ek, count);
     const auto hev = download(ev, count * o.dim);
     for (size_t i = 0; i < count; ++i) {
       auto it = model.find(hk[i]);
       ASSERT_NE(it, model.end()) << "evicted an unknown key " << hk[i];
-      ASSERT_EQ(std::vector<float>(hev.begin() + i * o.dim, hev.begin() + (i + 1) * o.dim),
-                it->second);
+      ASSERT_EQ(row_at(hev, i, o.dim), it->second);
       model.erase(it);
     }
     evicted_total += count;
@@ -157,17 +162,10 @@ TEST(CudaTable, GrowthKeepsEveryKeyAndDoublesUntilMax) {
   o.safe_check = SafeCheck::kError;
   auto t = make_table<uint64_t>(kGpu, o);
   std::set<uint64_t> seen;
-  std::map<uint64_t, std::vector<float>> model;
+  Model model;
   for (size_t batch : {1u, 7u, 100u, 3000u, 20000u}) {
     const auto keys = distinct_keys(rng, batch, seen);
-    const auto values = rows_for(keys, o.dim, 1.0f);
-    auto k = upload(kGpu, keys);
-    auto v = upload(kGpu, values);
-    t->insert_or_assign(keys.size(), k.data(), v.data());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      model[keys[i]] =
-          std::vector<float>(values.begin() + i * o.dim, values.begin() + (i + 1) * o.dim);
-    }
+    insert_rows(*t, model, keys, rows_for(keys, o.dim, 1.0f));
     const size_t size = t->size();
     ASSERT_EQ(size, model.size());
     EXPECT_LE(static_cast<double>(size), o.max_load_factor * static_cast<double>(t->capacity()));
@@ -287,16 +285,10 @@ TEST(CudaTable, KeysWithTheEmptyDigestDoNotHideOrLoseSlots) {
         look_alikes.push_back(k);
     }
     const std::vector<uint64_t> others = distinct_keys(rng, 60, seen);
-    std::map<uint64_t, std::vector<float>> model;
+    Model model;
     for (const std::vector<uint64_t>* keys :
          std::array<const std::vector<uint64_t>*, 2>{&look_alikes, &others}) {
-      const auto rows = rows_for(*keys, o.dim, 0.25f);
-      auto k = upload(kGpu, *keys);
-      auto v = upload(kGpu, rows);
-      t->insert_or_assign(keys->size(), k.data(), v.data());
-      for (size_t i = 0; i < keys->size(); ++i) {
-        model[(*keys)[i]].assign(rows.begin() + i * o.dim, rows.begin() + (i + 1) * o.dim);
-      }
+      insert_rows(*t, model, *keys, rows_for(*keys, o.dim, 0.25f));
     }
     EXPECT_EQ(t->size(), model.size());
     EXPECT_EQ(t->stats().evictions, 0u);
