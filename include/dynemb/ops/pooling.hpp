@@ -70,8 +70,8 @@ void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
 // Backward: `grads[f]` holds the gradient of feature f's output in LookupOutput's layout.
 // Writes row_grads[f] (num_rows x dim at row_grads[f].out + r * out_stride): the sum over
 // every id i with indices[i] == r of weight_i * (1 / bag length for MEAN) * the gradient of
-// i's bag (or of id i for NONE), the gradient read as gradient_read_type(value_type). Rows no
-// id reads get zeros. The order of additions is fixed
+// i's bag (or of id i for NONE), the gradients read as float32 whatever the rows' value_type.
+// Rows no id reads get zeros. The order of additions is fixed
 // (kGradientChunk): a row's ids in ascending order are cut into chunks of that many, each
 // chunk summed in order, then the chunk sums added in order; so the result is bit-identical
 // run to run and backend to backend, and a hot row's ids are summed in parallel on the GPU.
@@ -81,14 +81,5 @@ void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
 
 // Ids per chunk of reduce_gradients' fixed summation order.
 inline constexpr uint32_t kGradientChunk = 64;
-
-// What the backward reads each output-gradient element as for rows stored as `rows`: float32 for
-// every type. (A bfloat16 copy of the gradients for bfloat16 rows halves the bytes the GPU's
-// reduction gathers and measured 2% faster on the 13.1M step, but its updates leave PyTorch's
-// bfloat16 training by more than one ulp (tests/python/test_value_types.py), so it is not used;
-// the kernels keep the bfloat16 path for a future opt-in.)
-constexpr ValueType gradient_read_type(ValueType /*rows*/) {
-  return ValueType::kFloat32;
-}
 
 }  // namespace dynemb

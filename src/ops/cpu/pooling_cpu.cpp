@@ -108,11 +108,9 @@ void bags_by_row_cpu(size_t num_ids, const uint32_t* ids_by_row, const int64_t* 
 namespace {
 
 // Row `row`'s gradient into dst (dim floats): chunks of kGradientChunk ids, each summed from zero,
-// then added in order (reduce_gradients' fixed order), each gradient element read as kGradType
-// (gradient_read_type). `partial` holds dim floats of scratch.
-template <ValueType kGradType>
-void sum_row_gradient_as(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
-                         const uint32_t* bag_of, size_t row, float* dst, float* partial) {
+// then added in order (reduce_gradients' fixed order). `partial` holds dim floats of scratch.
+void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                      const uint32_t* bag_of, size_t row, float* dst, float* partial) {
   const uint32_t* row_begin = groups.row_begin;
   std::fill(dst, dst + x.dim, 0.0f);
   for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
@@ -124,18 +122,9 @@ void sum_row_gradient_as(const LookupFeature& x, IdGroups groups, const LookupOu
       const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
                                                        : g.out + size_t{b} * g.out_stride;
       const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
-      for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * round_to<kGradType>(grad[j]);
+      for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
     }
     for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
-  }
-}
-
-void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
-                      const uint32_t* bag_of, size_t row, float* dst, float* partial) {
-  if (gradient_read_type(x.value_type) == ValueType::kBFloat16) {
-    sum_row_gradient_as<ValueType::kBFloat16>(x, groups, g, bag_of, row, dst, partial);
-  } else {
-    sum_row_gradient_as<ValueType::kFloat32>(x, groups, g, bag_of, row, dst, partial);
   }
 }
 

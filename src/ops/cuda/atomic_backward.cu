@@ -19,11 +19,9 @@ using ops::cuda::kBlock;
 using ops::cuda::lane_index;
 using ops::cuda::warp_index;
 
-// One warp per bag (NONE: per id): row_grads[indices[i]] += factor_i * grad of the bag, the
-// gradient read as gradient_read_type(x.value_type).
+// One warp per bag (NONE: per id): row_grads[indices[i]] += factor_i * grad of the bag.
 __global__ void scatter_add_kernel(LookupFeature x, LookupOutput g, float* row_grads,
                                    uint32_t stride) {
-  const bool round16 = gradient_read_type(x.value_type) == ValueType::kBFloat16;
   const size_t b = warp_index();
   const bool none = x.mode == PoolingMode::kNone;
   if (b >= (none ? x.num_ids : x.num_bags)) return;
@@ -34,10 +32,7 @@ __global__ void scatter_add_kernel(LookupFeature x, LookupOutput g, float* row_g
   for (int64_t i = begin; i < end; ++i) {
     const float f = id_factor(x, i, len);
     float* dst = row_grads + size_t{x.indices[i]} * stride;
-    for (uint32_t j = lane_index(); j < x.dim; j += 32) {
-      const float v = round16 ? round_to<ValueType::kBFloat16>(grad[j]) : grad[j];
-      atomicAdd(dst + j, __fmul_rn(f, v));
-    }
+    for (uint32_t j = lane_index(); j < x.dim; j += 32) atomicAdd(dst + j, __fmul_rn(f, grad[j]));
   }
 }
 

@@ -92,10 +92,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
-  // bfloat16 gradients 4 rows in flight, not 8: the packed 8 spilled Adam's registers (ptxas: 88
-  // bytes of spill stores against 40 with float32 gradients).
-  sum_ids<kVec, gradient_read_type(kType), false>(x, g, groups.ids_by_row, h.bag_by_row, begin, end,
-                                                  grad);
+  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
   optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
@@ -173,8 +170,8 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
 }  // namespace
 
 void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFeature& x,
-                                       IdGroups groups, const LookupOutput& given,
-                                       float* const* rows, const bool* skip, uint64_t* nonfinite,
+                                       IdGroups groups, const LookupOutput& g, float* const* rows,
+                                       const bool* skip, uint64_t* nonfinite,
                                        StepWorkspace& workspace, StreamHandle stream_handle) {
   if (x.num_rows == 0) return;
   const cudaStream_t stream = as_stream(stream_handle);
@@ -183,22 +180,14 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     // Rows too wide for shared memory: the gradients go through the workspace.
     auto* row_grads = static_cast<float*>(
         workspace.scratch(x.num_rows * size_t{grad_stride} * sizeof(float), stream));
-    reduce_gradients_grouped_cuda(x, groups, given, {row_grads, grad_stride}, stream_handle);
+    reduce_gradients_grouped_cuda(x, groups, g, {row_grads, grad_stride}, stream_handle);
     apply_optimizer_row_ptrs_cuda(o, x.num_rows, rows, row_grads, grad_stride, x.dim, skip,
                                   nonfinite, stream_handle);
     return;
   }
   ops::cuda::keep_pool_memory(stream);
-  // The scratch: the gradients' bfloat16 copy (bfloat16 rows), then the hot chunks'.
   const ops::cuda::HotChunkPlan plan(x, groups, stream);
-  const size_t copy_bytes = ops::cuda::gradient_copy_bytes(x);
-  ScratchCarver measure;
-  measure.take<uint8_t>(copy_bytes);
-  measure.take<uint8_t>(plan.bytes());
-  ScratchCarver place(workspace.scratch(measure.bytes(), stream_handle));
-  void* copy = place.take<uint8_t>(copy_bytes);
-  void* chunks = place.take<uint8_t>(plan.bytes());
-  const LookupOutput g = ops::cuda::gradients_to_read(x, given, copy, stream);
+  void* chunks = workspace.scratch(plan.bytes(), stream_handle);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
   const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);

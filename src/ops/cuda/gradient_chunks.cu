@@ -1,8 +1,6 @@
 // The hot chunks of the gradient reduction (gradient_chunks.cuh).
 #include <cub/device/device_scan.cuh>
 
-#include <type_traits>
-
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -44,38 +42,8 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
   for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) chunk_row[chunk_first[r] + c] = r;
 }
 
-// Words a row of the bfloat16 gradient copy takes: dim rounded up to 4 elements, so that rows
-// start 8-byte aligned (kVec = 4 reads a lane's 4 elements as one 8-byte load).
-uint32_t copy_stride(uint32_t dim) {
-  return (dim + 3) / 4 * 2;
-}
-
-size_t gradient_rows(const LookupFeature& x) {
-  return x.mode == PoolingMode::kNone ? x.num_ids : x.num_bags;
-}
-
-// One thread per 4 elements (j = 4q .. 4q + 3) of row r: rounded to bfloat16, nearest even.
-__global__ void round_gradients_kernel(const float* g, uint32_t g_stride, size_t rows, uint32_t dim,
-                                       uint32_t quads, uint32_t* out, uint32_t out_stride) {
-  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= rows * quads) return;
-  const size_t r = t / quads;
-  const uint32_t j = static_cast<uint32_t>(t % quads) * 4;
-  const float* src = g + r * g_stride + j;
-  uint32_t bits[4] = {0, 0, 0, 0};
-  if (j + 4 <= dim && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    const float4 v = *reinterpret_cast<const float4*>(src);
-    bits[0] = float_to_bf16(v.x), bits[1] = float_to_bf16(v.y);
-    bits[2] = float_to_bf16(v.z), bits[3] = float_to_bf16(v.w);
-  } else {
-    for (uint32_t q = 0; q < 4 && j + q < dim; ++q) bits[q] = float_to_bf16(src[q]);
-  }
-  uint32_t* dst = out + r * out_stride + j / 2;
-  *reinterpret_cast<uint2*>(dst) = uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)};
-}
-
 // One warp per hot chunk k (launched for an upper bound; the real count is read here).
-template <uint32_t kVec, ValueType kGradType>
+template <uint32_t kVec>
 __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
                                  const uint32_t* bag_by_row, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, const uint32_t* chunk_row,
@@ -87,31 +55,10 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
   const uint32_t begin =
       groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
   const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, bag_by_row, begin, end,
-                           partial + k * partial_stride);
+  sum_ids<kVec>(x, g, groups.ids_by_row, bag_by_row, begin, end, partial + k * partial_stride);
 }
 
 }  // namespace
-
-size_t gradient_copy_bytes(const LookupFeature& x) {
-  if (gradient_read_type(x.value_type) != ValueType::kBFloat16) return 0;
-  return gradient_rows(x) * size_t{copy_stride(x.dim)} * sizeof(uint32_t);
-}
-
-LookupOutput gradients_to_read(const LookupFeature& x, const LookupOutput& g, void* copy,
-                               cudaStream_t stream) {
-  if (gradient_read_type(x.value_type) != ValueType::kBFloat16) return g;
-  const uint32_t stride = copy_stride(x.dim);
-  auto* out = static_cast<uint32_t*>(copy);
-  const size_t rows = gradient_rows(x);
-  const uint32_t quads = (x.dim + 3) / 4;
-  if (rows > 0 && quads > 0) {
-    round_gradients_kernel<<<blocks_for_threads(rows * quads), kBlock, 0, stream>>>(
-        g.out, g.out_stride, rows, x.dim, quads, out, stride);
-    core::cuda::check_launch("reduce_gradients: round_gradients_kernel");
-  }
-  return {reinterpret_cast<float*>(out), stride};
-}
 
 struct HotChunkPlan::Arrays {
   uint32_t *bag_of, *bag_by_row, *chunk_count, *chunk_first, *hot_rows, *hot_count, *chunk_row;
@@ -180,22 +127,14 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   if (n > 0) {
     const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
-    const auto launch = [&](auto grad_type) {
-      constexpr ValueType kGradType = decltype(grad_type)::value;
-      if (vec4_ok(g.out, g.out_stride, x.dim)) {
-        hot_chunk_kernel<4, kGradType>
-            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
-                                            a.chunk_row, max_chunks_, partial_stride_, a.partial);
-      } else {
-        hot_chunk_kernel<1, kGradType>
-            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
-                                            a.chunk_row, max_chunks_, partial_stride_, a.partial);
-      }
-    };
-    if (gradient_read_type(x.value_type) == ValueType::kBFloat16) {
-      launch(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+    if (vec4_ok(g.out, g.out_stride, x.dim)) {
+      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
     } else {
-      launch(std::integral_constant<ValueType, ValueType::kFloat32>{});
+      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
+                                                         a.chunk_count, a.chunk_row, max_chunks_,
+                                                         partial_stride_, a.partial);
     }
     core::cuda::check_launch("reduce_gradients: hot_chunk_kernel");
   }

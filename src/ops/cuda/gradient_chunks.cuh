@@ -21,16 +21,6 @@ __host__ __device__ constexpr bool is_hot_row(uint32_t ids) {
   return ids > kGradientChunk;
 }
 
-// Bytes of the bfloat16 copy of feature x's output gradients that the reduction reads (0 unless
-// gradient_read_type(x.value_type) is bfloat16).
-size_t gradient_copy_bytes(const LookupFeature& x);
-
-// The output gradients the reduction reads: g itself, or for bfloat16 rows g's rows (one per bag;
-// NONE: per id) rounded to bfloat16 once into `copy` (gradient_copy_bytes of backend memory),
-// out_stride then counting 32-bit words. Issued on `stream`.
-LookupOutput gradients_to_read(const LookupFeature& x, const LookupOutput& g, void* copy,
-                               cudaStream_t stream);
-
 // What sum_hot_chunks leaves in device memory for the rest of the reduction.
 struct HotChunks {
   const uint32_t* bag_by_row = nullptr;   // num_ids: the bag of id ids_by_row[k] (SUM / MEAN)
@@ -52,7 +42,7 @@ class HotChunkPlan {
   // Bytes of device scratch issue() needs.
   size_t bytes() const { return bytes_; }
   // Issues, on `stream` over bytes() of `scratch`, for the feature and groups given to the
-  // constructor and the bags' gradients g (as gradients_to_read gives them): the bags of the ids
+  // constructor and the bags' gradients g (float32): the bags of the ids
   // (unless the groups bring them), the hot rows, the chunk scan and the chunk sums. No
   // synchronization.
   HotChunks issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const;

@@ -109,15 +109,14 @@ __global__ void row_begin_kernel(const uint32_t* sorted_rows, size_t n, size_t n
 
 // One warp per row of at most one chunk: its sum straight into the row gradient (zeros for a
 // row no id reads). Hot rows are left to hot_row_kernel.
-template <uint32_t kVec, ValueType kGradType>
+template <uint32_t kVec>
 __global__ void cold_row_kernel(LookupFeature x, LookupOutput g, IdGroups groups, HotChunks h,
                                 LookupOutput r) {
   const size_t row = warp_index();
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   if (is_hot_row(end - begin)) return;
-  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, h.bag_by_row, begin, end,
-                           r.out + row * r.out_stride);
+  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, r.out + row * r.out_stride);
 }
 
 // One block per hot row (grid-stride), one thread per element: the row's chunk sums added in
@@ -253,32 +252,21 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
   }
 }
 
-void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups,
-                                   const LookupOutput& given, const LookupOutput& r,
-                                   StreamHandle stream_handle) {
+void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                                   const LookupOutput& r, StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
   if (x.num_rows == 0) return;
   ops::cuda::keep_pool_memory(stream);
-  core::cuda::DeviceArray<uint8_t> copy(ops::cuda::gradient_copy_bytes(x), stream);
-  const LookupOutput g = ops::cuda::gradients_to_read(x, given, copy.data(), stream);
   const ops::cuda::HotChunkPlan plan(x, groups, stream);
   core::cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
   const HotChunks h = plan.issue(g, scratch.data(), stream);
   const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
                    ops::cuda::vec4_ok(r.out, r.out_stride, x.dim);
   const unsigned blocks = blocks_for_warps(x.num_rows);
-  const auto cold = [&](auto grad_type) {
-    constexpr ValueType kGradType = decltype(grad_type)::value;
-    if (vec) {
-      cold_row_kernel<4, kGradType><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
-    } else {
-      cold_row_kernel<1, kGradType><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
-    }
-  };
-  if (gradient_read_type(x.value_type) == ValueType::kBFloat16) {
-    cold(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+  if (vec) {
+    cold_row_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
   } else {
-    cold(std::integral_constant<ValueType, ValueType::kFloat32>{});
+    cold_row_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
   }
   core::cuda::check_launch("reduce_gradients: cold_row_kernel");
   if (x.num_ids > 0) {

@@ -98,9 +98,6 @@ __device__ __forceinline__ void load_tile(const float* row, uint32_t tile, uint3
   TileLanes<kVec>::load(row + tile, width, lane, v);
 }
 
-// Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
-// t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
-// elements. Loads are issued kUnroll terms ahead of their additions.
 // A lane's 4 consecutive 16-bit elements (kVec = 4's layout) of tile [tile, tile + width) of
 // `row`, as their bits: one 8-byte load where the row allows, else one by one (0 bits, +0.0, for
 // a null row or past width).
@@ -128,16 +125,18 @@ __device__ __forceinline__ void unpack4(uint2 packed, float (&v)[kTileRegs]) {
   v[3] = from_bits16<kType>(static_cast<uint16_t>(packed.y >> 16));
 }
 
-// kPacked (16-bit rows, kVec = 4): twice the terms in flight, their bits held packed; off where
-// registers are short (the fused backward), the same additions 4 terms at a time.
-template <uint32_t kVec, class Rows, bool kPacked = true>
+// Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
+// t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
+// elements. Loads are issued kUnroll terms ahead of their additions.
+// 16-bit rows (kVec = 4) take twice the terms in flight, their bits held packed.
+template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
                                           typename Rows::Handle h_t, float f_t, const Rows& rows,
                                           uint32_t tile, uint32_t width) {
   constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
   uint32_t t = 0;
-  if constexpr (kPacked && Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
+  if constexpr (Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
     // 16-bit rows move half the bytes a load: twice the terms in flight (their bits held
     // packed, so as many registers as float32's), added in the same order.
     constexpr uint32_t kPackedUnroll = 2 * kUnroll;
@@ -186,11 +185,10 @@ __device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, u
 }
 
 // The sum, from zero and in ascending id order, of ids_by_row[begin, end) into `out` (dim
-// floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor. The
-// gradient rows are g's, their elements kGradType (gradient_read_type: a bfloat16 copy for
-// bfloat16 rows, out_stride in words). bag_by_row[k] is the bag of id ids_by_row[k] (SUM / MEAN),
-// so the two loads do not wait on each other. kPacked: add_terms'.
-template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32, bool kPacked = true>
+// floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor, the
+// gradients g's float32 rows whatever the embedding rows' type. bag_by_row[k] is the bag of id
+// ids_by_row[k] (SUM / MEAN), so the two loads do not wait on each other.
+template <uint32_t kVec>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
                                         const uint32_t* ids_by_row, const uint32_t* bag_by_row,
                                         uint32_t begin, uint32_t end, float* out) {
@@ -208,8 +206,8 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
-      add_terms<kVec, DenseRowsOf<kGradType>, kPacked>(
-          acc, count, row_t, f_t, DenseRowsOf<kGradType>{g.out, g.out_stride}, tile, width);
+      add_terms<kVec, DenseRows>(acc, count, row_t, f_t, DenseRows{g.out, g.out_stride}, tile,
+                                 width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }

@@ -1,6 +1,6 @@
-// The backward reads each output-gradient element as float32 for every row type
-// (gradient_read_type): reduce_gradients_grouped against a float64 sum of the float32 gradients
-// (told apart from the sum of bfloat16-rounded ones); the fused reduction and optimizer on
+// The backward reads each output-gradient element as float32 whatever the rows' type:
+// reduce_gradients_grouped against a float64 sum of the float32 gradients (told apart from the
+// sum of bfloat16-rounded ones); the fused reduction and optimizer on
 // bfloat16 rows bit-identical to the two passes it replaces; and, with a GPU, the GPU
 // bit-identical to the CPU in both. Fresh random bags with a hot row (several gradient chunks),
 // SUM / MEAN / NONE, with and without weights, dims on the float4 and scalar paths.
@@ -117,9 +117,9 @@ struct Device {
   }
 };
 
-class GradientReadType : public dynemb::testing::BackendTest {};
+class RowTypeGradients : public dynemb::testing::BackendTest {};
 
-TEST_P(GradientReadType, ReductionOfEveryRowTypeSumsFloat32Gradients) {
+TEST_P(RowTypeGradients, ReductionOfEveryRowTypeSumsFloat32Gradients) {
   const Backend backend = GetParam();
   dynemb::testing::TestRng test_rng;  // prints the seed
   std::mt19937_64& rng = test_rng.engine();
@@ -138,22 +138,20 @@ TEST_P(GradientReadType, ReductionOfEveryRowTypeSumsFloat32Gradients) {
                                             nullptr);
       backend_synchronize(backend);
       const std::vector<float> got = download(out, num_rows * dim);
-      const bool rounded = gradient_read_type(type) == ValueType::kBFloat16;
-      ASSERT_FALSE(rounded);  // every row type reads float32 gradients (pooling.hpp)
       size_t told_apart = 0;
       for (size_t r = 0; r < num_rows; ++r) {
         const auto g16 = gradient64(in, r, dim, mode, weighted,
                                     [](float v) { return round_to<ValueType::kBFloat16>(v); });
         const auto g32 = gradient64(in, r, dim, mode, weighted, [](float v) { return v; });
         for (uint32_t j = 0; j < dim; ++j) {
-          const double want = rounded ? g16[j] : g32[j];
+          const double want = g32[j];
           const double tol = 2e-5 * (1 + std::abs(want)) * (1 + in.row_begin[r + 1] / 64.0);
           ASSERT_NEAR(got[r * dim + j], want, tol) << "row " << r << " element " << j;
           if (std::abs(g16[j] - g32[j]) > 10 * tol) ++told_apart;
         }
       }
-      // The two readings differ by more than the tolerance somewhere: the check above tells
-      // which one the reduction used.
+      // The float32 and bfloat16 readings differ by more than the tolerance somewhere: the check
+      // above tells the reduction read float32.
       EXPECT_GT(told_apart, 0u);
 
       // Without a GPU this compares the CPU with itself; with one, the GPU with the CPU.
@@ -169,7 +167,7 @@ TEST_P(GradientReadType, ReductionOfEveryRowTypeSumsFloat32Gradients) {
 // bfloat16 rows of `dim` elements (random values) and AdaGrad (state in float32; not Adam, whose
 // bias corrections call each platform's powf): the fused pass against the two passes on the
 // backend, the GPU against the CPU, bit for bit.
-TEST_P(GradientReadType, FusedBackwardOnBFloat16RowsMatchesTwoPasses) {
+TEST_P(RowTypeGradients, FusedBackwardOnBFloat16RowsMatchesTwoPasses) {
   const Backend backend = GetParam();
   dynemb::testing::TestRng test_rng;  // prints the seed
   std::mt19937_64& rng = test_rng.engine();
@@ -231,7 +229,7 @@ TEST_P(GradientReadType, FusedBackwardOnBFloat16RowsMatchesTwoPasses) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GradientReadType, dynemb::testing::all_backends(),
+INSTANTIATE_TEST_SUITE_P(Backends, RowTypeGradients, dynemb::testing::all_backends(),
                          dynemb::testing::backend_name);
 
 }  // namespace
