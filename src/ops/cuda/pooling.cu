@@ -10,11 +10,13 @@
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
+#include "cuda/kernel_variant.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
+#include "dynemb/core/cuda/prefetch.cuh"
 #include "id_factor.hpp"
 
 namespace dynemb::ops::detail {
@@ -52,11 +54,17 @@ __global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, si
   if (i < num_ids && indices[i] >= num_rows) atomicMin(&first[1], i);
 }
 
-// SUM / MEAN: one warp per bag; ids in order, a tile of the row in registers.
-template <uint32_t kVec, class Rows>
-__global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b = warp_index();
-  if (b >= x.num_bags) return;
+// Asks L2 for the lines of the row at `row` (null: none), `bytes` long.
+__device__ __forceinline__ void prefetch_row(const float* row, uint32_t bytes) {
+  if (row != nullptr) core::cuda::prefetch_range_l2(row, bytes, 0, 1);
+}
+
+// SUM / MEAN, bag b: ids in order, a tile of the row in registers. kPrefetch: each lane past the
+// first round's 4 first asks L2 for its id's whole row, so the rounds of add_terms after the
+// first find their rows on the way (EXPERIMENT: kernel_variant "pool_pf").
+template <uint32_t kVec, bool kPrefetch, class Rows>
+__device__ __forceinline__ void pool_bag(const LookupFeature& x, const Rows& rows,
+                                         const LookupOutput& o, size_t b) {
   const uint32_t lane = lane_index();
   const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
   float* out = o.out + b * o.out_stride;
@@ -70,11 +78,40 @@ __global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
       if (lane < count) {
         h_t = rows.handle(x.indices[first + lane]);
         f_t = id_factor(x, first + lane, end - begin);
+        if (kPrefetch && tile == 0 && lane >= 4)
+          prefetch_row(rows.at(h_t),
+                       Rows::kValueType == ValueType::kFloat32 ? x.dim * 4 : x.dim * 2);
       }
       add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
+}
+
+// SUM / MEAN: one warp per bag.
+template <uint32_t kVec, class Rows>
+__global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
+  pool_bag<kVec, false>(x, rows, o, b);
+}
+
+// EXPERIMENT: pool_kernel with kPrefetch and __launch_bounds__' resident blocks (kernel_variant
+// "pool_lb4" / "pool_lb5"; 1: none asked).
+template <uint32_t kVec, class Rows, bool kPrefetch, int kMinBlocks>
+__global__ void __launch_bounds__(kBlock, kMinBlocks)
+    pool_variant_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
+  pool_bag<kVec, kPrefetch>(x, rows, o, b);
+}
+
+// EXPERIMENT: pool_kernel with kPrefetch, no bounds.
+template <uint32_t kVec, class Rows>
+__global__ void pool_prefetch_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
+  pool_bag<kVec, true>(x, rows, o, b);
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
@@ -203,7 +240,30 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
       pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, rows, o);
     }
   } else if (vec) {
-    pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+    if constexpr (Rows::kByAddress) {
+      // EXPERIMENT (kernel_variant): L2 prefetch, register bounds, 64-thread blocks.
+      const bool pf = ops::cuda::kernel_variant("pool_pf");
+      const int lb = ops::cuda::kernel_variant("pool_lb5")   ? 5
+                     : ops::cuda::kernel_variant("pool_lb4") ? 4
+                                                             : 1;
+      const unsigned threads = ops::cuda::kernel_variant("pool_b64") ? 64 : kBlock;
+      const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + threads - 1) / threads);
+      if (pf && lb == 5) {
+        pool_variant_kernel<4, Rows, true, 5><<<blocks, threads, 0, stream>>>(x, rows, o);
+      } else if (pf && lb == 4) {
+        pool_variant_kernel<4, Rows, true, 4><<<blocks, threads, 0, stream>>>(x, rows, o);
+      } else if (pf) {
+        pool_prefetch_kernel<4, Rows><<<blocks, threads, 0, stream>>>(x, rows, o);
+      } else if (lb == 5) {
+        pool_variant_kernel<4, Rows, false, 5><<<blocks, threads, 0, stream>>>(x, rows, o);
+      } else if (lb == 4) {
+        pool_variant_kernel<4, Rows, false, 4><<<blocks, threads, 0, stream>>>(x, rows, o);
+      } else {
+        pool_kernel<4, Rows><<<blocks, threads, 0, stream>>>(x, rows, o);
+      }
+    } else {
+      pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+    }
   } else {
     pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   }
