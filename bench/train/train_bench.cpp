@@ -357,12 +357,19 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
             v_steps[v].push_back(clock->stop());
             collection->end_step();
           }
+          std::vector<double> round_forwards;
           for (uint32_t s = 0; s < config.steps; ++s) {
             load(s % kBatchSets);
             clock->start();
             vf.replay(stream);
-            v_forwards[v].push_back(clock->stop());
+            round_forwards.push_back(clock->stop());
           }
+          v_forwards[v].insert(v_forwards[v].end(), round_forwards.begin(), round_forwards.end());
+          progress << "round " << round << " " << v << ": step "
+                   << median(
+                          std::vector<double>(v_steps[v].end() - config.steps, v_steps[v].end())) *
+                          1e3
+                   << " ms, forward " << median(round_forwards) * 1e3 << " ms" << std::endl;
         }
       }
       ::unsetenv("DYNEMB_OPS_VARIANT");

@@ -114,6 +114,72 @@ __global__ void pool_prefetch_kernel(LookupFeature x, Rows rows, LookupOutput o)
   pool_bag<kVec, true>(x, rows, o, b);
 }
 
+// EXPERIMENT (kernel_variant "pool_pair"): bag b's ids [begin, end) pooled as pool_bag does, the
+// first round's handle and factor (h0, f0: lane t's of id begin + t) given by the caller.
+template <uint32_t kVec, class Rows>
+__device__ __forceinline__ void pool_bag_from(const LookupFeature& x, const Rows& rows,
+                                              const LookupOutput& o, size_t b, int64_t begin,
+                                              int64_t end, typename Rows::Handle h0, float f0) {
+  const uint32_t lane = lane_index();
+  float* out = o.out + b * o.out_stride;
+  for (uint32_t tile = 0; tile < x.dim; tile += kTileWidth) {
+    const uint32_t width = min(kTileWidth, x.dim - tile);
+    float acc[kTileRegs] = {};
+    for (int64_t first = begin; first < end; first += 32) {
+      const uint32_t count = end - first < 32 ? static_cast<uint32_t>(end - first) : 32u;
+      typename Rows::Handle h_t = h0;
+      float f_t = f0;
+      if (first != begin) {
+        h_t = {};
+        f_t = 0.0f;
+        if (lane < count) {
+          h_t = rows.handle(x.indices[first + lane]);
+          f_t = id_factor(x, first + lane, end - begin);
+        }
+      }
+      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
+    }
+    TileLanes<kVec>::store(out + tile, width, lane, acc);
+  }
+}
+
+// EXPERIMENT (kernel_variant "pool_pair"): two bags a warp (2w, 2w + 1). Both bags' offsets,
+// ids and row handles are loaded together and their rows asked of L2 (past the first bag's first
+// 4), then the bags are pooled one after the other: the second bag's chain of dependent loads
+// overlaps the first's, and its rows are in L2 when its turn comes.
+template <uint32_t kVec, class Rows, int kMinBlocks>
+__global__ void __launch_bounds__(kBlock, kMinBlocks)
+    pool_pair_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b0 = 2 * warp_index();
+  if (b0 >= x.num_bags) return;
+  const bool two = b0 + 1 < x.num_bags;
+  const size_t b1 = two ? b0 + 1 : b0;
+  const uint32_t lane = lane_index();
+  const int64_t a0 = x.offsets[b0], e0 = x.offsets[b0 + 1];
+  const int64_t a1 = x.offsets[b1], e1 = two ? x.offsets[b1 + 1] : a1;
+  const bool in0 = lane < e0 - a0, in1 = lane < e1 - a1;
+  const uint32_t i0 = in0 ? x.indices[a0 + lane] : 0u;
+  const uint32_t i1 = in1 ? x.indices[a1 + lane] : 0u;
+  typename Rows::Handle h0{}, h1{};
+  float f0 = 0.0f, f1 = 0.0f;
+  if (in0) {
+    h0 = rows.handle(i0);
+    f0 = id_factor(x, a0 + lane, e0 - a0);
+  }
+  if (in1) {
+    h1 = rows.handle(i1);
+    f1 = id_factor(x, a1 + lane, e1 - a1);
+  }
+  const uint32_t row_bytes = Rows::kValueType == ValueType::kFloat32 ? x.dim * 4 : x.dim * 2;
+  if (in0 && lane >= 4) prefetch_row(rows.at(h0), row_bytes);
+  if (in1) prefetch_row(rows.at(h1), row_bytes);
+#pragma unroll 1
+  for (uint32_t k = 0; k < (two ? 2u : 1u); ++k) {
+    pool_bag_from<kVec>(x, rows, o, k == 0 ? b0 : b1, k == 0 ? a0 : a1, k == 0 ? e0 : e1,
+                        k == 0 ? h0 : h1, k == 0 ? f0 : f1);
+  }
+}
+
 // NONE: one warp per id, out row i = weight_i * row.
 template <uint32_t kVec, class Rows>
 __global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
@@ -248,7 +314,15 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
                                                              : 1;
       const unsigned threads = ops::cuda::kernel_variant("pool_b64") ? 64 : kBlock;
       const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + threads - 1) / threads);
-      if (pf && lb == 5) {
+      if (ops::cuda::kernel_variant("pool_pair")) {
+        const unsigned pair_blocks =
+            static_cast<unsigned>(((x.num_bags + 1) / 2 * 32 + threads - 1) / threads);
+        if (lb == 4) {
+          pool_pair_kernel<4, Rows, 4><<<pair_blocks, threads, 0, stream>>>(x, rows, o);
+        } else {
+          pool_pair_kernel<4, Rows, 1><<<pair_blocks, threads, 0, stream>>>(x, rows, o);
+        }
+      } else if (pf && lb == 5) {
         pool_variant_kernel<4, Rows, true, 5><<<blocks, threads, 0, stream>>>(x, rows, o);
       } else if (pf && lb == 4) {
         pool_variant_kernel<4, Rows, true, 4><<<blocks, threads, 0, stream>>>(x, rows, o);
