@@ -82,8 +82,7 @@ template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
-                                  unsigned long long* nonfinite, float* grad, size_t row,
-                                  bool prefetch_grads) {
+                                  unsigned long long* nonfinite, float* grad, size_t row) {
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = updated_address(rows, skip, row);
@@ -94,14 +93,6 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
-  if (prefetch_grads && end - begin > 4) {
-    // EXPERIMENT (kernel_variant "cold_pf"): the bag gradients of the ids past the first round
-    // of sum_ids' loads asked of L2 first.
-    for (uint32_t k = begin + 4 + lane_index(); k < end; k += 32) {
-      const uint32_t b = x.mode == PoolingMode::kNone ? groups.ids_by_row[k] : h.bag_by_row[k];
-      core::cuda::prefetch_range_l2(g.out + size_t{b} * g.out_stride, x.dim * sizeof(float), 0, 1);
-    }
-  }
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
   optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
@@ -115,8 +106,7 @@ template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __global__ void __launch_bounds__(kBlock, 4)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
-                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks,
-                     bool prefetch_grads) {
+                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
   if (blockIdx.x < hot_blocks) {
@@ -129,16 +119,14 @@ __global__ void __launch_bounds__(kBlock, 4)
       (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
     optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, first,
-                                          prefetch_grads);
+                                          shared + (threadIdx.x / 32) * grad_stride, first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
     optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, row,
-                                          prefetch_grads);
+                                          shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
@@ -174,10 +162,16 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                                : x.live_rows != nullptr ? strided_cold_blocks(x.num_rows)
                                                         : blocks_for_warps(x.num_rows);
   if (hot_blocks + cold_blocks == 0) return;
+  if (which == FusedRows::kCold && ops::cuda::kernel_variant("cold_b64")) {
+    // EXPERIMENT (round 2): the cold rows' launch in 64-thread blocks (as many warps).
+    fused_row_kernel<kKind, kVec, kType><<<cold_blocks * 4, 64, 2 * row_bytes, stream>>>(
+        o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+    core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
+    return;
+  }
   fused_row_kernel<kKind, kVec, kType>
       <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
-          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks,
-          ops::cuda::kernel_variant("cold_pf"));
+          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 

@@ -16,7 +16,6 @@
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
-#include "dynemb/core/cuda/prefetch.cuh"
 #include "id_factor.hpp"
 
 namespace dynemb::ops::detail {
@@ -54,15 +53,16 @@ __global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, si
   if (i < num_ids && indices[i] >= num_rows) atomicMin(&first[1], i);
 }
 
-// Asks L2 for the lines of the row at `row` (null: none), `bytes` long.
-__device__ __forceinline__ void prefetch_row(const float* row, uint32_t bytes) {
-  if (row != nullptr) core::cuda::prefetch_range_l2(row, bytes, 0, 1);
-}
+// Threads of a pooling block, and the blocks a multiprocessor keeps resident (__launch_bounds__):
+// 64-thread blocks free a finished warp pair's slots without waiting for six more warps, and 16 of
+// them cap the kernel at 64 registers, 32 warps a multiprocessor (the 16-bit rows' kernel took 72
+// registers, 24 warps, when left to itself). The pooling is bound by the latency of its chains of
+// dependent loads, so resident warps are what speeds it up (docs/ops.md).
+inline constexpr int kPoolBlock = 64;
+inline constexpr int kPoolBlocksPerSm = 16;
 
-// SUM / MEAN, bag b: ids in order, a tile of the row in registers. kPrefetch: each lane past the
-// first round's 4 first asks L2 for its id's whole row, so the rounds of add_terms after the
-// first find their rows on the way (EXPERIMENT: kernel_variant "pool_pf").
-template <uint32_t kVec, bool kPrefetch, class Rows>
+// SUM / MEAN, bag b: ids in order, a tile of the row in registers, kUnroll rows in flight.
+template <uint32_t kVec, uint32_t kUnroll, class Rows>
 __device__ __forceinline__ void pool_bag(const LookupFeature& x, const Rows& rows,
                                          const LookupOutput& o, size_t b) {
   const uint32_t lane = lane_index();
@@ -78,106 +78,39 @@ __device__ __forceinline__ void pool_bag(const LookupFeature& x, const Rows& row
       if (lane < count) {
         h_t = rows.handle(x.indices[first + lane]);
         f_t = id_factor(x, first + lane, end - begin);
-        if (kPrefetch && tile == 0 && lane >= 4)
-          prefetch_row(rows.at(h_t),
-                       Rows::kValueType == ValueType::kFloat32 ? x.dim * 4 : x.dim * 2);
       }
-      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
+      add_terms<kVec, Rows, kUnroll>(acc, count, h_t, f_t, rows, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
 }
 
-// SUM / MEAN: one warp per bag.
+// SUM / MEAN: one warp per bag, in blocks of kPoolBlock threads.
 template <uint32_t kVec, class Rows>
-__global__ void pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+__global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
+    pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t b = warp_index();
   if (b >= x.num_bags) return;
-  pool_bag<kVec, false>(x, rows, o, b);
+  pool_bag<kVec, 4>(x, rows, o, b);
 }
 
-// EXPERIMENT: pool_kernel with kPrefetch and __launch_bounds__' resident blocks (kernel_variant
-// "pool_lb4" / "pool_lb5"; 1: none asked).
-template <uint32_t kVec, class Rows, bool kPrefetch, int kMinBlocks>
-__global__ void __launch_bounds__(kBlock, kMinBlocks)
-    pool_variant_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+// EXPERIMENT (round 2, kernel_variant "pool_old"): the kernel before, no bounds, 256 threads.
+template <uint32_t kVec, class Rows>
+__global__ void pool_old_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t b = warp_index();
   if (b >= x.num_bags) return;
-  pool_bag<kVec, kPrefetch>(x, rows, o, b);
+  pool_bag<kVec, 4>(x, rows, o, b);
 }
 
-// EXPERIMENT: pool_kernel with kPrefetch, no bounds.
-template <uint32_t kVec, class Rows>
-__global__ void pool_prefetch_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b = warp_index();
-  if (b >= x.num_bags) return;
-  pool_bag<kVec, true>(x, rows, o, b);
-}
-
-// EXPERIMENT (kernel_variant "pool_pair"): bag b's ids [begin, end) pooled as pool_bag does, the
-// first round's handle and factor (h0, f0: lane t's of id begin + t) given by the caller.
-template <uint32_t kVec, class Rows>
-__device__ __forceinline__ void pool_bag_from(const LookupFeature& x, const Rows& rows,
-                                              const LookupOutput& o, size_t b, int64_t begin,
-                                              int64_t end, typename Rows::Handle h0, float f0) {
-  const uint32_t lane = lane_index();
-  float* out = o.out + b * o.out_stride;
-  for (uint32_t tile = 0; tile < x.dim; tile += kTileWidth) {
-    const uint32_t width = min(kTileWidth, x.dim - tile);
-    float acc[kTileRegs] = {};
-    for (int64_t first = begin; first < end; first += 32) {
-      const uint32_t count = end - first < 32 ? static_cast<uint32_t>(end - first) : 32u;
-      typename Rows::Handle h_t = h0;
-      float f_t = f0;
-      if (first != begin) {
-        h_t = {};
-        f_t = 0.0f;
-        if (lane < count) {
-          h_t = rows.handle(x.indices[first + lane]);
-          f_t = id_factor(x, first + lane, end - begin);
-        }
-      }
-      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
-    }
-    TileLanes<kVec>::store(out + tile, width, lane, acc);
-  }
-}
-
-// EXPERIMENT (kernel_variant "pool_pair"): two bags a warp (2w, 2w + 1). Both bags' offsets,
-// ids and row handles are loaded together and their rows asked of L2 (past the first bag's first
-// 4), then the bags are pooled one after the other: the second bag's chain of dependent loads
-// overlaps the first's, and its rows are in L2 when its turn comes.
+// EXPERIMENT (round 2, kernel_variant "pool_u2_20" / "pool_u2_24"): 2 rows in flight a warp
+// instead of 4, and registers capped for kMinBlocks resident 64-thread blocks (20: 48 registers,
+// 40 warps; 24: 40 registers, 48 warps): more bags' chains at once, fewer loads each.
 template <uint32_t kVec, class Rows, int kMinBlocks>
-__global__ void __launch_bounds__(kBlock, kMinBlocks)
-    pool_pair_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b0 = 2 * warp_index();
-  if (b0 >= x.num_bags) return;
-  const bool two = b0 + 1 < x.num_bags;
-  const size_t b1 = two ? b0 + 1 : b0;
-  const uint32_t lane = lane_index();
-  const int64_t a0 = x.offsets[b0], e0 = x.offsets[b0 + 1];
-  const int64_t a1 = x.offsets[b1], e1 = two ? x.offsets[b1 + 1] : a1;
-  const bool in0 = lane < e0 - a0, in1 = lane < e1 - a1;
-  const uint32_t i0 = in0 ? x.indices[a0 + lane] : 0u;
-  const uint32_t i1 = in1 ? x.indices[a1 + lane] : 0u;
-  typename Rows::Handle h0{}, h1{};
-  float f0 = 0.0f, f1 = 0.0f;
-  if (in0) {
-    h0 = rows.handle(i0);
-    f0 = id_factor(x, a0 + lane, e0 - a0);
-  }
-  if (in1) {
-    h1 = rows.handle(i1);
-    f1 = id_factor(x, a1 + lane, e1 - a1);
-  }
-  const uint32_t row_bytes = Rows::kValueType == ValueType::kFloat32 ? x.dim * 4 : x.dim * 2;
-  if (in0 && lane >= 4) prefetch_row(rows.at(h0), row_bytes);
-  if (in1) prefetch_row(rows.at(h1), row_bytes);
-#pragma unroll 1
-  for (uint32_t k = 0; k < (two ? 2u : 1u); ++k) {
-    pool_bag_from<kVec>(x, rows, o, k == 0 ? b0 : b1, k == 0 ? a0 : a1, k == 0 ? e0 : e1,
-                        k == 0 ? h0 : h1, k == 0 ? f0 : f1);
-  }
+__global__ void __launch_bounds__(kPoolBlock, kMinBlocks)
+    pool_u2_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
+  pool_bag<kVec, 2>(x, rows, o, b);
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
@@ -305,41 +238,24 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
     } else {
       pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, rows, o);
     }
-  } else if (vec) {
-    if constexpr (Rows::kByAddress) {
-      // EXPERIMENT (kernel_variant): L2 prefetch, register bounds, 64-thread blocks.
-      const bool pf = ops::cuda::kernel_variant("pool_pf");
-      const int lb = ops::cuda::kernel_variant("pool_lb5")   ? 5
-                     : ops::cuda::kernel_variant("pool_lb4") ? 4
-                                                             : 1;
-      const unsigned threads = ops::cuda::kernel_variant("pool_b64") ? 64 : kBlock;
-      const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + threads - 1) / threads);
-      if (ops::cuda::kernel_variant("pool_pair")) {
-        const unsigned pair_blocks =
-            static_cast<unsigned>(((x.num_bags + 1) / 2 * 32 + threads - 1) / threads);
-        if (lb == 4) {
-          pool_pair_kernel<4, Rows, 4><<<pair_blocks, threads, 0, stream>>>(x, rows, o);
-        } else {
-          pool_pair_kernel<4, Rows, 1><<<pair_blocks, threads, 0, stream>>>(x, rows, o);
-        }
-      } else if (pf && lb == 5) {
-        pool_variant_kernel<4, Rows, true, 5><<<blocks, threads, 0, stream>>>(x, rows, o);
-      } else if (pf && lb == 4) {
-        pool_variant_kernel<4, Rows, true, 4><<<blocks, threads, 0, stream>>>(x, rows, o);
-      } else if (pf) {
-        pool_prefetch_kernel<4, Rows><<<blocks, threads, 0, stream>>>(x, rows, o);
-      } else if (lb == 5) {
-        pool_variant_kernel<4, Rows, false, 5><<<blocks, threads, 0, stream>>>(x, rows, o);
-      } else if (lb == 4) {
-        pool_variant_kernel<4, Rows, false, 4><<<blocks, threads, 0, stream>>>(x, rows, o);
+  } else {
+    const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + kPoolBlock - 1) / kPoolBlock);
+    if (vec) {
+      // EXPERIMENT (round 2): kernel_variant picks the kernel before or fewer rows in flight.
+      if (ops::cuda::kernel_variant("pool_old")) {
+        pool_old_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+      } else if (ops::cuda::kernel_variant("pool_b256")) {
+        pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+      } else if (ops::cuda::kernel_variant("pool_u2_20")) {
+        pool_u2_kernel<4, Rows, 20><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+      } else if (ops::cuda::kernel_variant("pool_u2_24")) {
+        pool_u2_kernel<4, Rows, 24><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
       } else {
-        pool_kernel<4, Rows><<<blocks, threads, 0, stream>>>(x, rows, o);
+        pool_kernel<4><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
       }
     } else {
-      pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
+      pool_kernel<1><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     }
-  } else {
-    pool_kernel<1><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
   }
   core::cuda::check_launch("pooled_lookup: pool_kernel");
 }
