@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <iomanip>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <random>
-#include <string>
 
 #include "bench/table/machine_info.hpp"
 #include "bench/table/result_file.hpp"
@@ -327,60 +324,6 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
                 "the warm-up's): the timed work is not a training step");
     progress << "graph: " << r.graph_nodes << " nodes, step " << r.graph_step_seconds * 1e3
              << " ms, forward " << r.graph_forward_seconds * 1e3 << " ms\n";
-    // EXPERIMENT (issue 35, one GPU round; to be removed): DYNEMB_BENCH_VARIANTS="a;b,c;..." lists
-    // kernel variants (DYNEMB_OPS_VARIANT values, "base" for none); each round captures the step
-    // and the forward once per variant and replays them, variants interleaved round by round.
-    if (const char* list = std::getenv("DYNEMB_BENCH_VARIANTS"); list != nullptr) {
-      std::vector<std::string> variants;
-      for (std::string rest = list; !rest.empty();) {
-        const size_t cut = rest.find(';');
-        variants.push_back(rest.substr(0, cut));
-        rest = cut == std::string::npos ? "" : rest.substr(cut + 1);
-      }
-      const char* rounds_env = std::getenv("DYNEMB_BENCH_VARIANT_ROUNDS");
-      const int rounds = rounds_env != nullptr ? std::atoi(rounds_env) : 3;
-      std::map<std::string, std::vector<double>> v_steps, v_forwards;
-      for (int round = 0; round < rounds; ++round) {
-        for (const std::string& v : variants) {
-          ::setenv("DYNEMB_OPS_VARIANT", v == "base" ? "" : v.c_str(), 1);
-          StepGraph vs(stream, [&] {
-            collection->forward(batches, outs[0].data(), config.dim, true, stream);
-            collection->backward(all_grads.data(), config.dim, stream);
-          });
-          StepGraph vf(stream, [&] {
-            collection->forward(batches, outs[0].data(), config.dim, true, stream);
-          });
-          for (uint32_t s = 0; s < config.steps; ++s) {
-            load(s % kBatchSets);
-            clock->start();
-            vs.replay(stream);
-            v_steps[v].push_back(clock->stop());
-            collection->end_step();
-          }
-          std::vector<double> round_forwards;
-          for (uint32_t s = 0; s < config.steps; ++s) {
-            load(s % kBatchSets);
-            clock->start();
-            vf.replay(stream);
-            round_forwards.push_back(clock->stop());
-          }
-          v_forwards[v].insert(v_forwards[v].end(), round_forwards.begin(), round_forwards.end());
-          progress << "round " << round << " " << v << ": step "
-                   << median(
-                          std::vector<double>(v_steps[v].end() - config.steps, v_steps[v].end())) *
-                          1e3
-                   << " ms, forward " << median(round_forwards) * 1e3 << " ms" << std::endl;
-        }
-      }
-      ::unsetenv("DYNEMB_OPS_VARIANT");
-      for (const std::string& v : variants) {
-        progress << "variant " << std::setw(28) << std::left << v << std::right << " step "
-                 << std::fixed << std::setprecision(3) << median(v_steps[v]) * 1e3
-                 << " ms, forward " << median(v_forwards[v]) * 1e3 << " ms (" << rounds
-                 << " rounds x " << config.steps << ")\n";
-      }
-      progress << std::defaultfloat;
-    }
   };
   // The graph's timings, or (its capture or a replay failed) the error, in the report.
   if (config.graph) {

@@ -6,7 +6,6 @@
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
-#include "cuda/kernel_variant.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/optimizer_warp.cuh"
 #include "cuda/row_tiles.cuh"
@@ -162,13 +161,6 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                                : x.live_rows != nullptr ? strided_cold_blocks(x.num_rows)
                                                         : blocks_for_warps(x.num_rows);
   if (hot_blocks + cold_blocks == 0) return;
-  if (which == FusedRows::kCold && ops::cuda::kernel_variant("cold_b64")) {
-    // EXPERIMENT (round 2): the cold rows' launch in 64-thread blocks (as many warps).
-    fused_row_kernel<kKind, kVec, kType><<<cold_blocks * 4, 64, 2 * row_bytes, stream>>>(
-        o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-    core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
-    return;
-  }
   fused_row_kernel<kKind, kVec, kType>
       <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);

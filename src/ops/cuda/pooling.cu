@@ -10,7 +10,6 @@
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
-#include "cuda/kernel_variant.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
 #include "cuda/tile_lanes.cuh"
@@ -61,10 +60,13 @@ __global__ void check_indices_kernel(const uint32_t* indices, size_t num_ids, si
 inline constexpr int kPoolBlock = 64;
 inline constexpr int kPoolBlocksPerSm = 16;
 
-// SUM / MEAN, bag b: ids in order, a tile of the row in registers, kUnroll rows in flight.
-template <uint32_t kVec, uint32_t kUnroll, class Rows>
-__device__ __forceinline__ void pool_bag(const LookupFeature& x, const Rows& rows,
-                                         const LookupOutput& o, size_t b) {
+// SUM / MEAN: one warp per bag, in blocks of kPoolBlock threads; ids in order, a tile of the
+// row in registers.
+template <uint32_t kVec, class Rows>
+__global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
+    pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t b = warp_index();
+  if (b >= x.num_bags) return;
   const uint32_t lane = lane_index();
   const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
   float* out = o.out + b * o.out_stride;
@@ -79,38 +81,10 @@ __device__ __forceinline__ void pool_bag(const LookupFeature& x, const Rows& row
         h_t = rows.handle(x.indices[first + lane]);
         f_t = id_factor(x, first + lane, end - begin);
       }
-      add_terms<kVec, Rows, kUnroll>(acc, count, h_t, f_t, rows, tile, width);
+      add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
-}
-
-// SUM / MEAN: one warp per bag, in blocks of kPoolBlock threads.
-template <uint32_t kVec, class Rows>
-__global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
-    pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b = warp_index();
-  if (b >= x.num_bags) return;
-  pool_bag<kVec, 4>(x, rows, o, b);
-}
-
-// EXPERIMENT (round 2, kernel_variant "pool_old"): the kernel before, no bounds, 256 threads.
-template <uint32_t kVec, class Rows>
-__global__ void pool_old_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b = warp_index();
-  if (b >= x.num_bags) return;
-  pool_bag<kVec, 4>(x, rows, o, b);
-}
-
-// EXPERIMENT (round 2, kernel_variant "pool_u2_20" / "pool_u2_24"): 2 rows in flight a warp
-// instead of 4, and registers capped for kMinBlocks resident 64-thread blocks (20: 48 registers,
-// 40 warps; 24: 40 registers, 48 warps): more bags' chains at once, fewer loads each.
-template <uint32_t kVec, class Rows, int kMinBlocks>
-__global__ void __launch_bounds__(kPoolBlock, kMinBlocks)
-    pool_u2_kernel(LookupFeature x, Rows rows, LookupOutput o) {
-  const size_t b = warp_index();
-  if (b >= x.num_bags) return;
-  pool_bag<kVec, 2>(x, rows, o, b);
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
@@ -241,18 +215,7 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
   } else {
     const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + kPoolBlock - 1) / kPoolBlock);
     if (vec) {
-      // EXPERIMENT (round 2): kernel_variant picks the kernel before or fewer rows in flight.
-      if (ops::cuda::kernel_variant("pool_old")) {
-        pool_old_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
-      } else if (ops::cuda::kernel_variant("pool_b256")) {
-        pool_kernel<4><<<blocks_for_warps(x.num_bags), kBlock, 0, stream>>>(x, rows, o);
-      } else if (ops::cuda::kernel_variant("pool_u2_20")) {
-        pool_u2_kernel<4, Rows, 20><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
-      } else if (ops::cuda::kernel_variant("pool_u2_24")) {
-        pool_u2_kernel<4, Rows, 24><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
-      } else {
-        pool_kernel<4><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
-      }
+      pool_kernel<4><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     } else {
       pool_kernel<1><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     }

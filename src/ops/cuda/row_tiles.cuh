@@ -129,10 +129,11 @@ __device__ __forceinline__ void unpack4(uint2 packed, float (&v)[kTileRegs]) {
 // t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
 // elements. Loads are issued kUnroll terms ahead of their additions.
 // 16-bit rows (kVec = 4) take twice the terms in flight, their bits held packed.
-template <uint32_t kVec, class Rows, uint32_t kUnroll = 4>
+template <uint32_t kVec, class Rows>
 __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
                                           typename Rows::Handle h_t, float f_t, const Rows& rows,
                                           uint32_t tile, uint32_t width) {
+  constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
   uint32_t t = 0;
   if constexpr (Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
