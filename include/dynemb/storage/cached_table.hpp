@@ -113,7 +113,7 @@ class CachedTable final : public Table<K> {
   // --- caching ---
   // Brings the keys' rows found below up into the fast tier (no new rows, scores kept). On CUDA
   // it works on a stream of the table's own, after the work issued so far on `stream` (where
-  // the keys are ready; nullptr: they are ready now) and after the table's last call, not after
+  // the keys are ready; nullptr: the default stream) and after the table's last call, not after
   // later work on that call's stream: issued after a training step, it overlaps the step. The
   // rows handed out by the last address call stay where they are (docs/storage.md).
   // `create`: keys stored nowhere get their new row now (the initializer's, as the next
@@ -216,8 +216,8 @@ class CachedTable final : public Table<K> {
   void find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
                              const uint64_t* scores, float** rows, Miss miss, bool copy_out,
                              StreamHandle stream);
-  // Who a prefetch_device works for: the caller's prefetch (nullptr stream: keys ready now;
-  // counted in prefetched) or a read of the table (always after the caller's stream).
+  // Who a prefetch_device works for: the caller's prefetch (counted in prefetched) or a read of
+  // the table. Both run after the work issued on the caller's stream (nullptr: the default one).
   enum class PrefetchFor : uint8_t { kCaller, kRead };
   // prefetch on the fast table's memory, on the device's own stream; true when every key of the
   // batch is up afterwards.
