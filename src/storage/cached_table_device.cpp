@@ -528,8 +528,10 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   const size_t u = w[TierDevice::kStageDistinct];
   if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
     if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
+    stats_.staged_call_fallbacks += 1;
     return false;
   }
+  stats_.staged_calls += 1;
   const size_t missed = w[TierDevice::kStageMissed];
   stats_.hits += n - missed;
   stats_.lookups += n - missed + u;

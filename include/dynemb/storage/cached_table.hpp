@@ -79,14 +79,18 @@ struct CachingStats {
   uint64_t staged_fallbacks = 0;   // ... that brought nothing up (a missed key may be below, a
                                    // reserved key, more new keys than their buffers): the next
                                    // call finds the misses itself
-  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
-                                   // keys in use and the batch's own
-  uint64_t lower_failures = 0;     // lower-tier calls that threw
-  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
-  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
-  CachingPhaseTimes phases{};      // the device path's time by phase
-  TableStats fast{};               // the fast table's own counts
-  StorageStats lower{};            // the lower tier's own counts
+  uint64_t staged_calls = 0;       // find_or_insert* calls over a private store whose misses all
+                                   // went in on the device ("A call whose misses are all new")
+  uint64_t staged_call_fallbacks = 0;  // ... tried that listed their misses on the host instead
+                                       // (a missed key may be below, or is reserved)
+  uint64_t prefetch_refused = 0;       // rows a prefetch left below: their bucket was full of the
+                                       // keys in use and the batch's own
+  uint64_t lower_failures = 0;         // lower-tier calls that threw
+  uint64_t pending_rows = 0;           // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;          // time spent waiting for the lower tier
+  CachingPhaseTimes phases{};          // the device path's time by phase
+  TableStats fast{};                   // the fast table's own counts
+  StorageStats lower{};                // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
