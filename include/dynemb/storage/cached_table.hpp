@@ -49,10 +49,9 @@ struct CachingOptions {
   bool private_store = false;
   uint32_t filter_log2_bits = 27;  // the filter's size (16 MiB); in [10, 32]
   // With private_store: prefetch_step may run wholly on the device when the filter shows every
-  // missed key is stored nowhere (docs/storage.md, "The staged prefetch"). Off by default: under
-  // compute-sanitizer racecheck's timing one step of a staged run got no row for a key it had
-  // prefetched (Backends/CachedDevice.StagedPrefetchStepsMatchOneBigTable/cuda on the H100).
-  bool stage_prefetch_on_device = false;
+  // missed key is stored nowhere (docs/storage.md, "A prefetch staged on the device"); false
+  // keeps the host path for every prefetch.
+  bool stage_prefetch_on_device = true;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
