@@ -238,6 +238,32 @@ TEST(CachedStreamFaults, FailingLowerTierLosesNothingAndRecovers) {
   EXPECT_EQ(fast + below, s.keys_made());
 }
 
+// A call's evicted rows go down in pieces as they come back (three here: 800 new keys push about
+// 800 rows out): the store takes the first piece and fails on the second; that piece and the
+// third wait in host memory, the call throws, and nothing is lost once the store is back.
+TEST(CachedStreamFaults, WriteDownFailingAfterItsFirstPieceLosesNothing) {
+  TestRng rng;
+  const TableOptions fo = stream_fast_options(1024);
+  auto lower = std::make_shared<MapStorage>(kDim);
+  CachedTable<K> t(Backend::kCpu, fo, lower);
+  Reference ref(fo);
+  Streamer s(t, ref, rng.next());
+  for (int b = 0; b < 10; ++b) s.next(500, 60);
+  const uint64_t writes_before = lower->stats().writes;
+  lower->fail_writes_after(1, 2);  // the first piece goes down; its second and the retry fail
+  EXPECT_THROW(s.next(800, 0), storage::StorageError);
+  EXPECT_EQ(lower->stats().writes, writes_before + 1) << "the first piece went down";
+  EXPECT_EQ(lower->stats().failures, 2u);
+  const size_t pending = t.caching_stats().pending_rows;
+  EXPECT_GT(pending, 400u) << "the second and third pieces wait in host memory";
+  expect_nothing_lost(t, ref, false, /*flushed=*/true);
+  s.retry();  // the store is back: the pending rows go down first
+  EXPECT_EQ(t.caching_stats().pending_rows, 0u);
+  for (int b = 0; b < 5; ++b) s.next(500, 60);
+  const auto [fast, below] = expect_nothing_lost(t, ref);
+  EXPECT_EQ(fast + below, s.keys_made());
+}
+
 TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {
 #ifndef DYNEMB_WITH_REDIS
   GTEST_SKIP() << "built without hiredis (libhiredis-dev)";

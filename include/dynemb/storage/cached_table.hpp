@@ -291,6 +291,15 @@ class CachedTable final : public Table<K> {
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
                   const std::vector<uint64_t>& put_scores, const std::vector<uint64_t>& erase_keys,
                   bool flushing);
+  // write_down of rows still coming back in `pieces` (TierDevice::download_pieces): each piece
+  // as it lands (the erases with the first); when one fails, it and every later piece wait
+  // pending and the call throws.
+  void write_down_in_pieces(const std::vector<uint64_t>& put_keys, const float* put_rows,
+                            const std::vector<uint64_t>& put_scores,
+                            const std::vector<uint64_t>& erase_keys, size_t pieces);
+  // Evicted rows a piece when they come back in pieces (at least two pieces' worth).
+  static constexpr size_t kRowsPerPiece = 256;
+  inline static const std::vector<uint64_t> kNoKeys{};
   uint64_t clock_now() const;
   void find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
                            const uint64_t* scores, float** rows, Miss miss, bool copy_out,
