@@ -93,6 +93,9 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   require(caching.filter_log2_bits >= 10 && caching.filter_log2_bits <= 32, "CachedTable",
           "caching.filter_log2_bits", std::to_string(caching.filter_log2_bits),
           "must be in [10, 32]");
+  require(caching.eviction_pieces >= 1 && caching.eviction_pieces <= detail::TierDevice::kMaxPieces,
+          "CachedTable", "caching.eviction_pieces", std::to_string(caching.eviction_pieces),
+          "must be in [1, " + std::to_string(detail::TierDevice::kMaxPieces) + "]");
   require(lower_ != nullptr, "CachedTable", "lower", "nullptr", "must be a Storage");
   require(lower_->row_dim() == fast.dim, "CachedTable", "lower->row_dim()",
           std::to_string(lower_->row_dim()),
@@ -581,7 +584,7 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     // scores, so the first pieces are written down while the rest cross the bus
     // (write_down_in_pieces); otherwise in one copy with the rest.
     if (dstill == nullptr && evicted >= 2 * kRowsPerPiece)
-      pieces = std::min(detail::TierDevice::kMaxPieces, evicted / kRowsPerPiece);
+      pieces = std::min<size_t>(caching_.eviction_pieces, evicted / kRowsPerPiece);
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
                       {ev_rows, dev, pieces > 1 ? 0 : evicted * dim_ * sizeof(float)},
                       {ev_scores.data(), des, evicted * sizeof(uint64_t)},

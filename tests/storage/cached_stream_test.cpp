@@ -13,6 +13,7 @@
 
 #include "core/test_random.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
+#include "dynemb/core/error.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/storage/cached_table.hpp"
 #include "storage/storage_kinds.hpp"
@@ -262,6 +263,39 @@ TEST(CachedStreamFaults, WriteDownFailingAfterItsFirstPieceLosesNothing) {
   for (int b = 0; b < 5; ++b) s.next(500, 60);
   const auto [fast, below] = expect_nothing_lost(t, ref);
   EXPECT_EQ(fast + below, s.keys_made());
+}
+
+// With eviction_pieces = 1 the same call writes its evicted rows in one write (the one the
+// store takes); out-of-range options are refused, naming the field.
+TEST(CachedStreamFaults, OnePieceWritesTheEvictionsAtOnce) {
+  TestRng rng;
+  const TableOptions fo = stream_fast_options(1024);
+  auto lower = std::make_shared<MapStorage>(kDim);
+  storage::CachingOptions one;
+  one.eviction_pieces = 1;
+  CachedTable<K> t(Backend::kCpu, fo, lower, one);
+  Reference ref(fo);
+  Streamer s(t, ref, rng.next());
+  for (int b = 0; b < 10; ++b) s.next(500, 60);
+  const uint64_t writes_before = lower->stats().writes;
+  lower->fail_writes_after(1, 2);
+  s.next(800, 0);
+  EXPECT_EQ(lower->stats().writes, writes_before + 1);
+  EXPECT_EQ(lower->stats().failures, 0u);
+  lower->fail_writes(0);
+  const auto [fast, below] = expect_nothing_lost(t, ref);
+  EXPECT_EQ(fast + below, s.keys_made());
+  for (const uint32_t bad : {0u, 9u}) {
+    storage::CachingOptions o;
+    o.eviction_pieces = bad;
+    try {
+      CachedTable<K> refused(Backend::kCpu, fo, lower, o);
+      ADD_FAILURE() << "eviction_pieces " << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("caching.eviction_pieces"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {

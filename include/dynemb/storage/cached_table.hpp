@@ -52,6 +52,10 @@ struct CachingOptions {
   // missed key is stored nowhere (docs/storage.md, "A prefetch staged on the device"); false
   // keeps the host path for every prefetch.
   bool stage_prefetch_on_device = true;
+  // A call's evicted rows (at least 512) come back in up to this many pieces, each written down
+  // as it lands, so the store's write overlaps the copy (docs/storage.md); in [1, 8], 1: one
+  // copy, then one write.
+  uint32_t eviction_pieces = 8;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
