@@ -96,6 +96,8 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   require(caching.eviction_pieces >= 1 && caching.eviction_pieces <= detail::TierDevice::kMaxPieces,
           "CachedTable", "caching.eviction_pieces", std::to_string(caching.eviction_pieces),
           "must be in [1, " + std::to_string(detail::TierDevice::kMaxPieces) + "]");
+  require(caching.eviction_piece_rows >= 1, "CachedTable", "caching.eviction_piece_rows",
+          std::to_string(caching.eviction_piece_rows), "must be >= 1");
   require(lower_ != nullptr, "CachedTable", "lower", "nullptr", "must be a Storage");
   require(lower_->row_dim() == fast.dim, "CachedTable", "lower->row_dim()",
           std::to_string(lower_->row_dim()),
@@ -583,8 +585,9 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     // Rows that all left (no compaction by `still`) come back in pieces behind their keys and
     // scores, so the first pieces are written down while the rest cross the bus
     // (write_down_in_pieces); otherwise in one copy with the rest.
-    if (dstill == nullptr && evicted >= 2 * kRowsPerPiece)
-      pieces = std::min<size_t>(caching_.eviction_pieces, evicted / kRowsPerPiece);
+    if (dstill == nullptr && evicted >= 2 * caching_.eviction_piece_rows)
+      pieces = static_cast<size_t>(
+          std::min<uint64_t>(caching_.eviction_pieces, evicted / caching_.eviction_piece_rows));
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
                       {ev_rows, dev, pieces > 1 ? 0 : evicted * dim_ * sizeof(float)},
                       {ev_scores.data(), des, evicted * sizeof(uint64_t)},

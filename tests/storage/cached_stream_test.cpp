@@ -151,11 +151,14 @@ class CachedStream : public ::testing::Test {
 using Kinds = ::testing::Types<HostKind, RocksDbKind, RedisKind, MapKind>;
 TYPED_TEST_SUITE(CachedStream, Kinds, KindName);
 
-// 100K distinct keys (plus revisits) through a fast tier of 1024 slots (1%).
+// 100K distinct keys (plus revisits) through a fast tier of 1024 slots (1%); each call's ~560
+// evicted rows come back in two pieces, each written down as it lands.
 TYPED_TEST(CachedStream, NothingLostThroughAOnePercentFastTier) {
   TestRng rng;
   const TableOptions fo = stream_fast_options(1024);
-  CachedTable<K> t(Backend::kCpu, fo, this->kind_.make(kDim));
+  storage::CachingOptions pieces;
+  pieces.eviction_piece_rows = 256;
+  CachedTable<K> t(Backend::kCpu, fo, this->kind_.make(kDim), pieces);
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
   for (int b = 0; b < 200; ++b) {
@@ -246,7 +249,9 @@ TEST(CachedStreamFaults, WriteDownFailingAfterItsFirstPieceLosesNothing) {
   TestRng rng;
   const TableOptions fo = stream_fast_options(1024);
   auto lower = std::make_shared<MapStorage>(kDim);
-  CachedTable<K> t(Backend::kCpu, fo, lower);
+  storage::CachingOptions pieces;
+  pieces.eviction_piece_rows = 256;
+  CachedTable<K> t(Backend::kCpu, fo, lower, pieces);
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
   for (int b = 0; b < 10; ++b) s.next(500, 60);
@@ -273,6 +278,7 @@ TEST(CachedStreamFaults, OnePieceWritesTheEvictionsAtOnce) {
   auto lower = std::make_shared<MapStorage>(kDim);
   storage::CachingOptions one;
   one.eviction_pieces = 1;
+  one.eviction_piece_rows = 256;
   CachedTable<K> t(Backend::kCpu, fo, lower, one);
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
@@ -285,15 +291,16 @@ TEST(CachedStreamFaults, OnePieceWritesTheEvictionsAtOnce) {
   lower->fail_writes(0);
   const auto [fast, below] = expect_nothing_lost(t, ref);
   EXPECT_EQ(fast + below, s.keys_made());
-  for (const uint32_t bad : {0u, 9u}) {
+  for (const auto& [pieces, rows] : {std::pair<uint32_t, uint64_t>{0, 256}, {9, 256}, {4, 0}}) {
     storage::CachingOptions o;
-    o.eviction_pieces = bad;
+    o.eviction_pieces = pieces;
+    o.eviction_piece_rows = rows;
     try {
       CachedTable<K> refused(Backend::kCpu, fo, lower, o);
-      ADD_FAILURE() << "eviction_pieces " << bad << " was accepted";
+      ADD_FAILURE() << "eviction_pieces " << pieces << ", rows " << rows << " were accepted";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("caching.eviction_pieces"), std::string::npos)
-          << e.what();
+      const char* field = rows == 0 ? "caching.eviction_piece_rows" : "caching.eviction_pieces";
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   }
 }
@@ -312,7 +319,9 @@ TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {
   auto lower = std::make_shared<storage::RedisStorage>(ro);
   TestRng rng;
   const TableOptions fo = stream_fast_options(1024);
-  CachedTable<K> t(Backend::kCpu, fo, lower);
+  storage::CachingOptions pieces;  // evictions written down in pieces as they come back
+  pieces.eviction_piece_rows = 256;
+  CachedTable<K> t(Backend::kCpu, fo, lower, pieces);
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
   for (int b = 0; b < 40; ++b) s.next(500, 60);
