@@ -19,8 +19,7 @@
 //   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B]
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
-//   [--lost-fraction F] [--no-touch] [--eviction-pieces P] [--eviction-piece-rows R]
-//   [--seed S] [--json PATH]
+//   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
 // Without --json the JSON goes to the temporary directory ($TMPDIR or /tmp), not into
 // bench/results.
 #include <nlohmann/json.hpp>
@@ -84,9 +83,6 @@ struct Args {
   // Lower tiers the caching table treats as "shared" (the default) and as its own ("private":
   // CachingOptions::private_store, a filter of the keys that may be below).
   std::vector<std::string> stores{"shared", "private"};
-  // CachingOptions::eviction_pieces and eviction_piece_rows of every caching table.
-  uint32_t eviction_pieces = storage::CachingOptions{}.eviction_pieces;
-  uint64_t eviction_piece_rows = storage::CachingOptions{}.eviction_piece_rows;
   std::string json_path;
 };
 
@@ -158,10 +154,6 @@ Args parse(int argc, char** argv) {
       for (const auto& st : a.stores)
         if (st != "shared" && st != "private")
           throw InvalidArgument("--stores: \"" + st + "\" is not shared or private");
-    } else if (k == "--eviction-pieces") {
-      a.eviction_pieces = static_cast<uint32_t>(std::stoul(value()));
-    } else if (k == "--eviction-piece-rows") {
-      a.eviction_piece_rows = std::stoull(value());
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -182,9 +174,6 @@ Args parse(int argc, char** argv) {
   check(a.calls >= 1 && a.steps >= 1, "--calls and --steps must be >= 1");
   check(a.lost_keys >= 1 && a.lost_keys < (uint64_t{1} << 40), "--lost-keys must be in [1, 2^40)");
   check(a.lost_fraction > 0 && a.lost_fraction <= 1, "--lost-fraction must be in (0, 1]");
-  check(a.eviction_pieces >= 1 && a.eviction_pieces <= 8,
-        "--eviction-pieces = " + std::to_string(a.eviction_pieces) + ", must be in [1, 8]");
-  check(a.eviction_piece_rows >= 1, "--eviction-piece-rows must be >= 1");
   if (a.seed == 0) a.seed = std::random_device{}() | 1;
   return a;
 }
@@ -367,11 +356,8 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
       fast.max_load_factor = 1.0;
       fast.score_policy = ScorePolicy::kStep;
       auto lower = host_tier(a.dim, 2 * a.rows, a.touch);  // every id fits under load 0.5
-      storage::CachingOptions caching;
-      caching.private_store = store == "private";
-      caching.eviction_pieces = a.eviction_pieces;
-      caching.eviction_piece_rows = a.eviction_piece_rows;
-      storage::CachedTable<K> cached(a.backend, fast, lower, caching);
+      storage::CachedTable<K> cached(a.backend, fast, lower,
+                                     storage::CachingOptions{store == "private"});
       storage::CachingStats warm{};  // at the end of the warm-up
       const Timed t = time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values,
                                           founds, stream, [&] { warm = cached.caching_stats(); });
@@ -523,11 +509,10 @@ json run_step(const Args& a, StreamHandle stream) {
         fast.max_load_factor = 1.0;
         // Sized for half the ids (it grows, doubling, if more rows come down).
         auto lower = host_tier(t.dim, a.rows / 2, a.touch);
-        storage::CachingOptions caching;
-        caching.private_store = store == "private";
-        caching.eviction_pieces = a.eviction_pieces;
-        caching.eviction_piece_rows = a.eviction_piece_rows;
-        auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower, caching);
+        auto table = std::make_unique<storage::CachedTable<K>>(
+            backend, fast, lower,
+            storage::CachingOptions{store == "private", 27,
+                                    /*stage_prefetch_on_device=*/store == "private"});
         cached = table.get();
         return table;
       });
@@ -754,8 +739,6 @@ int main(int argc, char** argv) try {
                 {"lost_fraction", a.lost_fraction},
                 {"find_or_insert_streams", a.streams},
                 {"stores", a.stores},
-                {"eviction_pieces", a.eviction_pieces},
-                {"eviction_piece_rows", a.eviction_piece_rows},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},

@@ -93,11 +93,6 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
   require(caching.filter_log2_bits >= 10 && caching.filter_log2_bits <= 32, "CachedTable",
           "caching.filter_log2_bits", std::to_string(caching.filter_log2_bits),
           "must be in [10, 32]");
-  require(caching.eviction_pieces >= 1 && caching.eviction_pieces <= detail::TierDevice::kMaxPieces,
-          "CachedTable", "caching.eviction_pieces", std::to_string(caching.eviction_pieces),
-          "must be in [1, " + std::to_string(detail::TierDevice::kMaxPieces) + "]");
-  require(caching.eviction_piece_rows >= 1, "CachedTable", "caching.eviction_piece_rows",
-          std::to_string(caching.eviction_piece_rows), "must be >= 1");
   require(lower_ != nullptr, "CachedTable", "lower", "nullptr", "must be a Storage");
   require(lower_->row_dim() == fast.dim, "CachedTable", "lower->row_dim()",
           std::to_string(lower_->row_dim()),
@@ -523,7 +518,6 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   float* ev_rows = d.host_rows(detail::HostRows::kEvicted, std::max<size_t>(m, 1) * dim_);
   std::vector<uint64_t> ev_scores(m);
   size_t evicted = 0;
-  size_t pieces = 1;               // the evicted rows' pieces (TierDevice::download_pieces)
   detail::FlatIndex index(0);      // the call's keys (built when some of them left: see below)
   std::vector<uint8_t> left_flag;  // per index: the key left the fast tier
   size_t pinned_left = 0;          // keys the caller pinned (its hits) that left
@@ -582,18 +576,11 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
       dstill = static_cast<bool*>(d.scratch(Scratch::kStill, evicted, stream));
       fast_->contains(evicted, dek, dstill, stream);
     }
-    // Rows that all left (no compaction by `still`) come back in pieces behind their keys and
-    // scores, so the first pieces are written down while the rest cross the bus
-    // (write_down_in_pieces); otherwise in one copy with the rest.
-    if (dstill == nullptr && evicted >= 2 * caching_.eviction_piece_rows)
-      pieces = static_cast<size_t>(
-          std::min<uint64_t>(caching_.eviction_pieces, evicted / caching_.eviction_piece_rows));
     d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
-                      {ev_rows, dev, pieces > 1 ? 0 : evicted * dim_ * sizeof(float)},
+                      {ev_rows, dev, evicted * dim_ * sizeof(float)},
                       {ev_scores.data(), des, evicted * sizeof(uint64_t)},
                       {still.get(), dstill, dstill != nullptr ? evicted : 0}},
                      stream);
-    if (pieces > 1) d.download_pieces(ev_rows, dev, evicted, dim_ * sizeof(float), pieces, stream);
     if (evicted > 0 && dstill != nullptr) {
       size_t kept = 0;
       for (size_t e = 0; e < evicted; ++e) {
@@ -617,10 +604,6 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
     const bool pinned_left_fast =
         std::any_of(ev_scores.begin(), ev_scores.begin() + evicted,
                     [&](uint64_t score) { return score >= kPinnedBelowHeld; });
-    if (pinned_left_fast && pieces > 1) {  // the rows are sorted out on the host: all of them
-      for (size_t p = 0; p < pieces; ++p) d.wait_piece(p);
-      pieces = 1;
-    }
     if (pinned_left_fast) {
       index = detail::FlatIndex(m + t);
       for (size_t i = 0; i < m; ++i) index.emplace(bits(keys[i]), static_cast<uint32_t>(i));
@@ -699,49 +682,8 @@ void CachedTable<K>::commit(const std::vector<K>& keys, const float* rows,
   stats_.evictions_written += evicted;
   ev_scores.resize(evicted);
   clock.lap(m > 0 ? stats_.phases.evicted_ns : stats_.phases.insert_ns);
-  if (pieces > 1) {
-    write_down_in_pieces(put_keys, ev_rows, ev_scores, erase_keys, pieces);
-  } else {
-    write_down(put_keys, ev_rows, ev_scores, erase_keys, false);
-  }
+  write_down(put_keys, ev_rows, ev_scores, erase_keys, false);
   clock.lap(stats_.phases.write_down_ns);
-}
-
-template <TableKey K>
-void CachedTable<K>::write_down_in_pieces(const std::vector<uint64_t>& put_keys,
-                                          const float* put_rows,
-                                          const std::vector<uint64_t>& put_scores,
-                                          const std::vector<uint64_t>& erase_keys, size_t pieces) {
-  using detail::TierDevice;
-  const size_t n = put_keys.size();
-  size_t p = 0;
-  try {
-    for (; p < pieces; ++p) {
-      device_->wait_piece(p);
-      const size_t first = TierDevice::piece_begin(n, pieces, p);
-      const size_t end = TierDevice::piece_begin(n, pieces, p + 1);
-      const std::vector<uint64_t> keys(put_keys.begin() + first, put_keys.begin() + end);
-      const std::vector<uint64_t> scores(put_scores.begin() + first, put_scores.begin() + end);
-      write_down(keys, put_rows + first * dim_, scores, p == 0 ? erase_keys : kNoKeys, false);
-    }
-  } catch (...) {
-    // Piece p waits pending (write_down kept it there); the pieces after it join it, then the
-    // call throws as one write down that failed would.
-    for (size_t q = p + 1; q < pieces; ++q) {
-      device_->wait_piece(q);
-      const size_t first = TierDevice::piece_begin(n, pieces, q);
-      const size_t end = TierDevice::piece_begin(n, pieces, q + 1);
-      const std::vector<uint64_t> keys(put_keys.begin() + first, put_keys.begin() + end);
-      note_below(keys);
-      for (size_t i = first; i < end; ++i) {
-        Pending& e = pending_[put_keys[i]];
-        e.row.assign(put_rows + i * dim_, put_rows + (i + 1) * dim_);
-        e.score = put_scores[i];
-        e.erased = false;
-      }
-    }
-    throw;
-  }
 }
 
 // --- reads ------------------------------------------------------------------------------------

@@ -143,16 +143,6 @@ class TierDevice {
     size_t bytes;
   };
   virtual void download_parts(std::initializer_list<Part> parts, StreamHandle stream) = 0;
-  // Starts copying `rows` rows of `row_bytes` from the fast table's memory at `src` into host_rows
-  // memory at `host`, in `pieces` (at most kMaxPieces) consecutive pieces (piece_begin), ordered on
-  // `stream`; wait_piece(i) returns once piece i has landed. Until the last piece is waited for,
-  // nothing else may use `host`. So a caller writes the first rows down while the rest cross.
-  static constexpr size_t kMaxPieces = 8;
-  virtual void download_pieces(void* host, const void* src, size_t rows, size_t row_bytes,
-                               size_t pieces, StreamHandle stream) = 0;
-  virtual void wait_piece(size_t i) = 0;
-  // The first row of piece i of `rows` rows in `pieces` pieces (i = pieces: rows).
-  static size_t piece_begin(size_t rows, size_t pieces, size_t i) { return rows * i / pieces; }
   // host_out[j] = the `elem_bytes` bytes at src + positions[j] * elem_bytes (j < m); done when
   // this returns. elem_bytes is a multiple of 4.
   virtual void gather(size_t m, const uint32_t* positions, const void* src, size_t elem_bytes,

@@ -91,11 +91,6 @@ class CpuTierDevice final : public TierDevice {
     for (const Part& p : parts)
       if (p.bytes > 0 && p.host != p.src) std::memmove(p.host, p.src, p.bytes);
   }
-  void download_pieces(void* host, const void* src, size_t rows, size_t row_bytes, size_t,
-                       StreamHandle) override {
-    if (rows > 0 && host != src) std::memmove(host, src, rows * row_bytes);
-  }
-  void wait_piece(size_t) override {}
   void scatter_to(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
                   void* dst, StreamHandle stream) override {
     scatter(m, positions, host_src, elem_bytes, dst, stream);

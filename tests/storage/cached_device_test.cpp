@@ -152,11 +152,8 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     TableOptions fo = fast_tier_options(dim, 512, 32, policy, 77);
     fo.num_threads = 1;
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
-    // A small filter: many keys never written below share bits with some that were. Evictions
-    // of 32 rows or more come back in pieces (of 16 rows or more), each written down as it lands.
-    storage::CachingOptions caching{private_store, 12};
-    caching.eviction_piece_rows = 16;
-    CachedTable<K> cached(backend, fo, lower, caching);
+    // A small filter: many keys never written below share bits with some that were.
+    CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 12});
     TableOptions bo = fo;
     bo.init_capacity = bo.max_capacity = 1 << 15;
     bo.bucket_capacity = 128;

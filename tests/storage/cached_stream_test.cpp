@@ -13,7 +13,6 @@
 
 #include "core/test_random.hpp"
 #include "dynemb/checkpoint/checkpoint.hpp"
-#include "dynemb/core/error.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/storage/cached_table.hpp"
 #include "storage/storage_kinds.hpp"
@@ -151,14 +150,11 @@ class CachedStream : public ::testing::Test {
 using Kinds = ::testing::Types<HostKind, RocksDbKind, RedisKind, MapKind>;
 TYPED_TEST_SUITE(CachedStream, Kinds, KindName);
 
-// 100K distinct keys (plus revisits) through a fast tier of 1024 slots (1%); each call's ~560
-// evicted rows come back in two pieces, each written down as it lands.
+// 100K distinct keys (plus revisits) through a fast tier of 1024 slots (1%).
 TYPED_TEST(CachedStream, NothingLostThroughAOnePercentFastTier) {
   TestRng rng;
   const TableOptions fo = stream_fast_options(1024);
-  storage::CachingOptions pieces;
-  pieces.eviction_piece_rows = 256;
-  CachedTable<K> t(Backend::kCpu, fo, this->kind_.make(kDim), pieces);
+  CachedTable<K> t(Backend::kCpu, fo, this->kind_.make(kDim));
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
   for (int b = 0; b < 200; ++b) {
@@ -242,69 +238,6 @@ TEST(CachedStreamFaults, FailingLowerTierLosesNothingAndRecovers) {
   EXPECT_EQ(fast + below, s.keys_made());
 }
 
-// A call's evicted rows go down in pieces as they come back (three here: 800 new keys push about
-// 800 rows out): the store takes the first piece and fails on the second; that piece and the
-// third wait in host memory, the call throws, and nothing is lost once the store is back.
-TEST(CachedStreamFaults, WriteDownFailingAfterItsFirstPieceLosesNothing) {
-  TestRng rng;
-  const TableOptions fo = stream_fast_options(1024);
-  auto lower = std::make_shared<MapStorage>(kDim);
-  storage::CachingOptions pieces;
-  pieces.eviction_piece_rows = 256;
-  CachedTable<K> t(Backend::kCpu, fo, lower, pieces);
-  Reference ref(fo);
-  Streamer s(t, ref, rng.next());
-  for (int b = 0; b < 10; ++b) s.next(500, 60);
-  const uint64_t writes_before = lower->stats().writes;
-  lower->fail_writes_after(1, 2);  // the first piece goes down; its second and the retry fail
-  EXPECT_THROW(s.next(800, 0), storage::StorageError);
-  EXPECT_EQ(lower->stats().writes, writes_before + 1) << "the first piece went down";
-  EXPECT_EQ(lower->stats().failures, 2u);
-  const size_t pending = t.caching_stats().pending_rows;
-  EXPECT_GT(pending, 400u) << "the second and third pieces wait in host memory";
-  expect_nothing_lost(t, ref, false, /*flushed=*/true);
-  s.retry();  // the store is back: the pending rows go down first
-  EXPECT_EQ(t.caching_stats().pending_rows, 0u);
-  for (int b = 0; b < 5; ++b) s.next(500, 60);
-  const auto [fast, below] = expect_nothing_lost(t, ref);
-  EXPECT_EQ(fast + below, s.keys_made());
-}
-
-// With eviction_pieces = 1 the same call writes its evicted rows in one write (the one the
-// store takes); out-of-range options are refused, naming the field.
-TEST(CachedStreamFaults, OnePieceWritesTheEvictionsAtOnce) {
-  TestRng rng;
-  const TableOptions fo = stream_fast_options(1024);
-  auto lower = std::make_shared<MapStorage>(kDim);
-  storage::CachingOptions one;
-  one.eviction_pieces = 1;
-  one.eviction_piece_rows = 256;
-  CachedTable<K> t(Backend::kCpu, fo, lower, one);
-  Reference ref(fo);
-  Streamer s(t, ref, rng.next());
-  for (int b = 0; b < 10; ++b) s.next(500, 60);
-  const uint64_t writes_before = lower->stats().writes;
-  lower->fail_writes_after(1, 2);
-  s.next(800, 0);
-  EXPECT_EQ(lower->stats().writes, writes_before + 1);
-  EXPECT_EQ(lower->stats().failures, 0u);
-  lower->fail_writes(0);
-  const auto [fast, below] = expect_nothing_lost(t, ref);
-  EXPECT_EQ(fast + below, s.keys_made());
-  for (const auto& [pieces, rows] : {std::pair<uint32_t, uint64_t>{0, 256}, {9, 256}, {4, 0}}) {
-    storage::CachingOptions o;
-    o.eviction_pieces = pieces;
-    o.eviction_piece_rows = rows;
-    try {
-      CachedTable<K> refused(Backend::kCpu, fo, lower, o);
-      ADD_FAILURE() << "eviction_pieces " << pieces << ", rows " << rows << " were accepted";
-    } catch (const InvalidArgument& e) {
-      const char* field = rows == 0 ? "caching.eviction_piece_rows" : "caching.eviction_pieces";
-      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-    }
-  }
-}
-
 TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {
 #ifndef DYNEMB_WITH_REDIS
   GTEST_SKIP() << "built without hiredis (libhiredis-dev)";
@@ -319,9 +252,7 @@ TEST(CachedStreamRedis, ServerKilledAndRestartedMidStream) {
   auto lower = std::make_shared<storage::RedisStorage>(ro);
   TestRng rng;
   const TableOptions fo = stream_fast_options(1024);
-  storage::CachingOptions pieces;  // evictions written down in pieces as they come back
-  pieces.eviction_piece_rows = 256;
-  CachedTable<K> t(Backend::kCpu, fo, lower, pieces);
+  CachedTable<K> t(Backend::kCpu, fo, lower);
   Reference ref(fo);
   Streamer s(t, ref, rng.next());
   for (int b = 0; b < 40; ++b) s.next(500, 60);

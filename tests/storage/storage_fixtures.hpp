@@ -165,9 +165,7 @@ class MapStorage final : public storage::Storage {
              const uint64_t* put_scores, size_t n_erase, const uint64_t* erase_keys) override {
     std::lock_guard lock(mutex_);
     check_up();
-    if (ok_writes_ > 0) {
-      --ok_writes_;
-    } else if (failing_writes_ > 0) {
+    if (failing_writes_ > 0) {
       --failing_writes_;
       stats_.failures += 1;
       throw storage::StorageError("MapStorage: injected write failure (disk full)");
@@ -219,12 +217,7 @@ class MapStorage final : public storage::Storage {
   // Every find takes this long first (a slow remote tier).
   void delay_reads(int ms) { read_delay_ms_ = ms; }
   // The next `calls` writes throw StorageError (reads still work: a full disk).
-  void fail_writes(int calls) { fail_writes_after(0, calls); }
-  // The next `ok` writes work, the `calls` after them throw StorageError.
-  void fail_writes_after(int ok, int calls) {
-    ok_writes_ = ok;
-    failing_writes_ = calls;
-  }
+  void fail_writes(int calls) { failing_writes_ = calls; }
 
  private:
   struct Row {
@@ -245,7 +238,6 @@ class MapStorage final : public storage::Storage {
   storage::StorageStats stats_{};
   std::atomic<int> failing_{0};
   std::atomic<int> failing_writes_{0};
-  std::atomic<int> ok_writes_{0};
   std::atomic<int> read_delay_ms_{0};
 };
 

@@ -52,13 +52,6 @@ struct CachingOptions {
   // missed key is stored nowhere (docs/storage.md, "A prefetch staged on the device"); false
   // keeps the host path for every prefetch.
   bool stage_prefetch_on_device = true;
-  // A call's evicted rows come back in up to eviction_pieces pieces of at least
-  // eviction_piece_rows rows, each written down as it lands, so the store's write overlaps the
-  // copy (docs/storage.md); eviction_pieces in [1, 8] (1: one copy, then one write),
-  // eviction_piece_rows >= 1. A piece is large by default: HostStorage spreads a write over its
-  // threads in pieces of 1024 rows, so a smaller piece would use fewer of them.
-  uint32_t eviction_pieces = 4;
-  uint64_t eviction_piece_rows = 32768;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
@@ -298,13 +291,6 @@ class CachedTable final : public Table<K> {
   void write_down(const std::vector<uint64_t>& put_keys, const float* put_rows,
                   const std::vector<uint64_t>& put_scores, const std::vector<uint64_t>& erase_keys,
                   bool flushing);
-  // write_down of rows still coming back in `pieces` (TierDevice::download_pieces): each piece
-  // as it lands (the erases with the first); when one fails, it and every later piece wait
-  // pending and the call throws.
-  void write_down_in_pieces(const std::vector<uint64_t>& put_keys, const float* put_rows,
-                            const std::vector<uint64_t>& put_scores,
-                            const std::vector<uint64_t>& erase_keys, size_t pieces);
-  inline static const std::vector<uint64_t> kNoKeys{};
   uint64_t clock_now() const;
   void find_or_insert_impl(size_t n, const K* keys, float* values, bool* founds,
                            const uint64_t* scores, float** rows, Miss miss, bool copy_out,

@@ -388,8 +388,6 @@ class CudaTierDevice final : public TierDevice {
     if (filter_ != nullptr) cudaFree(filter_);
     if (posted_ != nullptr) cudaFreeHost(posted_);
     if (posted_copy_ != nullptr) cudaEventDestroy(posted_copy_);
-    for (cudaEvent_t e : pieces_done_)
-      if (e != nullptr) cudaEventDestroy(e);
     cudaStreamDestroy(side_);
   }
 
@@ -646,38 +644,6 @@ class CudaTierDevice final : public TierDevice {
       std::memcpy(p.host, base + offset, p.bytes);
       offset += (p.bytes + 255) / 256 * 256;
     }
-  }
-
-  void download_pieces(void* host, const void* src, size_t rows, size_t row_bytes, size_t pieces,
-                       StreamHandle stream_handle) override {
-    if (rows == 0) return;
-    core::cuda::DeviceGuard guard(device_);
-    const cudaStream_t stream = as_stream(stream_handle);
-    pieces = std::clamp<size_t>(pieces, 1, kMaxPieces);
-    if (!in_host_rows(host, rows * row_bytes)) {  // not pinned: one copy, waited for here
-      download(host, src, rows * row_bytes, stream_handle);
-      pieces_ = 0;
-      return;
-    }
-    for (size_t i = 0; i < pieces; ++i) {
-      if (pieces_done_[i] == nullptr)
-        check(cudaEventCreateWithFlags(&pieces_done_[i], cudaEventDisableTiming),
-              "CachedTable: event");
-      const size_t first = piece_begin(rows, pieces, i), end = piece_begin(rows, pieces, i + 1);
-      if (end > first)
-        check(cudaMemcpyAsync(static_cast<char*>(host) + first * row_bytes,
-                              static_cast<const char*>(src) + first * row_bytes,
-                              (end - first) * row_bytes, cudaMemcpyDeviceToHost, stream),
-              "CachedTable: download piece");
-      check(cudaEventRecord(pieces_done_[i], stream), "CachedTable: piece event");
-    }
-    pieces_ = pieces;
-  }
-
-  void wait_piece(size_t i) override {
-    if (i >= pieces_) return;  // copied whole already
-    core::cuda::DeviceGuard guard(device_);
-    check(cudaEventSynchronize(pieces_done_[i]), "CachedTable: piece wait");
   }
 
   void scatter_to(size_t m, const uint32_t* positions, const void* host_src, size_t elem_bytes,
@@ -976,8 +942,6 @@ class CudaTierDevice final : public TierDevice {
   unsigned long long* count_device_ = nullptr;
   uint64_t* posted_ = nullptr;  // post_words' pinned landing place
   cudaEvent_t posted_copy_ = nullptr;
-  std::array<cudaEvent_t, kMaxPieces> pieces_done_{};  // download_pieces: one event a piece
-  size_t pieces_ = 0;                                  // pieces of the last download_pieces
   unsigned long long* filter_ = nullptr;  // the filter of keys that may be below (or none)
   uint32_t filter_log2_ = 0;
   std::array<void*, static_cast<size_t>(Scratch::kCount)> buffers_{};
