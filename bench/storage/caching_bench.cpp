@@ -20,6 +20,8 @@
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
 //   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
+// Without --json the JSON goes to the temporary directory ($TMPDIR or /tmp), not into
+// bench/results.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,7 +29,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -40,6 +41,7 @@
 
 #include "bench/table/bench_clock.hpp"
 #include "bench/table/machine_info.hpp"
+#include "bench/table/result_file.hpp"
 #include "bench/train/zipf.hpp"
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/memory.hpp"
@@ -271,14 +273,31 @@ std::string phases_line(const json& p) {
 
 // --- find_or_insert: caching against hybrid ---------------------------------------------------
 
+// keys_per_second is the timed calls' keys over their summed time, so one slow call weighs in
+// with its whole time: a call that takes a path the warm-up did not (a private store's first
+// misses listed on the host) grows that path's pinned host rows and scratch inside the timed
+// window (docs/storage.md, "Benchmarks"); the median call's rate and the slowest call show it.
 struct Timed {
-  std::vector<double> seconds;  // per timed call
-  uint64_t keys = 0;            // keys of the timed calls
+  std::vector<double> seconds;      // per timed call
+  std::vector<uint64_t> call_keys;  // per timed call
+  uint64_t keys = 0;                // keys of the timed calls
   // Keys of the timed calls over their time.
   double keys_per_second() const {
     double total = 0;
     for (const double x : seconds) total += x;
     return total > 0 ? double(keys) / total : 0.0;
+  }
+  // The median of the calls' own rates.
+  double median_call_keys_per_second() const {
+    std::vector<double> rates;
+    for (size_t c = 0; c < seconds.size(); ++c)
+      if (seconds[c] > 0) rates.push_back(double(call_keys[c]) / seconds[c]);
+    if (rates.empty()) return 0.0;
+    std::sort(rates.begin(), rates.end());
+    return rates[rates.size() / 2];
+  }
+  double slowest_call_seconds() const {
+    return seconds.empty() ? 0.0 : *std::max_element(seconds.begin(), seconds.end());
   }
 };
 
@@ -299,6 +318,7 @@ Timed time_find_or_insert(Table<K>& table, Backend backend,
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
     if (b >= warmup) {
       t.seconds.push_back(s);
+      t.call_keys.push_back(sizes[b]);
       t.keys += sizes[b];
     }
     table.advance_step();
@@ -338,16 +358,19 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
       auto lower = host_tier(a.dim, 2 * a.rows, a.touch);  // every id fits under load 0.5
       storage::CachedTable<K> cached(a.backend, fast, lower,
                                      storage::CachingOptions{store == "private"});
-      storage::CachingPhaseTimes warm{};
-      const Timed t =
-          time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values, founds,
-                              stream, [&] { warm = cached.caching_stats().phases; });
+      storage::CachingStats warm{};  // at the end of the warm-up
+      const Timed t = time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values,
+                                          founds, stream, [&] { warm = cached.caching_stats(); });
       const storage::CachingStats s = cached.caching_stats();
       cell[store == "private" ? "caching_private_store" : "caching"] = {
           {"fast_rows", fast_rows},
           {"private_store", store == "private"},
           {"keys_per_second", t.keys_per_second()},
+          {"median_call_keys_per_second", t.median_call_keys_per_second()},
+          {"slowest_call_seconds", t.slowest_call_seconds()},
           {"seconds", t.seconds},
+          {"staged_calls", s.staged_calls - warm.staged_calls},  // of the timed calls
+          {"staged_call_fallbacks", s.staged_call_fallbacks - warm.staged_call_fallbacks},
           {"lookups", s.lookups},
           {"hits", s.hits},
           {"rows_up", s.rows_up},
@@ -356,7 +379,7 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
           {"filtered", s.filtered},
           {"lower_wait_s", double(s.lower_wait_ns) * 1e-9},
           {"lower_evicted", s.lower.evicted},
-          {"phases_ms_per_call", phases_ms(s.phases, warm)},
+          {"phases_ms_per_call", phases_ms(s.phases, warm.phases)},
           {"rows", cached.size()}};
     }
     {
@@ -379,6 +402,8 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
           {"capacity", t.init_capacity},
           {"hbm_bytes_for_values", a.backend == Backend::kCuda ? t.max_hbm_for_values : 0},
           {"keys_per_second", tm.keys_per_second()},
+          {"median_call_keys_per_second", tm.median_call_keys_per_second()},
+          {"slowest_call_seconds", tm.slowest_call_seconds()},
           {"seconds", tm.seconds},
           {"evictions", table->stats().evictions},
           {"rows", table->size(stream)}};
@@ -751,7 +776,13 @@ int main(int argc, char** argv) try {
                   << fmt(c[v]["lower_wait_s"].get<double>() / calls, 4) << "  "
                   << fmt(median(c[v]["seconds"].get<std::vector<double>>()), 4)
                   << (std::string(v) == "caching" ? "  (shared store)" : "  (private store)")
-                  << "\n"
+                  << "\n    median call "
+                  << fmt(c[v]["median_call_keys_per_second"].get<double>() / 1e6, 1)
+                  << " M keys/s (peer "
+                  << fmt(c["peer"]["median_call_keys_per_second"].get<double>() / 1e6, 1)
+                  << "), slowest call " << fmt(c[v]["slowest_call_seconds"].get<double>() * 1e3)
+                  << " ms, timed calls staged on the device " << c[v]["staged_calls"] << " ("
+                  << c[v]["staged_call_fallbacks"] << " listed on the host after trying)\n"
                   << phases_line(c[v]["phases_ms_per_call"]);
       }
     }
@@ -827,13 +858,14 @@ int main(int argc, char** argv) try {
               << "): measured " << fmt(b["measured"]) << "x, "
               << (b["met"].get<bool>() ? "met" : "NOT met") << "\n";
   }
-  std::string path = a.json_path;
-  if (path.empty()) {
-    path = std::string(DYNEMB_SOURCE_DIR) + "/bench/results/caching-" + to_string(a.backend) + "-" +
-           m.hostname + ".json";
-  }
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << result.dump(2) << "\n";
+  // Outside the repository unless asked (--json): a result is committed on purpose, by name
+  // (bench/results/README.md), never left behind by a trial run.
+  const std::string path = !a.json_path.empty() ? a.json_path
+                                                : (std::filesystem::temp_directory_path() /
+                                                   ("dynemb-caching-" + to_string(a.backend) + "-" +
+                                                    bench::machine_label(m.hostname) + ".json"))
+                                                      .string();
+  bench::write_json_file(path, result);
   std::cout << "wrote " << path << "\n";
   return ok ? 0 : 1;
 } catch (const std::exception& e) {

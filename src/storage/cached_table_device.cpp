@@ -408,7 +408,9 @@ bool CachedTable<K>::prefetch_device(size_t n, const K* keys, StreamHandle strea
   detail::PhaseClock clock;
   phases.calls += 1;
   install_prefetched(true);
-  if (stream != nullptr || purpose == PrefetchFor::kRead) d.order_after(s, stream);  // keys ready
+  // The keys are ready after the work issued on `stream`, the default stream (nullptr)
+  // included: a cudaMemcpy from pageable memory may return before its copy has landed.
+  d.order_after(s, stream);
   d.wait(s, detail::Mark::kCallEnd);  // the last call's pins are in place
   drain_pending();
   auto* ptrs = static_cast<float**>(d.scratch(Scratch::kPointers, n * sizeof(float*), s));
@@ -526,8 +528,10 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   const size_t u = w[TierDevice::kStageDistinct];
   if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
     if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
+    stats_.staged_call_fallbacks += 1;
     return false;
   }
+  stats_.staged_calls += 1;
   const size_t missed = w[TierDevice::kStageMissed];
   stats_.hits += n - missed;
   stats_.lookups += n - missed + u;
@@ -668,8 +672,10 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
     std::sort(created_.begin(), created_.end());
     created_on_device_ = 0;
   }
-  if (stream != nullptr) d.order_after(s, stream);  // the keys are ready
-  d.wait(s, detail::Mark::kCallEnd);                // the last call's pins are in place
+  // The keys are ready after the work issued on `stream`, the default stream (nullptr)
+  // included: a cudaMemcpy from pageable memory may return before its copy has landed.
+  d.order_after(s, stream);
+  d.wait(s, detail::Mark::kCallEnd);  // the last call's pins are in place
   const size_t cap = std::max<size_t>(std::min(n, stage_cap_), 1);
   // The batch is copied: the caller may reuse its buffer once the next call has begun.
   auto* dkeys = static_cast<K*>(d.scratch(Scratch::kDeferKeys, n * sizeof(K), s));

@@ -49,10 +49,9 @@ struct CachingOptions {
   bool private_store = false;
   uint32_t filter_log2_bits = 27;  // the filter's size (16 MiB); in [10, 32]
   // With private_store: prefetch_step may run wholly on the device when the filter shows every
-  // missed key is stored nowhere (docs/storage.md, "The staged prefetch"). Off by default: under
-  // compute-sanitizer racecheck's timing one step of a staged run got no row for a key it had
-  // prefetched (Backends/CachedDevice.StagedPrefetchStepsMatchOneBigTable/cuda on the H100).
-  bool stage_prefetch_on_device = false;
+  // missed key is stored nowhere (docs/storage.md, "A prefetch staged on the device"); false
+  // keeps the host path for every prefetch.
+  bool stage_prefetch_on_device = true;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
@@ -79,14 +78,18 @@ struct CachingStats {
   uint64_t staged_fallbacks = 0;   // ... that brought nothing up (a missed key may be below, a
                                    // reserved key, more new keys than their buffers): the next
                                    // call finds the misses itself
-  uint64_t prefetch_refused = 0;   // rows a prefetch left below: their bucket was full of the
-                                   // keys in use and the batch's own
-  uint64_t lower_failures = 0;     // lower-tier calls that threw
-  uint64_t pending_rows = 0;       // rows held in host memory until the lower tier takes them
-  uint64_t lower_wait_ns = 0;      // time spent waiting for the lower tier
-  CachingPhaseTimes phases{};      // the device path's time by phase
-  TableStats fast{};               // the fast table's own counts
-  StorageStats lower{};            // the lower tier's own counts
+  uint64_t staged_calls = 0;       // find_or_insert* calls over a private store whose misses all
+                                   // went in on the device ("A call whose misses are all new")
+  uint64_t staged_call_fallbacks = 0;  // ... tried that listed their misses on the host instead
+                                       // (a missed key may be below, or is reserved)
+  uint64_t prefetch_refused = 0;       // rows a prefetch left below: their bucket was full of the
+                                       // keys in use and the batch's own
+  uint64_t lower_failures = 0;         // lower-tier calls that threw
+  uint64_t pending_rows = 0;           // rows held in host memory until the lower tier takes them
+  uint64_t lower_wait_ns = 0;          // time spent waiting for the lower tier
+  CachingPhaseTimes phases{};          // the device path's time by phase
+  TableStats fast{};                   // the fast table's own counts
+  StorageStats lower{};                // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -113,7 +116,7 @@ class CachedTable final : public Table<K> {
   // --- caching ---
   // Brings the keys' rows found below up into the fast tier (no new rows, scores kept). On CUDA
   // it works on a stream of the table's own, after the work issued so far on `stream` (where
-  // the keys are ready; nullptr: they are ready now) and after the table's last call, not after
+  // the keys are ready; nullptr: the default stream) and after the table's last call, not after
   // later work on that call's stream: issued after a training step, it overlaps the step. The
   // rows handed out by the last address call stay where they are (docs/storage.md).
   // `create`: keys stored nowhere get their new row now (the initializer's, as the next
@@ -216,8 +219,8 @@ class CachedTable final : public Table<K> {
   void find_or_insert_device(size_t n, const K* keys, float* values, bool* founds,
                              const uint64_t* scores, float** rows, Miss miss, bool copy_out,
                              StreamHandle stream);
-  // Who a prefetch_device works for: the caller's prefetch (nullptr stream: keys ready now;
-  // counted in prefetched) or a read of the table (always after the caller's stream).
+  // Who a prefetch_device works for: the caller's prefetch (counted in prefetched) or a read of
+  // the table. Both run after the work issued on the caller's stream (nullptr: the default one).
   enum class PrefetchFor : uint8_t { kCaller, kRead };
   // prefetch on the fast table's memory, on the device's own stream; true when every key of the
   // batch is up afterwards.

@@ -127,23 +127,25 @@ __global__ void gather_host_rows_kernel(size_t m, const uint32_t* index, const u
   }
 }
 
-// values + positions[j] * dim = *rows[j] for rows[j] != nullptr: a warp per row.
-__global__ void copy_rows_to_kernel(size_t m, const uint32_t* positions, float* const* rows,
-                                    uint32_t dim, float* values) {
+// values + at(j) * dim = *rows[j] for rows[j] != nullptr, j < m, where at(j) = positions[j], or j
+// without positions: a warp per row.
+__global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* const* rows,
+                                 uint32_t dim, float* values) {
   const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
   const uint32_t lane = threadIdx.x % 32;
   for (size_t j = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; j < m; j += warps) {
     const float* row = rows[j];
     if (row == nullptr) continue;
-    float* out = values + size_t{positions[j]} * dim;
+    float* out = values + (positions != nullptr ? size_t{positions[j]} : j) * dim;
     for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
   }
 }
 
 // Rows [first, m) = the initial rows of keys[first, m): a block per row, a thread per word (no
 // division per word: a thread a word over the flat range spent most of its time dividing).
-__global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t* keys,
-                                         InitializerOptions init, uint32_t dim, uint32_t* rows) {
+__device__ void initial_rows_by_block(size_t first, size_t m, const uint64_t* keys,
+                                      const InitializerOptions& init, uint32_t dim,
+                                      uint32_t* rows) {
   for (size_t j = first + blockIdx.x; j < m; j += gridDim.x) {
     const uint64_t key = keys[j];
     for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
@@ -151,20 +153,20 @@ __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t*
   }
 }
 
+__global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t* keys,
+                                         InitializerOptions init, uint32_t dim, uint32_t* rows) {
+  initial_rows_by_block(first, m, keys, init, dim, rows);
+}
+
 // Blocks for a block-per-row launch over `rows` rows.
 unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(std::clamp<size_t>(rows, 1, 65535));
 }
 
-// Rows j < min(*count, cap) = the initial rows of keys[j]: a thread per word.
+// Rows j < min(*count, cap) = the initial rows of keys[j]: a block per row.
 __global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, uint32_t* rows) {
-  const size_t m = *count < cap ? *count : cap;
-  for (size_t j = blockIdx.x; j < m; j += gridDim.x) {  // a block per row
-    const uint64_t key = keys[j];
-    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
-      rows[j * dim + w] = initial_word(init, key, w);
-  }
+  initial_rows_by_block(0, *count < cap ? *count : cap, keys, init, dim, rows);
 }
 
 // candidates[i] = keys[i] where found[i] is false, else ~0 (sorted last, dropped after); a missed
@@ -293,19 +295,8 @@ __global__ void scatter_bytes_kernel(size_t m, const uint32_t* positions, const 
 __global__ void clear_flags_of_kernel(size_t n, const uint64_t* keys, const uint64_t* sorted,
                                       size_t m, bool* flags) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const uint64_t key = keys[i];
-    size_t lo = 0, hi = m;
-    while (lo < hi) {
-      const size_t mid = (lo + hi) / 2;
-      if (sorted[mid] < key) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    if (lo < m && sorted[lo] == key) flags[i] = false;
-  }
+       i += size_t{gridDim.x} * blockDim.x)
+    if (sorted_index(sorted, m, keys[i]) < m) flags[i] = false;
 }
 
 // For each i < n whose key is want_sorted[j]: at[order[j]] = max(at[order[j]], i + 1).
@@ -313,17 +304,8 @@ __global__ void last_positions_kernel(size_t n, const uint64_t* keys, const uint
                                       const uint32_t* order, size_t m, uint32_t* at) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
-    const uint64_t key = keys[i];
-    size_t lo = 0, hi = m;
-    while (lo < hi) {
-      const size_t mid = (lo + hi) / 2;
-      if (want_sorted[mid] < key) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    if (lo < m && want_sorted[lo] == key) atomicMax(at + order[lo], static_cast<uint32_t>(i + 1));
+    const size_t j = sorted_index(want_sorted, m, keys[i]);
+    if (j < m) atomicMax(at + order[j], static_cast<uint32_t>(i + 1));
   }
 }
 
@@ -345,18 +327,6 @@ __global__ void initial_rows_kernel(size_t m, const uint32_t* index, const uint6
     const size_t j = t / dim;
     const uint32_t w = static_cast<uint32_t>(t % dim);
     rows[size_t{index[j]} * dim + w] = initial_word(init, keys[j], w);
-  }
-}
-
-// values[i] = *rows[i] for rows[i] != nullptr: a warp per row.
-__global__ void copy_rows_out_kernel(size_t n, float* const* rows, uint32_t dim, float* values) {
-  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
-  const uint32_t lane = threadIdx.x % 32;
-  for (size_t i = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; i < n; i += warps) {
-    const float* row = rows[i];
-    if (row == nullptr) continue;
-    float* out = values + i * dim;
-    for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
   }
 }
 
@@ -709,8 +679,8 @@ class CudaTierDevice final : public TierDevice {
                     float* values, StreamHandle stream) override {
     if (m == 0) return;
     core::cuda::DeviceGuard guard(device_);
-    copy_rows_to_kernel<<<blocks_for(m * 32), kBlock, 0, as_stream(stream)>>>(m, positions, rows,
-                                                                              dim, values);
+    copy_rows_kernel<<<blocks_for(m * 32), kBlock, 0, as_stream(stream)>>>(m, positions, rows, dim,
+                                                                           values);
     check_launch("CachedTable: copy rows to positions");
   }
 
@@ -804,8 +774,8 @@ class CudaTierDevice final : public TierDevice {
                      StreamHandle stream) override {
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
-    copy_rows_out_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, rows, dim,
-                                                                               values);
+    copy_rows_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, nullptr, rows, dim,
+                                                                           values);
     check_launch("CachedTable: copy rows out");
   }
 
