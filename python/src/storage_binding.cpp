@@ -198,6 +198,10 @@ py::dict caching_stats_dict(const storage::CachingStats& s) {
   d["batch_evicted"] = s.batch_evicted;
   d["unsynced_calls"] = s.unsynced_calls;
   d["unserved"] = s.unserved;
+  d["staged_prefetches"] = s.staged_prefetches;
+  d["staged_fallbacks"] = s.staged_fallbacks;
+  d["staged_calls"] = s.staged_calls;
+  d["staged_call_fallbacks"] = s.staged_call_fallbacks;
   d["prefetch_refused"] = s.prefetch_refused;
   d["lower_failures"] = s.lower_failures;
   d["pending_rows"] = s.pending_rows;

@@ -108,6 +108,8 @@ def test_private_store_reads_rows_a_store_held_before_the_table(seed, device):
     # The 40 new keys were filtered, or read and not found (a false positive of the filter).
     assert s["filtered"] + (read["rows_read"] - read["rows_found"]) == 40, (s, read)
     assert s["filtered"] > 0 and read["rows_found"] == 40, (s, read)
+    # Half the misses are stored below, so the call cannot have put them all in as new rows.
+    assert s["staged_calls"] == 0, s
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -127,7 +129,8 @@ def test_caching_stats_carry_phases_fast_and_lower_counts(seed, device):
     assert sorted(s["fast"]) == ["erased", "evictions", "refused", "rehashes", "reserved_keys"]
     assert s["fast"]["rehashes"] == 0, s["fast"]  # a cache never grows
     assert s["lower"] == store.stats() and s["lower"]["rows_written"] >= s["rows_down"] > 0, s
-    for key in ("unsynced_calls", "unserved", "prefetch_refused", "prefetched", "filtered"):
+    for key in ("unsynced_calls", "unserved", "prefetch_refused", "prefetched", "filtered",
+                "staged_prefetches", "staged_fallbacks", "staged_calls", "staged_call_fallbacks"):
         assert s[key] == 0, (key, s)  # no prefetch, no private store
 
 

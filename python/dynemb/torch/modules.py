@@ -446,7 +446,10 @@ class DynamicEmbModule(nn.Module):
         """Per table with a lower tier (caching / external_storage): lookups, hits, misses,
         lower_hits, new_rows, filtered (misses private_store's filter showed stored nowhere),
         prefetched, rows_up / rows_down (and bytes), evictions_written, flushed_rows,
-        batch_evicted, unsynced_calls, unserved, prefetch_refused, lower_failures,
+        batch_evicted, unsynced_calls, unserved, staged_prefetches / staged_fallbacks
+        (prefetch_steps run on the device / that brought nothing up), staged_calls /
+        staged_call_fallbacks (find_or_insert calls over a private store whose new misses went in
+        on the device / that listed them on the host), prefetch_refused, lower_failures,
         pending_rows, lower_wait_ns, lower_evicted (rows the lower tier's own policy dropped),
         phases (host ns of the device-path calls by phase: calls, lookup_ns, misses_ns,
         lower_read_ns, insert_ns, evicted_ns, write_down_ns, outputs_ns, total_ns), fast (the
