@@ -108,6 +108,12 @@ class CudaTable final : public Table<K> {
 
  private:
   bool error_mode() const { return options_.safe_check == SafeCheck::kError; }
+  // Whether a counted call (its count in device memory) can run without reading anything on the
+  // host: growth, LFU's two passes and ERROR's check read the call's state there anyway.
+  bool counted_on_device() const {
+    return storage_.capacity() >= options_.max_capacity &&
+           options_.score_policy != ScorePolicy::kLfu && !error_mode();
+  }
 
   ReadArgs read_args(size_t n, const K* keys, float* values, bool* founds, uint64_t* scores,
                      CallState* state, float** row_ptrs = nullptr) const;

@@ -51,10 +51,7 @@ void CudaTable<K>::find_or_insert_pointers_counted(size_t n, const uint64_t* cou
                                                    float** rows, bool* founds,
                                                    StreamHandle stream) {
   if (n == 0) return;
-  // Growth, LFU's two passes and ERROR's check read the call's state on the host anyway.
-  const bool on_device = storage_.capacity() >= options_.max_capacity &&
-                         options_.score_policy != ScorePolicy::kLfu && !error_mode();
-  if (!on_device)
+  if (!counted_on_device())
     return Table<K>::find_or_insert_pointers_counted(n, count, keys, rows, founds, stream);
   require_pointer(rows, "find_or_insert_pointers_counted", "rows");
   require_pointer(count, "find_or_insert_pointers_counted", "count");
@@ -120,10 +117,7 @@ void CudaTable<K>::insert_and_evict_counted(size_t n, const uint64_t* count, con
                                             K* evicted_keys, float* evicted_values,
                                             uint64_t* evicted_scores, uint64_t* evicted_count,
                                             StreamHandle stream) {
-  // Growth, LFU and ERROR's check read the call's state on the host anyway.
-  const bool on_device = storage_.capacity() >= options_.max_capacity &&
-                         options_.score_policy != ScorePolicy::kLfu && !error_mode();
-  if (!on_device || n == 0)
+  if (!counted_on_device() || n == 0)
     return Table<K>::insert_and_evict_counted(n, count, keys, values, scores, evicted_keys,
                                               evicted_values, evicted_scores, evicted_count,
                                               stream);
