@@ -97,20 +97,43 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
 }
 
+// Which rows a launch of fused_row_kernel updates.
+enum class FusedRows { kAll, kHot, kCold };
+
+// The launch shape of fused_row_kernel: kThreads a block, and kMinBlocks blocks resident a
+// multiprocessor in its launch bounds, so ptxas holds a thread to 65536 / (kThreads * kMinBlocks)
+// registers (rounded down to a multiple of 8).
+// - With the hot rows (kColdOnly false): 256 threads, 4 blocks, 64 registers, 32 warps. Left to
+//   itself, ptxas gave the hot rows' 64 loads in flight 72 registers (24 warps); 5 blocks spill.
+//   float32's cold rows take this kernel too: they are bound by their DRAM bytes (2.7 TB/s).
+// - 16-bit rows' cold rows alone (kColdOnly): bound by latency (2.0 TB/s at 48% warps active
+//   with the shape above), so more warps resident: 128 threads, 9 blocks, 56 registers, 36 warps
+//   (ptxas: 80 registers unbounded; at 56, Adam's spills are 36-56 bytes stored and 56-112
+//   loaded, other optimizers' at most 24 and 44; at 48 (42 warps) 580-840 bytes loaded).
+template <bool kColdOnly>
+struct FusedShape {
+  static constexpr int kThreads = kColdOnly ? 128 : kBlock;
+  static constexpr int kMinBlocks = kColdOnly ? 9 : 4;
+  static constexpr int kWarps = kThreads / 32;
+};
+
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
-// starts first and overlaps the cold rows, which the other blocks take one warp each. Bounds of 4
-// blocks (32 warps) per SM: left to itself, ptxas gave the hot rows' 64 loads in flight 72
-// registers (24 warps); 5 blocks spill.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
-__global__ void __launch_bounds__(kBlock, 4)
+// starts first and overlaps the cold rows, which the other blocks take one warp each. kColdOnly:
+// a launch of cold rows alone (hot_blocks 0), compiled without the hot rows' code, so its
+// registers are the cold rows' alone.
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly>
+__global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
+                                  FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
                      unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
-  if (blockIdx.x < hot_blocks) {
-    optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
-    return;
+  if constexpr (!kColdOnly) {
+    if (blockIdx.x < hot_blocks) {
+      optimize_hot_rows<kKind, kVec, kType>(o, x.dim, h, rows, skip, nonfinite, shared, hot_blocks);
+      return;
+    }
   }
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
   // rows in use and leaves the padding after them.
@@ -130,9 +153,13 @@ __global__ void __launch_bounds__(kBlock, 4)
   }
 }
 
-// Cold-row blocks of a launch whose live row count only the device knows: a few waves of the
-// resident blocks (4 a multiprocessor), striding over the rows in use.
-unsigned strided_cold_blocks(size_t num_rows) {
+// Cold-row blocks of Shape for num_rows rows: one warp a row, or, for a launch whose live row
+// count only the device knows (strided), a few waves of the resident blocks striding over the
+// rows in use.
+template <class Shape>
+unsigned cold_blocks_of(size_t num_rows, bool strided) {
+  const size_t blocks = (num_rows + Shape::kWarps - 1) / Shape::kWarps;
+  if (!strided) return static_cast<unsigned>(blocks);
   static const int multiprocessors = [] {
     int device = 0, count = 0;
     core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
@@ -140,12 +167,9 @@ unsigned strided_cold_blocks(size_t num_rows) {
                       "cudaDeviceGetAttribute (multiprocessors)");
     return count;
   }();
-  const size_t waves = static_cast<size_t>(multiprocessors) * 4 * 8;
-  return static_cast<unsigned>(std::min<size_t>(blocks_for_warps(num_rows), waves));
+  const size_t waves = static_cast<size_t>(multiprocessors) * Shape::kMinBlocks * 8;
+  return static_cast<unsigned>(std::min(blocks, waves));
 }
-
-// Which rows a launch of fused_row_kernel updates.
-enum class FusedRows { kAll, kHot, kCold };
 
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
@@ -153,16 +177,29 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                   const bool* skip, unsigned long long* nonfinite, uint32_t grad_stride,
                   cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
+  const bool strided = x.live_rows != nullptr;
+  if constexpr (kType != ValueType::kFloat32) {
+    if (which == FusedRows::kCold) {
+      using Shape = FusedShape<true>;
+      const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
+      if (blocks == 0) return;
+      fused_row_kernel<kKind, kVec, kType, true>
+          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
+      return;
+    }
+  }
+  using Shape = FusedShape<false>;
   const uint32_t hot_blocks =
       x.num_ids == 0 || which == FusedRows::kCold
           ? 0
           : static_cast<uint32_t>(std::min<size_t>(h.max_hot_rows, kHotBlocks));
-  const unsigned cold_blocks = which == FusedRows::kHot ? 0
-                               : x.live_rows != nullptr ? strided_cold_blocks(x.num_rows)
-                                                        : blocks_for_warps(x.num_rows);
+  const unsigned cold_blocks =
+      which == FusedRows::kHot ? 0 : cold_blocks_of<Shape>(x.num_rows, strided);
   if (hot_blocks + cold_blocks == 0) return;
-  fused_row_kernel<kKind, kVec, kType>
-      <<<hot_blocks + cold_blocks, kBlock, kWarpsPerBlock * row_bytes, stream>>>(
+  fused_row_kernel<kKind, kVec, kType, false>
+      <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
