@@ -18,13 +18,11 @@ namespace {
 
 using ops::cuda::add_hot_row;
 using ops::cuda::as_stream;
-using ops::cuda::blocks_for_warps;
 using ops::cuda::gradient_nonfinite;
 using ops::cuda::hot_row_count;
 using ops::cuda::HotChunks;
 using ops::cuda::is_hot_row;
 using ops::cuda::kBlock;
-using ops::cuda::kWarpsPerBlock;
 using ops::cuda::lane_index;
 using ops::cuda::sum_ids;
 using ops::cuda::update_row;
