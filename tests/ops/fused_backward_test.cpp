@@ -66,10 +66,7 @@ StepInput make_step(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t
     s.offsets.push_back(static_cast<int64_t>(s.indices.size()));
   }
   const size_t n = s.indices.size();
-  ops_test::IdsByRow grouped = ops_test::group_ids_by_row(s.indices, s.offsets, num_rows);
-  s.ids_by_row = std::move(grouped.ids_by_row);
-  s.row_begin = std::move(grouped.row_begin);
-  s.bag_by_row = std::move(grouped.bag_by_row);
+  ops_test::group_setup_ids_by_row(s, num_rows);
   // A stride that is not a multiple of 4 half of the time: the gradient rows then take the
   // scalar path.
   s.grad_stride = dim + (rng() % 2 == 0 ? 0 : 1);

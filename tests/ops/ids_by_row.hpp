@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace dynemb::ops_test {
@@ -31,6 +32,15 @@ inline IdsByRow group_ids_by_row(const std::vector<uint32_t>& indices,
   g.bag_by_row.reserve(n);
   for (uint32_t id : g.ids_by_row) g.bag_by_row.push_back(bag_of[id]);
   return g;
+}
+
+// Fills a test setup's ids_by_row, row_begin and bag_by_row from its indices and offsets.
+template <class Setup>
+void group_setup_ids_by_row(Setup& s, size_t num_rows) {
+  IdsByRow g = group_ids_by_row(s.indices, s.offsets, num_rows);
+  s.ids_by_row = std::move(g.ids_by_row);
+  s.row_begin = std::move(g.row_begin);
+  s.bag_by_row = std::move(g.bag_by_row);
 }
 
 }  // namespace dynemb::ops_test

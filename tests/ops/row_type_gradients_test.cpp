@@ -52,10 +52,7 @@ Batch make_batch(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t di
     s.offsets.push_back(static_cast<int64_t>(s.indices.size()));
   }
   const size_t n = s.indices.size();
-  ops_test::IdsByRow grouped = ops_test::group_ids_by_row(s.indices, s.offsets, num_rows);
-  s.ids_by_row = std::move(grouped.ids_by_row);
-  s.row_begin = std::move(grouped.row_begin);
-  s.bag_by_row = std::move(grouped.bag_by_row);
+  ops_test::group_setup_ids_by_row(s, num_rows);
   s.grad_stride = dim + static_cast<uint32_t>(rng() % 2);  // odd strides take the scalar path
   const size_t out_rows = mode == PoolingMode::kNone ? n : bags;
   s.grads.resize(out_rows * s.grad_stride + 1);
