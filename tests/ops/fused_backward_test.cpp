@@ -174,22 +174,6 @@ std::unique_ptr<BackendStep> to_backend(Backend backend, const StepInput& in, si
   return s;
 }
 
-// Row r's gradient in float64 (the published rule: weight, 1 / bag length for MEAN).
-std::vector<double> gradient64(const StepInput& in, size_t row, uint32_t dim, PoolingMode mode,
-                               bool weighted) {
-  std::vector<double> sum(dim, 0.0);
-  for (size_t b = 0; b + 1 < in.offsets.size(); ++b) {
-    for (int64_t i = in.offsets[b]; i < in.offsets[b + 1]; ++i) {
-      if (in.indices[i] != row) continue;
-      double f = weighted ? in.weights[i] : 1.0;
-      if (mode == PoolingMode::kMean) f /= static_cast<double>(in.offsets[b + 1] - in.offsets[b]);
-      const size_t out = mode == PoolingMode::kNone ? static_cast<size_t>(i) : b;
-      for (uint32_t j = 0; j < dim; ++j) sum[j] += f * in.grads[out * in.grad_stride + j];
-    }
-  }
-  return sum;
-}
-
 class FusedBackward : public dynemb::testing::BackendTest {};
 
 TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
@@ -280,7 +264,8 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
         if (kind != OptimizerKind::kSgd) continue;
         for (size_t r = 0; r < num_rows; ++r) {
           if (store.null[r]) continue;
-          const std::vector<double> g = gradient64(in, r, dim, mode, weighted);
+          const std::vector<double> g =
+              ops_test::gradient64(in, r, dim, mode, weighted, [](float v) { return v; });
           bool finite = true;
           for (double v : g) finite &= std::isfinite(v);
           if (!finite && !guarded) continue;  // NaN rows, compared with the CPU above

@@ -1,10 +1,13 @@
-// A batch's ids grouped by the row they read, in the layout the grouped backward takes.
+// A batch seen by the tests' references: its ids grouped by row (the grouped backward's layout) and
+// a row's gradient in float64.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+
 #include <vector>
+#include "dynemb/ops/pooling.hpp"
 
 namespace dynemb::ops_test {
 
@@ -41,6 +44,27 @@ void group_setup_ids_by_row(Setup& s, size_t num_rows) {
   s.ids_by_row = std::move(g.ids_by_row);
   s.row_begin = std::move(g.row_begin);
   s.bag_by_row = std::move(g.bag_by_row);
+}
+
+// Row `row`'s gradient in float64 by the published rule (weight, 1 / bag length for MEAN), each
+// output-gradient element read through `read`; `In` holds indices, offsets, weights, grads and
+// grad_stride.
+template <class In, class Read>
+std::vector<double> gradient64(const In& in, size_t row, uint32_t dim, PoolingMode mode,
+                               bool weighted, Read read) {
+  std::vector<double> sum(dim, 0.0);
+  for (size_t b = 0; b + 1 < in.offsets.size(); ++b) {
+    for (int64_t i = in.offsets[b]; i < in.offsets[b + 1]; ++i) {
+      if (in.indices[i] != row) continue;
+      double f = weighted ? in.weights[i] : 1.0;
+      if (mode == PoolingMode::kMean) {
+        f /= static_cast<double>(in.offsets[b + 1] - in.offsets[b]);
+      }
+      const size_t out = mode == PoolingMode::kNone ? static_cast<size_t>(i) : b;
+      for (uint32_t j = 0; j < dim; ++j) sum[j] += f * read(in.grads[out * in.grad_stride + j]);
+    }
+  }
+  return sum;
 }
 
 }  // namespace dynemb::ops_test

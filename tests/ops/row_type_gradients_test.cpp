@@ -60,23 +60,6 @@ Batch make_batch(std::mt19937_64& rng, size_t num_rows, size_t bags, uint32_t di
   return s;
 }
 
-// Row r's gradient in float64, each gradient element read through `read`.
-template <class Read>
-std::vector<double> gradient64(const Batch& in, size_t row, uint32_t dim, PoolingMode mode,
-                               bool weighted, Read read) {
-  std::vector<double> sum(dim, 0.0);
-  for (size_t b = 0; b + 1 < in.offsets.size(); ++b) {
-    for (int64_t i = in.offsets[b]; i < in.offsets[b + 1]; ++i) {
-      if (in.indices[i] != row) continue;
-      double f = weighted ? in.weights[i] : 1.0;
-      if (mode == PoolingMode::kMean) f /= static_cast<double>(in.offsets[b + 1] - in.offsets[b]);
-      const size_t out = mode == PoolingMode::kNone ? static_cast<size_t>(i) : b;
-      for (uint32_t j = 0; j < dim; ++j) sum[j] += f * read(in.grads[out * in.grad_stride + j]);
-    }
-  }
-  return sum;
-}
-
 // A batch in one backend's memory, as a feature over `rows` (row_ptrs: by address) of `type`.
 struct Device {
   BackendBuffer<uint32_t> indices, ids_by_row, row_begin, bag_by_row;
@@ -137,9 +120,10 @@ TEST_P(RowTypeGradients, ReductionOfEveryRowTypeSumsFloat32Gradients) {
       const std::vector<float> got = download(out, num_rows * dim);
       size_t told_apart = 0;
       for (size_t r = 0; r < num_rows; ++r) {
-        const auto g16 = gradient64(in, r, dim, mode, weighted,
-                                    [](float v) { return round_to<ValueType::kBFloat16>(v); });
-        const auto g32 = gradient64(in, r, dim, mode, weighted, [](float v) { return v; });
+        const auto g16 = ops_test::gradient64(
+            in, r, dim, mode, weighted, [](float v) { return round_to<ValueType::kBFloat16>(v); });
+        const auto g32 =
+            ops_test::gradient64(in, r, dim, mode, weighted, [](float v) { return v; });
         for (uint32_t j = 0; j < dim; ++j) {
           const double want = g32[j];
           const double tol = 2e-5 * (1 + std::abs(want)) * (1 + in.row_begin[r + 1] / 64.0);
