@@ -69,18 +69,19 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
   }
 }
 
-// Cold rows (at most one chunk), one warp per row from block hot_blocks on: the row's lines asked
-// of L2 first (their fetch from HBM overlaps the gradient's sum), its gradient summed into the
-// warp's slice of shared memory (grad_stride floats), then the row updated from there. The
-// prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
-// together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
-// for the block that updates it.
+// Cold rows (at most one chunk), one warp per row from block hot_blocks on (the index-th row of
+// groups.row_order when it is set, else row `index`): the row's lines asked of L2 first (their
+// fetch from HBM overlaps the gradient's sum), its gradient summed into the warp's slice of shared
+// memory (grad_stride floats), then the row updated from there. The prefetch comes before the hot /
+// cold test, so the row's address, skip flag and bounds load together (a load after the test would
+// wait for the bounds); a hot row's lines are asked for too, for the block that updates it.
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
-                                  unsigned long long* nonfinite, float* grad, size_t row) {
-  if (row >= x.num_rows) return;
+                                  unsigned long long* nonfinite, float* grad, size_t index) {
+  if (index >= x.num_rows) return;
+  const size_t row = groups.row_order == nullptr ? index : groups.row_order[index];
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = updated_address(rows, skip, row);
   if (p != nullptr) {
