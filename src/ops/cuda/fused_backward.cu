@@ -3,6 +3,8 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -24,6 +26,7 @@ using ops::cuda::HotChunks;
 using ops::cuda::is_hot_row;
 using ops::cuda::kBlock;
 using ops::cuda::lane_index;
+using ops::cuda::StateTypes;
 using ops::cuda::sum_ids;
 using ops::cuda::update_row;
 
@@ -42,12 +45,13 @@ __device__ __forceinline__ float* updated_address(float* const* rows, const bool
 // The warp's update of the row at p (null: none) from its reduced gradient: skipped when the
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
 // does) or when p is null.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType,
+          StateTypes kStates = StateTypes::kEither>
 __device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
                                      uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (p == nullptr) return;
-  update_row<kKind, kVec, true, kType, false>(o, p, grad, dim);
+  update_row<kKind, kVec, true, kType, false, kStates>(o, p, grad, dim);
 }
 
 // Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
@@ -75,7 +79,7 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // memory (grad_stride floats), then the row updated from there. The prefetch comes before the hot /
 // cold test, so the row's address, skip flag and bounds load together (a load after the test would
 // wait for the bounds); a hot row's lines are asked for too, for the block that updates it.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, StateTypes kStates>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -93,7 +97,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   if (is_hot_row(end - begin)) return;
   sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec, kType>(o, p, grad, x.dim, nonfinite);
+  optimize_reduced_row<kKind, kVec, kType, kStates>(o, p, grad, x.dim, nonfinite);
 }
 
 // Which rows a launch of fused_row_kernel updates.
@@ -121,7 +125,8 @@ struct FusedShape {
 // starts first and overlaps the cold rows, which the other blocks take one warp each. kColdOnly:
 // a launch of cold rows alone (hot_blocks 0), compiled without the hot rows' code, so its
 // registers are the cold rows' alone.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly,
+          StateTypes kStates = StateTypes::kEither>
 __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
                                   FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
@@ -140,15 +145,16 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
   const size_t first =
       (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, first);
+    optimize_cold_row<kKind, kVec, kType, kStates>(o, x, g, groups, h, rows, skip, nonfinite,
+                                                   shared + (threadIdx.x / 32) * grad_stride,
+                                                   first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
-    optimize_cold_row<kKind, kVec, kType>(o, x, g, groups, h, rows, skip, nonfinite,
-                                          shared + (threadIdx.x / 32) * grad_stride, row);
+    optimize_cold_row<kKind, kVec, kType, kStates>(o, x, g, groups, h, rows, skip, nonfinite,
+                                                   shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
@@ -171,6 +177,19 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
+// Whether a launch with 16-bit optimizer state takes the cold-only kernel for its cold rows
+// (DYNEMB_STATE16_COLD_KERNEL: "cold-only") or the combined one (unset, "combined"); read once.
+bool state16_cold_only() {
+  static const bool cold_only = [] {
+    const char* v = std::getenv("DYNEMB_STATE16_COLD_KERNEL");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "combined") == 0) return false;
+    require(std::strcmp(v, "cold-only") == 0, "reduce_and_optimize", "DYNEMB_STATE16_COLD_KERNEL",
+            v, "must be \"combined\" or \"cold-only\"");
+    return true;
+  }();
+  return cold_only;
+}
+
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
                   IdGroups groups, const LookupOutput& g, const HotChunks& h, float* const* rows,
@@ -181,14 +200,23 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
   // 16-bit rows with float32 state: their cold rows alone, more warps resident (call R3 on an H100,
   // 13.1M step, same machine: 6.13 -> 6.03 ms). With 16-bit state too the combined kernel stays:
   // there the cold-only kernel's Adam spills cost more than its warps gain (5.89 -> 5.95 ms).
+  // With 16-bit state, the cold-only kernel compiled for that state alone, decoded late (no
+  // spills) when DYNEMB_STATE16_COLD_KERNEL=cold-only (state16_cold_only).
   if constexpr (kType != ValueType::kFloat32) {
-    if (which == FusedRows::kCold && !o.state_in_value_type) {
+    const bool state16 = o.state_in_value_type;
+    if (which == FusedRows::kCold && (!state16 || state16_cold_only())) {
       using Shape = FusedShape<true>;
       const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
       if (blocks == 0) return;
-      fused_row_kernel<kKind, kVec, kType, true>
-          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      if (state16) {
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      } else {
+        fused_row_kernel<kKind, kVec, kType, true>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      }
       core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
       return;
     }

@@ -86,9 +86,19 @@ __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& beg
   return u;
 }
 
+// The 4 16-bit kState elements packed in `bits` (load_state4's 8-byte word) as floats.
+template <ValueType kState>
+__device__ __forceinline__ void decode_state4(uint2 bits, float (&v)[4]) {
+  v[0] = from_bits16<kState>(static_cast<uint16_t>(bits.x & 0xFFFFu));
+  v[1] = from_bits16<kState>(static_cast<uint16_t>(bits.x >> 16));
+  v[2] = from_bits16<kState>(static_cast<uint16_t>(bits.y & 0xFFFFu));
+  v[3] = from_bits16<kState>(static_cast<uint16_t>(bits.y >> 16));
+}
+
 // A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
 // 8-byte load of 16-bit elements) into v; returns the 16-bit elements' bits (float32: zeros).
-template <ValueType kState>
+// kDecode false (16-bit only): v is left as it is, for decode_state4 later.
+template <ValueType kState, bool kDecode = true>
 __device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (&v)[4]) {
   if constexpr (kState == ValueType::kFloat32) {
     const float4 f = *reinterpret_cast<const float4*>(a + j);
@@ -96,10 +106,7 @@ __device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (
     return uint2{0, 0};
   } else {
     const uint2 packed = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j);
-    v[0] = from_bits16<kState>(static_cast<uint16_t>(packed.x & 0xFFFFu));
-    v[1] = from_bits16<kState>(static_cast<uint16_t>(packed.x >> 16));
-    v[2] = from_bits16<kState>(static_cast<uint16_t>(packed.y & 0xFFFFu));
-    v[3] = from_bits16<kState>(static_cast<uint16_t>(packed.y >> 16));
+    if constexpr (kDecode) decode_state4<kState>(packed, v);
     return packed;
   }
 }
@@ -131,9 +138,14 @@ __device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (
 // state is too). The first tile is loaded before `begin` runs, as in update_row_vec4. Each
 // element's arithmetic and rounding is update_row_elements', so the rows end bit-identical to
 // it. Returns begin's RowUpdate.
-template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32, class Begin>
+// kLateDecode (16-bit state): the state's bits are loaded with the tile but turned into floats
+// only after `begin`, so across begin's registers (Adam's bias corrections) a lane holds 4 words
+// of state instead of 12; the same values, so the same results.
+template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32,
+          bool kLateDecode = false, class Begin>
 __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Begin& begin,
                                             float* row, const float* grad, uint32_t dim) {
+  constexpr bool kDecodeWithLoad = !kLateDecode || kState == ValueType::kFloat32;
   constexpr uint32_t kArrays = element_state_arrays(kKind);
   float* a = row + value_words(kType, dim);
   float* b = a + value_words(kState, dim);
@@ -145,12 +157,16 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
   const auto load = [&] {
     packed = *reinterpret_cast<const uint2*>(weights + j);
     g4 = *reinterpret_cast<const float4*>(grad + j);
-    if constexpr (kArrays >= 1) old_a = load_state4<kState>(a, j, sa);
-    if constexpr (kArrays >= 2) old_b = load_state4<kState>(b, j, sb);
+    if constexpr (kArrays >= 1) old_a = load_state4<kState, kDecodeWithLoad>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState, kDecodeWithLoad>(b, j, sb);
   };
   if (j < dim) load();
   const RowUpdate u = begin();
   while (j < dim) {
+    if constexpr (!kDecodeWithLoad) {
+      if constexpr (kArrays >= 1) decode_state4<kState>(old_a, sa);
+      if constexpr (kArrays >= 2) decode_state4<kState>(old_b, sb);
+    }
     const uint16_t old[4] = {
         static_cast<uint16_t>(packed.x & 0xFFFFu), static_cast<uint16_t>(packed.x >> 16),
         static_cast<uint16_t>(packed.y & 0xFFFFu), static_cast<uint16_t>(packed.y >> 16)};
@@ -175,16 +191,28 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
   return u;
 }
 
+// Which optimizer-state types a kernel's row update is compiled for: either (o.state_in_value_type
+// chooses at run time), or only the row's type (16-bit state, decoded late:
+// update_packed_row_vec4).
+enum class StateTypes { kEither, kRowTypeLateDecode };
+
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
 // elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
-// word apart.
-template <OptimizerKind kKind, ValueType kType>
+// word apart. kStates kRowTypeLateDecode: o.state_in_value_type must be set.
+template <OptimizerKind kKind, ValueType kType, StateTypes kStates = StateTypes::kEither>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
   const auto begin = [&] { return begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes); };
   RowUpdate u;
-  if (vec4 && o.state_in_value_type) {
+  if constexpr (kStates == StateTypes::kRowTypeLateDecode) {
+    if (vec4) {
+      u = update_packed_row_vec4<kKind, kType, kType, true>(o, begin, row, grad, dim);
+    } else {
+      u = begin();
+      update_row_elements_as<kKind, WarpLanes, kType, kType>(o, u, row, grad, dim, lanes);
+    }
+  } else if (vec4 && o.state_in_value_type) {
     u = update_packed_row_vec4<kKind, kType, kType>(o, begin, row, grad, dim);
   } else if (vec4) {
     u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
@@ -220,13 +248,15 @@ __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float*
 // kTypeAtRunTime (with kType float32, the default): the rows may also hold 16-bit weights
 // (o.value_type), updated out of line; a kernel compiled per value type passes false, so its
 // float32 form carries no call (whose frame cost it registers and spills).
+// kStates (16-bit kType): which state types the update is compiled for (update_typed_row).
 template <OptimizerKind kKind, uint32_t kVec, bool kByAddress,
-          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true>
+          ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true,
+          StateTypes kStates = StateTypes::kEither>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
   const bool vec4_packed = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
   if constexpr (kType != ValueType::kFloat32) {
-    update_typed_row<kKind, kType>(o, row, grad, dim, lanes, vec4_packed);
+    update_typed_row<kKind, kType, kStates>(o, row, grad, dim, lanes, vec4_packed);
   } else {
     if constexpr (kTypeAtRunTime) {
       if (o.value_type != ValueType::kFloat32) {
