@@ -1,34 +1,17 @@
 #include "training_step.hpp"
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "dynemb/core/error.hpp"
 
 namespace dynemb::embedding::detail {
-namespace {
-
-// Whether the backward's cold rows go in the order of their first id (DYNEMB_COLD_ROW_ORDER:
-// "first-id") or in key order (unset, "key"); read once a step pipeline.
-bool cold_rows_by_first_id() {
-  const char* v = std::getenv("DYNEMB_COLD_ROW_ORDER");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "key") == 0) return false;
-  require(std::strcmp(v, "first-id") == 0, "TrainingStep", "DYNEMB_COLD_ROW_ORDER", v,
-          "must be \"key\" or \"first-id\"");
-  return true;
-}
-
-}  // namespace
 
 template <TableKey K>
 TrainingStep<K>::TrainingStep(Backend backend_, int device_)
     : ops(ops_backend(backend_)),
       backend(backend_),
       device(device_),
-      workspace(std::make_unique<ops::detail::StepWorkspace>(backend_, device_)) {
-  order_cold_rows = cold_rows_by_first_id();
-}
+      workspace(std::make_unique<ops::detail::StepWorkspace>(backend_, device_)) {}
 
 template <TableKey K>
 void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool batch_weighted,
@@ -50,7 +33,6 @@ void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool 
   mode = batch_mode;
   num_unique = 0;
   live_rows = nullptr;
-  has_row_order = false;
 }
 
 template <TableKey K>
@@ -106,23 +88,8 @@ void TrainingStep<K>::lookup_by_address(std::span<const StepTable<K>> tables,
 template <TableKey K>
 void TrainingStep<K>::pool(const LookupFeature& f, const LookupOutput& out, bool training,
                            StreamHandle stream) {
-  pending_backward = training;
-  // The backward's cold-row order, when asked for: on a side stream beside the pooling (which is
-  // bound by its loads' latency, not by the multiprocessors' slots).
-  has_row_order = training && order_cold_rows && has_bag_by_row && by_address && f.num_rows > 0;
-  if (!has_row_order) {
-    ops::detail::pooled_lookup_unchecked(ops, f, out, stream);
-    return;
-  }
-  ensure_buffer(row_order, backend, f.num_rows, device);
-  if (order_fan == nullptr) order_fan = ops.make_stream_fan(1, device);
-  const bool side = order_fan->size() > 0;
-  if (side) order_fan->fork(stream);
-  ops::detail::order_rows_by_first_id(ops, num_ids, inverse.data(), f.num_rows, live_rows, groups(),
-                                      row_order.data(), *workspace,
-                                      side ? order_fan->stream(0) : stream);
   ops::detail::pooled_lookup_unchecked(ops, f, out, stream);
-  if (side) order_fan->join(stream);
+  pending_backward = training;
 }
 
 template <TableKey K>

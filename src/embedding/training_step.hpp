@@ -79,8 +79,7 @@ class TrainingStep {
   }
 
   ops::detail::IdGroups groups() const {
-    return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr,
-            has_row_order ? row_order.data() : nullptr};
+    return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
   }
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     LookupFeature f = step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim,
@@ -97,11 +96,6 @@ class TrainingStep {
   BackendBuffer<uint32_t> inverse, ids_by_row, row_begin;
   BackendBuffer<uint32_t> bag_by_row;  // the bag of each id in ids_by_row's order
   bool has_bag_by_row = false;         // bag_by_row holds this step's
-  // The rows by their first id (ops::detail::order_rows_by_first_id), worked out beside the pooling
-  // for the backward's cold-row pass when order_cold_rows is set (DYNEMB_COLD_ROW_ORDER=first-id).
-  BackendBuffer<uint32_t> row_order;
-  bool has_row_order = false;  // row_order holds this step's
-  bool order_cold_rows = false;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights;
   // Rows by address (by_address): the table's row of each unique key, or the fallback row
@@ -110,8 +104,6 @@ class TrainingStep {
   BackendBuffer<float> rows, row_grads;
   FallbackRows fallback;
   BackendBuffer<bool> found, missing, skip, nonfinite_flags;
-  // The side stream the row order is worked out on (made on first use).
-  std::unique_ptr<ops::detail::StreamFan> order_fan;
   // The ops' scratch, pinned read-back words and key-bit prediction, kept between steps.
   std::unique_ptr<ops::detail::StepWorkspace> workspace;
   size_t num_unique = 0, num_ids = 0, num_bags = 0;

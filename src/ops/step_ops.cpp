@@ -48,15 +48,6 @@ void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
                           num_bags, end_bit, unique_count, workspace, stream);
 }
 
-void order_rows_by_first_id(const OpsBackend& ops, size_t n, const uint32_t* inverse,
-                            size_t num_rows, const uint64_t* live_rows, IdGroups groups,
-                            uint32_t* row_order, StepWorkspace& workspace, StreamHandle stream) {
-  if (n == 0 || num_rows == 0) return;
-  require(n <= 0xFFFFFFFFull, "order_rows_by_first_id", "num_ids", std::to_string(n),
-          "must be < 2^32");
-  ops.order_rows_by_first_id(n, inverse, num_rows, live_rows, groups, row_order, workspace, stream);
-}
-
 void pooled_lookup_unchecked(const OpsBackend& ops, const LookupFeature& feature,
                              const LookupOutput& output, StreamHandle stream) {
   ops.pooled_lookup({&feature, 1}, {&output, 1}, stream);

@@ -34,11 +34,6 @@ void* StepWorkspace::scratch(size_t bytes, StreamHandle stream) {
   return scratch_.data();
 }
 
-void* StepWorkspace::row_order_scratch(size_t bytes, StreamHandle stream) {
-  ensure(row_order_scratch_, bytes, 256, stream);
-  return row_order_scratch_.data();
-}
-
 uint32_t* StepWorkspace::bag_of(size_t n, StreamHandle stream) {
   ensure(bag_of_, n, 64, stream);
   return bag_of_.data();

@@ -4,8 +4,7 @@
 // keys (rows of several gradient chunks), every optimizer, SUM / MEAN / NONE pooling with and
 // without weights, skipped and address-less rows, NaN / Inf gradients in guarded mode, dims on
 // the float4, scalar and wide (over detail::kFusedMaxDim) paths. SGD rows are checked against a
-// float64 sum of the gradients; with a GPU, its rows are checked against the CPU's. Some steps take
-// the rows in a shuffled order (IdGroups::row_order).
+// float64 sum of the gradients; with a GPU, its rows are checked against the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -235,16 +234,6 @@ TEST_P(FusedBackward, BitIdenticalToReduceThenOptimizeOverManySteps) {
         ops::detail::IdGroups fused_groups = s->groups;
         if (step % 2 == 0 && mode != PoolingMode::kNone)
           fused_groups.bag_by_row = s->bag_by_row.data();
-        // Steps 2 and 3 take the rows in a shuffled order (IdGroups::row_order, as the training
-        // step's rows by first id): each row's own sum is unchanged, so are the rows.
-        BackendBuffer<uint32_t> row_order;
-        if (step == 2 || step == 3) {
-          std::vector<uint32_t> shuffled(num_rows);
-          for (size_t r = 0; r < num_rows; ++r) shuffled[r] = static_cast<uint32_t>(r);
-          std::shuffle(shuffled.begin(), shuffled.end(), rng);
-          row_order = upload(backend, shuffled);
-          fused_groups.row_order = row_order.data();
-        }
         ops::detail::reduce_and_optimize_row_ptrs(
             backend, o, s->feature, fused_groups, s->g, fused.ptrs.data(), s->skip.data(),
             guarded ? counter + 1 : nullptr, workspace, nullptr);

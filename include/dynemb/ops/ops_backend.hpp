@@ -145,11 +145,6 @@ class OpsBackend {
                                    int end_bit, uint64_t* unique_count,
                                    ops::detail::StepWorkspace& workspace,
                                    StreamHandle stream) const = 0;
-  // step_ops.hpp: order_rows_by_first_id.
-  virtual void order_rows_by_first_id(size_t n, const uint32_t* inverse, size_t num_rows,
-                                      const uint64_t* live_rows, ops::detail::IdGroups groups,
-                                      uint32_t* row_order, ops::detail::StepWorkspace& workspace,
-                                      StreamHandle stream) const = 0;
   virtual void spread_table_keys(const ops::detail::TableSpread& spread,
                                  StreamHandle stream) const = 0;
   virtual void gather_table_rows(const ops::detail::TableSpread& spread,

@@ -60,16 +60,6 @@ void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
                          size_t num_bags, int end_bit, uint64_t* unique_count,
                          StepWorkspace& workspace, StreamHandle stream);
 
-// The rows of a dedup_grouped batch of n ids ordered by their first id: row_order[k] is the row
-// whose first (lowest) id is the k-th lowest of the rows' first ids (rows of num_rows, or of
-// *live_rows when not null: the live count only the device knows). The ids are bag after bag, so
-// rows whose first ids share a bag come together, and the fused backward's cold-row pass
-// (IdGroups::row_order) then reads that bag's gradient once from memory instead of once a row.
-// No synchronization; scratch from `workspace`'s row_order_scratch; capturable in a CUDA graph.
-void order_rows_by_first_id(const OpsBackend& ops, size_t n, const uint32_t* inverse,
-                            size_t num_rows, const uint64_t* live_rows, IdGroups groups,
-                            uint32_t* row_order, StepWorkspace& workspace, StreamHandle stream);
-
 // pooled_lookup of one feature without the data checks (the caller vouches for offsets and
 // indices).
 void pooled_lookup_unchecked(const OpsBackend& ops, const LookupFeature& feature,

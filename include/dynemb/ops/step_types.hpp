@@ -15,10 +15,6 @@ struct IdGroups {
   // num_ids entries, the bag holding id ids_by_row[k] (a pooled batch's), or null: the reduction
   // works it out from the offsets.
   const uint32_t* bag_by_row = nullptr;
-  // The rows in the order the fused backward's cold-row pass takes them (a permutation of the
-  // rows in use: num_rows entries, or the live count when only the device knows it), or null:
-  // ascending. Each row's own sum is the same either way, so the order changes no result.
-  const uint32_t* row_order = nullptr;
 };
 
 // Device words read back together with dedup_grouped's unique count (one synchronization).

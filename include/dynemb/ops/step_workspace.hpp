@@ -46,11 +46,6 @@ class StepWorkspace {
   // kept; valid until the next narrow_keys() call; growing first waits for `stream`).
   uint32_t* narrow_keys(size_t n, StreamHandle stream);
 
-  // At least `bytes` of backend memory for order_rows_by_first_id (step_ops.hpp), apart from
-  // scratch() (the order is worked out beside other ops of the step); contents not kept; valid
-  // until the next row_order_scratch() call; growing first waits for `stream`.
-  void* row_order_scratch(size_t bytes, StreamHandle stream);
-
   // kHostWords words of host memory that asynchronous device copies may target.
   uint64_t* host_words() const { return host_words_; }
   // kHostWords words of backend memory for a call's status (contents not kept).
@@ -81,7 +76,7 @@ class StepWorkspace {
   const OpsBackend* ops_;
   Backend backend_;
   int device_;
-  BackendBuffer<uint8_t> scratch_, row_order_scratch_;
+  BackendBuffer<uint8_t> scratch_;
   BackendBuffer<uint32_t> iota_, bag_of_, narrow_keys_;
   BackendBuffer<uint64_t> device_words_;
   size_t iota_filled_ = 0;

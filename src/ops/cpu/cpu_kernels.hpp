@@ -46,9 +46,6 @@ void resolve_missing_rows_cpu(size_t n, float** rows, bool* missing, float* fall
 // (num_rows + 1), each row's ids ascending.
 void group_ids_cpu(size_t num_ids, const uint32_t* indices, size_t num_rows, uint32_t* ids_by_row,
                    uint32_t* row_begin);
-// order_rows_by_first_id (step_ops.hpp) of num_rows rows.
-void order_rows_by_first_id_cpu(size_t n, const uint32_t* inverse, size_t num_rows, IdGroups groups,
-                                uint32_t* row_order);
 // bag_by_row[k] = the bag (of offsets[0, num_bags], valid) holding id ids_by_row[k], k < num_ids.
 void bags_by_row_cpu(size_t num_ids, const uint32_t* ids_by_row, const int64_t* offsets,
                      size_t num_bags, uint32_t* bag_by_row);

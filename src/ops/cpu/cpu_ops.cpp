@@ -1,5 +1,4 @@
 // The CPU's OpsBackend: the ops of src/ops/cpu/ on host memory (the stream is ignored).
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -169,12 +168,6 @@ class CpuOps final : public OpsBackend {
     group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
     if (bag_by_row != nullptr) bags_by_row_cpu(n, ids_by_row, offsets, num_bags, bag_by_row);
     *unique_count = u;
-  }
-  void order_rows_by_first_id(size_t n, const uint32_t* inverse, size_t num_rows,
-                              const uint64_t* live_rows, IdGroups groups, uint32_t* row_order,
-                              StepWorkspace&, StreamHandle) const override {
-    const size_t rows = live_rows != nullptr ? std::min<size_t>(*live_rows, num_rows) : num_rows;
-    order_rows_by_first_id_cpu(n, inverse, rows, groups, row_order);
   }
   void spread_table_keys(const TableSpread& spread, StreamHandle) const override {
     spread_table_keys_cpu(spread);

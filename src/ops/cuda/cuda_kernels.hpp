@@ -81,9 +81,6 @@ void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* 
 template <TableKey K>
 void split_table_keys_cuda(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                            uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream);
-void order_rows_by_first_id_cuda(size_t n, const uint32_t* inverse, size_t num_rows,
-                                 const uint64_t* live_rows, IdGroups groups, uint32_t* row_order,
-                                 StepWorkspace& workspace, StreamHandle stream);
 void spread_table_keys_cuda(const TableSpread& spread, StreamHandle stream);
 void gather_table_rows_cuda(const TableSpread& spread, const TableRows& rows, StreamHandle stream);
 void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_keys,

@@ -170,12 +170,6 @@ class CudaOps final : public OpsBackend {
     dedup_grouped_async_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
                              offsets, num_bags, end_bit, unique_count, workspace, stream);
   }
-  void order_rows_by_first_id(size_t n, const uint32_t* inverse, size_t num_rows,
-                              const uint64_t* live_rows, IdGroups groups, uint32_t* row_order,
-                              StepWorkspace& workspace, StreamHandle stream) const override {
-    order_rows_by_first_id_cuda(n, inverse, num_rows, live_rows, groups, row_order, workspace,
-                                stream);
-  }
   void spread_table_keys(const TableSpread& spread, StreamHandle stream) const override {
     spread_table_keys_cuda(spread, stream);
   }

@@ -4,7 +4,6 @@
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -73,19 +72,18 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
   }
 }
 
-// Cold rows (at most one chunk), one warp per row from block hot_blocks on (the index-th row of
-// groups.row_order when it is set, else row `index`): the row's lines asked of L2 first (their
-// fetch from HBM overlaps the gradient's sum), its gradient summed into the warp's slice of shared
-// memory (grad_stride floats), then the row updated from there. The prefetch comes before the hot /
-// cold test, so the row's address, skip flag and bounds load together (a load after the test would
-// wait for the bounds); a hot row's lines are asked for too, for the block that updates it.
+// Cold rows (at most one chunk), one warp per row from block hot_blocks on: the row's lines asked
+// of L2 first (their fetch from HBM overlaps the gradient's sum), its gradient summed into the
+// warp's slice of shared memory (grad_stride floats), then the row updated from there. The
+// prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
+// together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
+// for the block that updates it.
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType, StateTypes kStates>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
-                                  unsigned long long* nonfinite, float* grad, size_t index) {
-  if (index >= x.num_rows) return;
-  const size_t row = groups.row_order == nullptr ? index : groups.row_order[index];
+                                  unsigned long long* nonfinite, float* grad, size_t row) {
+  if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   float* p = updated_address(rows, skip, row);
   if (p != nullptr) {
@@ -109,11 +107,11 @@ enum class FusedRows { kAll, kHot, kCold };
 // - With the hot rows (kColdOnly false): 256 threads, 4 blocks, 64 registers, 32 warps. Left to
 //   itself, ptxas gave the hot rows' 64 loads in flight 72 registers (24 warps); 5 blocks spill.
 //   float32's cold rows take this kernel too: they are bound by their DRAM bytes (2.7 TB/s).
-// - 16-bit rows' cold rows alone with float32 state (kColdOnly): bound by latency (2.0 TB/s at 48%
-// warps active
+// - 16-bit rows' cold rows alone (kColdOnly): bound by latency (2.0 TB/s at 48% warps active
 //   with the shape above), so more warps resident: 128 threads, 9 blocks, 56 registers, 36 warps
-//   (ptxas: 80 registers unbounded; at 56, Adam's spills are 36-56 bytes stored and 56-112
-//   loaded, other optimizers' at most 24 and 44; at 48 (42 warps) 580-840 bytes loaded).
+//   (ptxas: 80 registers unbounded; at 48 (42 warps) 580-840 bytes of spills loaded). Each such
+//   kernel is compiled for one state type (StateTypes), so it holds that path's registers only:
+//   bfloat16 Adam spills a 16-byte frame with either state type (32 compiled for both).
 template <bool kColdOnly>
 struct FusedShape {
   static constexpr int kThreads = kColdOnly ? 128 : kBlock;
@@ -177,16 +175,16 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
-// Whether a launch with 16-bit optimizer state takes the cold-only kernel for its cold rows
-// (DYNEMB_STATE16_COLD_KERNEL: "cold-only") or the combined one (unset, "combined"); read once.
-bool state16_cold_only() {
-  static const bool cold_only = [] {
-    const char* v = std::getenv("DYNEMB_STATE16_COLD_KERNEL");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "combined") == 0) return false;
-    require(std::strcmp(v, "cold-only") == 0, "reduce_and_optimize", "DYNEMB_STATE16_COLD_KERNEL",
-            v, "must be \"combined\" or \"cold-only\"");
-    return true;
-  }();
+// TEMPORARY (round R2's A/B, removed after it): DYNEMB_R2_EITHER_STATE set gives float32-state
+// launches the cold-only kernel compiled for either state, as before.
+bool r2_either_state() {
+  static const bool either = std::getenv("DYNEMB_R2_EITHER_STATE") != nullptr;
+  return either;
+}
+// TEMPORARY (round R2's A/B): DYNEMB_R2_F32_COLD_ONLY set gives float32 rows' cold rows the
+// cold-only kernel (36 warps) instead of the combined one (32 warps).
+bool r2_f32_cold_only() {
+  static const bool cold_only = std::getenv("DYNEMB_R2_F32_COLD_ONLY") != nullptr;
   return cold_only;
 }
 
@@ -197,29 +195,33 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                   cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const bool strided = x.live_rows != nullptr;
-  // 16-bit rows with float32 state: their cold rows alone, more warps resident (call R3 on an H100,
-  // 13.1M step, same machine: 6.13 -> 6.03 ms). With 16-bit state too the combined kernel stays:
-  // there the cold-only kernel's Adam spills cost more than its warps gain (5.89 -> 5.95 ms).
-  // With 16-bit state, the cold-only kernel compiled for that state alone, decoded late (no
-  // spills) when DYNEMB_STATE16_COLD_KERNEL=cold-only (state16_cold_only).
-  if constexpr (kType != ValueType::kFloat32) {
-    const bool state16 = o.state_in_value_type;
-    if (which == FusedRows::kCold && (!state16 || state16_cold_only())) {
-      using Shape = FusedShape<true>;
-      const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
-      if (blocks == 0) return;
-      if (state16) {
-        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
-            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-      } else {
-        fused_row_kernel<kKind, kVec, kType, true>
-            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-      }
-      core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
-      return;
+  // 16-bit rows: their cold rows alone, more warps resident (H100, 13.1M step, same machine:
+  // bf16 rows 6.13 -> 6.03 ms). With 16-bit state the kernel is compiled for that state alone,
+  // decoded late, which holds its Adam spills to 16 bytes a thread (5.93 -> 5.80 ms; compiled for
+  // either state it spilled 32 and was slower than the combined kernel, 5.89 -> 5.95).
+  if (which == FusedRows::kCold && (kType != ValueType::kFloat32 || r2_f32_cold_only())) {
+    using Shape = FusedShape<true>;
+    const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
+    if (blocks == 0) return;
+    if constexpr (kType == ValueType::kFloat32) {
+      fused_row_kernel<kKind, kVec, kType, true>
+          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+    } else if (o.state_in_value_type) {
+      fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
+          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+    } else if (r2_either_state()) {
+      fused_row_kernel<kKind, kVec, kType, true>
+          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+    } else {
+      fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32>
+          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
     }
+    core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
+    return;
   }
   using Shape = FusedShape<false>;
   const uint32_t hot_blocks =

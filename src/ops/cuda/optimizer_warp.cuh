@@ -192,20 +192,28 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
 }
 
 // Which optimizer-state types a kernel's row update is compiled for: either (o.state_in_value_type
-// chooses at run time), or only the row's type (16-bit state, decoded late:
-// update_packed_row_vec4).
-enum class StateTypes { kEither, kRowTypeLateDecode };
+// chooses at run time), only float32, or only the row's type (16-bit state, decoded late:
+// update_packed_row_vec4). A kernel compiled for one holds only that path's registers.
+enum class StateTypes { kEither, kFloat32, kRowTypeLateDecode };
 
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
 // elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
-// word apart. kStates kRowTypeLateDecode: o.state_in_value_type must be set.
+// word apart. kStates kFloat32: o.state_in_value_type must be unset; kRowTypeLateDecode: set.
 template <OptimizerKind kKind, ValueType kType, StateTypes kStates = StateTypes::kEither>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
   const auto begin = [&] { return begin_row_update<WarpLanes, kType>(o, row, grad, dim, lanes); };
   RowUpdate u;
-  if constexpr (kStates == StateTypes::kRowTypeLateDecode) {
+  if constexpr (kStates == StateTypes::kFloat32) {
+    if (vec4) {
+      u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
+    } else {
+      u = begin();
+      update_row_elements_as<kKind, WarpLanes, kType, ValueType::kFloat32>(o, u, row, grad, dim,
+                                                                           lanes);
+    }
+  } else if constexpr (kStates == StateTypes::kRowTypeLateDecode) {
     if (vec4) {
       u = update_packed_row_vec4<kKind, kType, kType, true>(o, begin, row, grad, dim);
     } else {
