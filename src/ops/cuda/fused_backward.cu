@@ -3,7 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -175,19 +174,6 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
-// TEMPORARY (round R2's A/B, removed after it): DYNEMB_R2_EITHER_STATE set gives float32-state
-// launches the cold-only kernel compiled for either state, as before.
-bool r2_either_state() {
-  static const bool either = std::getenv("DYNEMB_R2_EITHER_STATE") != nullptr;
-  return either;
-}
-// TEMPORARY (round R2's A/B): DYNEMB_R2_F32_COLD_ONLY set gives float32 rows' cold rows the
-// cold-only kernel (36 warps) instead of the combined one (32 warps).
-bool r2_f32_cold_only() {
-  static const bool cold_only = std::getenv("DYNEMB_R2_F32_COLD_ONLY") != nullptr;
-  return cold_only;
-}
-
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
 void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
                   IdGroups groups, const LookupOutput& g, const HotChunks& h, float* const* rows,
@@ -195,33 +181,28 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                   cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const bool strided = x.live_rows != nullptr;
-  // 16-bit rows: their cold rows alone, more warps resident (H100, 13.1M step, same machine:
-  // bf16 rows 6.13 -> 6.03 ms). With 16-bit state the kernel is compiled for that state alone,
-  // decoded late, which holds its Adam spills to 16 bytes a thread (5.93 -> 5.80 ms; compiled for
-  // either state it spilled 32 and was slower than the combined kernel, 5.89 -> 5.95).
-  if (which == FusedRows::kCold && (kType != ValueType::kFloat32 || r2_f32_cold_only())) {
-    using Shape = FusedShape<true>;
-    const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
-    if (blocks == 0) return;
-    if constexpr (kType == ValueType::kFloat32) {
-      fused_row_kernel<kKind, kVec, kType, true>
-          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-    } else if (o.state_in_value_type) {
-      fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
-          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-    } else if (r2_either_state()) {
-      fused_row_kernel<kKind, kVec, kType, true>
-          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-    } else {
-      fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32>
-          <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+  // 16-bit rows: their cold rows alone, more warps resident, in a kernel compiled for the launch's
+  // state type alone (H100, 13.1M grouped step replayed, same machine: bf16 rows 6.13 -> 6.03 ms
+  // with the kernel compiled for either state, 5.80 -> 5.78 compiled for float32 state alone; bf16
+  // rows with bf16 Adam state 5.93 -> 5.80 with the state decoded late, where compiled for either
+  // state it was slower than the combined kernel, 5.89 -> 5.95).
+  if constexpr (kType != ValueType::kFloat32) {
+    if (which == FusedRows::kCold) {
+      using Shape = FusedShape<true>;
+      const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
+      if (blocks == 0) return;
+      if (o.state_in_value_type) {
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      } else {
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+      }
+      core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
+      return;
     }
-    core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
-    return;
   }
   using Shape = FusedShape<false>;
   const uint32_t hot_blocks =
