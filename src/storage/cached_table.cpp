@@ -121,6 +121,69 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
+  if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
+  growths_at_start_ = device_->growths();
+}
+
+template <TableKey K>
+void CachedTable<K>::reserve_buffers(size_t n) {
+  using detail::Scratch;
+  detail::TierDevice& d = *device_;
+  const StreamHandle stream = nullptr;
+  const size_t rows = n * dim_ * sizeof(float);
+  const auto reserve = [&](std::initializer_list<Scratch> slots, size_t bytes) {
+    for (const Scratch slot : slots) d.scratch(slot, bytes, stream);
+  };
+  d.reserve(n, stream);  // its own passes and staging
+  // find_or_insert* and prefetch: lookup, misses moved up (commit), evictions, outputs, holds.
+  reserve(
+      {Scratch::kKeys, Scratch::kScores, Scratch::kCallScores, Scratch::kTouchKeys,
+       Scratch::kTouchScores, Scratch::kPointers, Scratch::kEvictedKeys, Scratch::kEvictedScores,
+       Scratch::kHeldKeys, Scratch::kHeldScores, Scratch::kCreated, Scratch::kMissPointers},
+      n * 8);
+  reserve({Scratch::kRows, Scratch::kEvictedRows}, rows);
+  reserve({Scratch::kFound, Scratch::kStill}, n);
+  pinned_scores(n, stream);
+  pinned_scores(n, stream, true);
+  d.host_rows(detail::HostRows::kMiss, n * dim_);
+  d.host_rows(detail::HostRows::kEvicted, n * dim_);
+  if (caching_.private_store && options_.score_policy != ScorePolicy::kLfu) {
+    // A call whose misses are all new, and (when on) a prefetch staged on the device, whose
+    // staging then holds every key of its batch (it never falls back for room).
+    reserve({Scratch::kCallNew}, n * 8);
+    reserve({Scratch::kCallStatus}, detail::TierDevice::kStageWords * 8);
+    reserve({Scratch::kCallFirst}, n * 4 + 4);
+    if (caching_.stage_prefetch_on_device) {
+      reserve({Scratch::kDeferKeys, Scratch::kDeferPointers, Scratch::kDeferCurrent,
+               Scratch::kDeferNew, Scratch::kDeferEvictedKeys, Scratch::kDeferEvictedScores},
+              n * 8);
+      reserve({Scratch::kDeferRows, Scratch::kDeferEvictedRows}, rows);
+      reserve({Scratch::kDeferFound}, n);
+      reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);
+      stage_cap_ = std::max(stage_cap_, n);
+    }
+  }
+  d.synchronize(stream);  // the pinned scores are filled before any stream uses them
+}
+
+template <TableKey K>
+detail::KeyBits CachedTable<K>::stage_key_bits() const {
+  if (!caching_.stage_sort_key_bits) return {};
+  return detail::key_bits_of(keys_or_, keys_and_, key_bits_extra_);
+}
+
+template <TableKey K>
+bool CachedTable<K>::learn_key_bits(const uint64_t* status) {
+  using detail::TierDevice;
+  const detail::KeyBits before = stage_key_bits();
+  keys_or_ |= status[TierDevice::kStageKeysOr];
+  keys_and_ &= ~status[TierDevice::kStageKeysNotAnd];
+  if (!(status[TierDevice::kStageWhy] & TierDevice::kKeyRange)) return false;
+  stats_.stage_key_range_misses += 1;
+  // A missed key outside the bits widens them; one equal to the range's top value (the sort's
+  // filler) needs one more bit.
+  if (stage_key_bits() == before) key_bits_extra_ += 1;
+  return true;
 }
 
 template <TableKey K>
@@ -465,28 +528,32 @@ float* CachedTable<K>::read_below(const std::vector<uint64_t>& keys, std::vector
     ask.push_back(keys[j]);
     ask_at.push_back(j);
   }
-  // The keys asked read into rows [u, u + asked) (one batch, no copy); pending rows into row j.
-  float* rows =
-      device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u + ask.size(), 1) * dim_);
-  if (!pending_.empty()) {
-    for (size_t j = 0; j < u; ++j) {
-      if (!below[j]) continue;
-      const Pending& p = pending_.at(keys[j]);
-      std::copy(p.row.begin(), p.row.end(), rows + j * dim_);
-    }
+  // u rows in all: the keys asked read into rows [0, asked) (one batch, no copy), each other key
+  // (a pending row, or a key stored nowhere) one row after them.
+  float* rows = device_->host_rows(detail::HostRows::kMiss, std::max<size_t>(u, 1) * dim_);
+  std::vector<uint8_t> asked(u, 0);
+  for (size_t a = 0; a < ask.size(); ++a) {
+    asked[ask_at[a]] = 1;
+    row_of[ask_at[a]] = static_cast<uint32_t>(a);
+  }
+  size_t next = ask.size();
+  for (size_t j = 0; j < u; ++j) {
+    if (asked[j]) continue;
+    row_of[j] = static_cast<uint32_t>(next++);
+    if (!below[j]) continue;
+    const Pending& p = pending_.at(keys[j]);
+    std::copy(p.row.begin(), p.row.end(), rows + size_t{row_of[j]} * dim_);
   }
   if (ask.empty()) return rows;
   std::vector<uint64_t> got_scores(ask.size());
   std::unique_ptr<bool[]> got(new bool[ask.size()]);
-  lower_call(stats_, [&] {
-    lower_->find(ask.size(), ask.data(), rows + u * dim_, got_scores.data(), got.get());
-  });
+  lower_call(stats_,
+             [&] { lower_->find(ask.size(), ask.data(), rows, got_scores.data(), got.get()); });
   for (size_t a = 0; a < ask.size(); ++a) {
     if (!got[a]) continue;
     const size_t j = ask_at[a];
     below[j] = 1;
     scores[j] = got_scores[a];
-    row_of[j] = static_cast<uint32_t>(u + a);
   }
   return rows;
 }
@@ -1363,6 +1430,7 @@ CachingStats CachedTable<K>::caching_stats() const {
   CachingStats s = stats_;
   s.unserved += device_->missing_total();  // counted on the device by unsynchronized calls
   s.pending_rows = pending_.size();
+  s.buffer_growths = device_->growths() - growths_at_start_;
   s.fast = fast_->stats();
   s.lower = lower_->stats();
   return s;

@@ -289,12 +289,11 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     fresh.push_back(k);
     fresh_at.push_back(first[k]);
   }
-  if (miss == Miss::kGiven) {
-    std::vector<float> given(fresh.size() * dim_);
-    d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given.data(), stream);
+  if (miss == Miss::kGiven) {  // read back into pinned rows (commit's evicted rows come later)
+    float* given = d.host_rows(detail::HostRows::kEvicted, fresh.size() * dim_);
+    d.gather(fresh.size(), fresh_at.data(), values, dim_ * sizeof(float), given, stream);
     for (size_t f = 0; f < fresh.size(); ++f)
-      std::copy(given.begin() + f * dim_, given.begin() + (f + 1) * dim_,
-                urows + size_t{row_of[fresh[f]]} * dim_);
+      std::copy(given + f * dim_, given + (f + 1) * dim_, urows + size_t{row_of[fresh[f]]} * dim_);
   }
   // kInitialize: new rows are drawn on the device as they go in (commit's `initial`).
   std::vector<uint8_t> initial;
@@ -522,9 +521,15 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kCallNew, n * 8, stream));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kCallStatus, TierDevice::kStageWords * 8, stream));
-  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, stream);
   uint64_t w[TierDevice::kStageWords] = {};
-  d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
+  // A missed key outside the predicted bits: sorted again on the widened ones (rare: the keys'
+  // range grew).
+  for (int pass = 0; pass < 2; ++pass) {
+    d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, stage_key_bits(), fresh,
+                     status, stream);
+    d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
+    if (!learn_key_bits(w) || w[TierDevice::kStageWhy] != TierDevice::kKeyRange) break;
+  }
   const size_t u = w[TierDevice::kStageDistinct];
   if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
     if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
@@ -687,7 +692,8 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kDeferNew, n * 8, s));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
-  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, fresh, status, s);
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, stage_key_bits(), fresh,
+                   status, s);
   auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
   d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
                          rows, s);
@@ -729,6 +735,7 @@ void CachedTable<K>::settle_prefetch(StreamHandle stream) {
   d.wait(stream, detail::Mark::kPrefetchEnd);  // the caller's work comes after it
   uint64_t w[TierDevice::kStageWords] = {};
   d.take_words(w, TierDevice::kStageWords);  // waits for the prefetch (done by now, usually)
+  learn_key_bits(w);  // a key outside the sort's bits widens them for the next prefetch
   const uint64_t u = w[TierDevice::kStageDistinct];
   const uint64_t evicted = w[TierDevice::kStageEvicted];
   if (w[TierDevice::kStageInsert] != u) {  // nothing went in: the next call finds the misses

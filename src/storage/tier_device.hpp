@@ -14,6 +14,7 @@
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
+#include "key_bits.hpp"
 
 namespace dynemb::storage::detail {
 
@@ -90,6 +91,12 @@ enum class Mark : uint8_t {
 class TierDevice {
  public:
   virtual ~TierDevice() = default;
+  // Sizes the scratch of its own passes (list_misses, stage_new_keys) and its pinned staging (for
+  // the prefetch stream and the first other stream that copies) for batches of up to `keys` keys,
+  // so such batches allocate nothing.
+  virtual void reserve(size_t keys, StreamHandle stream) = 0;
+  // Buffers allocated or grown so far (scratch, host rows, staging; reserve's included).
+  virtual uint64_t growths() const = 0;
   // At least `bytes` of the fast table's memory for `slot`, kept across calls; its contents are
   // kept only while it does not grow. Growing waits for the work issued on `stream`.
   virtual void* scratch(Scratch slot, size_t bytes, StreamHandle stream) = 0;
@@ -188,19 +195,26 @@ class TierDevice {
   static constexpr uint64_t kReservedMissed = 1;  // a missed key is reserved
   static constexpr uint64_t kMaybeBelow = 2;      // the filter may hold a missed key below
   static constexpr uint64_t kOverCap = 4;         // more distinct missed keys than `cap`
+  static constexpr uint64_t kKeyRange = 8;  // a missed key outside the sort's KeyBits (or its top)
   // Indices of stage_new_keys' status words.
-  static constexpr size_t kStageDistinct = 0;  // distinct usable missed keys
-  static constexpr size_t kStageInsert = 1;    // how many to insert on the device (all or 0)
-  static constexpr size_t kStageWhy = 2;       // why none (bits above)
-  static constexpr size_t kStageEvicted = 3;   // left for insert_and_evict_counted's count
-  static constexpr size_t kStageMissed = 4;    // missed positions (copies and reserved included)
-  static constexpr size_t kStageWords = 5;
+  static constexpr size_t kStageDistinct = 0;    // distinct usable missed keys
+  static constexpr size_t kStageInsert = 1;      // how many to insert on the device (all or 0)
+  static constexpr size_t kStageWhy = 2;         // why none (bits above)
+  static constexpr size_t kStageEvicted = 3;     // left for insert_and_evict_counted's count
+  static constexpr size_t kStageMissed = 4;      // missed positions (copies and reserved included)
+  static constexpr size_t kStageKeysOr = 5;      // the OR of the batch's keys
+  static constexpr size_t kStageKeysNotAnd = 6;  // the OR of their complements (~ their AND)
+  static constexpr size_t kStageWords = 7;
   // The distinct keys at the positions i < n where found[i] is false (8-byte bit patterns),
   // ascending, into unique[0, u) (unique holds n entries), with status (kStageWords words) as
-  // above: status[kStageInsert] = u when none is reserved, the filter (if any) holds none of them
-  // and u <= cap, else 0. Everything stays in the fast table's memory: nothing is read back.
+  // above: status[kStageInsert] = u when none is reserved, the filter (if any) holds none of them,
+  // u <= cap and every missed key lies in `bits` (agrees with bits.common outside [begin, end)
+  // and is not the top value of that range, which the sort gives the found positions), else 0.
+  // The sort looks at bits [begin, end) only. Everything stays in the fast table's memory:
+  // nothing is read back.
   virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                              uint64_t* unique, uint64_t* status, StreamHandle stream) = 0;
+                              const KeyBits& bits, uint64_t* unique, uint64_t* status,
+                              StreamHandle stream) = 0;
   // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
   // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
   // fast table's memory, ordered on `stream`.

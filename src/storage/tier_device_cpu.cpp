@@ -17,14 +17,26 @@ class CpuTierDevice final : public TierDevice {
  public:
   void* scratch(Scratch slot, size_t bytes, StreamHandle) override {
     auto& b = buffers_[static_cast<size_t>(slot)];
-    if (b.size() < bytes) b.resize(std::max(bytes, b.size() * 2));
+    if (b.size() < bytes) {
+      b.resize(std::max(bytes, b.size() * 2));
+      ++growths_;
+    }
     return b.data();
   }
   float* host_rows(HostRows which, size_t floats) override {
     auto& b = rows_[static_cast<size_t>(which)];
-    if (b.size() < floats) b.resize(std::max(floats, b.size() * 2));
+    if (b.size() < floats) {
+      b.resize(std::max(floats, b.size() * 2));
+      ++growths_;
+    }
     return b.data();
   }
+  void reserve(size_t keys, StreamHandle stream) override {
+    if (keys == 0) return;
+    scratch(Scratch::kMissPositions, keys * 4, stream);  // list_misses' copies of the misses
+    scratch(Scratch::kMissKeys, keys * 8, stream);
+  }
+  uint64_t growths() const override { return growths_; }
   void upload(void* dst, const void* host, size_t bytes, StreamHandle) override {
     if (bytes > 0 && dst != host) std::memmove(dst, host, bytes);
   }
@@ -153,17 +165,24 @@ class CpuTierDevice final : public TierDevice {
   }
   uint64_t missing_total() override { return count_; }
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                      uint64_t* unique, uint64_t* status, StreamHandle) override {
+                      const KeyBits& bits, uint64_t* unique, uint64_t* status,
+                      StreamHandle) override {
     size_t u = 0;
     uint64_t why = 0;
-    uint64_t missed = 0;
+    uint64_t missed = 0, any = 0, not_every = 0;
     for (size_t i = 0; i < n; ++i) {
+      const bool reserved = keys[i] >= kFirstReservedKey;
+      if (!reserved) {  // a reserved key never goes in: it widens no prediction
+        any |= keys[i];
+        not_every |= ~keys[i];
+      }
       if (found[i]) continue;
       ++missed;
-      if (keys[i] >= kFirstReservedKey) {
+      if (reserved) {
         why |= kReservedMissed;
         continue;
       }
+      if (!bits.holds(keys[i])) why |= kKeyRange;  // as the device's sort would see it
       unique[u++] = keys[i];
     }
     std::sort(unique, unique + u);
@@ -176,6 +195,8 @@ class CpuTierDevice final : public TierDevice {
     status[kStageWhy] = why;
     status[kStageEvicted] = 0;
     status[kStageMissed] = missed;
+    status[kStageKeysOr] = any;
+    status[kStageKeysNotAnd] = not_every;
   }
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
                     uint32_t*, StreamHandle) override {
@@ -215,6 +236,7 @@ class CpuTierDevice final : public TierDevice {
  private:
   std::array<std::vector<char>, static_cast<size_t>(Scratch::kCount)> buffers_;
   std::array<std::vector<float>, static_cast<size_t>(HostRows::kCount)> rows_;
+  uint64_t growths_ = 0;
   uint64_t count_ = 0;
   std::array<uint64_t, kStageWords> posted_{};
   std::vector<uint64_t> filter_;  // empty: no filter

@@ -21,6 +21,7 @@ namespace dynemb::storage {
 namespace detail {
 class TierDevice;
 class PhaseClock;
+struct KeyBits;
 }  // namespace detail
 
 // Host wall time of the caching table's device-path calls (find_or_insert*, prefetch*), by phase,
@@ -52,6 +53,18 @@ struct CachingOptions {
   // missed key is stored nowhere (docs/storage.md, "A prefetch staged on the device"); false
   // keeps the host path for every prefetch.
   bool stage_prefetch_on_device = true;
+  // The most keys one call is expected to pass (like a maximum batch size); 0: none. The
+  // device path's buffers (find_or_insert*, prefetch, prefetch_step: scratch in the fast table's
+  // memory, pinned host rows and staging) are then sized at construction for a call of that
+  // many keys, so no such call allocates (caching_stats().buffer_growths stays 0); a larger call
+  // still works and grows them. It pins about 2 * keys * dim * 4 + 64 * keys bytes of host
+  // memory and takes about 4 * keys * dim * 4 + 140 * keys bytes of the fast table's memory
+  // (docs/storage.md, "Buffers reserved at construction").
+  uint64_t max_call_keys = 0;
+  // A prefetch staged on the device sorts its missed keys on the bits the keys seen so far differ
+  // in (predicted from earlier batches, checked on the device) instead of all 64; false sorts
+  // all 64 bits (docs/storage.md, "A prefetch staged on the device").
+  bool stage_sort_key_bits = true;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
@@ -87,9 +100,14 @@ struct CachingStats {
   uint64_t lower_failures = 0;         // lower-tier calls that threw
   uint64_t pending_rows = 0;           // rows held in host memory until the lower tier takes them
   uint64_t lower_wait_ns = 0;          // time spent waiting for the lower tier
-  CachingPhaseTimes phases{};          // the device path's time by phase
-  TableStats fast{};                   // the fast table's own counts
-  StorageStats lower{};                // the lower tier's own counts
+  uint64_t buffer_growths = 0;  // buffers of the device path allocated or grown after construction
+                                // (none for calls within CachingOptions::max_call_keys)
+  uint64_t stage_key_range_misses = 0;  // staged calls and prefetches whose missed keys fell
+                                        // outside the predicted key bits (sorted again or
+                                        // fallen back; CachingOptions::stage_sort_key_bits)
+  CachingPhaseTimes phases{};           // the device path's time by phase
+  TableStats fast{};                    // the fast table's own counts
+  StorageStats lower{};                 // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -243,6 +261,14 @@ class CachedTable final : public Table<K> {
   // evicted, counts; a prefetch that could not place its keys on the device brought nothing up
   // and ends the next call's trust. Every call starts with it (through settle).
   void settle_prefetch(StreamHandle stream);
+  // Sizes every buffer of the device path for calls of up to n keys
+  // (CachingOptions::max_call_keys).
+  void reserve_buffers(size_t n);
+  // The bits stage_new_keys sorts on: the keys seen so far, or all 64 (stage_sort_key_bits off).
+  detail::KeyBits stage_key_bits() const;
+  // Learns the keys of a staged pass from its status words; true when a missed key fell outside
+  // the bits its sort looked at (they are widened for the next pass).
+  bool learn_key_bits(const uint64_t* status);
   // settle_prefetch for the const readers (size, capacity, stats): a lower-tier failure leaves the
   // rows pending and is not thrown here.
   void settle_for_reading(StreamHandle stream) const;
@@ -256,9 +282,9 @@ class CachedTable final : public Table<K> {
   // forgets which rows the last prefetch created.
   void settle(StreamHandle stream);
   // Reads the rows of `keys` (distinct, not in the fast tier) from the pending rows and the
-  // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows): key
-  // j's row is row row_of[j] (j, or past the first keys.size() rows for a key read in a partial
-  // read); rows of keys not found are unspecified. `maybe` (when not null): per key, whether it
+  // lower tier: below[j], scores[j], and the rows, returned (the device side's miss rows,
+  // keys.size() of them): key j's row is row row_of[j] (each key its own); rows of keys not found
+  // are unspecified. `maybe` (when not null): per key, whether it
   // may be below (the filter's answer); keys that may not are not asked.
   float* read_below(const std::vector<uint64_t>& keys, std::vector<uint8_t>& below,
                     std::vector<uint64_t>& scores, std::vector<uint32_t>& row_of,
@@ -326,6 +352,11 @@ class CachedTable final : public Table<K> {
   uint32_t stage_backoff_ = 0;       // prefetch_steps to take the host path after one fell back
   uint32_t stage_call_backoff_ = 0;  // calls to list their misses on the host after one fell back
   size_t created_on_device_ = 0;     // keys the last device prefetch created (sorted, kDeferNew)
+  // The keys the staged passes have seen (their OR and AND), from which the bits their sort looks
+  // at are predicted; `key_bits_extra_` widens that range after a key equal to its top value.
+  uint64_t keys_or_ = 0, keys_and_ = ~0ull;
+  int key_bits_extra_ = 0;
+  uint64_t growths_at_start_ = 0;  // the device side's buffer growths once constructed
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -163,31 +163,55 @@ unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(std::clamp<size_t>(rows, 1, 65535));
 }
 
+// Blocks of a block-per-row launch whose row count only the device knows (about two waves).
+constexpr unsigned kCountedRowBlocks = 2048;
+
 // Rows j < min(*count, cap) = the initial rows of keys[j]: a block per row.
 __global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, uint32_t* rows) {
   initial_rows_by_block(0, *count < cap ? *count : cap, keys, init, dim, rows);
 }
 
-// candidates[i] = keys[i] where found[i] is false, else ~0 (sorted last, dropped after); a missed
-// reserved key is flagged in status.
+// candidates[i] = keys[i] where found[i] is false, else the sort's filler (sorted last, dropped
+// after); a missed reserved key, or one outside the sort's bits, is flagged in status; the OR of
+// the keys and of their complements go to status too (the next batches' bits).
 __global__ void stage_candidates_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                        uint64_t* candidates, unsigned long long* status) {
-  unsigned long long missed = 0;
+                                        KeyBits bits, uint64_t* candidates,
+                                        unsigned long long* status) {
+  const uint64_t filler = bits.filler();
+  unsigned long long missed = 0, any = 0, not_every = 0, why = 0;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
+    const uint64_t key = keys[i];
+    const bool reserved = key >= kFirstReservedKey;
+    if (!reserved) {  // a reserved key never goes in: it widens no prediction
+      any |= key;
+      not_every |= ~key;
+    }
     if (found[i]) {
-      candidates[i] = ~0ull;
+      candidates[i] = filler;
       continue;
     }
     ++missed;
-    candidates[i] = keys[i];
-    if (keys[i] >= kFirstReservedKey)
-      atomicOr(status + TierDevice::kStageWhy, TierDevice::kReservedMissed);
+    candidates[i] = key;
+    if (reserved) {
+      why |= TierDevice::kReservedMissed;
+    } else if (!bits.holds(key)) {
+      why |= TierDevice::kKeyRange;
+    }
   }
-  // One atomic a warp (one a thread serialized on the word: 25 us for 65K keys on an H100).
-  for (int offset = 16; offset > 0; offset /= 2) missed += __shfl_down_sync(~0u, missed, offset);
-  if (threadIdx.x % 32 == 0 && missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+  // One atomic a warp per word (one a thread serialized on a word: 25 us for 65K keys on an H100).
+  for (int offset = 16; offset > 0; offset /= 2) {
+    missed += __shfl_down_sync(~0u, missed, offset);
+    any |= __shfl_down_sync(~0u, any, offset);
+    not_every |= __shfl_down_sync(~0u, not_every, offset);
+    why |= __shfl_down_sync(~0u, why, offset);
+  }
+  if (threadIdx.x % 32 != 0) return;
+  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+  if (any != 0) atomicOr(status + TierDevice::kStageKeysOr, any);
+  if (not_every != 0) atomicOr(status + TierDevice::kStageKeysNotAnd, not_every);
+  if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
 }
 
 // The index of `key` in sorted[0, u) (ascending), or u when absent.
@@ -226,17 +250,17 @@ __global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
   }
 }
 
-// The distinct candidates without the filler: unique[0, u), u = *count less a last ~0.
-__device__ size_t staged_distinct(const uint32_t* count, const uint64_t* unique) {
+// The distinct candidates without the filler: unique[0, u), u = *count less a last filler.
+__device__ size_t staged_distinct(const uint32_t* count, const uint64_t* unique, uint64_t filler) {
   const size_t m = *count;
-  return m > 0 && unique[m - 1] == ~0ull ? m - 1 : m;
+  return m > 0 && unique[m - 1] == filler ? m - 1 : m;
 }
 
 // Flags status when the filter may hold one of the distinct missed keys below.
-__global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* unique,
+__global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* unique, uint64_t filler,
                                     const unsigned long long* words, uint32_t log2_bits,
                                     unsigned long long* status) {
-  const size_t u = staged_distinct(count, unique);
+  const size_t u = staged_distinct(count, unique, filler);
   for (size_t k = blockIdx.x * size_t{blockDim.x} + threadIdx.x; k < u;
        k += size_t{gridDim.x} * blockDim.x)
     if (filter_may_hold(reinterpret_cast<const uint64_t*>(words), log2_bits, unique[k]))
@@ -244,9 +268,9 @@ __global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* uniqu
 }
 
 // One thread: the status words (TierDevice::stage_new_keys).
-__global__ void stage_status_kernel(const uint32_t* count, const uint64_t* unique, size_t cap,
-                                    unsigned long long* status) {
-  const size_t u = staged_distinct(count, unique);
+__global__ void stage_status_kernel(const uint32_t* count, const uint64_t* unique, uint64_t filler,
+                                    size_t cap, unsigned long long* status) {
+  const size_t u = staged_distinct(count, unique, filler);
   unsigned long long why = status[TierDevice::kStageWhy];
   if (u > cap) why |= TierDevice::kOverCap;
   status[TierDevice::kStageDistinct] = u;
@@ -334,8 +358,9 @@ __global__ void initial_rows_kernel(size_t m, const uint32_t* index, const uint6
 struct Pinned {
   void* data = nullptr;
   size_t bytes = 0;
-  void reserve(size_t want) {
-    if (want <= bytes) return;
+  // True when it allocated.
+  bool reserve(size_t want) {
+    if (want <= bytes) return false;
     if (data != nullptr) cudaFreeHost(data);
     data = nullptr;
     // Doubling: a size that creeps up call by call reallocates a few times, not at every call.
@@ -343,6 +368,7 @@ struct Pinned {
     bytes = 0;
     check(cudaHostAlloc(&data, size, cudaHostAllocDefault), "CachedTable: cudaHostAlloc (staging)");
     bytes = size;
+    return true;
   }
   ~Pinned() {
     if (data != nullptr) cudaFreeHost(data);
@@ -360,6 +386,10 @@ struct StreamStaging {
     if (last_copy != nullptr) cudaEventDestroy(last_copy);
   }
 };
+
+// Pinned staging reserved a key each way: list_misses reads back 25 bytes a missed position; a
+// call uploads keys, scores and row positions (8 + 8 + 4), with room to spare.
+constexpr size_t kStagedBytesPerKey = 32;
 
 class CudaTierDevice final : public TierDevice {
  public:
@@ -402,15 +432,47 @@ class CudaTierDevice final : public TierDevice {
     sizes_[i] = 0;
     check(cudaMalloc(&buffers_[i], size), "CachedTable: cudaMalloc (scratch)");
     sizes_[i] = size;
+    ++growths_;
     return buffers_[i];
   }
+
+  void reserve(size_t keys, StreamHandle stream) override {
+    if (keys == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    const size_t n = keys;
+    const auto buffer = [&](Scratch slot, size_t bytes) { scratch(slot, bytes, stream); };
+    // list_misses (at most n missed positions) and its CUB passes.
+    for (const Scratch s4 :
+         {Scratch::kMissPositions, Scratch::kMissOrder, Scratch::kSortedOrder, Scratch::kRuns,
+          Scratch::kMissIndex, Scratch::kMissFirst, Scratch::kMissLast})
+      buffer(s4, n * 4);
+    for (const Scratch s8 : {Scratch::kMissKeys, Scratch::kSortedKeys, Scratch::kMissUnique,
+                             Scratch::kStageCandidates, Scratch::kStageSorted})
+      buffer(s8, n * 8);
+    buffer(Scratch::kMissCount, 8);
+    buffer(Scratch::kStageCount, 8);
+    buffer(Scratch::kMissMaybe, n);
+    buffer(Scratch::kSelectTemp, miss_temp_bytes(n, as_stream(stream)));
+    buffer(Scratch::kStageTemp, stage_temp_bytes(n, KeyBits{}, as_stream(stream)));
+    // Pinned staging: the keys, scores and positions a call copies each way (list_misses reads
+    // back 25 bytes a missed position), for the prefetch stream, the default stream and the
+    // first other one.
+    const size_t up = n * kStagedBytesPerKey, down = n * kStagedBytesPerKey;
+    for (const StreamHandle st : {StreamHandle{side_}, StreamHandle{nullptr}}) {
+      StreamStaging& s = staging(st);
+      growths_ += s.up.reserve(up) + s.down.reserve(down);
+    }
+    growths_ += spare_.up.reserve(up) + spare_.down.reserve(down);
+  }
+
+  uint64_t growths() const override { return growths_; }
 
   float* host_rows(HostRows which, size_t floats) override {
     Pinned& p = rows_[static_cast<size_t>(which)];
     if (p.bytes < floats * sizeof(float)) {
       core::cuda::DeviceGuard guard(device_);
       check(cudaDeviceSynchronize(), "CachedTable: host rows growth");  // no copy uses it
-      p.reserve(std::max(floats * sizeof(float), p.bytes * 2));
+      growths_ += p.reserve(std::max(floats * sizeof(float), p.bytes * 2));
     }
     return static_cast<float*>(p.data);
   }
@@ -428,7 +490,7 @@ class CudaTierDevice final : public TierDevice {
     if (s.used + need > s.up.bytes) {
       if (s.pending) check(cudaEventSynchronize(s.last_copy), "CachedTable: staging");
       s.pending = false;
-      s.up.reserve(need);  // grows (doubling) only for a copy larger than the arena
+      growths_ += s.up.reserve(need);  // grows (doubling) only for a copy larger than the arena
       s.used = 0;
     }
     char* region = static_cast<char*>(s.up.data) + s.used;
@@ -450,7 +512,7 @@ class CudaTierDevice final : public TierDevice {
       return;
     }
     StreamStaging& s = staging(stream);
-    s.down.reserve(bytes);
+    growths_ += s.down.reserve(bytes);
     check(cudaMemcpyAsync(s.down.data, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)),
           "CachedTable: download");
     core::cuda::sync(as_stream(stream), "CachedTable: download");
@@ -621,7 +683,7 @@ class CudaTierDevice final : public TierDevice {
     size_t staged = 0;
     for (const Part& p : parts)
       if (p.bytes > 0 && !in_host_rows(p.host, p.bytes)) staged += (p.bytes + 255) / 256 * 256;
-    s.down.reserve(staged);
+    growths_ += s.down.reserve(staged);
     char* base = static_cast<char*>(s.down.data);
     size_t offset = 0;
     bool any = false;
@@ -801,7 +863,8 @@ class CudaTierDevice final : public TierDevice {
   }
 
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                      uint64_t* unique, uint64_t* status, StreamHandle stream_handle) override {
+                      const KeyBits& bits, uint64_t* unique, uint64_t* status,
+                      StreamHandle stream_handle) override {
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
     auto* st = reinterpret_cast<unsigned long long*>(status);
@@ -813,28 +876,26 @@ class CudaTierDevice final : public TierDevice {
     auto* candidates = static_cast<uint64_t*>(buffer(Scratch::kStageCandidates, n * 8));
     auto* sorted = static_cast<uint64_t*>(buffer(Scratch::kStageSorted, n * 8));
     auto* count = static_cast<uint32_t*>(buffer(Scratch::kStageCount, 8));
-    stage_candidates_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, candidates, st);
+    stage_candidates_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, bits, candidates,
+                                                                  st);
     check_launch("CachedTable: stage candidates");
+    // Only the bits the keys differ in (docs/storage.md): 40-bit keys take 5 passes, not 8.
     size_t sort_bytes = 0, unique_bytes = 0;
-    check(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, candidates, sorted,
-                                         static_cast<int>(n), 0, 64, stream),
-          "CachedTable: DeviceRadixSort::SortKeys (size)");
-    check(cub::DeviceSelect::Unique(nullptr, unique_bytes, sorted, unique, count,
-                                    static_cast<int>(n), stream),
-          "CachedTable: DeviceSelect::Unique (size)");
-    void* temp = buffer(Scratch::kStageTemp, std::max(sort_bytes, unique_bytes));
+    void* temp =
+        buffer(Scratch::kStageTemp, stage_temp_bytes(n, bits, stream, &sort_bytes, &unique_bytes));
     check(cub::DeviceRadixSort::SortKeys(temp, sort_bytes, candidates, sorted, static_cast<int>(n),
-                                         0, 64, stream),
+                                         bits.begin, bits.end, stream),
           "CachedTable: DeviceRadixSort::SortKeys");
     check(cub::DeviceSelect::Unique(temp, unique_bytes, sorted, unique, count, static_cast<int>(n),
                                     stream),
           "CachedTable: DeviceSelect::Unique");
+    const uint64_t filler = bits.filler();
     if (filter_ != nullptr) {
-      stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filter_,
+      stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filler, filter_,
                                                                 filter_log2_, st);
       check_launch("CachedTable: stage filter");
     }
-    stage_status_kernel<<<1, 1, 0, stream>>>(count, unique, cap, st);
+    stage_status_kernel<<<1, 1, 0, stream>>>(count, unique, filler, cap, st);
     check_launch("CachedTable: stage status");
   }
 
@@ -854,8 +915,10 @@ class CudaTierDevice final : public TierDevice {
                             StreamHandle stream) override {
     if (cap == 0) return;
     core::cuda::DeviceGuard guard(device_);
-    initial_rows_counted_kernel<<<blocks_for_rows(cap), kBlock, 0, as_stream(stream)>>>(
-        count, cap, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
+    // Blocks striding over the rows: sized for `cap`, most would start only to find no row.
+    initial_rows_counted_kernel<<<std::min(blocks_for_rows(cap), kCountedRowBlocks), kBlock, 0,
+                                  as_stream(stream)>>>(count, cap, keys, init, dim,
+                                                       reinterpret_cast<uint32_t*>(rows));
     check_launch("CachedTable: initial rows (counted)");
   }
 
@@ -929,9 +992,56 @@ class CudaTierDevice final : public TierDevice {
 
   StreamStaging& staging(StreamHandle stream) {
     StreamStaging& s = staging_[stream];
-    if (s.last_copy == nullptr)
+    if (s.last_copy == nullptr) {
       check(cudaEventCreateWithFlags(&s.last_copy, cudaEventDisableTiming), "CachedTable: event");
+      // The first stream but the prefetch's and the default one takes the buffers reserved for
+      // it.
+      if (stream != side_ && stream != nullptr && spare_.up.data != nullptr) {
+        std::swap(s.up.data, spare_.up.data);
+        std::swap(s.up.bytes, spare_.up.bytes);
+        std::swap(s.down.data, spare_.down.data);
+        std::swap(s.down.bytes, spare_.down.bytes);
+      }
+    }
     return s;
+  }
+
+  // Scratch bytes of list_misses' CUB passes over n keys.
+  static size_t miss_temp_bytes(size_t n, cudaStream_t stream) {
+    size_t select = 0, sort = 0, scan = 0;
+    const thrust::counting_iterator<uint32_t> all(0);
+    const int items = static_cast<int>(n);
+    check(cub::DeviceSelect::If(nullptr, select, all, static_cast<uint32_t*>(nullptr),
+                                static_cast<uint32_t*>(nullptr), items, NotFound{nullptr}, stream),
+          "CachedTable: DeviceSelect::If (size)");
+    check(cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const uint64_t*>(nullptr),
+                                          static_cast<uint64_t*>(nullptr),
+                                          static_cast<const uint32_t*>(nullptr),
+                                          static_cast<uint32_t*>(nullptr), items, 0, 64, stream),
+          "CachedTable: DeviceRadixSort::SortPairs (size)");
+    check(cub::DeviceScan::InclusiveSum(nullptr, scan, static_cast<const uint32_t*>(nullptr),
+                                        static_cast<uint32_t*>(nullptr), items, stream),
+          "CachedTable: DeviceScan::InclusiveSum (size)");
+    return std::max({select, sort, scan});
+  }
+
+  // Scratch bytes of stage_new_keys' CUB passes over n keys sorted on `bits` (the sort's and the
+  // unique pass's, when asked).
+  static size_t stage_temp_bytes(size_t n, const KeyBits& bits, cudaStream_t stream,
+                                 size_t* sort_out = nullptr, size_t* unique_out = nullptr) {
+    size_t sort = 0, unique = 0;
+    const int items = static_cast<int>(n);
+    check(cub::DeviceRadixSort::SortKeys(nullptr, sort, static_cast<const uint64_t*>(nullptr),
+                                         static_cast<uint64_t*>(nullptr), items, bits.begin,
+                                         bits.end, stream),
+          "CachedTable: DeviceRadixSort::SortKeys (size)");
+    check(cub::DeviceSelect::Unique(nullptr, unique, static_cast<const uint64_t*>(nullptr),
+                                    static_cast<uint64_t*>(nullptr),
+                                    static_cast<uint32_t*>(nullptr), items, stream),
+          "CachedTable: DeviceSelect::Unique (size)");
+    if (sort_out != nullptr) *sort_out = sort;
+    if (unique_out != nullptr) *unique_out = unique;
+    return std::max(sort, unique);
   }
 
   int device_;
@@ -948,6 +1058,8 @@ class CudaTierDevice final : public TierDevice {
   std::array<size_t, static_cast<size_t>(Scratch::kCount)> sizes_{};
   std::map<StreamHandle, StreamStaging> staging_;
   std::array<Pinned, static_cast<size_t>(HostRows::kCount)> rows_;
+  StreamStaging spare_;  // reserved staging for the first stream other than the prefetch's
+  uint64_t growths_ = 0;
 };
 
 }  // namespace
