@@ -19,7 +19,11 @@
 //   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B]
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
-//   [--lost-fraction F] [--no-touch] [--seed S] [--json PATH]
+//   [--lost-fraction F] [--no-touch] [--reserve-call-keys auto|N] [--stage-sort bits|all]
+//   [--seed S] [--json PATH]
+// --reserve-call-keys: CachingOptions::max_call_keys of the caching tables (auto: the largest
+// call of the mode, the batch or a step's lookups; 0: buffers grow inside the calls);
+// --stage-sort: CachingOptions::stage_sort_key_bits (bits: on; all: every key bit sorted).
 // Without --json the JSON goes to the temporary directory ($TMPDIR or /tmp), not into
 // bench/results.
 #include <nlohmann/json.hpp>
@@ -57,6 +61,8 @@ using Clock = std::chrono::steady_clock;
 using K = int64_t;
 using json = nlohmann::json;
 
+constexpr uint64_t kAutoReserve = ~uint64_t{0};
+
 struct Args {
   Backend backend = Backend::kCuda;
   std::vector<std::string> modes{"find_or_insert", "step", "lost"};
@@ -83,6 +89,10 @@ struct Args {
   // Lower tiers the caching table treats as "shared" (the default) and as its own ("private":
   // CachingOptions::private_store, a filter of the keys that may be below).
   std::vector<std::string> stores{"shared", "private"};
+  // CachingOptions::max_call_keys (kAutoReserve: the mode's largest call) and
+  // stage_sort_key_bits.
+  uint64_t reserve_call_keys = kAutoReserve;
+  bool stage_sort_key_bits = true;
   std::string json_path;
 };
 
@@ -154,6 +164,14 @@ Args parse(int argc, char** argv) {
       for (const auto& st : a.stores)
         if (st != "shared" && st != "private")
           throw InvalidArgument("--stores: \"" + st + "\" is not shared or private");
+    } else if (k == "--reserve-call-keys") {
+      const std::string v = value();
+      a.reserve_call_keys = v == "auto" ? kAutoReserve : std::stoull(v);
+    } else if (k == "--stage-sort") {
+      const std::string v = value();
+      if (v != "bits" && v != "all")
+        throw InvalidArgument("--stage-sort: \"" + v + "\" is not bits or all");
+      a.stage_sort_key_bits = v == "bits";
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -176,6 +194,17 @@ Args parse(int argc, char** argv) {
   check(a.lost_fraction > 0 && a.lost_fraction <= 1, "--lost-fraction must be in (0, 1]");
   if (a.seed == 0) a.seed = std::random_device{}() | 1;
   return a;
+}
+
+// The caching tables' options: `store` private or shared, calls of up to `largest_call` keys.
+storage::CachingOptions caching_options(const Args& a, const std::string& store,
+                                        uint64_t largest_call) {
+  storage::CachingOptions o;
+  o.private_store = store == "private";
+  o.stage_prefetch_on_device = o.private_store;
+  o.max_call_keys = a.reserve_call_keys == kAutoReserve ? largest_call : a.reserve_call_keys;
+  o.stage_sort_key_bits = a.stage_sort_key_bits;
+  return o;
 }
 
 uint64_t round_up(uint64_t x, uint64_t to) {
@@ -356,8 +385,7 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
       fast.max_load_factor = 1.0;
       fast.score_policy = ScorePolicy::kStep;
       auto lower = host_tier(a.dim, 2 * a.rows, a.touch);  // every id fits under load 0.5
-      storage::CachedTable<K> cached(a.backend, fast, lower,
-                                     storage::CachingOptions{store == "private"});
+      storage::CachedTable<K> cached(a.backend, fast, lower, caching_options(a, store, a.batch));
       storage::CachingStats warm{};  // at the end of the warm-up
       const Timed t = time_find_or_insert(cached, a.backend, batches, batch_sizes, a.warmup, values,
                                           founds, stream, [&] { warm = cached.caching_stats(); });
@@ -371,6 +399,9 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
           {"seconds", t.seconds},
           {"staged_calls", s.staged_calls - warm.staged_calls},  // of the timed calls
           {"staged_call_fallbacks", s.staged_call_fallbacks - warm.staged_call_fallbacks},
+          {"buffer_growths", s.buffer_growths - warm.buffer_growths},  // in the timed calls
+          {"buffer_growths_in_warmup", warm.buffer_growths},
+          {"stage_key_range_misses", s.stage_key_range_misses},
           {"lookups", s.lookups},
           {"hits", s.hits},
           {"rows_up", s.rows_up},
@@ -464,11 +495,11 @@ json run_step(const Args& a, StreamHandle stream) {
   const uint32_t row_dim = embedding_row_dim(o);
 
   // With prefetch, the next batch is brought up once the step is issued.
-  storage::CachingPhaseTimes warm{};  // the caching table's phases after the warm-up steps
+  storage::CachingStats warm{};  // the caching table's counts after the warm-up steps
   const auto run = [&](Embedding<K>& emb, storage::CachedTable<K>* cached, bool prefetch) {
     std::vector<double> seconds;
     for (uint32_t s = 0; s < a.step_warmup + a.steps; ++s) {
-      if (s == a.step_warmup && cached != nullptr) warm = cached->caching_stats().phases;
+      if (s == a.step_warmup && cached != nullptr) warm = cached->caching_stats();
       const StepBatch& b = batches[s];
       const auto start = Clock::now();
       emb.forward({b.keys.data(), n, b.offsets.data(), a.bags, nullptr, PoolingMode::kSum},
@@ -509,10 +540,8 @@ json run_step(const Args& a, StreamHandle stream) {
         fast.max_load_factor = 1.0;
         // Sized for half the ids (it grows, doubling, if more rows come down).
         auto lower = host_tier(t.dim, a.rows / 2, a.touch);
-        auto table = std::make_unique<storage::CachedTable<K>>(
-            backend, fast, lower,
-            storage::CachingOptions{store == "private", 27,
-                                    /*stage_prefetch_on_device=*/store == "private"});
+        auto table = std::make_unique<storage::CachedTable<K>>(backend, fast, lower,
+                                                               caching_options(a, store, n));
         cached = table.get();
         return table;
       });
@@ -539,7 +568,9 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"staged_fallbacks", st.staged_fallbacks},
                        {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
-                       {"phases_ms_per_call", phases_ms(st.phases, warm)},
+                       {"buffer_growths", st.buffer_growths - warm.buffer_growths},  // timed
+                       {"stage_key_range_misses", st.stage_key_range_misses},
+                       {"phases_ms_per_call", phases_ms(st.phases, warm.phases)},
                        {"lower_wait_s", double(st.lower_wait_ns) * 1e-9}});
     }
   }
@@ -739,6 +770,9 @@ int main(int argc, char** argv) try {
                 {"lost_fraction", a.lost_fraction},
                 {"find_or_insert_streams", a.streams},
                 {"stores", a.stores},
+                {"reserve_call_keys",
+                 a.reserve_call_keys == kAutoReserve ? json("auto") : json(a.reserve_call_keys)},
+                {"stage_sort_key_bits", a.stage_sort_key_bits},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},
@@ -782,7 +816,8 @@ int main(int argc, char** argv) try {
                   << fmt(c["peer"]["median_call_keys_per_second"].get<double>() / 1e6, 1)
                   << "), slowest call " << fmt(c[v]["slowest_call_seconds"].get<double>() * 1e3)
                   << " ms, timed calls staged on the device " << c[v]["staged_calls"] << " ("
-                  << c[v]["staged_call_fallbacks"] << " listed on the host after trying)\n"
+                  << c[v]["staged_call_fallbacks"] << " listed on the host after trying), "
+                  << c[v]["buffer_growths"] << " buffer growths in them\n"
                   << phases_line(c[v]["phases_ms_per_call"]);
       }
     }
@@ -806,7 +841,8 @@ int main(int argc, char** argv) try {
                 << c["new_rows"].get<double>() / steps << ", lower tier "
                 << fmt(c["lower_wait_s"].get<double>() / steps * 1e3) << " ms a step, "
                 << c["unsynced_calls"] << " lookups without a sync, " << c["staged_prefetches"]
-                << " prefetches staged on the device (" << c["staged_fallbacks"] << " fell back)\n"
+                << " prefetches staged on the device (" << c["staged_fallbacks"] << " fell back), "
+                << c["buffer_growths"] << " buffer growths in the timed steps\n"
                 << phases_line(c["phases_ms_per_call"]);
     }
   }
