@@ -128,7 +128,12 @@ class DynamicEmbTableOptions:
     private_store (caching / external_storage only: the lower tier is this table's alone, so a
     filter of the keys that may be below, 2^private_store_filter_log2_bits bits in the fast
     tier's memory, spares the lower-tier read of keys stored nowhere; caching_stats()
-    ["filtered"] counts them; leave it False for a store that anything else writes).
+    ["filtered"] counts them; leave it False for a store that anything else writes);
+    max_call_keys (caching / external_storage only: the most keys one lookup of the table passes,
+    like a maximum batch size; 0, the default, sizes nothing ahead: the caching table's device-path
+    buffers are then sized for such a call when the table is built instead of growing inside the
+    first calls that need them, pinning about 8 * keys * row_dim + 192 * keys bytes of host
+    memory; caching_stats()["buffer_growths"] counts growths after that).
     """
 
     embedding_dtype: Any = None
@@ -170,6 +175,7 @@ class DynamicEmbTableOptions:
     host_keys_in_flight: int = 0
     private_store: bool = False
     private_store_filter_log2_bits: int = 27
+    max_call_keys: int = 0
 
 
 class EmbOptimType(enum.Enum):
@@ -430,12 +436,14 @@ def to_embedding_options(
 
 
 def caching_options(options: DynamicEmbTableOptions, where: str) -> "_C.CachingOptions":
-    """The compiled module's caching options (private_store and its filter's size); raises
-    InvalidArgument naming the field for a filter size out of [10, 32] or private_store on a
-    table with neither caching nor external_storage."""
+    """The compiled module's caching options (private_store and its filter's size,
+    max_call_keys); raises InvalidArgument naming the field for a filter size out of [10, 32], a
+    max_call_keys out of [0, 2^31 - 1] or private_store on a table with neither caching nor
+    external_storage."""
     c = _C.CachingOptions()
     c.private_store = options.private_store
     c.filter_log2_bits = _whole_number(options, "private_store_filter_log2_bits", where, 10, 32)
+    c.max_call_keys = _whole_number(options, "max_call_keys", where, 0, 2**31 - 1)
     if options.private_store and not options.caching and options.external_storage is None:
         raise _C.InvalidArgument(
             f"{where}: DynamicEmbTableOptions.private_store = True, but the table has no lower "

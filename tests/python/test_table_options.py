@@ -1,7 +1,7 @@
 """DynamicEmbTableOptions fields that pass C++ TableOptions / CachingOptions through
-(private_store, prefault_host_memory, join_contended_copies, grouped_write_min_batch,
-host_keys_in_flight) and the caching counters beyond the first ones (filtered, phases, fast,
-lower): each option reaches the compiled options, a table built with it holds the same rows as
+(private_store, max_call_keys, prefault_host_memory, join_contended_copies,
+grouped_write_min_batch, host_keys_in_flight) and the caching counters beyond the first ones
+(filtered, phases, fast, lower, buffer_growths): each option reaches the compiled options, a table built with it holds the same rows as
 one built without it, and private_store's filter spares the lower-tier reads it says it spares."""
 
 import pytest
@@ -151,6 +151,9 @@ def test_options_reach_the_compiled_table_options():
                                                       private_store_filter_log2_bits=20), "test")
     assert c.private_store is True and c.filter_log2_bits == 20
     assert caching_options(dynemb.DynamicEmbTableOptions(), "test").filter_log2_bits == 27
+    assert caching_options(dynemb.DynamicEmbTableOptions(), "test").max_call_keys == 0
+    c = caching_options(dynemb.DynamicEmbTableOptions(caching=True, max_call_keys=4096), "test")
+    assert c.max_call_keys == 4096
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -161,11 +164,36 @@ def test_options_reach_the_compiled_table_options():
     ("host_keys_in_flight", 2**32, r"host_keys_in_flight = 4294967296, must be an int in"),
     ("grouped_write_min_batch", 1.5, "grouped_write_min_batch = 1.5, must be an int >= 0"),
     ("coalesce_copies_min_batch", -2, "coalesce_copies_min_batch = -2, must be an int >= 0"),
+    ("max_call_keys", -1, r"max_call_keys = -1, must be an int in \[0, 2147483647\]"),
+    ("max_call_keys", 2.0, r"max_call_keys = 2.0, must be an int in"),
 ])
 def test_bad_option_values_are_refused_by_name(field, value, message):
     with pytest.raises(dynemb.InvalidArgument, match=message):
         DynamicEmbeddingBag(UNIVERSE, DIM, fused_params=ADAM,
                             table_options=dynemb.DynamicEmbTableOptions(**{field: value}))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("private", [False, True])
+def test_max_call_keys_sizes_the_buffers_once_and_keeps_the_rows(seed, device, private):
+    """A caching table built for lookups of up to max_call_keys keys grows no buffer while it
+    trains on them (rows going down and coming back up), and holds the rows of one built without
+    it, and of one table in memory."""
+    plain = DynamicEmbeddingBag(UNIVERSE, DIM, fused_params=ADAM, device=device)
+    row_dim = plain.dynemb_tables()["table"].row_dim
+    modules = []
+    for reserve in (0, 64):  # a step looks up at most 16 ids
+        opts = caching_opts(row_dim, dynemb.HostStorage(row_dim), private)
+        opts.max_call_keys = reserve
+        modules.append(DynamicEmbeddingBag(UNIVERSE, DIM, fused_params=ADAM, device=device,
+                                           table_options=opts))
+    train_together(seed, device, [plain] + modules)
+    grown, reserved = (m.caching_stats()["table"] for m in modules)
+    assert reserved["buffer_growths"] == 0, reserved
+    assert grown["buffer_growths"] > 0, grown
+    assert reserved["rows_down"] > 0 and reserved["lower_hits"] > 0, reserved
+    for m in modules:
+        assert_same_rows(plain, m)
 
 
 @pytest.mark.parametrize("bits", [9, 33, True])
