@@ -141,35 +141,67 @@ __global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* con
   }
 }
 
-// Rows [first, m) = the initial rows of keys[first, m): a block per row, a thread per word (no
-// division per word: a thread a word over the flat range spent most of its time dividing).
-__device__ void initial_rows_by_block(size_t first, size_t m, const uint64_t* keys,
-                                      const InitializerOptions& init, uint32_t dim,
-                                      uint32_t* rows) {
-  for (size_t j = first + blockIdx.x; j < m; j += gridDim.x) {
+// Words [4g, 4g + 4) of the initial row of `key` (those below dim) to row + 4g: uniform float32
+// rows draw one Philox block for the four (initial_value draws the same block for each of them),
+// other initializers take initial_word per word; one 16-byte store when `vector`.
+__device__ void initial_word_group(const InitializerOptions& init, uint64_t key, uint32_t g,
+                                   uint32_t dim, bool vector, uint32_t* row) {
+  const uint32_t j0 = 4 * g;
+  uint32_t w[4] = {0, 0, 0, 0};
+  if (init.value_type == ValueType::kFloat32 && init.kind == InitializerKind::kUniform) {
+    if (init.width == 0 || j0 < init.width) {
+      const Philox4 r = init_detail::draw(init, key, g, init_detail::kUniformStream);
+      const float span = det::sub(init.high, init.low);
+      for (uint32_t k = 0; k < 4; ++k) {
+        const bool zero = init.width != 0 && j0 + k >= init.width;
+        w[k] = zero ? 0u : __float_as_uint(det::fma(uniform01(r.w[k]), span, init.low));
+      }
+    }
+  } else {
+    for (uint32_t k = 0; k < 4 && j0 + k < dim; ++k) w[k] = initial_word(init, key, j0 + k);
+  }
+  if (vector) {
+    *reinterpret_cast<uint4*>(row + j0) = make_uint4(w[0], w[1], w[2], w[3]);
+    return;
+  }
+  for (uint32_t k = 0; k < 4 && j0 + k < dim; ++k) row[j0 + k] = w[k];
+}
+
+// Rows [first, m) = the initial rows of keys[first, m): a warp per row, a lane per four words
+// (a block per row and a thread per word spent its time starting blocks and drawing each Philox
+// block four times).
+__device__ void initial_rows_by_warp(size_t first, size_t m, const uint64_t* keys,
+                                     const InitializerOptions& init, uint32_t dim, uint32_t* rows) {
+  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t groups = (dim + 3) / 4;
+  // 16-byte stores where every row starts 16-byte aligned (rows: scratch, 256-byte aligned).
+  const bool vector = dim % 4 == 0 && reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+  for (size_t j = first + (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; j < m; j += warps) {
     const uint64_t key = keys[j];
-    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
-      rows[j * dim + w] = initial_word(init, key, w);
+    for (uint32_t g = lane; g < groups; g += 32)
+      initial_word_group(init, key, g, dim, vector, rows + j * dim);
   }
 }
 
 __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t* keys,
                                          InitializerOptions init, uint32_t dim, uint32_t* rows) {
-  initial_rows_by_block(first, m, keys, init, dim, rows);
+  initial_rows_by_warp(first, m, keys, init, dim, rows);
 }
 
-// Blocks for a block-per-row launch over `rows` rows.
+// Blocks for a warp-per-row launch over `rows` rows (striding when there are more).
 unsigned blocks_for_rows(size_t rows) {
-  return static_cast<unsigned>(std::clamp<size_t>(rows, 1, 65535));
+  return static_cast<unsigned>(
+      std::clamp<size_t>((rows + kBlock / 32 - 1) / (kBlock / 32), 1, 65535));
 }
 
-// Blocks of a block-per-row launch whose row count only the device knows (about two waves).
+// Blocks of a warp-per-row launch whose row count only the device knows (about two waves).
 constexpr unsigned kCountedRowBlocks = 2048;
 
-// Rows j < min(*count, cap) = the initial rows of keys[j]: a block per row.
+// Rows j < min(*count, cap) = the initial rows of keys[j]: a warp per row.
 __global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, uint32_t* rows) {
-  initial_rows_by_block(0, *count < cap ? *count : cap, keys, init, dim, rows);
+  initial_rows_by_warp(0, *count < cap ? *count : cap, keys, init, dim, rows);
 }
 
 // candidates[i] = keys[i] where found[i] is false, else the sort's filler (sorted last, dropped
