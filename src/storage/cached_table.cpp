@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <string>
 #include <unordered_map>
@@ -121,6 +122,7 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
+  legacy_passes_ = std::getenv("DYNEMB_CACHING_LEGACY_PASSES") != nullptr;
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();
 }

@@ -551,11 +551,19 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   std::vector<uint64_t> ev_scores;
   float* ev_rows = nullptr;
   size_t evicted = 0;
+  // Rows out: the hits' now, from where the lookup found them (the insert may push one out: a
+  // bucket with more of the call's keys than slots), the new keys' from the rows drawn for them,
+  // with no second lookup (legacy_passes_: a second lookup after the insert).
+  const bool rows_before = copy_out && !legacy_passes_;
+  if (rows_before) d.copy_rows_out(n, ptrs, dim_, values, stream);
   const uint64_t* pinned = pinned_scores(n, stream);
   fast_->assign_scores(n, keys, pinned, stream);
   if (u > 0) {
     auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
     d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
+    if (rows_before)
+      d.copy_new_rows(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, drows, dim_,
+                      values, stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -602,9 +610,11 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
   } else {
     fast_->assign_scores(n, keys, call_scores, stream);
-    if (copy_out) {
+    if (copy_out && !rows_before) {
       if (u > 0) fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
       d.copy_rows_out(n, ptrs, dim_, values, stream);
+    }
+    if (copy_out) {
       if (!went_down.empty()) {
         std::unordered_map<uint64_t, size_t> row_of;
         for (size_t e = 0; e < evicted; ++e)

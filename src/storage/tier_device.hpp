@@ -183,6 +183,11 @@ class TierDevice {
   // and rows in the fast table's memory); ordered on `stream`.
   virtual void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
                             float* values, StreamHandle stream) = 0;
+  // values + i * dim = row k of `rows` (dim floats each) where found[i] is false and keys[i] is
+  // sorted[k] (sorted ascending, k < u); all in the fast table's memory, ordered on `stream`.
+  virtual void copy_new_rows(size_t n, const uint64_t* keys, const bool* found,
+                             const uint64_t* sorted, size_t u, const float* rows, uint32_t dim,
+                             float* values, StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;

@@ -198,6 +198,17 @@ class CpuTierDevice final : public TierDevice {
     status[kStageKeysOr] = any;
     status[kStageKeysNotAnd] = not_every;
   }
+  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
+                     size_t u, const float* rows, uint32_t dim, float* values,
+                     StreamHandle) override {
+    for (size_t i = 0; i < n; ++i) {
+      if (found[i]) continue;
+      const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
+      if (at == sorted + u || *at != keys[i]) continue;
+      std::memmove(values + i * dim, rows + static_cast<size_t>(at - sorted) * dim,
+                   dim * sizeof(float));
+    }
+  }
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
                     uint32_t*, StreamHandle) override {
     std::vector<uint8_t> seen(u, 0);

@@ -357,6 +357,9 @@ class CachedTable final : public Table<K> {
   uint64_t keys_or_ = 0, keys_and_ = ~0ull;
   int key_bits_extra_ = 0;
   uint64_t growths_at_start_ = 0;  // the device side's buffer growths once constructed
+  // DYNEMB_CACHING_LEGACY_PASSES set: the passes before this round's changes (a second lookup for
+  // a staged find_or_insert's rows out), for A/B runs only.
+  bool legacy_passes_ = false;
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -189,6 +190,18 @@ __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t*
   initial_rows_by_warp(first, m, keys, init, dim, rows);
 }
 
+// The block-per-row form, a thread a word (DYNEMB_CACHING_LEGACY_PASSES: for A/B runs only).
+__global__ void initial_rows_by_block_kernel(const uint64_t* count, size_t first, size_t m,
+                                             const uint64_t* keys, InitializerOptions init,
+                                             uint32_t dim, uint32_t* rows) {
+  if (count != nullptr && *count < m) m = *count;
+  for (size_t j = first + blockIdx.x; j < m; j += gridDim.x) {
+    const uint64_t key = keys[j];
+    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
+      rows[j * dim + w] = initial_word(init, key, w);
+  }
+}
+
 // Blocks for a warp-per-row launch over `rows` rows (striding when there are more).
 unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(
@@ -279,6 +292,29 @@ __global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
     if (found[i]) continue;
     const size_t k = sorted_index(sorted, u, keys[i]);
     if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
+  }
+}
+
+// values + i * dim = row k of rows where found[i] is false and keys[i] = sorted[k]: a thread
+// finds a position's row, its warp copies the rows its lanes found, one after another.
+__global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                     const uint64_t* sorted, size_t u, const float* rows,
+                                     uint32_t dim, float* values) {
+  const uint32_t lane = threadIdx.x % 32;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  // Whole warps take each turn (the copy needs every lane), some past n.
+  const size_t end = (n + 31) / 32 * 32;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
+    size_t k = u;
+    if (i < n && !found[i]) k = sorted_index(sorted, u, keys[i]);
+    uint32_t todo = __ballot_sync(~0u, k < u);
+    while (todo != 0) {
+      const int from = __ffs(todo) - 1;
+      todo &= todo - 1;
+      const size_t at = __shfl_sync(~0u, i, from);
+      const size_t row = __shfl_sync(~0u, k, from);
+      for (uint32_t c = lane; c < dim; c += 32) values[at * dim + c] = rows[row * dim + c];
+    }
   }
 }
 
@@ -764,6 +800,13 @@ class CudaTierDevice final : public TierDevice {
                          StreamHandle stream) override {
     if (first >= m) return;
     core::cuda::DeviceGuard guard(device_);
+    if (legacy_) {
+      initial_rows_by_block_kernel<<<std::clamp<size_t>(m - first, 1, 65535), kBlock, 0,
+                                     as_stream(stream)>>>(nullptr, first, m, keys, init, dim,
+                                                          reinterpret_cast<uint32_t*>(rows));
+      check_launch("CachedTable: initial rows");
+      return;
+    }
     initial_rows_from_kernel<<<blocks_for_rows(m - first), kBlock, 0, as_stream(stream)>>>(
         first, m, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
     check_launch("CachedTable: initial rows");
@@ -864,6 +907,16 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: initial rows");
   }
 
+  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
+                     size_t u, const float* rows, uint32_t dim, float* values,
+                     StreamHandle stream) override {
+    if (n == 0 || u == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    copy_new_rows_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, found, sorted, u,
+                                                                          rows, dim, values);
+    check_launch("CachedTable: copy new rows");
+  }
+
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                      StreamHandle stream) override {
     if (n == 0) return;
@@ -947,6 +1000,13 @@ class CudaTierDevice final : public TierDevice {
                             StreamHandle stream) override {
     if (cap == 0) return;
     core::cuda::DeviceGuard guard(device_);
+    if (legacy_) {
+      initial_rows_by_block_kernel<<<std::clamp<size_t>(cap, 1, 65535), kBlock, 0,
+                                     as_stream(stream)>>>(count, 0, cap, keys, init, dim,
+                                                          reinterpret_cast<uint32_t*>(rows));
+      check_launch("CachedTable: initial rows (counted)");
+      return;
+    }
     // Blocks striding over the rows: sized for `cap`, most would start only to find no row.
     initial_rows_counted_kernel<<<std::min(blocks_for_rows(cap), kCountedRowBlocks), kBlock, 0,
                                   as_stream(stream)>>>(count, cap, keys, init, dim,
@@ -1091,6 +1151,8 @@ class CudaTierDevice final : public TierDevice {
   std::map<StreamHandle, StreamStaging> staging_;
   std::array<Pinned, static_cast<size_t>(HostRows::kCount)> rows_;
   StreamStaging spare_;  // reserved staging for the first stream other than the prefetch's
+  // DYNEMB_CACHING_LEGACY_PASSES set: the block-per-row initial rows (A/B runs only).
+  bool legacy_ = std::getenv("DYNEMB_CACHING_LEGACY_PASSES") != nullptr;
   uint64_t growths_ = 0;
 };
 
