@@ -128,17 +128,36 @@ __global__ void gather_host_rows_kernel(size_t m, const uint32_t* index, const u
   }
 }
 
+// dst[0, dim) = src[0, dim) by the 32 lanes of a warp: 16 bytes a lane where both are 16-byte
+// aligned and dim a multiple of 4 (a row of 128 floats in one step), else 4 bytes a lane.
+__device__ void copy_row_by_warp(const float* src, uint32_t dim, float* dst, uint32_t lane) {
+  const bool vector = dim % 4 == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0 &&
+                      (reinterpret_cast<uintptr_t>(dst) % 16) == 0;
+  if (vector) {
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    for (uint32_t q = lane; q < dim / 4; q += 32) d4[q] = s4[q];
+    return;
+  }
+  for (uint32_t c = lane; c < dim; c += 32) dst[c] = src[c];
+}
+
 // values + at(j) * dim = *rows[j] for rows[j] != nullptr, j < m, where at(j) = positions[j], or j
 // without positions: a warp per row.
+// (legacy_copies: 4 bytes a lane always, DYNEMB_CACHING_LEGACY_PASSES.)
 __global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* const* rows,
-                                 uint32_t dim, float* values) {
+                                 uint32_t dim, float* values, bool legacy_copies) {
   const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
   const uint32_t lane = threadIdx.x % 32;
   for (size_t j = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; j < m; j += warps) {
     const float* row = rows[j];
     if (row == nullptr) continue;
     float* out = values + (positions != nullptr ? size_t{positions[j]} : j) * dim;
-    for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
+    if (legacy_copies) {
+      for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
+    } else {
+      copy_row_by_warp(row, dim, out, lane);
+    }
   }
 }
 
@@ -313,7 +332,7 @@ __global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool*
       todo &= todo - 1;
       const size_t at = __shfl_sync(~0u, i, from);
       const size_t row = __shfl_sync(~0u, k, from);
-      for (uint32_t c = lane; c < dim; c += 32) values[at * dim + c] = rows[row * dim + c];
+      copy_row_by_warp(rows + row * dim, dim, values + at * dim, lane);
     }
   }
 }
@@ -817,7 +836,7 @@ class CudaTierDevice final : public TierDevice {
     if (m == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_kernel<<<blocks_for(m * 32), kBlock, 0, as_stream(stream)>>>(m, positions, rows, dim,
-                                                                           values);
+                                                                           values, legacy_);
     check_launch("CachedTable: copy rows to positions");
   }
 
@@ -922,7 +941,7 @@ class CudaTierDevice final : public TierDevice {
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, nullptr, rows, dim,
-                                                                           values);
+                                                                           values, legacy_);
     check_launch("CachedTable: copy rows out");
   }
 
