@@ -20,10 +20,11 @@
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
 //   [--lost-fraction F] [--no-touch] [--reserve-call-keys auto|N] [--stage-sort bits|all]
-//   [--seed S] [--json PATH]
+//   [--stage-distinct hash|sort] [--seed S] [--json PATH]
 // --reserve-call-keys: CachingOptions::max_call_keys of the caching tables (auto: the largest
 // call of the mode, the batch or a step's lookups; 0: buffers grow inside the calls);
-// --stage-sort: CachingOptions::stage_sort_key_bits (bits: on; all: every key bit sorted).
+// --stage-sort: CachingOptions::stage_sort_key_bits (bits: on; all: every key bit sorted);
+// --stage-distinct: CachingOptions::stage_distinct_by_hash (hash: on; sort: off).
 // Without --json the JSON goes to the temporary directory ($TMPDIR or /tmp), not into
 // bench/results.
 #include <nlohmann/json.hpp>
@@ -93,6 +94,7 @@ struct Args {
   // stage_sort_key_bits.
   uint64_t reserve_call_keys = kAutoReserve;
   bool stage_sort_key_bits = true;
+  bool stage_distinct_by_hash = true;  // CachingOptions::stage_distinct_by_hash
   std::string json_path;
 };
 
@@ -172,6 +174,11 @@ Args parse(int argc, char** argv) {
       if (v != "bits" && v != "all")
         throw InvalidArgument("--stage-sort: \"" + v + "\" is not bits or all");
       a.stage_sort_key_bits = v == "bits";
+    } else if (k == "--stage-distinct") {
+      const std::string v = value();
+      if (v != "hash" && v != "sort")
+        throw InvalidArgument("--stage-distinct: \"" + v + "\" is not hash or sort");
+      a.stage_distinct_by_hash = v == "hash";
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -204,6 +211,7 @@ storage::CachingOptions caching_options(const Args& a, const std::string& store,
   o.stage_prefetch_on_device = o.private_store;
   o.max_call_keys = a.reserve_call_keys == kAutoReserve ? largest_call : a.reserve_call_keys;
   o.stage_sort_key_bits = a.stage_sort_key_bits;
+  o.stage_distinct_by_hash = a.stage_distinct_by_hash;
   return o;
 }
 
@@ -773,6 +781,7 @@ int main(int argc, char** argv) try {
                 {"reserve_call_keys",
                  a.reserve_call_keys == kAutoReserve ? json("auto") : json(a.reserve_call_keys)},
                 {"stage_sort_key_bits", a.stage_sort_key_bits},
+                {"stage_distinct_by_hash", a.stage_distinct_by_hash},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},

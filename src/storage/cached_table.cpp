@@ -161,6 +161,8 @@ void CachedTable<K>::reserve_buffers(size_t n) {
               n * 8);
       reserve({Scratch::kDeferRows, Scratch::kDeferEvictedRows}, rows);
       reserve({Scratch::kDeferFound}, n);
+      if (caching_.stage_distinct_by_hash)
+        reserve({Scratch::kDeferSet}, detail::staged_set_slots(n) * 8);
       reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);
       stage_cap_ = std::max(stage_cap_, n);
     }

@@ -73,6 +73,20 @@ Misses group_misses(detail::TierDevice::MissList&& list, SafeCheck mode, const c
 
 constexpr uint32_t kNotInBatch = ~0u;
 
+}  // namespace
+
+namespace detail {
+// Words of the set a staged prefetch of n keys hashes its missed keys into: a power of two, at
+// least twice n (probes stay short), at least 64.
+size_t staged_set_slots(size_t n) {
+  size_t slots = 64;
+  while (slots < 2 * n) slots *= 2;
+  return slots;
+}
+}  // namespace detail
+
+namespace {
+
 // The last batch position of each of `want` (keys of the batch), found on the device (only when
 // a call's own misses pushed some of its hits out: rare).
 template <TableKey K>
@@ -175,12 +189,8 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   // The keys the last prefetch gave new rows: not found before this call.
   const auto report_created = [&] {
     if (founds == nullptr) return;
-    if (created_on_device > 0) {  // still where that prefetch sorted them
-      const auto* sorted = static_cast<const uint64_t*>(
-          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
-      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
-                       founds, stream);
-    }
+    // Still where that prefetch left them.
+    if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
     if (created.empty()) return;
     auto* sorted = static_cast<uint64_t*>(
         d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
@@ -638,12 +648,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
     d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream);
     d.copy(founds, found, n, stream);
-    if (created_on_device > 0) {
-      const auto* sorted = static_cast<const uint64_t*>(
-          d.scratch(Scratch::kDeferNew, created_on_device * sizeof(uint64_t), stream));
-      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created_on_device,
-                       founds, stream);
-    }
+    if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
     if (!created.empty()) {
       auto* sorted = static_cast<uint64_t*>(
           d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
@@ -702,8 +707,14 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kDeferNew, n * 8, s));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
-  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, stage_key_bits(), fresh,
-                   status, s);
+  // The distinct missed keys: hashed into a set (kept for the next call's founds), or sorted.
+  const size_t set_slots = caching_.stage_distinct_by_hash ? detail::staged_set_slots(n) : 0;
+  uint64_t* set = set_slots > 0
+                      ? static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, set_slots * 8, s))
+                      : nullptr;
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap,
+                   set != nullptr ? detail::KeyBits{} : stage_key_bits(), fresh, status, s, set,
+                   set_slots);
   auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
   d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
                          rows, s);
@@ -723,11 +734,26 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   fast_->assign_scores(n, dkeys, current, s);
   d.post_words(status, TierDevice::kStageWords, s);
   d.record(detail::Mark::kPrefetchEnd, s);
-  stage_ = DeviceStage{true, n, cap};
+  stage_ = DeviceStage{true, n, cap, set_slots};
   stats_.staged_prefetches += 1;
   clock.lap(phases.lookup_ns);
   clock.total(phases.total_ns);
   return true;
+}
+
+template <TableKey K>
+void CachedTable<K>::clear_created_on_device(size_t n, const K* keys, size_t created, bool* founds,
+                                             StreamHandle stream) {
+  using detail::Scratch;
+  detail::TierDevice& d = *device_;
+  const auto* unique = static_cast<const uint64_t*>(
+      d.scratch(Scratch::kDeferNew, created * sizeof(uint64_t), stream));
+  const uint64_t* set = created_set_slots_ > 0
+                            ? static_cast<const uint64_t*>(
+                                  d.scratch(Scratch::kDeferSet, created_set_slots_ * 8, stream))
+                            : nullptr;
+  d.clear_flags_of_staged(n, reinterpret_cast<const uint64_t*>(keys), unique, created, set,
+                          created_set_slots_, founds, stream);
 }
 
 template <TableKey K>
@@ -763,6 +789,7 @@ void CachedTable<K>::settle_prefetch(StreamHandle stream) {
   stats_.filtered += u;
   stats_.prefetched += u;
   created_on_device_ = u;
+  created_set_slots_ = st.set_slots;
   if (evicted > 0) {
     // What left goes down (the filter learns it first); a key of the batch that left (pinned)
     // takes its real score, the one the prefetch gave back to the batch.
@@ -814,6 +841,8 @@ template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*
 template void CachedTable<int64_t>::settle(StreamHandle);
 template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle_prefetch(StreamHandle);
+template void CachedTable<int64_t>::clear_created_on_device(size_t, const int64_t*, size_t, bool*,
+                                                            StreamHandle);
 template bool CachedTable<int64_t>::find_or_insert_new(size_t, const int64_t*, float*, bool*,
                                                        float**, bool, float**, bool*,
                                                        const uint64_t*, uint64_t, size_t,
@@ -829,6 +858,8 @@ template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle_prefetch(StreamHandle);
+template void CachedTable<uint64_t>::clear_created_on_device(size_t, const uint64_t*, size_t, bool*,
+                                                             StreamHandle);
 template bool CachedTable<uint64_t>::find_or_insert_new(size_t, const uint64_t*, float*, bool*,
                                                         float**, bool, float**, bool*,
                                                         const uint64_t*, uint64_t, size_t,

@@ -63,6 +63,7 @@ enum class Scratch : uint8_t {
   kDeferEvictedKeys,
   kDeferEvictedRows,
   kDeferEvictedScores,
+  kDeferSet,         // a prefetch left on the device: the set of its distinct missed keys
   kStageCandidates,  // stage_new_keys: the batch with found keys masked, sorted, the run count
   kStageSorted,
   kStageCount,
@@ -216,10 +217,19 @@ class TierDevice {
   // u <= cap and every missed key lies in `bits` (agrees with bits.common outside [begin, end)
   // and is not the top value of that range, which the sort gives the found positions), else 0.
   // The sort looks at bits [begin, end) only. Everything stays in the fast table's memory:
-  // nothing is read back.
+  // nothing is read back. With `set` (set_slots 8-byte words of the fast table's memory, a power
+  // of two at least twice n): the distinct keys are gathered by hashing them into `set` instead
+  // of sorting, unique[0, u) then in any order (pass all bits: nothing to predict), and `set` left
+  // for clear_flags_of_staged (the CPU sorts either way).
   virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
                               const KeyBits& bits, uint64_t* unique, uint64_t* status,
-                              StreamHandle stream) = 0;
+                              StreamHandle stream, uint64_t* set = nullptr,
+                              size_t set_slots = 0) = 0;
+  // flags[i] = false where keys[i] is one of the u keys stage_new_keys gathered into unique (and
+  // `set`, when it was given one); ordered on `stream`.
+  virtual void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique,
+                                     size_t u, const uint64_t* set, size_t set_slots, bool* flags,
+                                     StreamHandle stream) = 0;
   // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
   // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
   // fast table's memory, ordered on `stream`.
@@ -248,6 +258,9 @@ class TierDevice {
   // Waits on the host for the work issued on `stream`.
   virtual void synchronize(StreamHandle stream) = 0;
 };
+
+// Words of the set a staged prefetch of n keys hashes its missed keys into (a power of two).
+size_t staged_set_slots(size_t n);
 
 // The CPU implementation (host memory, loops).
 std::unique_ptr<TierDevice> make_cpu_tier_device();

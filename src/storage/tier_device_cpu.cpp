@@ -164,9 +164,13 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }
   uint64_t missing_total() override { return count_; }
+  void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique, size_t u,
+                             const uint64_t*, size_t, bool* flags, StreamHandle stream) override {
+    clear_flags_of(n, keys, unique, u, flags, stream);  // unique is sorted here
+  }
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                      const KeyBits& bits, uint64_t* unique, uint64_t* status,
-                      StreamHandle) override {
+                      const KeyBits& bits, uint64_t* unique, uint64_t* status, StreamHandle,
+                      uint64_t*, size_t) override {
     size_t u = 0;
     uint64_t why = 0;
     uint64_t missed = 0, any = 0, not_every = 0;

@@ -57,14 +57,17 @@ struct CachingOptions {
   // device path's buffers (find_or_insert*, prefetch, prefetch_step: scratch in the fast table's
   // memory, pinned host rows and staging) are then sized at construction for a call of that
   // many keys, so no such call allocates (caching_stats().buffer_growths stays 0); a larger call
-  // still works and grows them. It pins about 2 * keys * dim * 4 + 64 * keys bytes of host
-  // memory and takes about 4 * keys * dim * 4 + 140 * keys bytes of the fast table's memory
+  // still works and grows them. It pins about 8 * keys * dim + 192 * keys bytes of host
+  // memory and takes about 16 * keys * dim + 300 * keys bytes of the fast table's memory
   // (docs/storage.md, "Buffers reserved at construction").
   uint64_t max_call_keys = 0;
   // A prefetch staged on the device sorts its missed keys on the bits the keys seen so far differ
   // in (predicted from earlier batches, checked on the device) instead of all 64; false sorts
   // all 64 bits (docs/storage.md, "A prefetch staged on the device").
   bool stage_sort_key_bits = true;
+  // A prefetch staged on the device gathers its distinct missed keys by hashing them into a set
+  // (one pass) instead of sorting them; false sorts them (docs/storage.md).
+  bool stage_distinct_by_hash = true;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
@@ -261,6 +264,10 @@ class CachedTable final : public Table<K> {
   // evicted, counts; a prefetch that could not place its keys on the device brought nothing up
   // and ends the next call's trust. Every call starts with it (through settle).
   void settle_prefetch(StreamHandle stream);
+  // founds[i] = false where keys[i] is one of the `created` keys the last device prefetch
+  // created (kDeferNew, and its set when it hashed them).
+  void clear_created_on_device(size_t n, const K* keys, size_t created, bool* founds,
+                               StreamHandle stream);
   // Sizes every buffer of the device path for calls of up to n keys
   // (CachingOptions::max_call_keys).
   void reserve_buffers(size_t n);
@@ -344,14 +351,16 @@ class CachedTable final : public Table<K> {
   // A prefetch left on the device, until the next call settles it.
   struct DeviceStage {
     bool active = false;
-    size_t n = 0;    // its batch's keys
-    size_t cap = 0;  // rows it could insert
+    size_t n = 0;          // its batch's keys
+    size_t cap = 0;        // rows it could insert
+    size_t set_slots = 0;  // words of its set of missed keys (kDeferSet; 0: sorted instead)
   };
   DeviceStage stage_{};
   size_t stage_cap_ = 4096;          // rows a prefetch left on the device can insert (grows to fit)
   uint32_t stage_backoff_ = 0;       // prefetch_steps to take the host path after one fell back
   uint32_t stage_call_backoff_ = 0;  // calls to list their misses on the host after one fell back
-  size_t created_on_device_ = 0;     // keys the last device prefetch created (sorted, kDeferNew)
+  size_t created_on_device_ = 0;     // keys the last device prefetch created (kDeferNew)
+  size_t created_set_slots_ = 0;     // ... in its set (kDeferSet), or 0: sorted
   // The keys the staged passes have seen (their OR and AND), from which the bits their sort looks
   // at are predicted; `key_bits_extra_` widens that range after a key equal to its top value.
   uint64_t keys_or_ = 0, keys_and_ = ~0ull;

@@ -17,6 +17,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/core/cuda/device_guard.hpp"
+#include "dynemb/core/hash.hpp"
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/key.hpp"
 #include "key_filter.hpp"
@@ -276,6 +277,88 @@ __global__ void stage_candidates_kernel(size_t n, const uint64_t* keys, const bo
   if (any != 0) atomicOr(status + TierDevice::kStageKeysOr, any);
   if (not_every != 0) atomicOr(status + TierDevice::kStageKeysNotAnd, not_every);
   if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
+}
+
+// A set of distinct keys hashed into `slots` words (a power of two; ~0, a reserved key, marks an
+// empty one), probed linearly: stage_new_keys' distinct missed keys without a sort.
+constexpr unsigned long long kSetEmpty = ~0ull;
+
+__device__ size_t set_slot_of(uint64_t key, size_t slots) {
+  return hash_key_bits(key ^ 0x3C6EF372FE94F82Bull) & (slots - 1);
+}
+
+// Whether `key` is in the set.
+__device__ bool set_holds(const uint64_t* set, size_t slots, uint64_t key) {
+  for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
+    const uint64_t at = set[pos];
+    if (at == key) return true;
+    if (at == kSetEmpty) return false;
+  }
+}
+
+// The distinct missed keys of the batch into the set, each appended to unique[*count] by the
+// thread that put it there (the count taken once a warp); the status words as
+// stage_candidates_kernel's (no key bits: nothing is sorted).
+__global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                  unsigned long long* set, size_t slots, uint64_t* unique,
+                                  uint32_t* count, unsigned long long* status) {
+  unsigned long long missed = 0, any = 0, not_every = 0, why = 0;
+  const uint32_t lane = threadIdx.x % 32;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
+    bool fresh = false;
+    uint64_t key = 0;
+    if (i < n) {
+      key = keys[i];
+      const bool reserved = key >= kFirstReservedKey;
+      if (!reserved) {
+        any |= key;
+        not_every |= ~key;
+      }
+      if (!found[i]) {
+        ++missed;
+        if (reserved) {
+          why |= TierDevice::kReservedMissed;
+        } else {
+          for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
+            const unsigned long long was = atomicCAS(set + pos, kSetEmpty, key);
+            if (was == kSetEmpty) {
+              fresh = true;
+              break;
+            }
+            if (was == key) break;
+          }
+        }
+      }
+    }
+    const uint32_t mask = __ballot_sync(~0u, fresh);
+    if (mask == 0) continue;
+    const int leader = __ffs(mask) - 1;
+    uint32_t base = 0;
+    if (static_cast<int>(lane) == leader) base = atomicAdd(count, __popc(mask));
+    base = __shfl_sync(~0u, base, leader);
+    if (fresh) unique[base + __popc(mask & ((1u << lane) - 1))] = key;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    missed += __shfl_down_sync(~0u, missed, offset);
+    any |= __shfl_down_sync(~0u, any, offset);
+    not_every |= __shfl_down_sync(~0u, not_every, offset);
+    why |= __shfl_down_sync(~0u, why, offset);
+  }
+  if (lane != 0) return;
+  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+  if (any != 0) atomicOr(status + TierDevice::kStageKeysOr, any);
+  if (not_every != 0) atomicOr(status + TierDevice::kStageKeysNotAnd, not_every);
+  if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
+}
+
+// flags[i] = false where keys[i] is in the set.
+__global__ void clear_flags_in_set_kernel(size_t n, const uint64_t* keys, const uint64_t* set,
+                                          size_t slots, bool* flags) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    if (keys[i] < kFirstReservedKey && set_holds(set, slots, keys[i])) flags[i] = false;
 }
 
 // The index of `key` in sorted[0, u) (ascending), or u when absent.
@@ -966,9 +1049,20 @@ class CudaTierDevice final : public TierDevice {
     return total;
   }
 
+  void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique, size_t u,
+                             const uint64_t* set, size_t set_slots, bool* flags,
+                             StreamHandle stream) override {
+    if (set == nullptr) return clear_flags_of(n, keys, unique, u, flags, stream);
+    if (n == 0 || u == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    clear_flags_in_set_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, set,
+                                                                               set_slots, flags);
+    check_launch("CachedTable: clear flags (set)");
+  }
+
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
                       const KeyBits& bits, uint64_t* unique, uint64_t* status,
-                      StreamHandle stream_handle) override {
+                      StreamHandle stream_handle, uint64_t* set, size_t set_slots) override {
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
     auto* st = reinterpret_cast<unsigned long long*>(status);
@@ -980,6 +1074,15 @@ class CudaTierDevice final : public TierDevice {
     auto* candidates = static_cast<uint64_t*>(buffer(Scratch::kStageCandidates, n * 8));
     auto* sorted = static_cast<uint64_t*>(buffer(Scratch::kStageSorted, n * 8));
     auto* count = static_cast<uint32_t*>(buffer(Scratch::kStageCount, 8));
+    if (set != nullptr) {  // hashed: no sort
+      check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
+      check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
+      stage_hash_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
+      check_launch("CachedTable: stage hash");
+      stage_checks(n, count, unique, ~0ull, cap, st, stream);
+      return;
+    }
     stage_candidates_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, bits, candidates,
                                                                   st);
     check_launch("CachedTable: stage candidates");
@@ -993,7 +1096,12 @@ class CudaTierDevice final : public TierDevice {
     check(cub::DeviceSelect::Unique(temp, unique_bytes, sorted, unique, count, static_cast<int>(n),
                                     stream),
           "CachedTable: DeviceSelect::Unique");
-    const uint64_t filler = bits.filler();
+    stage_checks(n, count, unique, bits.filler(), cap, st, stream);
+  }
+
+  // stage_new_keys' last passes: the filter asked about each distinct key, then the status.
+  void stage_checks(size_t n, const uint32_t* count, const uint64_t* unique, uint64_t filler,
+                    size_t cap, unsigned long long* st, cudaStream_t stream) {
     if (filter_ != nullptr) {
       stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filler, filter_,
                                                                 filter_log2_, st);
