@@ -155,6 +155,7 @@ void CachedTable<K>::reserve_buffers(size_t n) {
     reserve({Scratch::kCallNew}, n * 8);
     reserve({Scratch::kCallStatus}, detail::TierDevice::kStageWords * 8);
     reserve({Scratch::kCallFirst}, n * 4 + 4);
+    if (caching_.stage_distinct_by_hash) reserve({Scratch::kCallSet}, detail::staged_set_bytes(n));
     if (caching_.stage_prefetch_on_device) {
       reserve({Scratch::kDeferKeys, Scratch::kDeferPointers, Scratch::kDeferCurrent,
                Scratch::kDeferNew, Scratch::kDeferEvictedKeys, Scratch::kDeferEvictedScores},
@@ -162,7 +163,7 @@ void CachedTable<K>::reserve_buffers(size_t n) {
       reserve({Scratch::kDeferRows, Scratch::kDeferEvictedRows}, rows);
       reserve({Scratch::kDeferFound}, n);
       if (caching_.stage_distinct_by_hash)
-        reserve({Scratch::kDeferSet}, detail::staged_set_slots(n) * 8);
+        reserve({Scratch::kDeferSet}, detail::staged_set_bytes(n));
       reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);
       stage_cap_ = std::max(stage_cap_, n);
     }

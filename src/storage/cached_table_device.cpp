@@ -531,12 +531,19 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kCallNew, n * 8, stream));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kCallStatus, TierDevice::kStageWords * 8, stream));
+  // The distinct missed keys: hashed into a set (their index kept there for the repeats and
+  // the rows out), or sorted.
+  const size_t set_slots = caching_.stage_distinct_by_hash ? detail::staged_set_slots(n) : 0;
+  uint64_t* set = set_slots > 0 ? static_cast<uint64_t*>(d.scratch(
+                                      Scratch::kCallSet, detail::staged_set_bytes(n), stream))
+                                : nullptr;
   uint64_t w[TierDevice::kStageWords] = {};
   // A missed key outside the predicted bits: sorted again on the widened ones (rare: the keys'
   // range grew).
   for (int pass = 0; pass < 2; ++pass) {
-    d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, stage_key_bits(), fresh,
-                     status, stream);
+    d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n,
+                     set != nullptr ? detail::KeyBits{} : stage_key_bits(), fresh, status, stream,
+                     set, set_slots);
     d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
     if (!learn_key_bits(w) || w[TierDevice::kStageWhy] != TierDevice::kKeyRange) break;
   }
@@ -573,7 +580,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
     if (rows_before)
       d.copy_new_rows(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, drows, dim_,
-                      values, stream);
+                      values, stream, set, set_slots);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -646,7 +653,8 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   }
   if (founds != nullptr) {
     auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
-    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream);
+    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream, set,
+                   set_slots);
     d.copy(founds, found, n, stream);
     if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
     if (!created.empty()) {
@@ -709,9 +717,10 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
       static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
   // The distinct missed keys: hashed into a set (kept for the next call's founds), or sorted.
   const size_t set_slots = caching_.stage_distinct_by_hash ? detail::staged_set_slots(n) : 0;
-  uint64_t* set = set_slots > 0
-                      ? static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, set_slots * 8, s))
-                      : nullptr;
+  uint64_t* set =
+      set_slots > 0
+          ? static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, detail::staged_set_bytes(n), s))
+          : nullptr;
   d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap,
                    set != nullptr ? detail::KeyBits{} : stage_key_bits(), fresh, status, s, set,
                    set_slots);
@@ -750,7 +759,7 @@ void CachedTable<K>::clear_created_on_device(size_t n, const K* keys, size_t cre
       d.scratch(Scratch::kDeferNew, created * sizeof(uint64_t), stream));
   const uint64_t* set = created_set_slots_ > 0
                             ? static_cast<const uint64_t*>(
-                                  d.scratch(Scratch::kDeferSet, created_set_slots_ * 8, stream))
+                                  d.scratch(Scratch::kDeferSet, created_set_slots_ * 12, stream))
                             : nullptr;
   d.clear_flags_of_staged(n, reinterpret_cast<const uint64_t*>(keys), unique, created, set,
                           created_set_slots_, founds, stream);

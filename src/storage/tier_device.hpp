@@ -71,6 +71,7 @@ enum class Scratch : uint8_t {
   kCallNew,  // a find_or_insert whose misses are all new: their keys, status, first positions
   kCallStatus,
   kCallFirst,
+  kCallSet,  // ... the set of its distinct missed keys (stage_distinct_by_hash)
   kCount
 };
 
@@ -186,9 +187,12 @@ class TierDevice {
                             float* values, StreamHandle stream) = 0;
   // values + i * dim = row k of `rows` (dim floats each) where found[i] is false and keys[i] is
   // sorted[k] (sorted ascending, k < u); all in the fast table's memory, ordered on `stream`.
+  // With `set` (stage_new_keys' set of these keys, set_slots slots): k found there, sorted then
+  // being stage_new_keys' unique list in any order.
   virtual void copy_new_rows(size_t n, const uint64_t* keys, const bool* found,
                              const uint64_t* sorted, size_t u, const float* rows, uint32_t dim,
-                             float* values, StreamHandle stream) = 0;
+                             float* values, StreamHandle stream, const uint64_t* set = nullptr,
+                             size_t set_slots = 0) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;
@@ -217,10 +221,11 @@ class TierDevice {
   // u <= cap and every missed key lies in `bits` (agrees with bits.common outside [begin, end)
   // and is not the top value of that range, which the sort gives the found positions), else 0.
   // The sort looks at bits [begin, end) only. Everything stays in the fast table's memory:
-  // nothing is read back. With `set` (set_slots 8-byte words of the fast table's memory, a power
-  // of two at least twice n): the distinct keys are gathered by hashing them into `set` instead
-  // of sorting, unique[0, u) then in any order (pass all bits: nothing to predict), and `set` left
-  // for clear_flags_of_staged (the CPU sorts either way).
+  // nothing is read back. With `set` (staged_set_bytes(n) bytes of the fast table's memory,
+  // set_slots = staged_set_slots(n) slots): the distinct keys are gathered by hashing them into
+  // `set` instead of sorting, unique[0, u) then in any order (pass all bits: nothing to
+  // predict), and `set` left, with each key's index in unique, for clear_flags_of_staged,
+  // mark_repeats and copy_new_rows (the CPU sorts either way).
   virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
                               const KeyBits& bits, uint64_t* unique, uint64_t* status,
                               StreamHandle stream, uint64_t* set = nullptr,
@@ -233,8 +238,10 @@ class TierDevice {
   // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
   // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
   // fast table's memory, ordered on `stream`.
+  // With `set` (as copy_new_rows'): the keys are looked up there, sorted in any order.
   virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted,
-                            size_t u, uint32_t* first, StreamHandle stream) = 0;
+                            size_t u, uint32_t* first, StreamHandle stream,
+                            const uint64_t* set = nullptr, size_t set_slots = 0) = 0;
   // Rows j < min(*count, cap) of `rows` (dim words each) = the initializer's rows of keys[j]
   // (count, keys and rows in the fast table's memory); ordered on `stream`.
   virtual void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
@@ -259,8 +266,12 @@ class TierDevice {
   virtual void synchronize(StreamHandle stream) = 0;
 };
 
-// Words of the set a staged prefetch of n keys hashes its missed keys into (a power of two).
+// Slots of the set stage_new_keys hashes the missed keys of n keys into (a power of two, at
+// least twice n), and its bytes (a key and its index a slot).
 size_t staged_set_slots(size_t n);
+inline size_t staged_set_bytes(size_t n) {
+  return staged_set_slots(n) * 12;
+}
 
 // The CPU implementation (host memory, loops).
 std::unique_ptr<TierDevice> make_cpu_tier_device();

@@ -203,8 +203,8 @@ class CpuTierDevice final : public TierDevice {
     status[kStageKeysNotAnd] = not_every;
   }
   void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
-                     size_t u, const float* rows, uint32_t dim, float* values,
-                     StreamHandle) override {
+                     size_t u, const float* rows, uint32_t dim, float* values, StreamHandle,
+                     const uint64_t*, size_t) override {  // sorted here either way
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;
       const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
@@ -214,7 +214,7 @@ class CpuTierDevice final : public TierDevice {
     }
   }
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
-                    uint32_t*, StreamHandle) override {
+                    uint32_t*, StreamHandle, const uint64_t*, size_t) override {
     std::vector<uint8_t> seen(u, 0);
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;

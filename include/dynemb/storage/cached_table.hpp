@@ -65,8 +65,8 @@ struct CachingOptions {
   // in (predicted from earlier batches, checked on the device) instead of all 64; false sorts
   // all 64 bits (docs/storage.md, "A prefetch staged on the device").
   bool stage_sort_key_bits = true;
-  // A prefetch staged on the device gathers its distinct missed keys by hashing them into a set
-  // (one pass) instead of sorting them; false sorts them (docs/storage.md).
+  // A prefetch or call staged on the device gathers its distinct missed keys by hashing them into
+  // a set (one pass) instead of sorting them; false sorts them (docs/storage.md).
   bool stage_distinct_by_hash = true;
 };
 

@@ -287,13 +287,25 @@ __device__ size_t set_slot_of(uint64_t key, size_t slots) {
   return hash_key_bits(key ^ 0x3C6EF372FE94F82Bull) & (slots - 1);
 }
 
-// Whether `key` is in the set.
-__device__ bool set_holds(const uint64_t* set, size_t slots, uint64_t key) {
+// The set's slot holding `key`, or `slots` when it holds none.
+__device__ size_t set_find(const uint64_t* set, size_t slots, uint64_t key) {
   for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
     const uint64_t at = set[pos];
-    if (at == key) return true;
-    if (at == kSetEmpty) return false;
+    if (at == key) return pos;
+    if (at == kSetEmpty) return slots;
   }
+}
+
+__device__ bool set_holds(const uint64_t* set, size_t slots, uint64_t key) {
+  return set_find(set, slots, key) < slots;
+}
+
+// Each slot's key's index in the unique list (after the keys: staged_set_bytes).
+__device__ uint32_t* set_index(unsigned long long* set, size_t slots) {
+  return reinterpret_cast<uint32_t*>(set + slots);
+}
+__device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
+  return reinterpret_cast<const uint32_t*>(set + slots);
 }
 
 // The distinct missed keys of the batch into the set, each appended to unique[*count] by the
@@ -309,6 +321,7 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
     bool fresh = false;
     uint64_t key = 0;
+    size_t at = 0;  // the slot this thread put its key in (fresh)
     if (i < n) {
       key = keys[i];
       const bool reserved = key >= kFirstReservedKey;
@@ -325,6 +338,7 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
             const unsigned long long was = atomicCAS(set + pos, kSetEmpty, key);
             if (was == kSetEmpty) {
               fresh = true;
+              at = pos;
               break;
             }
             if (was == key) break;
@@ -338,7 +352,11 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
     uint32_t base = 0;
     if (static_cast<int>(lane) == leader) base = atomicAdd(count, __popc(mask));
     base = __shfl_sync(~0u, base, leader);
-    if (fresh) unique[base + __popc(mask & ((1u << lane) - 1))] = key;
+    if (fresh) {
+      const uint32_t k = base + __popc(mask & ((1u << lane) - 1));
+      unique[k] = key;
+      set_index(set, slots)[at] = k;
+    }
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     missed += __shfl_down_sync(~0u, missed, offset);
@@ -375,24 +393,36 @@ __device__ size_t sorted_index(const uint64_t* sorted, size_t u, uint64_t key) {
   return lo < u && sorted[lo] == key ? lo : u;
 }
 
+// The index of `key` among stage_new_keys' u distinct keys: in `set` when there is one (any
+// order), else by a binary search of `sorted`; u when absent.
+__device__ size_t staged_index(const uint64_t* sorted, size_t u, const uint64_t* set, size_t slots,
+                               uint64_t key) {
+  if (set == nullptr) return sorted_index(sorted, u, key);
+  if (key >= kFirstReservedKey) return u;  // ~0 marks an empty slot
+  const size_t pos = set_find(set, slots, key);
+  return pos < slots ? set_index(set, slots)[pos] : u;
+}
+
 // first[k] = the first missed position of sorted[k] (first starts at ~0).
 __global__ void first_positions_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                       const uint64_t* sorted, size_t u, uint32_t* first) {
+                                       const uint64_t* sorted, size_t u, const uint64_t* set,
+                                       size_t slots, uint32_t* first) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     if (found[i]) continue;
-    const size_t k = sorted_index(sorted, u, keys[i]);
+    const size_t k = staged_index(sorted, u, set, slots, keys[i]);
     if (k < u) atomicMin(first + k, static_cast<uint32_t>(i));
   }
 }
 
 // found[i] = true at a missed position that is not its key's first.
 __global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
-                                    const uint64_t* sorted, size_t u, const uint32_t* first) {
+                                    const uint64_t* sorted, size_t u, const uint64_t* set,
+                                    size_t slots, const uint32_t* first) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     if (found[i]) continue;
-    const size_t k = sorted_index(sorted, u, keys[i]);
+    const size_t k = staged_index(sorted, u, set, slots, keys[i]);
     if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
   }
 }
@@ -400,15 +430,15 @@ __global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
 // values + i * dim = row k of rows where found[i] is false and keys[i] = sorted[k]: a thread
 // finds a position's row, its warp copies the rows its lanes found, one after another.
 __global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                     const uint64_t* sorted, size_t u, const float* rows,
-                                     uint32_t dim, float* values) {
+                                     const uint64_t* sorted, size_t u, const uint64_t* set,
+                                     size_t slots, const float* rows, uint32_t dim, float* values) {
   const uint32_t lane = threadIdx.x % 32;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   // Whole warps take each turn (the copy needs every lane), some past n.
   const size_t end = (n + 31) / 32 * 32;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
     size_t k = u;
-    if (i < n && !found[i]) k = sorted_index(sorted, u, keys[i]);
+    if (i < n && !found[i]) k = staged_index(sorted, u, set, slots, keys[i]);
     uint32_t todo = __ballot_sync(~0u, k < u);
     while (todo != 0) {
       const int from = __ffs(todo) - 1;
@@ -1010,12 +1040,12 @@ class CudaTierDevice final : public TierDevice {
   }
 
   void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
-                     size_t u, const float* rows, uint32_t dim, float* values,
-                     StreamHandle stream) override {
+                     size_t u, const float* rows, uint32_t dim, float* values, StreamHandle stream,
+                     const uint64_t* set, size_t set_slots) override {
     if (n == 0 || u == 0) return;
     core::cuda::DeviceGuard guard(device_);
-    copy_new_rows_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, found, sorted, u,
-                                                                          rows, dim, values);
+    copy_new_rows_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(
+        n, keys, found, sorted, u, set, set_slots, rows, dim, values);
     check_launch("CachedTable: copy new rows");
   }
 
@@ -1112,13 +1142,16 @@ class CudaTierDevice final : public TierDevice {
   }
 
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
-                    uint32_t* first, StreamHandle stream_handle) override {
+                    uint32_t* first, StreamHandle stream_handle, const uint64_t* set,
+                    size_t set_slots) override {
     if (n == 0 || u == 0) return;
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
     check(cudaMemsetAsync(first, 0xFF, u * sizeof(uint32_t), stream), "CachedTable: first");
-    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
-    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, first);
+    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, set,
+                                                                 set_slots, first);
+    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, set,
+                                                              set_slots, first);
     check_launch("CachedTable: mark repeats");
   }
 
