@@ -199,6 +199,12 @@ class TierDevice {
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
+  // count_missing, and (founds not null) founds[i] = found[i] except for the keys among
+  // stage_new_keys' u distinct keys `created` (with its `set` when it hashed them), in one pass
+  // over the batch (a trusted address call's outputs).
+  virtual void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
+                              const uint64_t* created, size_t u, const uint64_t* set,
+                              size_t set_slots, StreamHandle stream) = 0;
   // The running total of count_missing (waits for the device).
   virtual uint64_t missing_total() = 0;
   // Why stage_new_keys leaves the keys to the host (bits of status[kStageWhy]).

@@ -283,7 +283,8 @@ class CachedTable final : public Table<K> {
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
   // Keeps the keys of an address call pinned (so a prefetch before the next call cannot evict
-  // the rows the caller works on) and remembers their real scores.
+  // the rows the caller works on) and remembers their real scores (`scores`; nullptr: the caller
+  // writes them into the held scores' scratch itself).
   void hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream);
   // At the start of every call but prefetch: gives the held keys their real scores back and
   // forgets which rows the last prefetch created.
