@@ -19,12 +19,9 @@
 //   [--streams repeats,distinct | --distinct] [--stores shared,private] [--bags B]
 //   [--ids-per-bag I] [--steps S] [--step-warmup W]
 //   [--lost-keys N] [--lost-dim D] [--lost-batch B]
-//   [--lost-fraction F] [--no-touch] [--reserve-call-keys auto|N] [--stage-sort bits|all]
-//   [--stage-distinct hash|sort] [--seed S] [--json PATH]
+//   [--lost-fraction F] [--no-touch] [--reserve-call-keys auto|N] [--seed S] [--json PATH]
 // --reserve-call-keys: CachingOptions::max_call_keys of the caching tables (auto: the largest
-// call of the mode, the batch or a step's lookups; 0: buffers grow inside the calls);
-// --stage-sort: CachingOptions::stage_sort_key_bits (bits: on; all: every key bit sorted);
-// --stage-distinct: CachingOptions::stage_distinct_by_hash (hash: on; sort: off).
+// call of the mode, the batch or a step's lookups; 0: buffers grow inside the calls).
 // Without --json the JSON goes to the temporary directory ($TMPDIR or /tmp), not into
 // bench/results.
 #include <nlohmann/json.hpp>
@@ -90,11 +87,8 @@ struct Args {
   // Lower tiers the caching table treats as "shared" (the default) and as its own ("private":
   // CachingOptions::private_store, a filter of the keys that may be below).
   std::vector<std::string> stores{"shared", "private"};
-  // CachingOptions::max_call_keys (kAutoReserve: the mode's largest call) and
-  // stage_sort_key_bits.
+  // CachingOptions::max_call_keys (kAutoReserve: the mode's largest call).
   uint64_t reserve_call_keys = kAutoReserve;
-  bool stage_sort_key_bits = true;
-  bool stage_distinct_by_hash = true;  // CachingOptions::stage_distinct_by_hash
   std::string json_path;
 };
 
@@ -169,16 +163,6 @@ Args parse(int argc, char** argv) {
     } else if (k == "--reserve-call-keys") {
       const std::string v = value();
       a.reserve_call_keys = v == "auto" ? kAutoReserve : std::stoull(v);
-    } else if (k == "--stage-sort") {
-      const std::string v = value();
-      if (v != "bits" && v != "all")
-        throw InvalidArgument("--stage-sort: \"" + v + "\" is not bits or all");
-      a.stage_sort_key_bits = v == "bits";
-    } else if (k == "--stage-distinct") {
-      const std::string v = value();
-      if (v != "hash" && v != "sort")
-        throw InvalidArgument("--stage-distinct: \"" + v + "\" is not hash or sort");
-      a.stage_distinct_by_hash = v == "hash";
     } else if (k == "--seed") {
       a.seed = std::stoull(value());
     } else if (k == "--json") {
@@ -210,8 +194,6 @@ storage::CachingOptions caching_options(const Args& a, const std::string& store,
   o.private_store = store == "private";
   o.stage_prefetch_on_device = o.private_store;
   o.max_call_keys = a.reserve_call_keys == kAutoReserve ? largest_call : a.reserve_call_keys;
-  o.stage_sort_key_bits = a.stage_sort_key_bits;
-  o.stage_distinct_by_hash = a.stage_distinct_by_hash;
   return o;
 }
 
@@ -409,7 +391,6 @@ json run_find_or_insert(const Args& a, StreamHandle stream, bool distinct) {
           {"staged_call_fallbacks", s.staged_call_fallbacks - warm.staged_call_fallbacks},
           {"buffer_growths", s.buffer_growths - warm.buffer_growths},  // in the timed calls
           {"buffer_growths_in_warmup", warm.buffer_growths},
-          {"stage_key_range_misses", s.stage_key_range_misses},
           {"lookups", s.lookups},
           {"hits", s.hits},
           {"rows_up", s.rows_up},
@@ -577,7 +558,6 @@ json run_step(const Args& a, StreamHandle stream) {
                        {"unserved", st.unserved},
                        {"rows_down", st.rows_down},
                        {"buffer_growths", st.buffer_growths - warm.buffer_growths},  // timed
-                       {"stage_key_range_misses", st.stage_key_range_misses},
                        {"phases_ms_per_call", phases_ms(st.phases, warm.phases)},
                        {"lower_wait_s", double(st.lower_wait_ns) * 1e-9}});
     }
@@ -780,8 +760,6 @@ int main(int argc, char** argv) try {
                 {"stores", a.stores},
                 {"reserve_call_keys",
                  a.reserve_call_keys == kAutoReserve ? json("auto") : json(a.reserve_call_keys)},
-                {"stage_sort_key_bits", a.stage_sort_key_bits},
-                {"stage_distinct_by_hash", a.stage_distinct_by_hash},
                 {"seed", a.seed}}}};
   const bench::MachineInfo m = bench::query_machine_info();
   result["machine"] = {{"hostname", m.hostname},

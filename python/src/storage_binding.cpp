@@ -207,7 +207,6 @@ py::dict caching_stats_dict(const storage::CachingStats& s) {
   d["pending_rows"] = s.pending_rows;
   d["lower_wait_ns"] = s.lower_wait_ns;
   d["buffer_growths"] = s.buffer_growths;
-  d["stage_key_range_misses"] = s.stage_key_range_misses;
   d["lower_evicted"] = s.lower.evicted;
   py::dict phases;
   phases["calls"] = s.phases.calls;
@@ -274,9 +273,7 @@ void register_storage(py::module_& m) {
       .def_readwrite("private_store", &storage::CachingOptions::private_store)
       .def_readwrite("filter_log2_bits", &storage::CachingOptions::filter_log2_bits)
       .def_readwrite("stage_prefetch_on_device", &storage::CachingOptions::stage_prefetch_on_device)
-      .def_readwrite("max_call_keys", &storage::CachingOptions::max_call_keys)
-      .def_readwrite("stage_sort_key_bits", &storage::CachingOptions::stage_sort_key_bits)
-      .def_readwrite("stage_distinct_by_hash", &storage::CachingOptions::stage_distinct_by_hash);
+      .def_readwrite("max_call_keys", &storage::CachingOptions::max_call_keys);
   py::class_<storage::HostStorage, storage::Storage, std::shared_ptr<storage::HostStorage>>(
       m, "HostStorage",
       "Rows in host memory, at most max_rows (then the lowest scores go, counted)")

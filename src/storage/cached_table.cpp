@@ -155,40 +155,19 @@ void CachedTable<K>::reserve_buffers(size_t n) {
     reserve({Scratch::kCallNew}, n * 8);
     reserve({Scratch::kCallStatus}, detail::TierDevice::kStageWords * 8);
     reserve({Scratch::kCallFirst}, n * 4 + 4);
-    if (caching_.stage_distinct_by_hash) reserve({Scratch::kCallSet}, detail::staged_set_bytes(n));
+    reserve({Scratch::kCallSet}, detail::staged_set_bytes(n));
     if (caching_.stage_prefetch_on_device) {
       reserve({Scratch::kDeferKeys, Scratch::kDeferPointers, Scratch::kDeferCurrent,
                Scratch::kDeferNew, Scratch::kDeferEvictedKeys, Scratch::kDeferEvictedScores},
               n * 8);
       reserve({Scratch::kDeferRows, Scratch::kDeferEvictedRows}, rows);
       reserve({Scratch::kDeferFound}, n);
-      if (caching_.stage_distinct_by_hash)
-        reserve({Scratch::kDeferSet}, detail::staged_set_bytes(n));
+      reserve({Scratch::kDeferSet}, detail::staged_set_bytes(n));
       reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);
       stage_cap_ = std::max(stage_cap_, n);
     }
   }
   d.synchronize(stream);  // the pinned scores are filled before any stream uses them
-}
-
-template <TableKey K>
-detail::KeyBits CachedTable<K>::stage_key_bits() const {
-  if (!caching_.stage_sort_key_bits) return {};
-  return detail::key_bits_of(keys_or_, keys_and_, key_bits_extra_);
-}
-
-template <TableKey K>
-bool CachedTable<K>::learn_key_bits(const uint64_t* status) {
-  using detail::TierDevice;
-  const detail::KeyBits before = stage_key_bits();
-  keys_or_ |= status[TierDevice::kStageKeysOr];
-  keys_and_ &= ~status[TierDevice::kStageKeysNotAnd];
-  if (!(status[TierDevice::kStageWhy] & TierDevice::kKeyRange)) return false;
-  stats_.stage_key_range_misses += 1;
-  // A missed key outside the bits widens them; one equal to the range's top value (the sort's
-  // filler) needs one more bit.
-  if (stage_key_bits() == before) key_bits_extra_ += 1;
-  return true;
 }
 
 template <TableKey K>

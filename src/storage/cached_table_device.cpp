@@ -216,7 +216,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
                                ? static_cast<const uint64_t*>(
                                      d.scratch(Scratch::kDeferNew, created_on_device * 8, stream))
                                : nullptr;
-      const uint64_t* set = unique != nullptr && created_set_slots_ > 0
+      const uint64_t* set = unique != nullptr
                                 ? static_cast<const uint64_t*>(d.scratch(
                                       Scratch::kDeferSet, created_set_slots_ * 12, stream))
                                 : nullptr;
@@ -552,22 +552,15 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kCallNew, n * 8, stream));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kCallStatus, TierDevice::kStageWords * 8, stream));
-  // The distinct missed keys: hashed into a set (their index kept there for the repeats and
-  // the rows out), or sorted.
-  const size_t set_slots = caching_.stage_distinct_by_hash ? detail::staged_set_slots(n) : 0;
-  uint64_t* set = set_slots > 0 ? static_cast<uint64_t*>(d.scratch(
-                                      Scratch::kCallSet, detail::staged_set_bytes(n), stream))
-                                : nullptr;
+  // The distinct missed keys, hashed into a set (their index kept there for the repeats and
+  // the rows out).
+  const size_t set_slots = detail::staged_set_slots(n);
+  auto* set =
+      static_cast<uint64_t*>(d.scratch(Scratch::kCallSet, detail::staged_set_bytes(n), stream));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, set,
+                   set_slots, stream);
   uint64_t w[TierDevice::kStageWords] = {};
-  // A missed key outside the predicted bits: sorted again on the widened ones (rare: the keys'
-  // range grew).
-  for (int pass = 0; pass < 2; ++pass) {
-    d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n,
-                     set != nullptr ? detail::KeyBits{} : stage_key_bits(), fresh, status, stream,
-                     set, set_slots);
-    d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
-    if (!learn_key_bits(w) || w[TierDevice::kStageWhy] != TierDevice::kKeyRange) break;
-  }
+  d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
   const size_t u = w[TierDevice::kStageDistinct];
   if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
     if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
@@ -591,17 +584,16 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   size_t evicted = 0;
   // Rows out: the hits' now, from where the lookup found them (the insert may push one out: a
   // bucket with more of the call's keys than slots), the new keys' from the rows drawn for them,
-  // with no second lookup (legacy_passes_: a second lookup after the insert).
-  const bool rows_before = copy_out && !legacy_passes_;
-  if (rows_before) d.copy_rows_out(n, ptrs, dim_, values, stream);
+  // with no second lookup.
+  if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
   const uint64_t* pinned = pinned_scores(n, stream);
   fast_->assign_scores(n, keys, pinned, stream);
   if (u > 0) {
     auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
     d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
-    if (rows_before)
+    if (copy_out)
       d.copy_new_rows(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, drows, dim_,
-                      values, stream, set, set_slots);
+                      values, set, set_slots, stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -648,10 +640,6 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
   } else {
     fast_->assign_scores(n, keys, call_scores, stream);
-    if (copy_out && !rows_before) {
-      if (u > 0) fast_->find_pointers(n, keys, ptrs, nullptr, nullptr, stream);
-      d.copy_rows_out(n, ptrs, dim_, values, stream);
-    }
     if (copy_out) {
       if (!went_down.empty()) {
         std::unordered_map<uint64_t, size_t> row_of;
@@ -674,8 +662,8 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   }
   if (founds != nullptr) {
     auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
-    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, stream, set,
-                   set_slots);
+    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, set,
+                   set_slots, stream);
     d.copy(founds, found, n, stream);
     if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
     if (!created.empty()) {
@@ -736,15 +724,11 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   auto* fresh = static_cast<uint64_t*>(d.scratch(Scratch::kDeferNew, n * 8, s));
   auto* status =
       static_cast<uint64_t*>(d.scratch(Scratch::kDeferStatus, TierDevice::kStageWords * 8, s));
-  // The distinct missed keys: hashed into a set (kept for the next call's founds), or sorted.
-  const size_t set_slots = caching_.stage_distinct_by_hash ? detail::staged_set_slots(n) : 0;
-  uint64_t* set =
-      set_slots > 0
-          ? static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, detail::staged_set_bytes(n), s))
-          : nullptr;
-  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap,
-                   set != nullptr ? detail::KeyBits{} : stage_key_bits(), fresh, status, s, set,
-                   set_slots);
+  // The distinct missed keys, hashed into a set (kept for the next call's founds).
+  const size_t set_slots = detail::staged_set_slots(n);
+  auto* set = static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, detail::staged_set_bytes(n), s));
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, fresh, status, set,
+                   set_slots, s);
   auto* rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
   d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer, dim_,
                          rows, s);
@@ -778,10 +762,8 @@ void CachedTable<K>::clear_created_on_device(size_t n, const K* keys, size_t cre
   detail::TierDevice& d = *device_;
   const auto* unique = static_cast<const uint64_t*>(
       d.scratch(Scratch::kDeferNew, created * sizeof(uint64_t), stream));
-  const uint64_t* set = created_set_slots_ > 0
-                            ? static_cast<const uint64_t*>(
-                                  d.scratch(Scratch::kDeferSet, created_set_slots_ * 12, stream))
-                            : nullptr;
+  const auto* set =
+      static_cast<const uint64_t*>(d.scratch(Scratch::kDeferSet, created_set_slots_ * 12, stream));
   d.clear_flags_of_staged(n, reinterpret_cast<const uint64_t*>(keys), unique, created, set,
                           created_set_slots_, founds, stream);
 }
@@ -801,7 +783,6 @@ void CachedTable<K>::settle_prefetch(StreamHandle stream) {
   d.wait(stream, detail::Mark::kPrefetchEnd);  // the caller's work comes after it
   uint64_t w[TierDevice::kStageWords] = {};
   d.take_words(w, TierDevice::kStageWords);  // waits for the prefetch (done by now, usually)
-  learn_key_bits(w);  // a key outside the sort's bits widens them for the next prefetch
   const uint64_t u = w[TierDevice::kStageDistinct];
   const uint64_t evicted = w[TierDevice::kStageEvicted];
   if (w[TierDevice::kStageInsert] != u) {  // nothing went in: the next call finds the misses

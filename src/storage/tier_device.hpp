@@ -14,7 +14,6 @@
 #include "dynemb/core/initializer.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
-#include "key_bits.hpp"
 
 namespace dynemb::storage::detail {
 
@@ -63,15 +62,12 @@ enum class Scratch : uint8_t {
   kDeferEvictedKeys,
   kDeferEvictedRows,
   kDeferEvictedScores,
-  kDeferSet,         // a prefetch left on the device: the set of its distinct missed keys
-  kStageCandidates,  // stage_new_keys: the batch with found keys masked, sorted, the run count
-  kStageSorted,
-  kStageCount,
-  kStageTemp,
-  kCallNew,  // a find_or_insert whose misses are all new: their keys, status, first positions
+  kDeferSet,    // a prefetch left on the device: the set of its distinct missed keys
+  kStageCount,  // stage_new_keys: its distinct keys' count
+  kCallNew,     // a find_or_insert whose misses are all new: their keys, status, first positions
   kCallStatus,
   kCallFirst,
-  kCallSet,  // ... the set of its distinct missed keys (stage_distinct_by_hash)
+  kCallSet,  // ... the set of its distinct missed keys
   kCount
 };
 
@@ -186,13 +182,12 @@ class TierDevice {
   virtual void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
                             float* values, StreamHandle stream) = 0;
   // values + i * dim = row k of `rows` (dim floats each) where found[i] is false and keys[i] is
-  // sorted[k] (sorted ascending, k < u); all in the fast table's memory, ordered on `stream`.
-  // With `set` (stage_new_keys' set of these keys, set_slots slots): k found there, sorted then
-  // being stage_new_keys' unique list in any order.
+  // unique[k], k < u (stage_new_keys' list and set); all in the fast table's memory, ordered on
+  // `stream`.
   virtual void copy_new_rows(size_t n, const uint64_t* keys, const bool* found,
-                             const uint64_t* sorted, size_t u, const float* rows, uint32_t dim,
-                             float* values, StreamHandle stream, const uint64_t* set = nullptr,
-                             size_t set_slots = 0) = 0;
+                             const uint64_t* unique, size_t u, const float* rows, uint32_t dim,
+                             float* values, const uint64_t* set, size_t set_slots,
+                             StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;
@@ -200,8 +195,8 @@ class TierDevice {
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
   // count_missing, and (founds not null) founds[i] = found[i] except for the keys among
-  // stage_new_keys' u distinct keys `created` (with its `set` when it hashed them), in one pass
-  // over the batch (a trusted address call's outputs).
+  // stage_new_keys' u distinct keys `created` (its list and set), in one pass over the batch (a
+  // trusted address call's outputs).
   virtual void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
                               const uint64_t* created, size_t u, const uint64_t* set,
                               size_t set_slots, StreamHandle stream) = 0;
@@ -211,43 +206,35 @@ class TierDevice {
   static constexpr uint64_t kReservedMissed = 1;  // a missed key is reserved
   static constexpr uint64_t kMaybeBelow = 2;      // the filter may hold a missed key below
   static constexpr uint64_t kOverCap = 4;         // more distinct missed keys than `cap`
-  static constexpr uint64_t kKeyRange = 8;  // a missed key outside the sort's KeyBits (or its top)
   // Indices of stage_new_keys' status words.
-  static constexpr size_t kStageDistinct = 0;    // distinct usable missed keys
-  static constexpr size_t kStageInsert = 1;      // how many to insert on the device (all or 0)
-  static constexpr size_t kStageWhy = 2;         // why none (bits above)
-  static constexpr size_t kStageEvicted = 3;     // left for insert_and_evict_counted's count
-  static constexpr size_t kStageMissed = 4;      // missed positions (copies and reserved included)
-  static constexpr size_t kStageKeysOr = 5;      // the OR of the batch's keys
-  static constexpr size_t kStageKeysNotAnd = 6;  // the OR of their complements (~ their AND)
-  static constexpr size_t kStageWords = 7;
-  // The distinct keys at the positions i < n where found[i] is false (8-byte bit patterns),
-  // ascending, into unique[0, u) (unique holds n entries), with status (kStageWords words) as
-  // above: status[kStageInsert] = u when none is reserved, the filter (if any) holds none of them,
-  // u <= cap and every missed key lies in `bits` (agrees with bits.common outside [begin, end)
-  // and is not the top value of that range, which the sort gives the found positions), else 0.
-  // The sort looks at bits [begin, end) only. Everything stays in the fast table's memory:
-  // nothing is read back. With `set` (staged_set_bytes(n) bytes of the fast table's memory,
-  // set_slots = staged_set_slots(n) slots): the distinct keys are gathered by hashing them into
-  // `set` instead of sorting, unique[0, u) then in any order (pass all bits: nothing to
-  // predict), and `set` left, with each key's index in unique, for clear_flags_of_staged,
-  // mark_repeats and copy_new_rows (the CPU sorts either way).
+  static constexpr size_t kStageDistinct = 0;  // distinct usable missed keys
+  static constexpr size_t kStageInsert = 1;    // how many to insert on the device (all or 0)
+  static constexpr size_t kStageWhy = 2;       // why none (bits above)
+  static constexpr size_t kStageEvicted = 3;   // left for insert_and_evict_counted's count
+  static constexpr size_t kStageMissed = 4;    // missed positions (copies and reserved included)
+  static constexpr size_t kStageWords = 5;
+  // The distinct keys at the positions i < n where found[i] is false (8-byte bit patterns) into
+  // unique[0, u) (unique holds n entries), gathered by hashing them into `set`
+  // (staged_set_bytes(n) bytes, set_slots = staged_set_slots(n)): unique in any order on CUDA
+  // (ascending on the CPU, which leaves `set` alone), each key's index in unique kept in the set
+  // for clear_flags_of_staged, mark_repeats, copy_new_rows and trusted_founds; with status
+  // (kStageWords words) as above: status[kStageInsert] = u when none is reserved, the filter (if
+  // any) holds none of them and u <= cap, else 0. Everything stays in the fast table's memory:
+  // nothing is read back.
   virtual void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                              const KeyBits& bits, uint64_t* unique, uint64_t* status,
-                              StreamHandle stream, uint64_t* set = nullptr,
-                              size_t set_slots = 0) = 0;
-  // flags[i] = false where keys[i] is one of the u keys stage_new_keys gathered into unique (and
-  // `set`, when it was given one); ordered on `stream`.
+                              uint64_t* unique, uint64_t* status, uint64_t* set, size_t set_slots,
+                              StreamHandle stream) = 0;
+  // flags[i] = false where keys[i] is one of the u keys stage_new_keys gathered into unique and
+  // set; ordered on `stream`.
   virtual void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique,
                                      size_t u, const uint64_t* set, size_t set_slots, bool* flags,
                                      StreamHandle stream) = 0;
   // For each i < n with found[i] false: found[i] = whether keys[i] occurs at an earlier position
-  // (every such key is one of sorted[0, u), ascending); `first` is scratch of u entries. All in the
-  // fast table's memory, ordered on `stream`.
-  // With `set` (as copy_new_rows'): the keys are looked up there, sorted in any order.
-  virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted,
-                            size_t u, uint32_t* first, StreamHandle stream,
-                            const uint64_t* set = nullptr, size_t set_slots = 0) = 0;
+  // (every such key is one of stage_new_keys' u keys, its list `unique` and set); `first` is
+  // scratch of u entries. All in the fast table's memory, ordered on `stream`.
+  virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* unique,
+                            size_t u, uint32_t* first, const uint64_t* set, size_t set_slots,
+                            StreamHandle stream) = 0;
   // Rows j < min(*count, cap) of `rows` (dim words each) = the initializer's rows of keys[j]
   // (count, keys and rows in the fast table's memory); ordered on `stream`.
   virtual void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,

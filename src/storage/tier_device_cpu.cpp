@@ -177,27 +177,21 @@ class CpuTierDevice final : public TierDevice {
     clear_flags_of(n, keys, unique, u, flags, stream);  // unique is sorted here
   }
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                      const KeyBits& bits, uint64_t* unique, uint64_t* status, StreamHandle,
-                      uint64_t*, size_t) override {
+                      uint64_t* unique, uint64_t* status, uint64_t*, size_t,
+                      StreamHandle) override {
     size_t u = 0;
     uint64_t why = 0;
-    uint64_t missed = 0, any = 0, not_every = 0;
+    uint64_t missed = 0;
     for (size_t i = 0; i < n; ++i) {
-      const bool reserved = keys[i] >= kFirstReservedKey;
-      if (!reserved) {  // a reserved key never goes in: it widens no prediction
-        any |= keys[i];
-        not_every |= ~keys[i];
-      }
       if (found[i]) continue;
       ++missed;
-      if (reserved) {
+      if (keys[i] >= kFirstReservedKey) {
         why |= kReservedMissed;
         continue;
       }
-      if (!bits.holds(keys[i])) why |= kKeyRange;  // as the device's sort would see it
       unique[u++] = keys[i];
     }
-    std::sort(unique, unique + u);
+    std::sort(unique, unique + u);  // sorted: the lookups after are binary searches
     u = static_cast<size_t>(std::unique(unique, unique + u) - unique);
     for (size_t k = 0; k < u && !filter_.empty(); ++k)
       if (filter_may_hold(filter_.data(), filter_log2_, unique[k])) why |= kMaybeBelow;
@@ -207,12 +201,11 @@ class CpuTierDevice final : public TierDevice {
     status[kStageWhy] = why;
     status[kStageEvicted] = 0;
     status[kStageMissed] = missed;
-    status[kStageKeysOr] = any;
-    status[kStageKeysNotAnd] = not_every;
   }
+  // Here stage_new_keys' list is sorted: keys are looked up in it (the set is not used).
   void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
-                     size_t u, const float* rows, uint32_t dim, float* values, StreamHandle,
-                     const uint64_t*, size_t) override {  // sorted here either way
+                     size_t u, const float* rows, uint32_t dim, float* values, const uint64_t*,
+                     size_t, StreamHandle) override {
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;
       const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
@@ -222,7 +215,7 @@ class CpuTierDevice final : public TierDevice {
     }
   }
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
-                    uint32_t*, StreamHandle, const uint64_t*, size_t) override {
+                    uint32_t*, const uint64_t*, size_t, StreamHandle) override {
     std::vector<uint8_t> seen(u, 0);
     for (size_t i = 0; i < n; ++i) {
       if (found[i]) continue;

@@ -21,7 +21,6 @@ namespace dynemb::storage {
 namespace detail {
 class TierDevice;
 class PhaseClock;
-struct KeyBits;
 }  // namespace detail
 
 // Host wall time of the caching table's device-path calls (find_or_insert*, prefetch*), by phase,
@@ -61,13 +60,6 @@ struct CachingOptions {
   // memory and takes about 16 * keys * dim + 300 * keys bytes of the fast table's memory
   // (docs/storage.md, "Buffers reserved at construction").
   uint64_t max_call_keys = 0;
-  // A prefetch staged on the device sorts its missed keys on the bits the keys seen so far differ
-  // in (predicted from earlier batches, checked on the device) instead of all 64; false sorts
-  // all 64 bits (docs/storage.md, "A prefetch staged on the device").
-  bool stage_sort_key_bits = true;
-  // A prefetch or call staged on the device gathers its distinct missed keys by hashing them into
-  // a set (one pass) instead of sorting them; false sorts them (docs/storage.md).
-  bool stage_distinct_by_hash = true;
 };
 
 // Counts of a caching table, per tier (cumulative since construction; pending_rows is now).
@@ -105,12 +97,9 @@ struct CachingStats {
   uint64_t lower_wait_ns = 0;          // time spent waiting for the lower tier
   uint64_t buffer_growths = 0;  // buffers of the device path allocated or grown after construction
                                 // (none for calls within CachingOptions::max_call_keys)
-  uint64_t stage_key_range_misses = 0;  // staged calls and prefetches whose missed keys fell
-                                        // outside the predicted key bits (sorted again or
-                                        // fallen back; CachingOptions::stage_sort_key_bits)
-  CachingPhaseTimes phases{};           // the device path's time by phase
-  TableStats fast{};                    // the fast table's own counts
-  StorageStats lower{};                 // the lower tier's own counts
+  CachingPhaseTimes phases{};   // the device path's time by phase
+  TableStats fast{};            // the fast table's own counts
+  StorageStats lower{};         // the lower tier's own counts
 };
 
 // A Table whose rows live in two tiers: the fast table and a Storage below it. Every stored key
@@ -271,11 +260,6 @@ class CachedTable final : public Table<K> {
   // Sizes every buffer of the device path for calls of up to n keys
   // (CachingOptions::max_call_keys).
   void reserve_buffers(size_t n);
-  // The bits stage_new_keys sorts on: the keys seen so far, or all 64 (stage_sort_key_bits off).
-  detail::KeyBits stage_key_bits() const;
-  // Learns the keys of a staged pass from its status words; true when a missed key fell outside
-  // the bits its sort looked at (they are widened for the next pass).
-  bool learn_key_bits(const uint64_t* status);
   // settle_prefetch for the const readers (size, capacity, stats): a lower-tier failure leaves the
   // rows pending and is not thrown here.
   void settle_for_reading(StreamHandle stream) const;
@@ -354,21 +338,17 @@ class CachedTable final : public Table<K> {
     bool active = false;
     size_t n = 0;          // its batch's keys
     size_t cap = 0;        // rows it could insert
-    size_t set_slots = 0;  // words of its set of missed keys (kDeferSet; 0: sorted instead)
+    size_t set_slots = 0;  // slots of its set of missed keys (kDeferSet)
   };
   DeviceStage stage_{};
   size_t stage_cap_ = 4096;          // rows a prefetch left on the device can insert (grows to fit)
   uint32_t stage_backoff_ = 0;       // prefetch_steps to take the host path after one fell back
   uint32_t stage_call_backoff_ = 0;  // calls to list their misses on the host after one fell back
   size_t created_on_device_ = 0;     // keys the last device prefetch created (kDeferNew)
-  size_t created_set_slots_ = 0;     // ... in its set (kDeferSet), or 0: sorted
-  // The keys the staged passes have seen (their OR and AND), from which the bits their sort looks
-  // at are predicted; `key_bits_extra_` widens that range after a key equal to its top value.
-  uint64_t keys_or_ = 0, keys_and_ = ~0ull;
-  int key_bits_extra_ = 0;
-  uint64_t growths_at_start_ = 0;  // the device side's buffer growths once constructed
-  // DYNEMB_CACHING_LEGACY_PASSES set: the passes before this round's changes (a second lookup for
-  // a staged find_or_insert's rows out), for A/B runs only.
+  size_t created_set_slots_ = 0;     // ... in its set (kDeferSet)
+  uint64_t growths_at_start_ = 0;    // the device side's buffer growths once constructed
+  // DYNEMB_CACHING_LEGACY_PASSES set: a trusted call's founds in three passes, as before
+  // trusted_founds (for an A/B run only; to be removed).
   bool legacy_passes_ = false;
 
   // export_batch's position in the lower tier's scan.

@@ -452,7 +452,7 @@ class DynamicEmbModule(nn.Module):
         on the device / that listed them on the host), prefetch_refused, lower_failures,
         pending_rows, lower_wait_ns, buffer_growths (device-path buffers grown after the table
         was built: none for lookups within DynamicEmbTableOptions.max_call_keys),
-        stage_key_range_misses, lower_evicted (rows the lower tier's own policy dropped),
+        lower_evicted (rows the lower tier's own policy dropped),
         phases (host ns of the device-path calls by phase: calls, lookup_ns, misses_ns,
         lower_read_ns, insert_ns, evicted_ns, write_down_ns, outputs_ns, total_ns), fast (the
         fast table's TableStats), lower (the lower tier's Storage.stats()), fast_size,

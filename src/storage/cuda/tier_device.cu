@@ -145,20 +145,15 @@ __device__ void copy_row_by_warp(const float* src, uint32_t dim, float* dst, uin
 
 // values + at(j) * dim = *rows[j] for rows[j] != nullptr, j < m, where at(j) = positions[j], or j
 // without positions: a warp per row.
-// (legacy_copies: 4 bytes a lane always, DYNEMB_CACHING_LEGACY_PASSES.)
 __global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* const* rows,
-                                 uint32_t dim, float* values, bool legacy_copies) {
+                                 uint32_t dim, float* values) {
   const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
   const uint32_t lane = threadIdx.x % 32;
   for (size_t j = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; j < m; j += warps) {
     const float* row = rows[j];
     if (row == nullptr) continue;
     float* out = values + (positions != nullptr ? size_t{positions[j]} : j) * dim;
-    if (legacy_copies) {
-      for (uint32_t c = lane; c < dim; c += 32) out[c] = row[c];
-    } else {
-      copy_row_by_warp(row, dim, out, lane);
-    }
+    copy_row_by_warp(row, dim, out, lane);
   }
 }
 
@@ -210,18 +205,6 @@ __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t*
   initial_rows_by_warp(first, m, keys, init, dim, rows);
 }
 
-// The block-per-row form, a thread a word (DYNEMB_CACHING_LEGACY_PASSES: for A/B runs only).
-__global__ void initial_rows_by_block_kernel(const uint64_t* count, size_t first, size_t m,
-                                             const uint64_t* keys, InitializerOptions init,
-                                             uint32_t dim, uint32_t* rows) {
-  if (count != nullptr && *count < m) m = *count;
-  for (size_t j = first + blockIdx.x; j < m; j += gridDim.x) {
-    const uint64_t key = keys[j];
-    for (uint32_t w = threadIdx.x; w < dim; w += blockDim.x)
-      rows[j * dim + w] = initial_word(init, key, w);
-  }
-}
-
 // Blocks for a warp-per-row launch over `rows` rows (striding when there are more).
 unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(
@@ -235,48 +218,6 @@ constexpr unsigned kCountedRowBlocks = 2048;
 __global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, uint32_t* rows) {
   initial_rows_by_warp(0, *count < cap ? *count : cap, keys, init, dim, rows);
-}
-
-// candidates[i] = keys[i] where found[i] is false, else the sort's filler (sorted last, dropped
-// after); a missed reserved key, or one outside the sort's bits, is flagged in status; the OR of
-// the keys and of their complements go to status too (the next batches' bits).
-__global__ void stage_candidates_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                        KeyBits bits, uint64_t* candidates,
-                                        unsigned long long* status) {
-  const uint64_t filler = bits.filler();
-  unsigned long long missed = 0, any = 0, not_every = 0, why = 0;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const uint64_t key = keys[i];
-    const bool reserved = key >= kFirstReservedKey;
-    if (!reserved) {  // a reserved key never goes in: it widens no prediction
-      any |= key;
-      not_every |= ~key;
-    }
-    if (found[i]) {
-      candidates[i] = filler;
-      continue;
-    }
-    ++missed;
-    candidates[i] = key;
-    if (reserved) {
-      why |= TierDevice::kReservedMissed;
-    } else if (!bits.holds(key)) {
-      why |= TierDevice::kKeyRange;
-    }
-  }
-  // One atomic a warp per word (one a thread serialized on a word: 25 us for 65K keys on an H100).
-  for (int offset = 16; offset > 0; offset /= 2) {
-    missed += __shfl_down_sync(~0u, missed, offset);
-    any |= __shfl_down_sync(~0u, any, offset);
-    not_every |= __shfl_down_sync(~0u, not_every, offset);
-    why |= __shfl_down_sync(~0u, why, offset);
-  }
-  if (threadIdx.x % 32 != 0) return;
-  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
-  if (any != 0) atomicOr(status + TierDevice::kStageKeysOr, any);
-  if (not_every != 0) atomicOr(status + TierDevice::kStageKeysNotAnd, not_every);
-  if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
 }
 
 // A set of distinct keys hashed into `slots` words (a power of two; ~0, a reserved key, marks an
@@ -309,12 +250,13 @@ __device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
 }
 
 // The distinct missed keys of the batch into the set, each appended to unique[*count] by the
-// thread that put it there (the count taken once a warp); the status words as
-// stage_candidates_kernel's (no key bits: nothing is sorted).
+// thread that put it there (the count taken once a warp: one atomic a thread serialized on one
+// word took 25 us for 65K keys on an H100), with the missed positions counted and a missed
+// reserved key flagged in status.
 __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found,
                                   unsigned long long* set, size_t slots, uint64_t* unique,
                                   uint32_t* count, unsigned long long* status) {
-  unsigned long long missed = 0, any = 0, not_every = 0, why = 0;
+  unsigned long long missed = 0, why = 0;
   const uint32_t lane = threadIdx.x % 32;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
@@ -325,10 +267,6 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
     if (i < n) {
       key = keys[i];
       const bool reserved = key >= kFirstReservedKey;
-      if (!reserved) {
-        any |= key;
-        not_every |= ~key;
-      }
       if (!found[i]) {
         ++missed;
         if (reserved) {
@@ -360,14 +298,10 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     missed += __shfl_down_sync(~0u, missed, offset);
-    any |= __shfl_down_sync(~0u, any, offset);
-    not_every |= __shfl_down_sync(~0u, not_every, offset);
     why |= __shfl_down_sync(~0u, why, offset);
   }
   if (lane != 0) return;
   if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
-  if (any != 0) atomicOr(status + TierDevice::kStageKeysOr, any);
-  if (not_every != 0) atomicOr(status + TierDevice::kStageKeysNotAnd, not_every);
   if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
 }
 
@@ -393,52 +327,47 @@ __device__ size_t sorted_index(const uint64_t* sorted, size_t u, uint64_t key) {
   return lo < u && sorted[lo] == key ? lo : u;
 }
 
-// The index of `key` among stage_new_keys' u distinct keys: in `set` when there is one (any
-// order), else by a binary search of `sorted`; u when absent.
-__device__ size_t staged_index(const uint64_t* sorted, size_t u, const uint64_t* set, size_t slots,
-                               uint64_t key) {
-  if (set == nullptr) return sorted_index(sorted, u, key);
+// The index of `key` among stage_new_keys' u distinct keys (found in its set), or u when absent.
+__device__ size_t staged_index(size_t u, const uint64_t* set, size_t slots, uint64_t key) {
   if (key >= kFirstReservedKey) return u;  // ~0 marks an empty slot
   const size_t pos = set_find(set, slots, key);
   return pos < slots ? set_index(set, slots)[pos] : u;
 }
 
-// first[k] = the first missed position of sorted[k] (first starts at ~0).
-__global__ void first_positions_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                       const uint64_t* sorted, size_t u, const uint64_t* set,
-                                       size_t slots, uint32_t* first) {
+// first[k] = the first missed position of the k-th staged key (first starts at ~0).
+__global__ void first_positions_kernel(size_t n, const uint64_t* keys, const bool* found, size_t u,
+                                       const uint64_t* set, size_t slots, uint32_t* first) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     if (found[i]) continue;
-    const size_t k = staged_index(sorted, u, set, slots, keys[i]);
+    const size_t k = staged_index(u, set, slots, keys[i]);
     if (k < u) atomicMin(first + k, static_cast<uint32_t>(i));
   }
 }
 
 // found[i] = true at a missed position that is not its key's first.
-__global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
-                                    const uint64_t* sorted, size_t u, const uint64_t* set,
-                                    size_t slots, const uint32_t* first) {
+__global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found, size_t u,
+                                    const uint64_t* set, size_t slots, const uint32_t* first) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     if (found[i]) continue;
-    const size_t k = staged_index(sorted, u, set, slots, keys[i]);
+    const size_t k = staged_index(u, set, slots, keys[i]);
     if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
   }
 }
 
-// values + i * dim = row k of rows where found[i] is false and keys[i] = sorted[k]: a thread
-// finds a position's row, its warp copies the rows its lanes found, one after another.
-__global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                     const uint64_t* sorted, size_t u, const uint64_t* set,
-                                     size_t slots, const float* rows, uint32_t dim, float* values) {
+// values + i * dim = row k of rows where found[i] is false and keys[i] is the k-th staged key: a
+// thread finds a position's row, its warp copies the rows its lanes found, one after another.
+__global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool* found, size_t u,
+                                     const uint64_t* set, size_t slots, const float* rows,
+                                     uint32_t dim, float* values) {
   const uint32_t lane = threadIdx.x % 32;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   // Whole warps take each turn (the copy needs every lane), some past n.
   const size_t end = (n + 31) / 32 * 32;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
     size_t k = u;
-    if (i < n && !found[i]) k = staged_index(sorted, u, set, slots, keys[i]);
+    if (i < n && !found[i]) k = staged_index(u, set, slots, keys[i]);
     uint32_t todo = __ballot_sync(~0u, k < u);
     while (todo != 0) {
       const int from = __ffs(todo) - 1;
@@ -450,17 +379,11 @@ __global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool*
   }
 }
 
-// The distinct candidates without the filler: unique[0, u), u = *count less a last filler.
-__device__ size_t staged_distinct(const uint32_t* count, const uint64_t* unique, uint64_t filler) {
-  const size_t m = *count;
-  return m > 0 && unique[m - 1] == filler ? m - 1 : m;
-}
-
 // Flags status when the filter may hold one of the distinct missed keys below.
-__global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* unique, uint64_t filler,
+__global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* unique,
                                     const unsigned long long* words, uint32_t log2_bits,
                                     unsigned long long* status) {
-  const size_t u = staged_distinct(count, unique, filler);
+  const size_t u = *count;
   for (size_t k = blockIdx.x * size_t{blockDim.x} + threadIdx.x; k < u;
        k += size_t{gridDim.x} * blockDim.x)
     if (filter_may_hold(reinterpret_cast<const uint64_t*>(words), log2_bits, unique[k]))
@@ -468,9 +391,8 @@ __global__ void stage_filter_kernel(const uint32_t* count, const uint64_t* uniqu
 }
 
 // One thread: the status words (TierDevice::stage_new_keys).
-__global__ void stage_status_kernel(const uint32_t* count, const uint64_t* unique, uint64_t filler,
-                                    size_t cap, unsigned long long* status) {
-  const size_t u = staged_distinct(count, unique, filler);
+__global__ void stage_status_kernel(const uint32_t* count, size_t cap, unsigned long long* status) {
+  const size_t u = *count;
   unsigned long long why = status[TierDevice::kStageWhy];
   if (u > cap) why |= TierDevice::kOverCap;
   status[TierDevice::kStageDistinct] = u;
@@ -535,16 +457,14 @@ __global__ void last_positions_kernel(size_t n, const uint64_t* keys, const uint
 
 // *missing += the i < n with found[i] false; founds[i] = found[i] but for the created keys.
 __global__ void trusted_founds_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                      bool* founds, const uint64_t* created, size_t u,
-                                      const uint64_t* set, size_t slots,
+                                      bool* founds, size_t u, const uint64_t* set, size_t slots,
                                       unsigned long long* missing) {
   unsigned long long mine = 0;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     const bool f = found[i];
     mine += f ? 0 : 1;
-    if (founds != nullptr)
-      founds[i] = f && !(u > 0 && staged_index(created, u, set, slots, keys[i]) < u);
+    if (founds != nullptr) founds[i] = f && !(u > 0 && staged_index(u, set, slots, keys[i]) < u);
   }
   for (int offset = 16; offset > 0; offset /= 2) mine += __shfl_down_sync(~0u, mine, offset);
   if (threadIdx.x % 32 == 0 && mine != 0) atomicAdd(missing, mine);
@@ -663,14 +583,12 @@ class CudaTierDevice final : public TierDevice {
          {Scratch::kMissPositions, Scratch::kMissOrder, Scratch::kSortedOrder, Scratch::kRuns,
           Scratch::kMissIndex, Scratch::kMissFirst, Scratch::kMissLast})
       buffer(s4, n * 4);
-    for (const Scratch s8 : {Scratch::kMissKeys, Scratch::kSortedKeys, Scratch::kMissUnique,
-                             Scratch::kStageCandidates, Scratch::kStageSorted})
+    for (const Scratch s8 : {Scratch::kMissKeys, Scratch::kSortedKeys, Scratch::kMissUnique})
       buffer(s8, n * 8);
     buffer(Scratch::kMissCount, 8);
     buffer(Scratch::kStageCount, 8);
     buffer(Scratch::kMissMaybe, n);
     buffer(Scratch::kSelectTemp, miss_temp_bytes(n, as_stream(stream)));
-    buffer(Scratch::kStageTemp, stage_temp_bytes(n, KeyBits{}, as_stream(stream)));
     // Pinned staging: the keys, scores and positions a call copies each way (list_misses reads
     // back 25 bytes a missed position), for the prefetch stream, the default stream and the
     // first other one.
@@ -949,13 +867,6 @@ class CudaTierDevice final : public TierDevice {
                          StreamHandle stream) override {
     if (first >= m) return;
     core::cuda::DeviceGuard guard(device_);
-    if (legacy_) {
-      initial_rows_by_block_kernel<<<std::clamp<size_t>(m - first, 1, 65535), kBlock, 0,
-                                     as_stream(stream)>>>(nullptr, first, m, keys, init, dim,
-                                                          reinterpret_cast<uint32_t*>(rows));
-      check_launch("CachedTable: initial rows");
-      return;
-    }
     initial_rows_from_kernel<<<blocks_for_rows(m - first), kBlock, 0, as_stream(stream)>>>(
         first, m, keys, init, dim, reinterpret_cast<uint32_t*>(rows));
     check_launch("CachedTable: initial rows");
@@ -966,7 +877,7 @@ class CudaTierDevice final : public TierDevice {
     if (m == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_kernel<<<blocks_for(m * 32), kBlock, 0, as_stream(stream)>>>(m, positions, rows, dim,
-                                                                           values, legacy_);
+                                                                           values);
     check_launch("CachedTable: copy rows to positions");
   }
 
@@ -1056,13 +967,13 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: initial rows");
   }
 
-  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
-                     size_t u, const float* rows, uint32_t dim, float* values, StreamHandle stream,
-                     const uint64_t* set, size_t set_slots) override {
+  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t*, size_t u,
+                     const float* rows, uint32_t dim, float* values, const uint64_t* set,
+                     size_t set_slots, StreamHandle stream) override {
     if (n == 0 || u == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_new_rows_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(
-        n, keys, found, sorted, u, set, set_slots, rows, dim, values);
+        n, keys, found, u, set, set_slots, rows, dim, values);
     check_launch("CachedTable: copy new rows");
   }
 
@@ -1071,7 +982,7 @@ class CudaTierDevice final : public TierDevice {
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, nullptr, rows, dim,
-                                                                           values, legacy_);
+                                                                           values);
     check_launch("CachedTable: copy rows out");
   }
 
@@ -1087,13 +998,13 @@ class CudaTierDevice final : public TierDevice {
   }
 
   void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
-                      const uint64_t* created, size_t u, const uint64_t* set, size_t set_slots,
+                      const uint64_t*, size_t u, const uint64_t* set, size_t set_slots,
                       StreamHandle stream) override {
     count_missing(0, found, stream);  // the running total exists
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     trusted_founds_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(
-        n, keys, found, founds, created, u, set, set_slots, count_device_);
+        n, keys, found, founds, u, set, set_slots, count_device_);
     check_launch("CachedTable: trusted founds");
   }
 
@@ -1107,10 +1018,9 @@ class CudaTierDevice final : public TierDevice {
     return total;
   }
 
-  void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique, size_t u,
+  void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t*, size_t u,
                              const uint64_t* set, size_t set_slots, bool* flags,
                              StreamHandle stream) override {
-    if (set == nullptr) return clear_flags_of(n, keys, unique, u, flags, stream);
     if (n == 0 || u == 0) return;
     core::cuda::DeviceGuard guard(device_);
     clear_flags_in_set_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, keys, set,
@@ -1119,67 +1029,39 @@ class CudaTierDevice final : public TierDevice {
   }
 
   void stage_new_keys(size_t n, const uint64_t* keys, const bool* found, size_t cap,
-                      const KeyBits& bits, uint64_t* unique, uint64_t* status,
-                      StreamHandle stream_handle, uint64_t* set, size_t set_slots) override {
+                      uint64_t* unique, uint64_t* status, uint64_t* set, size_t set_slots,
+                      StreamHandle stream_handle) override {
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
     auto* st = reinterpret_cast<unsigned long long*>(status);
     check(cudaMemsetAsync(st, 0, kStageWords * sizeof(uint64_t), stream), "CachedTable: status");
     if (n == 0) return;
-    const auto buffer = [&](Scratch slot, size_t bytes) {
-      return scratch(slot, bytes, stream_handle);
-    };
-    auto* candidates = static_cast<uint64_t*>(buffer(Scratch::kStageCandidates, n * 8));
-    auto* sorted = static_cast<uint64_t*>(buffer(Scratch::kStageSorted, n * 8));
-    auto* count = static_cast<uint32_t*>(buffer(Scratch::kStageCount, 8));
-    if (set != nullptr) {  // hashed: no sort
-      check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
-      check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
-      stage_hash_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
-          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
-      check_launch("CachedTable: stage hash");
-      stage_checks(n, count, unique, ~0ull, cap, st, stream);
-      return;
-    }
-    stage_candidates_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, bits, candidates,
-                                                                  st);
-    check_launch("CachedTable: stage candidates");
-    // Only the bits the keys differ in (docs/storage.md): 40-bit keys take 5 passes, not 8.
-    size_t sort_bytes = 0, unique_bytes = 0;
-    void* temp =
-        buffer(Scratch::kStageTemp, stage_temp_bytes(n, bits, stream, &sort_bytes, &unique_bytes));
-    check(cub::DeviceRadixSort::SortKeys(temp, sort_bytes, candidates, sorted, static_cast<int>(n),
-                                         bits.begin, bits.end, stream),
-          "CachedTable: DeviceRadixSort::SortKeys");
-    check(cub::DeviceSelect::Unique(temp, unique_bytes, sorted, unique, count, static_cast<int>(n),
-                                    stream),
-          "CachedTable: DeviceSelect::Unique");
-    stage_checks(n, count, unique, bits.filler(), cap, st, stream);
-  }
-
-  // stage_new_keys' last passes: the filter asked about each distinct key, then the status.
-  void stage_checks(size_t n, const uint32_t* count, const uint64_t* unique, uint64_t filler,
-                    size_t cap, unsigned long long* st, cudaStream_t stream) {
+    auto* count = static_cast<uint32_t*>(scratch(Scratch::kStageCount, 8, stream_handle));
+    check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
+    check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
+    stage_hash_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+        n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
+    check_launch("CachedTable: stage hash");
     if (filter_ != nullptr) {
-      stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filler, filter_,
+      stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filter_,
                                                                 filter_log2_, st);
       check_launch("CachedTable: stage filter");
     }
-    stage_status_kernel<<<1, 1, 0, stream>>>(count, unique, filler, cap, st);
+    stage_status_kernel<<<1, 1, 0, stream>>>(count, cap, st);
     check_launch("CachedTable: stage status");
   }
 
-  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
-                    uint32_t* first, StreamHandle stream_handle, const uint64_t* set,
-                    size_t set_slots) override {
+  void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t*, size_t u,
+                    uint32_t* first, const uint64_t* set, size_t set_slots,
+                    StreamHandle stream_handle) override {
     if (n == 0 || u == 0) return;
     core::cuda::DeviceGuard guard(device_);
     const cudaStream_t stream = as_stream(stream_handle);
     check(cudaMemsetAsync(first, 0xFF, u * sizeof(uint32_t), stream), "CachedTable: first");
-    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, set,
-                                                                 set_slots, first);
-    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, sorted, u, set,
-                                                              set_slots, first);
+    first_positions_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, u, set, set_slots,
+                                                                 first);
+    mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, u, set, set_slots,
+                                                              first);
     check_launch("CachedTable: mark repeats");
   }
 
@@ -1188,13 +1070,6 @@ class CudaTierDevice final : public TierDevice {
                             StreamHandle stream) override {
     if (cap == 0) return;
     core::cuda::DeviceGuard guard(device_);
-    if (legacy_) {
-      initial_rows_by_block_kernel<<<std::clamp<size_t>(cap, 1, 65535), kBlock, 0,
-                                     as_stream(stream)>>>(count, 0, cap, keys, init, dim,
-                                                          reinterpret_cast<uint32_t*>(rows));
-      check_launch("CachedTable: initial rows (counted)");
-      return;
-    }
     // Blocks striding over the rows: sized for `cap`, most would start only to find no row.
     initial_rows_counted_kernel<<<std::min(blocks_for_rows(cap), kCountedRowBlocks), kBlock, 0,
                                   as_stream(stream)>>>(count, cap, keys, init, dim,
@@ -1305,25 +1180,6 @@ class CudaTierDevice final : public TierDevice {
     return std::max({select, sort, scan});
   }
 
-  // Scratch bytes of stage_new_keys' CUB passes over n keys sorted on `bits` (the sort's and the
-  // unique pass's, when asked).
-  static size_t stage_temp_bytes(size_t n, const KeyBits& bits, cudaStream_t stream,
-                                 size_t* sort_out = nullptr, size_t* unique_out = nullptr) {
-    size_t sort = 0, unique = 0;
-    const int items = static_cast<int>(n);
-    check(cub::DeviceRadixSort::SortKeys(nullptr, sort, static_cast<const uint64_t*>(nullptr),
-                                         static_cast<uint64_t*>(nullptr), items, bits.begin,
-                                         bits.end, stream),
-          "CachedTable: DeviceRadixSort::SortKeys (size)");
-    check(cub::DeviceSelect::Unique(nullptr, unique, static_cast<const uint64_t*>(nullptr),
-                                    static_cast<uint64_t*>(nullptr),
-                                    static_cast<uint32_t*>(nullptr), items, stream),
-          "CachedTable: DeviceSelect::Unique (size)");
-    if (sort_out != nullptr) *sort_out = sort;
-    if (unique_out != nullptr) *unique_out = unique;
-    return std::max(sort, unique);
-  }
-
   int device_;
   cudaStream_t side_ = nullptr;
   std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
@@ -1339,8 +1195,6 @@ class CudaTierDevice final : public TierDevice {
   std::map<StreamHandle, StreamStaging> staging_;
   std::array<Pinned, static_cast<size_t>(HostRows::kCount)> rows_;
   StreamStaging spare_;  // reserved staging for the first stream other than the prefetch's
-  // DYNEMB_CACHING_LEGACY_PASSES set: the block-per-row initial rows (A/B runs only).
-  bool legacy_ = std::getenv("DYNEMB_CACHING_LEGACY_PASSES") != nullptr;
   uint64_t growths_ = 0;
 };
 
