@@ -123,6 +123,7 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
     }
   }
   legacy_passes_ = std::getenv("DYNEMB_CACHING_LEGACY_PASSES") != nullptr;
+  rows_staged_ = std::getenv("DYNEMB_CACHING_ROWS_STAGED") != nullptr;
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();
 }
@@ -160,7 +161,8 @@ void CachedTable<K>::reserve_buffers(size_t n) {
       reserve({Scratch::kDeferKeys, Scratch::kDeferPointers, Scratch::kDeferCurrent,
                Scratch::kDeferNew, Scratch::kDeferEvictedKeys, Scratch::kDeferEvictedScores},
               n * 8);
-      reserve({Scratch::kDeferRows, Scratch::kDeferEvictedRows}, rows);
+      reserve({Scratch::kDeferEvictedRows}, rows);
+      if (rows_staged_) reserve({Scratch::kDeferRows}, rows);
       reserve({Scratch::kDeferFound}, n);
       reserve({Scratch::kDeferSet}, detail::staged_set_bytes(n));
       reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);

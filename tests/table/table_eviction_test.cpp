@@ -181,6 +181,62 @@ TYPED_TEST(TableEvictionTest, InsertAndEvictAcceptsNullValueAndScoreOutputs) {
   EXPECT_EQ(h.download(ek, 1)[0], b.victim());
 }
 
+// insert_and_evict_counted without values: the first *count keys go in with the initializer's
+// rows (drawn by the table), the victim leaves with its row, a refused key with the initializer's
+// row and its score; keys past the count are not touched.
+TYPED_TEST(TableEvictionTest, InsertAndEvictCountedWithoutValuesInsertsInitialRows) {
+  using K = typename TestFixture::Key;
+  TestRng rng;
+  TableOptions o = tiny_options();
+  o.initializer.kind = InitializerKind::kUniform;
+  o.initializer.seed = rng.next();
+  auto h = this->make(o);
+  FullBucket<K> b1 = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
+  FullBucket<K> b2;
+  b2.bucket = (b1.bucket + 1) % h.num_buckets();
+  b2.scores = distinct_scores(rng, 16, 100, 1000);
+  b2.keys = keys_in_bucket<K>(rng, b2.bucket, h.num_buckets(), 16);
+  h.insert_or_assign(b2.keys, value_rows(b2.keys, h.dim()), b2.scores);
+  std::set<K> used(b1.keys.begin(), b1.keys.end());
+  used.insert(b2.keys.begin(), b2.keys.end());
+  const K evictor = keys_in_bucket<K>(rng, b1.bucket, h.num_buckets(), 1, used)[0];
+  const K refused = keys_in_bucket<K>(rng, b2.bucket, h.num_buckets(), 1, used)[0];
+  const auto free_keys =
+      keys_in_bucket<K>(rng, (b1.bucket + 2) % h.num_buckets(), h.num_buckets(), 2, used);
+  // The last key is past the count.
+  const std::vector<K> batch{free_keys[0], evictor, refused, free_keys[1]};
+  const std::vector<uint64_t> scores{1, 2000, b2.lowest_score() - 1, 1};
+  auto k = h.upload(batch);
+  auto sc = h.upload(scores);
+  auto count = h.upload(std::vector<uint64_t>{3});
+  auto ek = h.filled(batch.size(), K{0});
+  auto ev = h.filled(batch.size() * h.dim(), 0.0f);
+  auto es = h.filled(batch.size(), uint64_t{0});
+  auto evicted = h.filled(1, uint64_t{0});
+  h->insert_and_evict_counted(batch.size(), count.data(), k.data(), nullptr, sc.data(), ek.data(),
+                              ev.data(), es.data(), evicted.data());
+  ASSERT_EQ(h.download(evicted, 1)[0], 2u);
+  const auto keys_out = h.download(ek, 2);
+  const auto rows_out = h.download(ev, 2 * h.dim());
+  const auto scores_out = h.download(es, 2);
+  Snapshot<K> out;
+  for (size_t e = 0; e < 2; ++e)
+    out[keys_out[e]] = Entry{row_at(rows_out, e, h.dim()), scores_out[e]};
+  const K victim = b1.victim();
+  EXPECT_EQ(out, (Snapshot<K>{
+                     {victim, Entry{value_row(victim, h.dim()), b1.lowest_score()}},
+                     {refused, Entry{initial_row(o.initializer, refused, h.dim()), scores[2]}}}));
+  Snapshot<K> want = b1.contents(h.dim());
+  const Snapshot<K> second = b2.contents(h.dim());
+  want.insert(second.begin(), second.end());
+  want.erase(victim);
+  want[free_keys[0]] = Entry{initial_row(o.initializer, free_keys[0], h.dim()), scores[0]};
+  want[evictor] = Entry{initial_row(o.initializer, evictor, h.dim()), scores[1]};
+  EXPECT_EQ(h.snapshot(), want) << "the counted keys with their initial rows, the last untouched";
+  EXPECT_EQ(h->stats().evictions, 1u);
+  EXPECT_EQ(h->stats().refused, 1u);
+}
+
 TYPED_TEST(TableEvictionTest, FindOrInsertGivesARefusedKeyItsInitializerRow) {
   using K = typename TestFixture::Key;
   TestRng rng;

@@ -350,6 +350,9 @@ class CachedTable final : public Table<K> {
   // DYNEMB_CACHING_LEGACY_PASSES set: a trusted call's founds in three passes, as before
   // trusted_founds (for an A/B run only; to be removed).
   bool legacy_passes_ = false;
+  // DYNEMB_CACHING_ROWS_STAGED set: a staged prefetch draws its new rows into a staging buffer
+  // and inserts them from there, as before the insert drew them (an A/B run only; to be removed).
+  bool rows_staged_ = false;
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/memory.hpp"
@@ -139,8 +140,11 @@ class Table {
 
   // insert_and_evict of the first *count keys (count: backend memory, at most n, written by
   // earlier work on `stream`) for a caller that reads nothing back on the host: how many entries
-  // went to evicted_* lands in *evicted_count (backend memory). The buffers hold n entries. This
-  // default reads the count (synchronizes the device); a backend may keep both on the device.
+  // went to evicted_* lands in *evicted_count (backend memory). The buffers hold n entries.
+  // `values` may be nullptr: each key's row is then the initializer's (options().initializer),
+  // as find_or_insert would give a new key, so the caller need not draw them (a key refused
+  // leaves with that row). This default reads the count (synchronizes the device) and draws
+  // those rows on the host; a backend may keep everything on the device.
   virtual void insert_and_evict_counted(size_t n, const uint64_t* count, const K* keys,
                                         const float* values, const uint64_t* scores,
                                         K* evicted_keys, float* evicted_values,
@@ -152,6 +156,18 @@ class Table {
       copy_from_backend(backend(), &m, count, sizeof m);
     }
     if (m > n) m = n;
+    BackendBuffer<float> initial;
+    if (values == nullptr && m > 0) {  // the initializer's rows, drawn here
+      const uint32_t dim = options().dim;
+      std::vector<K> host_keys(m);
+      copy_from_backend(backend(), host_keys.data(), keys, m * sizeof(K));
+      std::vector<float> rows(m * dim);
+      for (size_t i = 0; i < m; ++i)
+        fill_initial_row(options().initializer, key_bits(host_keys[i]), rows.data() + i * dim, dim);
+      initial = BackendBuffer<float>(backend(), rows.size(), options().device);
+      initial.upload(rows.data(), rows.size());
+      values = initial.data();
+    }
     const uint64_t evicted = m == 0 ? 0
                                     : insert_and_evict(m, keys, values, scores, evicted_keys,
                                                        evicted_values, evicted_scores, stream);

@@ -122,7 +122,6 @@ void CudaTable<K>::insert_and_evict_counted(size_t n, const uint64_t* count, con
                                               evicted_values, evicted_scores, evicted_count,
                                               stream);
   require_pointer(count, "insert_and_evict_counted", "count");
-  require_pointer(values, "insert_and_evict_counted", "values");
   require_pointer(evicted_keys, "insert_and_evict_counted", "evicted_keys");
   require_pointer(evicted_count, "insert_and_evict_counted", "evicted_count");
   WriteArgs a;
@@ -133,7 +132,10 @@ void CudaTable<K>::insert_and_evict_counted(size_t n, const uint64_t* count, con
   a.evicted_values = evicted_values;
   a.evicted_scores = evicted_scores;
   a.emitted_out = reinterpret_cast<unsigned long long*>(evicted_count);
-  write("insert_and_evict", WriteOp::kInsertAndEvict, n, keys, a, to_stream(stream));
+  // values null: the initializer's rows, drawn in the kernel (docs/table_contract.md).
+  write("insert_and_evict",
+        values != nullptr ? WriteOp::kInsertAndEvict : WriteOp::kInsertAndEvictInitial, n, keys, a,
+        to_stream(stream));
 }
 
 template <TableKey K>
@@ -323,15 +325,15 @@ CallState CudaTable<K>::write(const char* call, WriteOp op, size_t n, const K* k
     core::cuda::check(cudaMemcpyAsync(a.emitted_out, &a.state->emitted, sizeof(*a.emitted_out),
                                       cudaMemcpyDeviceToDevice, s),
                       "cudaMemcpyAsync (evicted count)");
-  const bool must_read =
-      error_mode() || (op == WriteOp::kInsertAndEvict && a.emitted_out == nullptr);
+  const bool evicts = op == WriteOp::kInsertAndEvict || op == WriteOp::kInsertAndEvictInitial;
+  const bool must_read = error_mode() || (evicts && a.emitted_out == nullptr);
   const bool warns = reports_ != nullptr;  // WARNING mode
   if (must_read && !have_state) st = scratch.read();
   if (must_read || (warns && have_state)) {
     // The state read waited for this stream: earlier calls' reports on it have landed and go
     // first.
     if (warns) reports_->poll();
-    report(call, st, a.keys, s, /*refusals_returned=*/op == WriteOp::kInsertAndEvict);
+    report(call, st, a.keys, s, /*refusals_returned=*/evicts);
   } else if (warns && !capturing(s)) {
     // A call captured into a CUDA graph leaves no report (its event could not be waited on);
     // its counts are in stats() all the same.

@@ -96,13 +96,15 @@ enum class WriteOp : uint8_t {
   kAssignScores,
   kAccumOrAssign,
   kErase,
+  kInsertAndEvictInitial,  // insert_and_evict(_counted) with the initializer's rows (values null)
 };
 
 // Whether an op may insert keys (and so grow the table, evict or refuse).
 constexpr bool op_inserts(WriteOp op) {
   return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers ||
          op == WriteOp::kFindOrInsertGiven || op == WriteOp::kInsertOrAssign ||
-         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign;
+         op == WriteOp::kInsertAndEvict || op == WriteOp::kAccumOrAssign ||
+         op == WriteOp::kInsertAndEvictInitial;
 }
 
 // Whether an op reads or writes stored rows (all but assign_scores and erase).

@@ -49,6 +49,20 @@ __device__ void emit(const TileOf<kT>& tile, const WriteArgs& a, unsigned long l
   }
 }
 
+// emit for insert_and_evict's initial form: the refused key leaves with the initializer's row.
+template <bool kVec, bool kPacked, uint32_t kT>
+__device__ void emit_initial(const TileOf<kT>& tile, const WriteArgs& a,
+                             unsigned long long reserved, uint64_t key, uint64_t score,
+                             uint32_t dim) {
+  const unsigned long long pos = tile.shfl(reserved, 0);
+  if (tile.thread_rank() == 0) {
+    a.evicted_keys[pos] = key;
+    if (a.evicted_scores != nullptr) a.evicted_scores[pos] = score;
+  }
+  if (a.evicted_values != nullptr)
+    init_row<kVec, kPacked>(tile, a.init, key, a.evicted_values + pos * dim, nullptr, dim);
+}
+
 // Keeps the refusal with the smallest batch position (ERROR mode's message).
 __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, uint64_t score,
                                uint64_t bucket_min) {
@@ -65,9 +79,16 @@ __device__ void record_refusal(CallState* s, uint64_t position, uint64_t key, ui
   atomicExch(&s->refusal_lock, 0u);
 }
 
-// The ops that write an initializer's row into new slots (find_or_insert also copies it out).
+// The ops that write an initializer's row into new slots (find_or_insert also copies it out;
+// insert_and_evict's initial form into every key's slot).
 constexpr bool initializes_rows(WriteOp op) {
-  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers;
+  return op == WriteOp::kFindOrInsert || op == WriteOp::kFindOrInsertPointers ||
+         op == WriteOp::kInsertAndEvictInitial;
+}
+
+// insert_and_evict and its initial form: every key's row written, what leaves emitted.
+constexpr bool emits_evictions(WriteOp op) {
+  return op == WriteOp::kInsertAndEvict || op == WriteOp::kInsertAndEvictInitial;
 }
 
 constexpr bool stores_input(WriteOp op) {
@@ -343,6 +364,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         if (leader && a.founds != nullptr) a.founds[i] = true;
       } else if constexpr (kOp == WriteOp::kAccumOrAssign) {
         add_row<kVec, kHeld>(tile, row, input, pre, dim);
+      } else if constexpr (kOp == WriteOp::kInsertAndEvictInitial) {
+        init_row<kVec, kPacked>(tile, a.init, key, row, nullptr, dim);
       } else {
         store_row<kVec, kHeld>(tile, row, input, pre, dim);
       }
@@ -378,7 +401,7 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
       // A full bucket's key always emits a row under insert_and_evict (the victim's, or its own
       // when refused): its output position is taken now, so the count's round trip overlaps
       // the victim search.
-      if (kOp == WriteOp::kInsertAndEvict && leader) reserved = atomicAdd(&a.state->emitted, 1ull);
+      if (emits_evictions(kOp) && leader) reserved = atomicAdd(&a.state->emitted, 1ull);
       if (t.score_bounds != nullptr) {
         const auto bounded = find_victim_bounded(tile, t, bucket);
         victim = bounded.victim;
@@ -430,13 +453,15 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
         if (leader && a.founds != nullptr) a.founds[i] = false;
       } else if constexpr (kOp == WriteOp::kInsertAndEvict) {
         emit<kVec>(tile, a, reserved, key, input, new_score, dim, false);
+      } else if constexpr (kOp == WriteOp::kInsertAndEvictInitial) {
+        emit_initial<kVec, kPacked>(tile, a, reserved, key, new_score, dim);
       }
     } else {
       const uint64_t slot = base + static_cast<uint64_t>(target);
       float* row = row_of(t, slot);
       if (evicting) {
         if (leader) atomicAdd(&counts->evictions, 1ull);
-        if constexpr (kOp == WriteOp::kInsertAndEvict) {
+        if constexpr (emits_evictions(kOp)) {
           emit<kVec>(tile, a, reserved, victim.key, row, victim.score, dim, true);
         }
       }
@@ -449,6 +474,8 @@ __device__ void write_one(const TileOf<kT>& tile, const TableView& t, const Writ
                                 a.row_ptrs != nullptr ? nullptr : a.values_out + i * dim, dim);
         if (leader && a.row_ptrs != nullptr) a.row_ptrs[i] = row;
         if (leader && a.founds != nullptr) a.founds[i] = false;
+      } else if constexpr (kOp == WriteOp::kInsertAndEvictInitial) {
+        init_row<kVec, kPacked>(tile, a.init, key, row, nullptr, dim);
       } else {
         store_row<kVec, kHeld>(tile, row, input, pre, dim);
         if (kOp == WriteOp::kFindOrInsertGiven && leader && a.founds != nullptr)
@@ -795,6 +822,8 @@ void launch_write(WriteOp op, const TableView& t, const WriteArgs& a, uint32_t m
       return launch_op<WriteOp::kInsertOrAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kInsertAndEvict:
       return launch_op<WriteOp::kInsertAndEvict>(t, a, vec, multiprocessors, stream);
+    case WriteOp::kInsertAndEvictInitial:
+      return launch_op<WriteOp::kInsertAndEvictInitial>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssign:
       return launch_op<WriteOp::kAssign>(t, a, vec, multiprocessors, stream);
     case WriteOp::kAssignScores:
