@@ -122,7 +122,6 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
-  legacy_passes_ = std::getenv("DYNEMB_CACHING_LEGACY_PASSES") != nullptr;
   rows_staged_ = std::getenv("DYNEMB_CACHING_ROWS_STAGED") != nullptr;
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();

@@ -144,7 +144,7 @@ void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, Strea
   auto* hs =
       static_cast<uint64_t*>(device_->scratch(Scratch::kHeldScores, n * sizeof(uint64_t), stream));
   device_->copy(hk, keys, n * sizeof(K), stream);
-  if (scores != nullptr) device_->copy(hs, scores, n * sizeof(uint64_t), stream);
+  device_->copy(hs, scores, n * sizeof(uint64_t), stream);
   held_ = n;
 }
 
@@ -201,8 +201,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   // The call's scores in the fast table's memory (the policy's: CUSTOMIZED takes the caller's).
   const bool given_scores = scores != nullptr && o.score_policy == ScorePolicy::kCustomized;
   const uint64_t* call_scores = scores;
-  // A trusted call's scores go straight to the held ones (no copy of the call's).
-  if (!given_scores && !(trusted && !legacy_passes_)) {
+  if (!given_scores) {
     auto* cs =
         static_cast<uint64_t*>(d.scratch(Scratch::kCallScores, n * sizeof(uint64_t), stream));
     d.fill(n, now, cs, stream);
@@ -211,31 +210,11 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
   if (trusted) {  // one lookup; keys not up are counted on the device (caching_stats().unserved)
     auto* found = static_cast<bool*>(d.scratch(Scratch::kFound, n, stream));
     fast_->find_pointers(n, keys, rows, found, nullptr, stream);
-    if (created.empty() && !legacy_passes_) {  // one pass: the count, the founds
-      const auto* unique = founds != nullptr && created_on_device > 0
-                               ? static_cast<const uint64_t*>(
-                                     d.scratch(Scratch::kDeferNew, created_on_device * 8, stream))
-                               : nullptr;
-      const uint64_t* set = unique != nullptr
-                                ? static_cast<const uint64_t*>(d.scratch(
-                                      Scratch::kDeferSet, created_set_slots_ * 12, stream))
-                                : nullptr;
-      d.trusted_founds(n, reinterpret_cast<const uint64_t*>(keys), found, founds, unique,
-                       unique != nullptr ? created_on_device : 0, set, created_set_slots_, stream);
-    } else {
-      d.count_missing(n, found, stream);  // read only by caching_stats()
-      if (founds != nullptr) d.copy(founds, found, n, stream);
-      report_created();
-    }
+    d.count_missing(n, found, stream);  // read only by caching_stats()
+    if (founds != nullptr) d.copy(founds, found, n, stream);
+    report_created();
     fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
-    if (call_scores != nullptr) {
-      hold(n, keys, call_scores, stream);
-    } else {  // the held keys' real scores: the call's
-      hold(n, keys, nullptr, stream);
-      auto* hs =
-          static_cast<uint64_t*>(d.scratch(Scratch::kHeldScores, n * sizeof(uint64_t), stream));
-      d.fill(n, now, hs, stream);
-    }
+    hold(n, keys, call_scores, stream);
     stats_.hits += n;
     stats_.lookups += n;
     stats_.unsynced_calls += 1;

@@ -194,12 +194,6 @@ class TierDevice {
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
-  // count_missing, and (founds not null) founds[i] = found[i] except for the keys among
-  // stage_new_keys' u distinct keys `created` (its list and set), in one pass over the batch (a
-  // trusted address call's outputs).
-  virtual void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
-                              const uint64_t* created, size_t u, const uint64_t* set,
-                              size_t set_slots, StreamHandle stream) = 0;
   // The running total of count_missing (waits for the device).
   virtual uint64_t missing_total() = 0;
   // Why stage_new_keys leaves the keys to the host (bits of status[kStageWhy]).
@@ -217,7 +211,7 @@ class TierDevice {
   // unique[0, u) (unique holds n entries), gathered by hashing them into `set`
   // (staged_set_bytes(n) bytes, set_slots = staged_set_slots(n)): unique in any order on CUDA
   // (ascending on the CPU, which leaves `set` alone), each key's index in unique kept in the set
-  // for clear_flags_of_staged, mark_repeats, copy_new_rows and trusted_founds; with status
+  // for clear_flags_of_staged, mark_repeats and copy_new_rows; with status
   // (kStageWords words) as above: status[kStageInsert] = u when none is reserved, the filter (if
   // any) holds none of them and u <= cap, else 0. Everything stays in the fast table's memory:
   // nothing is read back.

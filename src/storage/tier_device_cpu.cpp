@@ -164,14 +164,6 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }
   uint64_t missing_total() override { return count_; }
-  void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
-                      const uint64_t* created, size_t u, const uint64_t* set, size_t set_slots,
-                      StreamHandle stream) override {
-    count_missing(n, found, stream);
-    if (founds == nullptr) return;
-    copy(founds, found, n, stream);
-    if (u > 0) clear_flags_of_staged(n, keys, created, u, set, set_slots, founds, stream);
-  }
   void clear_flags_of_staged(size_t n, const uint64_t* keys, const uint64_t* unique, size_t u,
                              const uint64_t*, size_t, bool* flags, StreamHandle stream) override {
     clear_flags_of(n, keys, unique, u, flags, stream);  // unique is sorted here

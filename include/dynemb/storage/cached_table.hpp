@@ -267,8 +267,7 @@ class CachedTable final : public Table<K> {
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
   // Keeps the keys of an address call pinned (so a prefetch before the next call cannot evict
-  // the rows the caller works on) and remembers their real scores (`scores`; nullptr: the caller
-  // writes them into the held scores' scratch itself).
+  // the rows the caller works on) and remembers their real scores.
   void hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream);
   // At the start of every call but prefetch: gives the held keys their real scores back and
   // forgets which rows the last prefetch created.
@@ -347,9 +346,6 @@ class CachedTable final : public Table<K> {
   size_t created_on_device_ = 0;     // keys the last device prefetch created (kDeferNew)
   size_t created_set_slots_ = 0;     // ... in its set (kDeferSet)
   uint64_t growths_at_start_ = 0;    // the device side's buffer growths once constructed
-  // DYNEMB_CACHING_LEGACY_PASSES set: a trusted call's founds in three passes, as before
-  // trusted_founds (for an A/B run only; to be removed).
-  bool legacy_passes_ = false;
   // DYNEMB_CACHING_ROWS_STAGED set: a staged prefetch draws its new rows into a staging buffer
   // and inserts them from there, as before the insert drew them (an A/B run only; to be removed).
   bool rows_staged_ = false;

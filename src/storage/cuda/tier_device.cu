@@ -455,21 +455,6 @@ __global__ void last_positions_kernel(size_t n, const uint64_t* keys, const uint
   }
 }
 
-// *missing += the i < n with found[i] false; founds[i] = found[i] but for the created keys.
-__global__ void trusted_founds_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                      bool* founds, size_t u, const uint64_t* set, size_t slots,
-                                      unsigned long long* missing) {
-  unsigned long long mine = 0;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const bool f = found[i];
-    mine += f ? 0 : 1;
-    if (founds != nullptr) founds[i] = f && !(u > 0 && staged_index(u, set, slots, keys[i]) < u);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) mine += __shfl_down_sync(~0u, mine, offset);
-  if (threadIdx.x % 32 == 0 && mine != 0) atomicAdd(missing, mine);
-}
-
 // *count += the i < n with found[i] false.
 __global__ void count_missing_kernel(size_t n, const bool* found, unsigned long long* count) {
   unsigned long long mine = 0;
@@ -995,17 +980,6 @@ class CudaTierDevice final : public TierDevice {
     if (n == 0) return;
     count_missing_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, found, count_device_);
     check_launch("CachedTable: count missing");
-  }
-
-  void trusted_founds(size_t n, const uint64_t* keys, const bool* found, bool* founds,
-                      const uint64_t*, size_t u, const uint64_t* set, size_t set_slots,
-                      StreamHandle stream) override {
-    count_missing(0, found, stream);  // the running total exists
-    if (n == 0) return;
-    core::cuda::DeviceGuard guard(device_);
-    trusted_founds_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(
-        n, keys, found, founds, u, set, set_slots, count_device_);
-    check_launch("CachedTable: trusted founds");
   }
 
   uint64_t missing_total() override {
