@@ -122,7 +122,6 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
-  rows_staged_ = std::getenv("DYNEMB_CACHING_ROWS_STAGED") != nullptr;
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();
 }
@@ -161,7 +160,6 @@ void CachedTable<K>::reserve_buffers(size_t n) {
                Scratch::kDeferNew, Scratch::kDeferEvictedKeys, Scratch::kDeferEvictedScores},
               n * 8);
       reserve({Scratch::kDeferEvictedRows}, rows);
-      if (rows_staged_) reserve({Scratch::kDeferRows}, rows);
       reserve({Scratch::kDeferFound}, n);
       reserve({Scratch::kDeferSet}, detail::staged_set_bytes(n));
       reserve({Scratch::kDeferStatus}, detail::TierDevice::kStageWords * 8);

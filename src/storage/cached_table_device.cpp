@@ -708,14 +708,6 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   auto* set = static_cast<uint64_t*>(d.scratch(Scratch::kDeferSet, detail::staged_set_bytes(n), s));
   d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(dkeys), found, cap, fresh, status, set,
                    set_slots, s);
-  // The new rows: the initializer's, drawn by the insert where they go (no staging buffer to fill
-  // and read again; rows_staged_: drawn into one first).
-  float* rows = nullptr;
-  if (rows_staged_) {
-    rows = static_cast<float*>(d.scratch(Scratch::kDeferRows, cap * dim_ * sizeof(float), s));
-    d.initial_rows_counted(status + TierDevice::kStageInsert, cap, fresh, options_.initializer,
-                           dim_, rows, s);
-  }
   // The batch's keys in the fast tier stay while the new ones go in: pinned as high as the held
   // keys, so the held ones need no pin again (a new key, one below, can push out neither: a
   // victim must score no more than the key coming in); then every key has its score back (the
@@ -726,7 +718,8 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
       static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
   auto* es = static_cast<uint64_t*>(d.scratch(Scratch::kDeferEvictedScores, cap * 8, s));
   fast_->insert_and_evict_counted(
-      cap, status + TierDevice::kStageInsert, reinterpret_cast<const K*>(fresh), rows,
+      cap, status + TierDevice::kStageInsert, reinterpret_cast<const K*>(fresh),
+      /*values=*/nullptr,  // the initializer's rows, drawn by the insert where they go
       pinned_scores(cap, s, true), ek, er, es, status + TierDevice::kStageEvicted, s);
   d.fill_missing(n, found, clock_now(), current, s);
   fast_->assign_scores(n, dkeys, current, s);

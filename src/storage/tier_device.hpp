@@ -57,7 +57,6 @@ enum class Scratch : uint8_t {
   kDeferPointers,
   kDeferCurrent,
   kDeferNew,
-  kDeferRows,
   kDeferStatus,
   kDeferEvictedKeys,
   kDeferEvictedRows,
@@ -229,11 +228,6 @@ class TierDevice {
   virtual void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* unique,
                             size_t u, uint32_t* first, const uint64_t* set, size_t set_slots,
                             StreamHandle stream) = 0;
-  // Rows j < min(*count, cap) of `rows` (dim words each) = the initializer's rows of keys[j]
-  // (count, keys and rows in the fast table's memory); ordered on `stream`.
-  virtual void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
-                                    const InitializerOptions& init, uint32_t dim, float* rows,
-                                    StreamHandle stream) = 0;
   // dst[i] = value where found[i] is false (i < n); ordered on `stream`.
   virtual void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
                             StreamHandle stream) = 0;

@@ -218,12 +218,7 @@ class CpuTierDevice final : public TierDevice {
       s = 1;
     }
   }
-  void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
-                            const InitializerOptions& init, uint32_t dim, float* rows,
-                            StreamHandle) override {
-    const size_t m = std::min<size_t>(*count, cap);
-    for (size_t j = 0; j < m; ++j) fill_initial_row(init, keys[j], rows + j * dim, dim);
-  }
+
   void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
                     StreamHandle) override {
     for (size_t i = 0; i < n; ++i)

@@ -57,7 +57,7 @@ struct CachingOptions {
   // memory, pinned host rows and staging) are then sized at construction for a call of that
   // many keys, so no such call allocates (caching_stats().buffer_growths stays 0); a larger call
   // still works and grows them. It pins about 8 * keys * dim + 192 * keys bytes of host
-  // memory and takes about 16 * keys * dim + 300 * keys bytes of the fast table's memory
+  // memory and takes about 12 * keys * dim + 300 * keys bytes of the fast table's memory
   // (docs/storage.md, "Buffers reserved at construction").
   uint64_t max_call_keys = 0;
 };
@@ -346,9 +346,6 @@ class CachedTable final : public Table<K> {
   size_t created_on_device_ = 0;     // keys the last device prefetch created (kDeferNew)
   size_t created_set_slots_ = 0;     // ... in its set (kDeferSet)
   uint64_t growths_at_start_ = 0;    // the device side's buffer growths once constructed
-  // DYNEMB_CACHING_ROWS_STAGED set: a staged prefetch draws its new rows into a staging buffer
-  // and inserts them from there, as before the insert drew them (an A/B run only; to be removed).
-  bool rows_staged_ = false;
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -211,15 +211,6 @@ unsigned blocks_for_rows(size_t rows) {
       std::clamp<size_t>((rows + kBlock / 32 - 1) / (kBlock / 32), 1, 65535));
 }
 
-// Blocks of a warp-per-row launch whose row count only the device knows (about two waves).
-constexpr unsigned kCountedRowBlocks = 2048;
-
-// Rows j < min(*count, cap) = the initial rows of keys[j]: a warp per row.
-__global__ void initial_rows_counted_kernel(const uint64_t* count, size_t cap, const uint64_t* keys,
-                                            InitializerOptions init, uint32_t dim, uint32_t* rows) {
-  initial_rows_by_warp(0, *count < cap ? *count : cap, keys, init, dim, rows);
-}
-
 // A set of distinct keys hashed into `slots` words (a power of two; ~0, a reserved key, marks an
 // empty one), probed linearly: stage_new_keys' distinct missed keys without a sort.
 constexpr unsigned long long kSetEmpty = ~0ull;
@@ -1037,18 +1028,6 @@ class CudaTierDevice final : public TierDevice {
     mark_repeats_kernel<<<blocks_for(n), kBlock, 0, stream>>>(n, keys, found, u, set, set_slots,
                                                               first);
     check_launch("CachedTable: mark repeats");
-  }
-
-  void initial_rows_counted(const uint64_t* count, size_t cap, const uint64_t* keys,
-                            const InitializerOptions& init, uint32_t dim, float* rows,
-                            StreamHandle stream) override {
-    if (cap == 0) return;
-    core::cuda::DeviceGuard guard(device_);
-    // Blocks striding over the rows: sized for `cap`, most would start only to find no row.
-    initial_rows_counted_kernel<<<std::min(blocks_for_rows(cap), kCountedRowBlocks), kBlock, 0,
-                                  as_stream(stream)>>>(count, cap, keys, init, dim,
-                                                       reinterpret_cast<uint32_t*>(rows));
-    check_launch("CachedTable: initial rows (counted)");
   }
 
   void fill_missing(size_t n, const bool* found, uint64_t value, uint64_t* dst,
