@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -87,6 +88,24 @@ __global__ void scatter_kernel(const S* sorted, const uint32_t* positions, const
     row_begin[r + 1] = static_cast<uint32_t>(n);
     status[kUnique] = r + 1;
   }
+}
+
+// bag_by_row[i] = bag_of[ids_by_row[i]]: each id's bag in the grouped order, for the backward.
+__global__ void bags_by_row_kernel(const uint32_t* ids_by_row, size_t n, const uint32_t* bag_of,
+                                   uint32_t* bag_by_row) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) bag_by_row[i] = bag_of[ids_by_row[i]];
+}
+
+// Whether the ids' bags in grouped order are written on the workspace's side stream, beside the
+// rest of the forward (the default), or by the scatter (DYNEMB_DEDUP_BAGS_INLINE=1: the path
+// before, kept to measure against).
+bool bags_on_side_stream() {
+  static const bool inline_bags = [] {
+    const char* v = std::getenv("DYNEMB_DEDUP_BAGS_INLINE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return !inline_bags;
 }
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
@@ -234,6 +253,7 @@ class SortPass {
     }
     ScratchCarver place(block);
     carve(place);
+    if (workspace_ != nullptr) workspace_->join_side(stream_);  // a sort again: the last bags
     const uint32_t* positions_in = nullptr;
     if (workspace_ != nullptr) {
       positions_in = workspace_->iota(n, stream_);
@@ -244,6 +264,23 @@ class SortPass {
     core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                       ids_by_row, items, 0, end_bit, stream_),
                       "dedup: SortPairs");
+    if (bag_by_row != nullptr && workspace_ != nullptr && workspace_->bags_on_side &&
+        bags_on_side_stream()) {
+      // Only the backward reads the bags: they are gathered on a side stream beside the scan,
+      // the scatter and the rest of the forward (joined by StepWorkspace::join_side).
+      if (workspace_->side_fan == nullptr) {
+        int device = 0;
+        core::cuda::check(cudaGetDevice(&device), "dedup: cudaGetDevice");
+        workspace_->side_fan = make_stream_fan_cuda(1, device);
+      }
+      StreamFan& fan = *workspace_->side_fan;
+      fan.fork(stream_);
+      workspace_->side_pending = true;
+      bags_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(fan.stream(0))>>>(
+          ids_by_row, n, bag_of, bag_by_row);
+      core::cuda::check_launch("dedup: bags_by_row_kernel");
+      bag_by_row = nullptr;
+    }
     core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank,
                                                     items, stream_),
                       "dedup: InclusiveSum");
@@ -281,6 +318,8 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   require(bag_by_row == nullptr || workspace != nullptr, where, "bag_by_row", "not null",
           "needs a StepWorkspace (the ids' bags are written to its scratch first)");
   ops::cuda::keep_pool_memory(stream);
+  // The last call's side work reads the workspace's buffers this call rewrites.
+  if (workspace != nullptr) workspace->join_side(stream);
   // The status words and the host words they are read into: the workspace's, else temporaries
   // (pageable host memory).
   core::cuda::DeviceArray<unsigned long long> own_status;
@@ -382,6 +421,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
                               StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
+  workspace.join_side(stream);  // the last call's side work reads the buffers rewritten here
   auto* status = reinterpret_cast<unsigned long long*>(workspace.device_words());
   core::cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
                     "dedup_async: cudaMemsetAsync");
