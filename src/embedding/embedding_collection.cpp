@@ -1,6 +1,7 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -332,12 +333,33 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
 
   backend_zero(backend_, s.words.data(), ops::detail::kTableKeyStatusWords * sizeof(uint64_t),
                stream);
+  // Keys and table bits that fit in 32 bits: every table combined in one pass straight into the
+  // dedup's narrow keys and bags (where the backend has that pass), else table by table.
+  // DYNEMB_COMBINE_NARROW=1 takes the one pass; the default while it is measured on the GPU: table
+  // by table, then the dedup's status pass.
+  static const bool narrow_pass = [] {
+    const char* v = std::getenv("DYNEMB_COMBINE_NARROW");
+    return v != nullptr && v[0] == '1';
+  }();
+  bool narrow = false;
+  if (narrow_pass && end_bit <= 32 && num_tables <= ops::detail::kMaxNarrowTables) {
+    std::vector<ops::detail::TableBatch> parts(num_tables);
+    for (size_t t = 0; t < num_tables; ++t) {
+      const EmbeddingBatch<K>& b = batches[t];
+      parts[t] = {reinterpret_cast<const uint64_t*>(b.keys), b.offsets, b.num_ids, b.num_bags};
+    }
+    narrow =
+        ops::detail::combine_tables_narrow(p.ops, parts, shift, p.has_bag_by_row, p.offsets.data(),
+                                           s.words.data(), *p.workspace, stream);
+  }
   uint64_t bag_base = 0;
   for (size_t t = 0; t < num_tables; ++t) {
     const EmbeddingBatch<K>& b = batches[t];
-    ops::detail::combine_table_keys<K>(
-        p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys, b.offsets, b.num_bags,
-        id_base[t], bag_base, s.combined_keys.data(), p.offsets.data(), s.words.data(), stream);
+    if (!narrow) {
+      ops::detail::combine_table_keys<K>(
+          p.ops, static_cast<uint32_t>(t), shift, b.num_ids, b.keys, b.offsets, b.num_bags,
+          id_base[t], bag_base, s.combined_keys.data(), p.offsets.data(), s.words.data(), stream);
+    }
     if (p.weighted && b.num_ids > 0) {
       copy_within_backend(backend_, p.weights.data() + id_base[t], b.weights,
                           b.num_ids * sizeof(float), stream);
@@ -347,9 +369,10 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   uint64_t* unique_count = s.words.data() + kUniqueCount;
   ops::detail::dedup_grouped_async(
-      p.ops, n, s.combined_keys.data(), s.unique_combined.data(), p.inverse.data(),
-      p.ids_by_row.data(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
-      p.offsets.data(), p.num_bags, end_bit, unique_count, *p.workspace, stream);
+      p.ops, n, narrow ? nullptr : s.combined_keys.data(), s.unique_combined.data(),
+      p.inverse.data(), p.ids_by_row.data(), p.row_begin.data(),
+      p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(), p.num_bags, end_bit,
+      unique_count, *p.workspace, stream);
   stage_done("dedup");
 
   ops::detail::TableSpread spread;
@@ -409,6 +432,10 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   rows.created_index = kRowsCreated;
   rows.missing_index = kEvalMisses;
   rows.training = true;
+  // The deterministic fused backward reads rows [0, u) only (live_rows); the unordered one and
+  // the one of rows wider than kFusedMaxDim update every row of the bound, so their padding needs
+  // the fallback address and the missing flag.
+  rows.padding_rows = !o.deterministic_backward || o.dim > ops::detail::kFusedMaxDim;
   ops::detail::gather_table_rows(p.ops, spread, rows, stream);
   if (stride != 0) {
     p.ops.fill_initial_rows(n, p.unique_keys.data(), p.missing.data(), true, o.eval_initializer,

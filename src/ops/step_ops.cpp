@@ -44,6 +44,8 @@ void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
           "must be < 2^32");
   require(end_bit >= 1 && end_bit <= 64, "dedup_grouped_async", "end_bit", std::to_string(end_bit),
           "must be in [1, 64]");
+  require(keys != nullptr || end_bit <= 32, "dedup_grouped_async", "end_bit",
+          std::to_string(end_bit), "must be <= 32 with keys = nullptr (narrow keys)");
   ops.dedup_grouped_async(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
                           num_bags, end_bit, unique_count, workspace, stream);
 }

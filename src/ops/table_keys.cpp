@@ -13,6 +13,14 @@ void combine_table_keys(const OpsBackend& ops, uint32_t table, uint32_t shift, s
                          combined_offsets, status, stream);
 }
 
+bool combine_tables_narrow(const OpsBackend& ops, std::span<const TableBatch> tables,
+                           uint32_t shift, bool bags, int64_t* combined_offsets, uint64_t* status,
+                           StepWorkspace& workspace, StreamHandle stream) {
+  if (tables.empty() || tables.size() > kMaxNarrowTables) return false;
+  return ops.combine_tables_narrow(tables, shift, bags, combined_offsets, status, workspace,
+                                   stream);
+}
+
 template <TableKey K>
 void split_table_keys(const OpsBackend& ops, size_t u, const uint64_t* unique_keys,
                       uint32_t num_tables, uint32_t shift, K* keys, uint64_t* bounds,

@@ -24,6 +24,7 @@ namespace ops::detail {
 class StepWorkspace;
 struct TableSpread;
 struct TableRows;
+struct TableBatch;
 }  // namespace ops::detail
 
 class OpsBackend {
@@ -145,6 +146,14 @@ class OpsBackend {
                                    int end_bit, uint64_t* unique_count,
                                    ops::detail::StepWorkspace& workspace,
                                    StreamHandle stream) const = 0;
+  // combine_tables_narrow (table_keys.hpp); false, nothing issued, where the backend has none.
+  virtual bool combine_tables_narrow(std::span<const ops::detail::TableBatch> /*tables*/,
+                                     uint32_t /*shift*/, bool /*bags*/,
+                                     int64_t* /*combined_offsets*/, uint64_t* /*status*/,
+                                     ops::detail::StepWorkspace& /*workspace*/,
+                                     StreamHandle /*stream*/) const {
+    return false;
+  }
   virtual void spread_table_keys(const ops::detail::TableSpread& spread,
                                  StreamHandle stream) const = 0;
   virtual void gather_table_rows(const ops::detail::TableSpread& spread,

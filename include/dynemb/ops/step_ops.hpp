@@ -54,6 +54,8 @@ size_t dedup_grouped(const OpsBackend& ops, size_t n, const K* keys, K* unique_k
 // the unique count u to *unique_count (backend memory), and does not check the offsets (the
 // caller's combine_table_keys does). Entries of row_begin after u are left as they are. No
 // synchronization, no allocation once the workspace has grown to n; capturable in a CUDA graph.
+// keys = nullptr: combine_tables_narrow (table_keys.hpp) has just written the keys' low 32 bits
+// (and, with bag_by_row, each id's bag) to the workspace; end_bit must then be <= 32.
 void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
                          uint64_t* unique_keys, uint32_t* inverse, uint32_t* ids_by_row,
                          uint32_t* row_begin, uint32_t* bag_by_row, const int64_t* offsets,

@@ -5,12 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "dynemb/core/host_device.hpp"
 #include "dynemb/core/key.hpp"
 #include "dynemb/core/options.hpp"
 #include "dynemb/core/stream.hpp"
 #include "dynemb/ops/ops_backend.hpp"
+#include "dynemb/ops/step_workspace.hpp"
 
 namespace dynemb::ops::detail {
 
@@ -29,6 +31,27 @@ void combine_table_keys(const OpsBackend& ops, uint32_t table, uint32_t shift, s
                         const K* keys, const int64_t* offsets, size_t num_bags, uint64_t base,
                         uint64_t bag_base, uint64_t* combined_keys, int64_t* combined_offsets,
                         uint64_t* status, StreamHandle stream);
+
+// One table's batch for combine_tables_narrow.
+struct TableBatch {
+  const uint64_t* keys = nullptr;  // num_ids keys' bit patterns (key_bits of int64_t / uint64_t)
+  const int64_t* offsets = nullptr;
+  uint64_t num_ids = 0, num_bags = 0;  // num_bags = 0 only with num_ids = 0
+};
+
+// The most tables combine_tables_narrow takes in one call.
+inline constexpr size_t kMaxNarrowTables = 16;
+
+// combine_table_keys of every table in one pass, for a dedup_grouped_async that sorts at most 32
+// bits (keys plus table bits): instead of the combined keys, each id's combined key's low 32 bits
+// go to workspace.narrow_keys(n) and, when `bags`, each id's bag (over all tables) to
+// workspace.bag_of(n) (n: the tables' ids); the combined offsets and the status words as
+// combine_table_keys. Pass keys = nullptr to the dedup that follows. Returns false, issuing
+// nothing, where the backend has no such pass (the CPU's) or for more than kMaxNarrowTables
+// tables. No synchronization.
+bool combine_tables_narrow(const OpsBackend& ops, std::span<const TableBatch> tables,
+                           uint32_t shift, bool bags, int64_t* combined_offsets, uint64_t* status,
+                           StepWorkspace& workspace, StreamHandle stream);
 
 // After the dedup of combined keys (ascending, u of them): keys[i] = unique_keys[i] without its
 // table bits, and bounds[t] = the first unique index of table t for t <= num_tables
@@ -81,6 +104,11 @@ struct TableRows {
   uint64_t* counters = nullptr;  // as TableSpread's
   uint32_t counter_stride = 0, created_index = 0, missing_index = 0;
   bool training = true;
+  // Whether padding rows [u, n) get their fallback address and missing flag (a backward that
+  // updates every row of the bound reads them: the unordered one). false: only their row_begin,
+  // for a backward that reads rows [0, u) alone (the deterministic one, by live_rows). A backend
+  // may write them anyway; a refused batch's rows are all written.
+  bool padding_rows = true;
 };
 
 // The spread above (the bounds, the counts, the keys in both layouts); no synchronization.

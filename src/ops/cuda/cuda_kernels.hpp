@@ -81,6 +81,9 @@ void combine_table_keys_cuda(uint32_t table, uint32_t shift, size_t n, const K* 
 template <TableKey K>
 void split_table_keys_cuda(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                            uint32_t shift, K* keys, uint64_t* bounds, StreamHandle stream);
+bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shift, bool bags,
+                                int64_t* combined_offsets, uint64_t* status,
+                                StepWorkspace& workspace, StreamHandle stream);
 void spread_table_keys_cuda(const TableSpread& spread, StreamHandle stream);
 void gather_table_rows_cuda(const TableSpread& spread, const TableRows& rows, StreamHandle stream);
 void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_keys,

@@ -170,6 +170,12 @@ class CudaOps final : public OpsBackend {
     dedup_grouped_async_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
                              offsets, num_bags, end_bit, unique_count, workspace, stream);
   }
+  bool combine_tables_narrow(std::span<const TableBatch> tables, uint32_t shift, bool bags,
+                             int64_t* combined_offsets, uint64_t* status, StepWorkspace& workspace,
+                             StreamHandle stream) const override {
+    return combine_tables_narrow_cuda(tables, shift, bags, combined_offsets, status, workspace,
+                                      stream);
+  }
   void spread_table_keys(const TableSpread& spread, StreamHandle stream) const override {
     spread_table_keys_cuda(spread, stream);
   }

@@ -5,13 +5,13 @@
 // read back with the unique count, sorted again if short), else measured for long batches. When
 // those bits fit in 32, 64-bit keys are sorted as their low 32 bits.
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -90,6 +90,50 @@ __global__ void scatter_kernel(const S* sorted, const uint32_t* positions, const
   }
 }
 
+// scatter_kernel's work for sorted entry i, given its rank, as the rank scan's output (no rank
+// array written and read back, no kernel of its own): thrust's tabulate output iterator calls
+// it with each index and value the scan stores.
+template <class K, class S>
+struct ScatterByRank {
+  const S* sorted;
+  const uint32_t* positions;
+  size_t n;
+  const uint32_t* bag_of;
+  K* unique_keys;
+  uint32_t* inverse;
+  uint32_t* row_begin;
+  uint32_t* bag_by_row;
+  unsigned long long* status;
+
+  __device__ void operator()(ptrdiff_t index, uint32_t rank) const {
+    const auto i = static_cast<size_t>(index);
+    const uint32_t r = rank - 1;
+    const uint32_t position = positions[i];
+    inverse[position] = r;
+    if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
+    if (i == 0 || sorted[i] != sorted[i - 1]) {
+      unique_keys[r] = full_key<K>(sorted[i], status);
+      row_begin[r] = static_cast<uint32_t>(i);
+    }
+    if (i + 1 == n) {
+      row_begin[r + 1] = static_cast<uint32_t>(n);
+      status[kUnique] = r + 1;
+    }
+  }
+};
+
+template <class K, class S>
+auto scatter_by_rank(const ScatterByRank<K, S>& f) {
+  return thrust::make_tabulate_output_iterator(f);
+}
+
+// Whether the rank scan writes the dedup's outputs itself (DYNEMB_DEDUP_SCAN_SCATTER=1) or
+// writes the ranks for scatter_kernel (the default while it is measured).
+bool scan_scatters() {
+  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_SCAN_SCATTER", false);
+  return on;
+}
+
 // bag_by_row[i] = bag_of[ids_by_row[i]]: each id's bag in the grouped order, for the backward.
 __global__ void bags_by_row_kernel(const uint32_t* ids_by_row, size_t n, const uint32_t* bag_of,
                                    uint32_t* bag_by_row) {
@@ -98,14 +142,11 @@ __global__ void bags_by_row_kernel(const uint32_t* ids_by_row, size_t n, const u
 }
 
 // Whether the ids' bags in grouped order are written on the workspace's side stream, beside the
-// rest of the forward (the default), or by the scatter (DYNEMB_DEDUP_BAGS_INLINE=1: the path
+// rest of the forward (the default), or by the scatter (DYNEMB_DEDUP_BAGS_SIDE=0: the path
 // before, kept to measure against).
 bool bags_on_side_stream() {
-  static const bool inline_bags = [] {
-    const char* v = std::getenv("DYNEMB_DEDUP_BAGS_INLINE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return !inline_bags;
+  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_BAGS_SIDE", true);
+  return on;
 }
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
@@ -230,6 +271,12 @@ class SortPass {
       core::cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
                                                       inverse, items, stream_),
                         "dedup: InclusiveSum (size)");
+      size_t fused_bytes = 0;
+      core::cuda::check(
+          cub::DeviceScan::InclusiveSum(nullptr, fused_bytes, head_flags<S>(no_keys),
+                                        scatter_by_rank(ScatterByRank<K, S>{}), items, stream_),
+          "dedup: InclusiveSum (size)");
+      scan_bytes = std::max(scan_bytes, fused_bytes);
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
@@ -280,6 +327,14 @@ class SortPass {
           ids_by_row, n, bag_of, bag_by_row);
       core::cuda::check_launch("dedup: bags_by_row_kernel");
       bag_by_row = nullptr;
+    }
+    if (scan_scatters()) {
+      const ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
+                                        inverse, row_begin,  bag_by_row, status};
+      core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
+                                                      scatter_by_rank(scatter), items, stream_),
+                        "dedup: InclusiveSum (scatter)");
+      return;
     }
     core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank,
                                                     items, stream_),
@@ -422,18 +477,25 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
   workspace.join_side(stream);  // the last call's side work reads the buffers rewritten here
+  // keys = nullptr: the narrow keys and the bags are already in the workspace, and no key has bits
+  // above 32 (a batch that has is refused by the caller): the AND's high half is 0.
+  const bool prepared = keys == nullptr;
   auto* status = reinterpret_cast<unsigned long long*>(workspace.device_words());
-  core::cuda::check(cudaMemsetAsync(status, 0, kZeroWords * sizeof(unsigned long long), stream),
-                    "dedup_async: cudaMemsetAsync");
   core::cuda::check(
-      cudaMemsetAsync(status + kZeroWords, 0xFF,
-                      (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
+      cudaMemsetAsync(status, 0,
+                      (prepared ? kStatusWords : kZeroWords) * sizeof(unsigned long long), stream),
       "dedup_async: cudaMemsetAsync");
+  if (!prepared) {
+    core::cuda::check(
+        cudaMemsetAsync(status + kZeroWords, 0xFF,
+                        (kStatusWords - kZeroWords) * sizeof(unsigned long long), stream),
+        "dedup_async: cudaMemsetAsync");
+  }
   if (num_bags == 0) bag_by_row = nullptr;
   uint32_t* bag_of = bag_by_row != nullptr ? workspace.bag_of(n, stream) : nullptr;
   // Keys that agree above bit 32 (as the caller's end bit says) are sorted as their low 32 bits.
   uint32_t* narrow = n > 0 && end_bit <= 32 ? workspace.narrow_keys(n, stream) : nullptr;
-  if (n > 0 || num_bags > 0) {
+  if (!prepared && (n > 0 || num_bags > 0)) {
     const size_t items = std::max(num_bags + 1, n);
     const unsigned blocks =
         static_cast<unsigned>(std::min<size_t>(blocks_for_threads(items), 1024));

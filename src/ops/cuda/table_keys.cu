@@ -51,6 +51,88 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
   if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(status + kKeyBitsSeen, seen);
 }
 
+// combine_tables_narrow's tables, by value (kMaxNarrowTables of them at most).
+struct NarrowTables {
+  uint32_t count = 0;
+  uint32_t shift = 64;
+  uint64_t n = 0, bags = 0, entries = 0;  // ids, bags, and offsets entries over all tables
+  const uint64_t* keys[kMaxNarrowTables];
+  const int64_t* offsets[kMaxNarrowTables];
+  // Table t's first id, first bag and first offsets entry (index count: the totals).
+  uint64_t base[kMaxNarrowTables + 1], bag_base[kMaxNarrowTables + 1];
+  uint64_t entry_base[kMaxNarrowTables + 1];
+  // Whether table t's last offset is written: not when a later table with bags writes its first
+  // offset to the same combined entry (as the per-table passes, one after the other, leave it).
+  bool writes_end[kMaxNarrowTables];
+  uint32_t* narrow_keys = nullptr;
+  uint32_t* bag_of = nullptr;  // null: not written
+  int64_t* combined_offsets = nullptr;
+  unsigned long long* status = nullptr;
+};
+
+// The table whose range of `starts` holds x, from t on (x never decreases along a thread's loop).
+__device__ __forceinline__ uint32_t table_from(uint32_t t, uint64_t x, const uint64_t* starts,
+                                               uint32_t count) {
+  while (t + 1 < count && x >= starts[t + 1]) ++t;
+  return t;
+}
+
+// combine_kernel of every table at once, grid-stride: each id's narrow combined key (and the OR
+// of the keys' bits), each offsets entry with its checks, and (one warp a bag) each id's bag.
+// (__grid_constant__: the tables' arrays are indexed in the parameter space, not copied.)
+__global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t seen = 0;
+  uint32_t t = 0;
+  for (size_t i = first; i < c.n; i += stride) {
+    t = table_from(t, i, c.base, c.count);
+    const uint64_t bits = c.keys[t][i - c.base[t]];
+    seen |= bits;
+    c.narrow_keys[i] = static_cast<uint32_t>(bits | table_tag(t, c.shift));
+  }
+  t = 0;
+  for (size_t j = first; j < c.entries; j += stride) {
+    t = table_from(t, j, c.entry_base, c.count);
+    const uint64_t b = j - c.entry_base[t];
+    const uint64_t num_bags = c.bag_base[t + 1] - c.bag_base[t];
+    const int64_t* offsets = c.offsets[t];
+    const int64_t o = offsets[b];
+    const auto last = static_cast<int64_t>(c.base[t + 1] - c.base[t]);
+    if (b < num_bags || c.writes_end[t]) {
+      c.combined_offsets[c.bag_base[t] + b] =
+          (o < 0 ? 0 : (o > last ? last : o)) + static_cast<int64_t>(c.base[t]);
+    }
+    const bool bad =
+        (b == 0 && o != 0) || (b == num_bags && o != last) || (b > 0 && o < offsets[b - 1]);
+    if (bad) atomicMax(c.status + kBadTableFlag, ~0ull - t);
+  }
+  if (c.bag_of != nullptr) {
+    t = 0;
+    const uint32_t lane = ops::cuda::lane_index();
+    for (size_t g = first / 32; g < c.bags; g += stride / 32) {
+      t = table_from(t, g, c.bag_base, c.count);
+      const uint64_t b = g - c.bag_base[t];
+      const int64_t* offsets = c.offsets[t];
+      const auto last = static_cast<int64_t>(c.base[t + 1] - c.base[t]);
+      const int64_t begin = max(min(offsets[b], last), int64_t{0});
+      const int64_t end = max(min(offsets[b + 1], last), int64_t{0});
+      for (int64_t i = begin + lane; i < end; i += 32) {
+        c.bag_of[c.base[t] + i] = static_cast<uint32_t>(g);
+      }
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
+  __shared__ uint64_t warp_seen[kBlock / 32];
+  if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (uint32_t w = 1; w < blockDim.x / 32; ++w) seen |= warp_seen[w];
+  const auto* current =
+      reinterpret_cast<const volatile unsigned long long*>(c.status + kKeyBitsSeen);
+  if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(c.status + kKeyBitsSeen, seen);
+}
+
 template <TableKey K>
 __global__ void split_kernel(size_t u, const uint64_t* unique_keys, uint32_t num_tables,
                              uint32_t shift, K* keys, uint64_t* bounds) {
@@ -103,6 +185,43 @@ __global__ void spread_kernel(TableSpread s) {
   s.padded_keys[s.id_base[t] + (i - s.bounds[t])] = s.keys[i];
 }
 
+// Thread t <= T: table t's first row (bounds, as split_counted_kernel's).
+__global__ void bounds_kernel(TableSpread s) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t > s.num_tables) return;
+  const size_t u = *s.unique_count;
+  s.bounds[t] = t == s.num_tables
+                    ? u
+                    : thrust::lower_bound(thrust::seq, s.unique_combined, s.unique_combined + u,
+                                          table_tag(static_cast<uint32_t>(t), s.shift)) -
+                          s.unique_combined;
+}
+
+// split_counted_kernel's keys and spread_kernel's work after bounds_kernel, grid-stride over the
+// u rows (a grid for the bound n leaves most threads idle: u is a fraction of n).
+__global__ void spread_rows_kernel(TableSpread s) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool refused = spread_refused(s);
+  for (size_t t = first; t < s.num_tables; t += stride) {
+    const uint64_t count = refused ? 0 : s.bounds[t + 1] - s.bounds[t];
+    s.counts[t] = count;
+    s.counters[t * s.counter_stride + s.unique_index] += count;
+    s.counters[t * s.counter_stride + s.lookups_index] += s.id_base[t + 1] - s.id_base[t];
+    if (t == 0 && refused) *s.refused += 1;
+  }
+  const size_t u = *s.unique_count;
+  const uint64_t mask = id_mask(s.shift);
+  for (size_t i = first; i < u; i += stride) {
+    const uint64_t combined = s.unique_combined[i];
+    const uint64_t key = combined & mask;
+    s.keys[i] = key;
+    if (refused) continue;
+    const uint32_t t = s.shift >= 64 ? 0 : static_cast<uint32_t>(combined >> s.shift);
+    s.padded_keys[s.id_base[t] + (i - s.bounds[t])] = key;
+  }
+}
+
 // Adds the lanes of the warp whose `flag` is set to counter `index` of their table t, one atomic
 // per table the warp's flagged lanes hold (every lane of the warp calls it).
 __device__ void count_by_table(const TableRows& r, bool flag, uint32_t t, uint32_t index) {
@@ -144,16 +263,69 @@ __global__ void gather_kernel(TableSpread s, TableRows r) {
   const size_t u = *s.unique_count;
   const size_t first = spread_refused(s) ? 0 : u;
   if (p >= first) {
-    r.rows[p] = r.fallback + p * r.fallback_stride;
-    r.missing[p] = true;
+    if (r.padding_rows || p < u) {  // p < u: a refused batch's rows
+      r.rows[p] = r.fallback + p * r.fallback_stride;
+      r.missing[p] = true;
+    }
     if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
   }
 }
 
 }  // namespace
 
+bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shift, bool bags,
+                                int64_t* combined_offsets, uint64_t* status,
+                                StepWorkspace& workspace, StreamHandle stream) {
+  if (tables.empty() || tables.size() > kMaxNarrowTables) return false;
+  NarrowTables c;
+  c.count = static_cast<uint32_t>(tables.size());
+  c.shift = shift;
+  c.base[0] = c.bag_base[0] = c.entry_base[0] = 0;
+  for (uint32_t t = 0; t < c.count; ++t) {
+    const TableBatch& b = tables[t];
+    c.keys[t] = b.keys;
+    c.offsets[t] = b.offsets;
+    c.base[t + 1] = c.base[t] + b.num_ids;
+    c.bag_base[t + 1] = c.bag_base[t] + b.num_bags;
+    c.entry_base[t + 1] = c.entry_base[t] + (b.num_bags > 0 ? b.num_bags + 1 : 0);
+    c.writes_end[t] = true;
+    if (b.num_bags > 0) {
+      for (uint32_t before = 0; before < t; ++before) c.writes_end[before] = false;
+    }
+  }
+  c.n = c.base[c.count];
+  c.bags = c.bag_base[c.count];
+  c.entries = c.entry_base[c.count];
+  // The dedup's last side work reads the bags rewritten here.
+  workspace.join_side(stream);
+  c.narrow_keys = workspace.narrow_keys(c.n, stream);
+  c.bag_of = bags && c.bags > 0 ? workspace.bag_of(c.n, stream) : nullptr;
+  c.combined_offsets = combined_offsets;
+  c.status = reinterpret_cast<unsigned long long*>(status);
+  const size_t threads = std::max<size_t>({c.n, c.entries, c.bags * 32});
+  if (threads == 0) return true;
+  // A few waves of resident blocks (8 of 256 threads a multiprocessor, 132 on the H100): each warp
+  // walks about ten bags one after the other.
+  const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 4096));
+  combine_narrow_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(c);
+  core::cuda::check_launch("combine_tables_narrow");
+  return true;
+}
+
 void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
   const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
+  // DYNEMB_SPREAD_ROWS=1: the bounds, then the rows grid-stride; the default while it is measured:
+  // a thread for each of the n ids in both kernels.
+  static const bool rows_only = ops::cuda::path_switch("DYNEMB_SPREAD_ROWS", false);
+  if (rows_only) {
+    bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(
+        s);
+    core::cuda::check_launch("spread_table_keys: bounds");
+    const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 1024));
+    spread_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s);
+    core::cuda::check_launch("spread_table_keys");
+    return;
+  }
   split_counted_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
   core::cuda::check_launch("spread_table_keys: split");
   spread_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
@@ -162,7 +334,12 @@ void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
 
 void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
   if (s.n == 0) return;
-  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, r);
+  // The padding rows are left out where the caller allows it only with DYNEMB_GATHER_SKIP_PADDING=1
+  // (the default, while it is measured, writes them).
+  static const bool always_padding = !ops::cuda::path_switch("DYNEMB_GATHER_SKIP_PADDING", false);
+  TableRows rows = r;
+  rows.padding_rows = r.padding_rows || always_padding;
+  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, rows);
   core::cuda::check_launch("gather_table_rows");
 }
 
