@@ -175,6 +175,33 @@ TEST_P(RowAddresses, PoolingByAddressIsBitIdenticalToDense) {
   }
 }
 
+// Enough bags that each warp of a grid of resident blocks walks more than 32 of them (the GPU's
+// pool_ahead_kernel reloads its offsets every 32 bags), bags over 32 ids, by address against the
+// CPU's dense pooling. GPU only (the CPU's by-address pooling is checked above, on fewer bags).
+TEST_P(RowAddresses, PoolingManyBagsByAddressIsBitIdenticalToTheCpu) {
+  const Backend backend = GetParam();
+  if (backend != Backend::kCuda) GTEST_SKIP() << "the GPU's long-grid pooling";
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const uint32_t dim : {128u, 36u}) {
+    const size_t num_rows = 4000;
+    const ScatteredRows rows = make_rows(rng, num_rows, dim, 0.1, false);
+    auto storage = upload(backend, rows.storage);
+    auto ptrs = upload(backend, addresses(rows, storage.data()));
+    const RandomBags bags = make_bags(rng, dim == 128 ? 300000 : 40000, 40, num_rows);
+    for (const PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
+      const bool weighted = mode == PoolingMode::kMean;
+      SCOPED_TRACE("dim " + std::to_string(dim) + " mode " + to_string(mode));
+      const auto by_address =
+          pool(backend, bags, mode, weighted, dim, dim, nullptr, 0, ptrs.data(), num_rows);
+      const auto dense_cpu =
+          pool(Backend::kCpu, bags, mode, weighted, dim, dim, &rows.dense, dim, nullptr, num_rows);
+      EXPECT_TRUE(same_bits(by_address, dense_cpu));
+    }
+  }
+}
+
 OptimizerOptions optimizer_case(OptimizerKind kind, bool clip) {
   OptimizerOptions o;
   o.kind = kind;

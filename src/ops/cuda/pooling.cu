@@ -87,6 +87,102 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
   }
 }
 
+// pool_kernel for rows of one tile (dim <= kTileWidth) and fewer than 2^32 ids, with each warp
+// walking bags b, b + W, b + 2W, ... (W: the grid's warps) and the chain of dependent loads of
+// later bags issued while the current bag's rows load: the offsets of the warp's next 32 bags a
+// lane each, the next-but-one bag's ids and the next bag's row addresses one bag ahead. A bag's
+// sum is the same loop as pool_kernel's (add_terms), so the output is bit-identical.
+template <uint32_t kVec, class Rows>
+__global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
+    pool_ahead_kernel(LookupFeature x, Rows rows, LookupOutput o) {
+  const size_t warps = static_cast<size_t>(gridDim.x) * (kPoolBlock / 32);
+  const size_t first = warp_index();
+  const size_t bags = x.num_bags;
+  if (first >= bags) return;
+  const uint32_t lane = lane_index();
+  const uint32_t width = x.dim;
+  // Lane j holds the offsets of the warp's bag `batch + j` (bag first + (batch + j) * warps).
+  uint32_t batch = 0, lane_begin = 0, lane_end = 0;
+  const auto load_batch = [&](uint32_t from) {
+    batch = from;
+    const size_t b = first + static_cast<size_t>(from + lane) * warps;
+    if (b < bags) {
+      lane_begin = static_cast<uint32_t>(x.offsets[b]);
+      lane_end = static_cast<uint32_t>(x.offsets[b + 1]);
+    }
+  };
+  // The offsets of the warp's j-th bag (j in [batch, batch + 32)), from the lane holding them.
+  const auto bounds = [&](uint32_t j, uint32_t& begin, uint32_t& end) {
+    begin = __shfl_sync(0xFFFFFFFFu, lane_begin, j - batch);
+    end = __shfl_sync(0xFFFFFFFFu, lane_end, j - batch);
+  };
+  load_batch(0);
+  // Bag j = 0 (summed now) and j = 1 (its ids, loaded one bag ahead).
+  uint32_t begin0, end0, begin1 = 0, end1 = 0;
+  bounds(0, begin0, end0);
+  uint32_t id0 = 0, id1 = 0;
+  if (lane < end0 - begin0) id0 = x.indices[begin0 + lane];
+  const bool has1 = first + warps < bags;
+  if (has1) {
+    bounds(1, begin1, end1);
+    if (lane < end1 - begin1) id1 = x.indices[begin1 + lane];
+  }
+  typename Rows::Handle h0{};
+  float f0 = 0.0f;
+  if (lane < end0 - begin0) {
+    h0 = rows.handle(id0);
+    f0 = id_factor(x, begin0 + lane, end0 - begin0);
+  }
+  for (uint32_t j = 0;; ++j) {
+    const size_t b = first + static_cast<size_t>(j) * warps;
+    // Ahead: the next bag's row addresses (its ids came one bag ago), the bag after it's ids.
+    const bool next = b + warps < bags;
+    typename Rows::Handle h1{};
+    float f1 = 0.0f;
+    uint32_t begin2 = 0, end2 = 0, id2 = 0;
+    if (next) {
+      if (lane < end1 - begin1) {
+        h1 = rows.handle(id1);
+        f1 = id_factor(x, begin1 + lane, end1 - begin1);
+      }
+      if (b + 2 * warps < bags) {
+        if (j + 2 == batch + 32) load_batch(j + 2);
+        bounds(j + 2, begin2, end2);
+        if (lane < end2 - begin2) id2 = x.indices[begin2 + lane];
+      }
+    }
+    float acc[kTileRegs] = {};
+    const uint32_t len = end0 - begin0;
+    add_terms<kVec>(acc, len < 32 ? len : 32u, h0, f0, rows, 0, width);
+    for (uint32_t from = begin0 + 32; from < end0; from += 32) {
+      const uint32_t count = end0 - from < 32 ? end0 - from : 32u;
+      typename Rows::Handle h_t{};
+      float f_t = 0.0f;
+      if (lane < count) {
+        h_t = rows.handle(x.indices[from + lane]);
+        f_t = id_factor(x, from + lane, len);
+      }
+      add_terms<kVec>(acc, count, h_t, f_t, rows, 0, width);
+    }
+    TileLanes<kVec>::store(o.out + b * o.out_stride, width, lane, acc);
+    if (!next) return;
+    begin0 = begin1;
+    end0 = end1;
+    h0 = h1;
+    f0 = f1;
+    begin1 = begin2;
+    end1 = end2;
+    id1 = id2;
+  }
+}
+
+// Whether SUM / MEAN pooling by address may take pool_ahead_kernel (DYNEMB_POOL_AHEAD=1; the
+// default while it is measured is pool_kernel).
+bool pool_ahead() {
+  static const bool on = ops::cuda::path_switch("DYNEMB_POOL_AHEAD", false);
+  return on;
+}
+
 // NONE: one warp per id, out row i = weight_i * row.
 template <uint32_t kVec, class Rows>
 __global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
@@ -214,6 +310,26 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
     }
   } else {
     const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + kPoolBlock - 1) / kPoolBlock);
+    if constexpr (Rows::kByAddress) {
+      if (pool_ahead() && x.dim <= kTileWidth && x.num_ids < (size_t{1} << 32)) {
+        // Resident blocks only (each warp walks its bags): kPoolBlocksPerSm a multiprocessor.
+        static const unsigned resident = [] {
+          int device = 0, count = 0;
+          core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+          core::cuda::check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+                            "cudaDeviceGetAttribute (multiprocessors)");
+          return static_cast<unsigned>(count * kPoolBlocksPerSm);
+        }();
+        const unsigned ahead_blocks = std::min(blocks, resident);
+        if (vec) {
+          pool_ahead_kernel<4><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+        } else {
+          pool_ahead_kernel<1><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+        }
+        core::cuda::check_launch("pooled_lookup: pool_ahead_kernel");
+        return;
+      }
+    }
     if (vec) {
       pool_kernel<4><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     } else {
