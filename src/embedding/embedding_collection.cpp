@@ -335,11 +335,11 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
                stream);
   // Keys and table bits that fit in 32 bits: every table combined in one pass straight into the
   // dedup's narrow keys and bags (where the backend has that pass), else table by table.
-  // DYNEMB_COMBINE_NARROW=1 takes the one pass; the default while it is measured on the GPU: table
-  // by table, then the dedup's status pass.
+  // DYNEMB_COMBINE_NARROW=0 (the path before, kept while it is measured): table by table, then
+  // the dedup's status pass.
   static const bool narrow_pass = [] {
     const char* v = std::getenv("DYNEMB_COMBINE_NARROW");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   bool narrow = false;
   if (narrow_pass && end_bit <= 32 && num_tables <= ops::detail::kMaxNarrowTables) {

@@ -127,10 +127,10 @@ auto scatter_by_rank(const ScatterByRank<K, S>& f) {
   return thrust::make_tabulate_output_iterator(f);
 }
 
-// Whether the rank scan writes the dedup's outputs itself (DYNEMB_DEDUP_SCAN_SCATTER=1) or
-// writes the ranks for scatter_kernel (the default while it is measured).
+// Whether the rank scan writes the dedup's outputs itself (the default) or writes the ranks for
+// scatter_kernel (DYNEMB_DEDUP_SCAN_SCATTER=0: the path before, kept while it is measured).
 bool scan_scatters() {
-  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_SCAN_SCATTER", false);
+  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_SCAN_SCATTER", true);
   return on;
 }
 

@@ -314,9 +314,9 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
 
 void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
   const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
-  // DYNEMB_SPREAD_ROWS=1: the bounds, then the rows grid-stride; the default while it is measured:
-  // a thread for each of the n ids in both kernels.
-  static const bool rows_only = ops::cuda::path_switch("DYNEMB_SPREAD_ROWS", false);
+  // The bounds, then the rows grid-stride; DYNEMB_SPREAD_ROWS=0 (the path before, kept while it
+  // is measured): a thread for each of the n ids in both kernels.
+  static const bool rows_only = ops::cuda::path_switch("DYNEMB_SPREAD_ROWS", true);
   if (rows_only) {
     bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(
         s);
@@ -334,9 +334,9 @@ void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
 
 void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
   if (s.n == 0) return;
-  // The padding rows are left out where the caller allows it only with DYNEMB_GATHER_SKIP_PADDING=1
-  // (the default, while it is measured, writes them).
-  static const bool always_padding = !ops::cuda::path_switch("DYNEMB_GATHER_SKIP_PADDING", false);
+  // The padding rows are left out where the caller allows it; DYNEMB_GATHER_SKIP_PADDING=0 (the
+  // path before, kept while it is measured) writes them whatever the caller asked.
+  static const bool always_padding = !ops::cuda::path_switch("DYNEMB_GATHER_SKIP_PADDING", true);
   TableRows rows = r;
   rows.padding_rows = r.padding_rows || always_padding;
   gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, rows);
