@@ -11,9 +11,7 @@ TrainingStep<K>::TrainingStep(Backend backend_, int device_)
     : ops(ops_backend(backend_)),
       backend(backend_),
       device(device_),
-      workspace(std::make_unique<ops::detail::StepWorkspace>(backend_, device_)) {
-  workspace->bags_on_side = true;  // pool() and backward() join the dedup's side work
-}
+      workspace(std::make_unique<ops::detail::StepWorkspace>(backend_, device_)) {}
 
 template <TableKey K>
 void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool batch_weighted,
@@ -91,8 +89,6 @@ template <TableKey K>
 void TrainingStep<K>::pool(const LookupFeature& f, const LookupOutput& out, bool training,
                            StreamHandle stream) {
   ops::detail::pooled_lookup_unchecked(ops, f, out, stream);
-  // The dedup's side work (the ids' bags for the backward) ran beside the forward's stages.
-  workspace->join_side(stream);
   pending_backward = training;
 }
 
@@ -109,7 +105,6 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
   const LookupOutput grads{const_cast<float*>(grad), grad_stride};
   ops::detail::validate_lookup_shape(b.where, {&f, 1}, {&grads, 1}, "grad");
   pending_backward = false;
-  workspace->join_side(stream);  // already joined by pool(); kept so the bags are never read early
   if (by_address && b.gradient_check != SafeCheck::kError) {
     // Each row's gradient reduced and applied in one pass (never stored); rows with NaN / Inf
     // are skipped and counted on the device (reported at the next forward, or here when the

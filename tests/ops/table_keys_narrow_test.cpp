@@ -1,7 +1,7 @@
 // combine_tables_narrow (every table's batch combined in one pass into the dedup's narrow keys and
 // bags) against combine_table_keys on the CPU table by table: the same combined offsets and status
 // words, narrow keys equal to the combined keys' low 32 bits, each id's bag; then the dedup of the
-// narrow keys (keys = nullptr, bags gathered on the workspace's side stream) against the dedup of
+// narrow keys (keys = nullptr) against the dedup of
 // the combined keys. Random tables, some empty, some with bad offsets. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -68,7 +68,6 @@ TEST_F(TableKeysNarrow, MatchesTheTableByTableCombineAndItsDedup) {
   const OpsBackend& cpu = ops_backend(Backend::kCpu);
   const OpsBackend& gpu = ops_backend(kGpu);
   ops::detail::StepWorkspace narrow_ws(kGpu, 0), wide_ws(kGpu, 0);
-  narrow_ws.bags_on_side = true;  // the training step's setting: joined below before reading
   for (int trial = 0; trial < 24; ++trial) {
     const uint32_t num_tables = 1 + static_cast<uint32_t>(rng() % ops::detail::kMaxNarrowTables);
     const uint32_t table_bits = num_tables == 1 ? 0 : std::bit_width(num_tables - 1);
@@ -155,7 +154,6 @@ TEST_F(TableKeysNarrow, MatchesTheTableByTableCombineAndItsDedup) {
           ids[k].data(), begin[k].data(), by_row[k].data(), got_offsets.data(), bags, end_bit,
           count.data() + k, k == 0 ? narrow_ws : wide_ws, nullptr);
     }
-    narrow_ws.join_side(nullptr);
     backend_synchronize(kGpu);
     const std::vector<uint64_t> counts = download(count, 2);
     ASSERT_EQ(counts[0], counts[1]);

@@ -59,22 +59,6 @@ class StepWorkspace {
   // the cold rows' pass), made on first use by the backend's ops; empty until then.
   std::unique_ptr<StreamFan> priority_fan;
 
-  // Set by a caller that calls join_side() before it reads the dedup's bag_by_row (the training
-  // step): the dedup then writes those bags on a side stream (side_fan, made on first use by the
-  // backend's ops), beside the rest of the forward, and sets `side_pending` until joined. Unset,
-  // every output is ordered on the caller's stream.
-  bool bags_on_side = false;
-  std::unique_ptr<StreamFan> side_fan;
-  bool side_pending = false;
-
-  // Makes the work issued on `main` after this wait for what the dedup forked onto the side
-  // stream (nothing when nothing is pending). Called before anything reads or rewrites it.
-  void join_side(StreamHandle main) {
-    if (!side_pending) return;
-    side_fan->join(main);
-    side_pending = false;
-  }
-
   // CUB's temporary-storage sizes for the last (items, end bit, key bytes) the dedup asked about.
   struct SortSizes {
     size_t items = SIZE_MAX;

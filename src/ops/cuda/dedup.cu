@@ -134,21 +134,6 @@ bool scan_scatters() {
   return on;
 }
 
-// bag_by_row[i] = bag_of[ids_by_row[i]]: each id's bag in the grouped order, for the backward.
-__global__ void bags_by_row_kernel(const uint32_t* ids_by_row, size_t n, const uint32_t* bag_of,
-                                   uint32_t* bag_by_row) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) bag_by_row[i] = bag_of[ids_by_row[i]];
-}
-
-// Whether the ids' bags in grouped order are written on the workspace's side stream, beside the
-// rest of the forward (DYNEMB_DEDUP_BAGS_SIDE=1), or by the scatter (the default: the side stream
-// measured 0.01-0.05 ms slower, H100 call R1, forward of the 13.1M step in both modes).
-bool bags_on_side_stream() {
-  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_BAGS_SIDE", false);
-  return on;
-}
-
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
 // offsets[b] < offsets[b - 1]; when bag_of is not null, bag_of[i] = b for the ids i of each bag b
 // (ids outside [0, n) are not written: the offsets are checked on the host afterwards); and, over
@@ -300,7 +285,6 @@ class SortPass {
     }
     ScratchCarver place(block);
     carve(place);
-    if (workspace_ != nullptr) workspace_->join_side(stream_);  // a sort again: the last bags
     const uint32_t* positions_in = nullptr;
     if (workspace_ != nullptr) {
       positions_in = workspace_->iota(n, stream_);
@@ -311,23 +295,6 @@ class SortPass {
     core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                       ids_by_row, items, 0, end_bit, stream_),
                       "dedup: SortPairs");
-    if (bag_by_row != nullptr && workspace_ != nullptr && workspace_->bags_on_side &&
-        bags_on_side_stream()) {
-      // Only the backward reads the bags: they are gathered on a side stream beside the scan,
-      // the scatter and the rest of the forward (joined by StepWorkspace::join_side).
-      if (workspace_->side_fan == nullptr) {
-        int device = 0;
-        core::cuda::check(cudaGetDevice(&device), "dedup: cudaGetDevice");
-        workspace_->side_fan = make_stream_fan_cuda(1, device);
-      }
-      StreamFan& fan = *workspace_->side_fan;
-      fan.fork(stream_);
-      workspace_->side_pending = true;
-      bags_by_row_kernel<<<blocks_for_threads(n), kBlock, 0, as_stream(fan.stream(0))>>>(
-          ids_by_row, n, bag_of, bag_by_row);
-      core::cuda::check_launch("dedup: bags_by_row_kernel");
-      bag_by_row = nullptr;
-    }
     if (scan_scatters()) {
       const ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
                                         inverse, row_begin,  bag_by_row, status};
@@ -373,8 +340,6 @@ size_t dedup_grouped_cuda(size_t n, const K* keys, K* unique_keys, uint32_t* inv
   require(bag_by_row == nullptr || workspace != nullptr, where, "bag_by_row", "not null",
           "needs a StepWorkspace (the ids' bags are written to its scratch first)");
   ops::cuda::keep_pool_memory(stream);
-  // The last call's side work reads the workspace's buffers this call rewrites.
-  if (workspace != nullptr) workspace->join_side(stream);
   // The status words and the host words they are read into: the workspace's, else temporaries
   // (pageable host memory).
   core::cuda::DeviceArray<unsigned long long> own_status;
@@ -476,7 +441,6 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
                               StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
-  workspace.join_side(stream);  // the last call's side work reads the buffers rewritten here
   // keys = nullptr: the narrow keys and the bags are already in the workspace, and no key has bits
   // above 32 (a batch that has is refused by the caller): the AND's high half is 0.
   const bool prepared = keys == nullptr;

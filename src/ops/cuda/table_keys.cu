@@ -271,45 +271,6 @@ __global__ void gather_kernel(TableSpread s, TableRows r) {
   }
 }
 
-// gather_kernel's work walked from the rows, grid-stride: each row r < u (not refused) from its
-// padded entry id_base[t] + r - bounds[t] (t: the table whose rows hold r), then the padding
-// rows [u, n) (every row of a refused batch). No thread for a padded entry without a row.
-__global__ void gather_rows_kernel(TableSpread s, TableRows r) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint32_t lane = ops::cuda::lane_index();
-  const size_t u = *s.unique_count;
-  const bool refused = spread_refused(s);
-  const size_t live = refused ? 0 : u;
-  // Whole warps go round together (count_by_table is a warp's vote).
-  for (size_t warp_row = first - lane; warp_row < live; warp_row += stride) {
-    const size_t row = warp_row + lane;
-    bool created = false, missed = false;
-    uint32_t t = 0;
-    if (row < live) {
-      t = static_cast<uint32_t>(
-          thrust::upper_bound(thrust::seq, s.bounds + 1, s.bounds + s.num_tables, uint64_t{row}) -
-          (s.bounds + 1));
-      const uint64_t p = s.id_base[t] + (row - s.bounds[t]);
-      float* address = r.padded_rows[p];
-      const bool none = address == nullptr;
-      r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
-      r.missing[row] = none;
-      created = r.training && !none && !r.padded_founds[p];
-      missed = !r.training && none;
-    }
-    count_by_table(r, created, t, r.created_index);
-    count_by_table(r, missed, t, r.missing_index);
-  }
-  for (size_t p = live + first; p < s.n; p += stride) {
-    if (r.padding_rows || p < u) {
-      r.rows[p] = r.fallback + p * r.fallback_stride;
-      r.missing[p] = true;
-    }
-    if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
-  }
-}
-
 }  // namespace
 
 bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shift, bool bags,
@@ -335,8 +296,6 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
   c.n = c.base[c.count];
   c.bags = c.bag_base[c.count];
   c.entries = c.entry_base[c.count];
-  // The dedup's last side work reads the bags rewritten here.
-  workspace.join_side(stream);
   c.narrow_keys = workspace.narrow_keys(c.n, stream);
   c.bag_of = bags && c.bags > 0 ? workspace.bag_of(c.n, stream) : nullptr;
   c.combined_offsets = combined_offsets;
@@ -378,14 +337,6 @@ void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHand
   static const bool always_padding = !ops::cuda::path_switch("DYNEMB_GATHER_SKIP_PADDING", true);
   TableRows rows = r;
   rows.padding_rows = r.padding_rows || always_padding;
-  // DYNEMB_GATHER_ROWS=1: gather_rows_kernel (the default while it is measured: gather_kernel).
-  static const bool by_rows = ops::cuda::path_switch("DYNEMB_GATHER_ROWS", false);
-  if (by_rows) {
-    const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(s.n), 2048));
-    gather_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s, rows);
-    core::cuda::check_launch("gather_table_rows (rows)");
-    return;
-  }
   gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, rows);
   core::cuda::check_launch("gather_table_rows");
 }
