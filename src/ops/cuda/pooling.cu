@@ -321,7 +321,15 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
                             "cudaDeviceGetAttribute (multiprocessors)");
           return static_cast<unsigned>(count * kPoolBlocksPerSm);
         }();
-        const unsigned ahead_blocks = std::min(blocks, resident);
+        // DYNEMB_POOL_AHEAD_WAVES=w (1 to 16; 1 unset): w waves of resident blocks, each warp
+        // walking fewer bags, so a launch that shares the device with other streams' kernels
+        // (tables side by side) waits less for its last blocks (measured against one wave).
+        static const unsigned waves = [] {
+          const char* v = std::getenv("DYNEMB_POOL_AHEAD_WAVES");
+          const int w = v != nullptr ? std::atoi(v) : 1;
+          return static_cast<unsigned>(w < 1 ? 1 : (w > 16 ? 16 : w));
+        }();
+        const unsigned ahead_blocks = std::min(blocks, resident * waves);
         if (vec) {
           pool_ahead_kernel<4><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
         } else {
