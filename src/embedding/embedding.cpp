@@ -107,8 +107,8 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   // Counter admission keeps the dense path (it copies rows out and back); the rest works on
   // the table's rows in place.
   const bool by_address = !(training && admission_ != nullptr);
-  const LookupFeature feature = p.prepare_rows(u, by_address, options_.dim, row_dim_, output,
-                                               "Embedding::forward", "outputs");
+  LookupFeature feature = p.prepare_rows(u, by_address, options_.dim, row_dim_, output,
+                                         "Embedding::forward", "outputs");
   if (by_address) {
     const uint64_t bounds[2] = {0, u};
     p.lookup_by_address({&s.table, 1}, bounds, options_, training, stream);
@@ -116,6 +116,9 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
     admit_rows(stream);
   }
   stage_done("lookup");
+  // One table's bags, beside other tables' work when tables train side by side: the pooling that
+  // walks its bags with the next bags' loads issued ahead (docs/ops.md).
+  feature.pool_ahead = true;
   p.pool(feature, output, training, stream);
   stage_done("pool");
   stats_.lookups += n;

@@ -100,7 +100,8 @@ class RowAddresses : public dynemb::testing::BackendTest {};
 // Pools `bags` over rows given densely (rows + r * stride) or by address on `backend`.
 std::vector<float> pool(Backend backend, const RandomBags& bags, PoolingMode mode, bool weighted,
                         uint32_t dim, uint32_t out_stride, const std::vector<float>* dense,
-                        uint32_t dense_stride, const float* const* row_ptrs, size_t num_rows) {
+                        uint32_t dense_stride, const float* const* row_ptrs, size_t num_rows,
+                        bool ahead = false) {
   auto indices = upload(backend, bags.indices);
   auto offsets = upload(backend, bags.offsets);
   auto weights = upload(backend, bags.weights);
@@ -121,6 +122,7 @@ std::vector<float> pool(Backend backend, const RandomBags& bags, PoolingMode mod
   f.num_bags = bags.offsets.size() - 1;
   f.weights = weighted ? weights.data() : nullptr;
   f.mode = mode;
+  f.pool_ahead = ahead;
   const size_t out_rows = mode == PoolingMode::kNone ? f.num_ids : f.num_bags;
   const size_t out_floats = out_rows * out_stride;
   std::vector<float> host_out(out_floats, -7.0f);
@@ -176,8 +178,9 @@ TEST_P(RowAddresses, PoolingByAddressIsBitIdenticalToDense) {
 }
 
 // Enough bags that each warp of a grid of resident blocks walks more than 32 of them (the GPU's
-// pool_ahead_kernel reloads its offsets every 32 bags), bags over 32 ids, by address against the
-// CPU's dense pooling. GPU only (the CPU's by-address pooling is checked above, on fewer bags).
+// pool_ahead_kernel, LookupFeature::pool_ahead, reloads its offsets every 32 bags), bags over 32
+// ids, by address with and without pool_ahead against the CPU's dense pooling. GPU only (the
+// CPU's by-address pooling is checked above, on fewer bags).
 TEST_P(RowAddresses, PoolingManyBagsByAddressIsBitIdenticalToTheCpu) {
   const Backend backend = GetParam();
   if (backend != Backend::kCuda) GTEST_SKIP() << "the GPU's long-grid pooling";
@@ -193,11 +196,13 @@ TEST_P(RowAddresses, PoolingManyBagsByAddressIsBitIdenticalToTheCpu) {
     for (const PoolingMode mode : {PoolingMode::kSum, PoolingMode::kMean}) {
       const bool weighted = mode == PoolingMode::kMean;
       SCOPED_TRACE("dim " + std::to_string(dim) + " mode " + to_string(mode));
-      const auto by_address =
-          pool(backend, bags, mode, weighted, dim, dim, nullptr, 0, ptrs.data(), num_rows);
       const auto dense_cpu =
           pool(Backend::kCpu, bags, mode, weighted, dim, dim, &rows.dense, dim, nullptr, num_rows);
-      EXPECT_TRUE(same_bits(by_address, dense_cpu));
+      for (const bool ahead : {false, true}) {
+        const auto by_address =
+            pool(backend, bags, mode, weighted, dim, dim, nullptr, 0, ptrs.data(), num_rows, ahead);
+        EXPECT_TRUE(same_bits(by_address, dense_cpu)) << "ahead " << ahead;
+      }
     }
   }
 }

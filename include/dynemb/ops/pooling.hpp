@@ -46,6 +46,11 @@ struct LookupFeature {
   // are padding no id refers to, which the fused backward skips (a step sized by its ids, whose
   // unique count only the device knows: EmbeddingCollection's host-sync-free step).
   const uint64_t* live_rows = nullptr;
+  // GPU, SUM / MEAN over rows by address: pool with resident warps that walk their bags and issue
+  // the next bags' loads ahead (same result). For a launch that shares the device with other
+  // tables' work (one table's bags beside the others'); one launch over many tables' bags runs
+  // faster without (docs/ops.md).
+  bool pool_ahead = false;
 };
 
 // Where a feature's output goes: SUM/MEAN write bag b at out + b * out_stride; NONE writes id

@@ -176,14 +176,6 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
   }
 }
 
-// Whether SUM / MEAN pooling by address takes pool_ahead_kernel (the default: ten Embeddings side
-// by side 2.04 -> 1.96 ms forward, one collection 2.19-2.20 against 2.20-2.22; H100, issue 35
-// call R3) or pool_kernel (DYNEMB_POOL_AHEAD=0, kept while it is measured).
-bool pool_ahead() {
-  static const bool on = ops::cuda::path_switch("DYNEMB_POOL_AHEAD", true);
-  return on;
-}
-
 // NONE: one warp per id, out row i = weight_i * row.
 template <uint32_t kVec, class Rows>
 __global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
@@ -312,7 +304,7 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
   } else {
     const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + kPoolBlock - 1) / kPoolBlock);
     if constexpr (Rows::kByAddress) {
-      if (pool_ahead() && x.dim <= kTileWidth && x.num_ids < (size_t{1} << 32)) {
+      if (x.pool_ahead && x.dim <= kTileWidth && x.num_ids < (size_t{1} << 32)) {
         // Resident blocks only (each warp walks its bags): kPoolBlocksPerSm a multiprocessor.
         static const unsigned resident = [] {
           int device = 0, count = 0;
@@ -321,15 +313,7 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
                             "cudaDeviceGetAttribute (multiprocessors)");
           return static_cast<unsigned>(count * kPoolBlocksPerSm);
         }();
-        // DYNEMB_POOL_AHEAD_WAVES=w (1 to 16; 1 unset): w waves of resident blocks, each warp
-        // walking fewer bags, so a launch that shares the device with other streams' kernels
-        // (tables side by side) waits less for its last blocks (measured against one wave).
-        static const unsigned waves = [] {
-          const char* v = std::getenv("DYNEMB_POOL_AHEAD_WAVES");
-          const int w = v != nullptr ? std::atoi(v) : 1;
-          return static_cast<unsigned>(w < 1 ? 1 : (w > 16 ? 16 : w));
-        }();
-        const unsigned ahead_blocks = std::min(blocks, resident * waves);
+        const unsigned ahead_blocks = std::min(blocks, resident);
         if (vec) {
           pool_ahead_kernel<4><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
         } else {
