@@ -1,7 +1,6 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -334,15 +333,10 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   backend_zero(backend_, s.words.data(), ops::detail::kTableKeyStatusWords * sizeof(uint64_t),
                stream);
   // Keys and table bits that fit in 32 bits: every table combined in one pass straight into the
-  // dedup's narrow keys and bags (where the backend has that pass), else table by table.
-  // DYNEMB_COMBINE_NARROW=0 (the path before, kept while it is measured): table by table, then
-  // the dedup's status pass.
-  static const bool narrow_pass = [] {
-    const char* v = std::getenv("DYNEMB_COMBINE_NARROW");
-    return v == nullptr || v[0] != '0';
-  }();
+  // dedup's narrow keys and bags (where the backend has that pass), else table by table, then the
+  // dedup's status pass.
   bool narrow = false;
-  if (narrow_pass && end_bit <= 32 && num_tables <= ops::detail::kMaxNarrowTables) {
+  if (end_bit <= 32 && num_tables <= ops::detail::kMaxNarrowTables) {
     std::vector<ops::detail::TableBatch> parts(num_tables);
     for (size_t t = 0; t < num_tables; ++t) {
       const EmbeddingBatch<K>& b = batches[t];

@@ -66,33 +66,11 @@ __device__ __forceinline__ K full_key(S sorted_key, const unsigned long long* st
   }
 }
 
-// rank[i] is the inclusive count of heads: the unique position of sorted[i] is rank[i] - 1.
-// Writes the inverse, the unique keys, where each group starts, the unique count and, when
-// bag_by_row is not null, the bag of each position in sorted order (bag_of: by position).
-template <class K, class S>
-__global__ void scatter_kernel(const S* sorted, const uint32_t* positions, const uint32_t* rank,
-                               size_t n, const uint32_t* bag_of, K* unique_keys, uint32_t* inverse,
-                               uint32_t* row_begin, uint32_t* bag_by_row,
-                               unsigned long long* status) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const uint32_t r = rank[i] - 1;
-  const uint32_t position = positions[i];
-  inverse[position] = r;
-  if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
-  if (i == 0 || sorted[i] != sorted[i - 1]) {
-    unique_keys[r] = full_key<K>(sorted[i], status);
-    row_begin[r] = static_cast<uint32_t>(i);
-  }
-  if (i + 1 == n) {
-    row_begin[r + 1] = static_cast<uint32_t>(n);
-    status[kUnique] = r + 1;
-  }
-}
-
-// scatter_kernel's work for sorted entry i, given its rank, as the rank scan's output (no rank
-// array written and read back, no kernel of its own): thrust's tabulate output iterator calls
-// it with each index and value the scan stores.
+// The rank scan's output: rank is the inclusive count of heads up to sorted entry i (its unique
+// position is rank - 1). Writes the inverse, the unique keys, where each group starts, the unique
+// count and, when bag_by_row is not null, the bag of each position in sorted order (bag_of: by
+// position). No rank array is written and read back, no kernel of its own: thrust's tabulate
+// output iterator calls it with each index and value the scan stores.
 template <class K, class S>
 struct ScatterByRank {
   const S* sorted;
@@ -125,13 +103,6 @@ struct ScatterByRank {
 template <class K, class S>
 auto scatter_by_rank(const ScatterByRank<K, S>& f) {
   return thrust::make_tabulate_output_iterator(f);
-}
-
-// Whether the rank scan writes the dedup's outputs itself (the default) or writes the ranks for
-// scatter_kernel (DYNEMB_DEDUP_SCAN_SCATTER=0: the path before, kept while it is measured).
-bool scan_scatters() {
-  static const bool on = ops::cuda::path_switch("DYNEMB_DEDUP_SCAN_SCATTER", true);
-  return on;
 }
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
@@ -253,24 +224,18 @@ class SortPass {
       core::cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, no_keys, inverse,
                                                         ids_by_row, items, 0, end_bit, stream_),
                         "dedup: SortPairs (size)");
-      core::cuda::check(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
-                                                      inverse, items, stream_),
-                        "dedup: InclusiveSum (size)");
-      size_t fused_bytes = 0;
       core::cuda::check(
-          cub::DeviceScan::InclusiveSum(nullptr, fused_bytes, head_flags<S>(no_keys),
+          cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, head_flags<S>(no_keys),
                                         scatter_by_rank(ScatterByRank<K, S>{}), items, stream_),
           "dedup: InclusiveSum (size)");
-      scan_bytes = std::max(scan_bytes, fused_bytes);
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
     S* sorted = nullptr;
-    uint32_t *rank = nullptr, *positions = nullptr;
+    uint32_t* positions = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<S>(n);
-      rank = c.take<uint32_t>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
       temp = c.take<uint8_t>(temp_bytes);
     };
@@ -295,20 +260,11 @@ class SortPass {
     core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                       ids_by_row, items, 0, end_bit, stream_),
                       "dedup: SortPairs");
-    if (scan_scatters()) {
-      const ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
-                                        inverse, row_begin,  bag_by_row, status};
-      core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
-                                                      scatter_by_rank(scatter), items, stream_),
-                        "dedup: InclusiveSum (scatter)");
-      return;
-    }
-    core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted), rank,
-                                                    items, stream_),
-                      "dedup: InclusiveSum");
-    scatter_kernel<<<blocks_for_threads(n), kBlock, 0, stream_>>>(
-        sorted, ids_by_row, rank, n, bag_of, unique_keys, inverse, row_begin, bag_by_row, status);
-    core::cuda::check_launch("dedup: scatter_kernel");
+    const ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
+                                      inverse, row_begin,  bag_by_row, status};
+    core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
+                                                    scatter_by_rank(scatter), items, stream_),
+                      "dedup: InclusiveSum (scatter)");
   }
 
  private:

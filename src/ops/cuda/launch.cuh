@@ -5,18 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
 #include "dynemb/core/stream.hpp"
 
 namespace dynemb::ops::cuda {
-
-// A path of the step kept selectable while it is measured against the one before: DYNEMB_<name>
-// = 1 or 0 turns it on or off, unset it is `on` (read once: the caller keeps it in a static).
-inline bool path_switch(const char* name, bool on) {
-  const char* v = std::getenv(name);
-  return v == nullptr || v[0] == '\0' ? on : v[0] == '1';
-}
 
 inline constexpr int kBlock = 256;
 inline constexpr int kWarpsPerBlock = kBlock / 32;

@@ -152,40 +152,7 @@ __device__ bool spread_refused(const TableSpread& s) {
   return s.key_limit < 64 && (s.status[kKeyBitsSeen] >> s.key_limit) != 0;
 }
 
-// split_kernel on a count the device holds: thread i < u strips row i's key, thread t <= T
-// finds table t's first row.
-__global__ void split_counted_kernel(TableSpread s) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t u = *s.unique_count;
-  if (i < u) s.keys[i] = s.unique_combined[i] & id_mask(s.shift);
-  if (i <= s.num_tables) {
-    s.bounds[i] = i == s.num_tables
-                      ? u
-                      : thrust::lower_bound(thrust::seq, s.unique_combined, s.unique_combined + u,
-                                            table_tag(static_cast<uint32_t>(i), s.shift)) -
-                            s.unique_combined;
-  }
-}
-
-// Thread t < T: table t's count and unique counter; the batch's refusal counted once. Threads
-// r < u: row r's key to its padded place (the row's table found by its tag).
-__global__ void spread_kernel(TableSpread s) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool refused = spread_refused(s);
-  if (i < s.num_tables) {
-    const uint64_t count = refused ? 0 : s.bounds[i + 1] - s.bounds[i];
-    s.counts[i] = count;
-    s.counters[i * s.counter_stride + s.unique_index] += count;
-    s.counters[i * s.counter_stride + s.lookups_index] += s.id_base[i + 1] - s.id_base[i];
-    if (i == 0 && refused) *s.refused += 1;
-  }
-  const size_t u = *s.unique_count;
-  if (refused || i >= u) return;
-  const uint32_t t = s.shift >= 64 ? 0 : static_cast<uint32_t>(s.unique_combined[i] >> s.shift);
-  s.padded_keys[s.id_base[t] + (i - s.bounds[t])] = s.keys[i];
-}
-
-// Thread t <= T: table t's first row (bounds, as split_counted_kernel's).
+// Thread t <= T: table t's first row (bounds: the first unique row with t's tag; u for T).
 __global__ void bounds_kernel(TableSpread s) {
   const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t > s.num_tables) return;
@@ -197,8 +164,10 @@ __global__ void bounds_kernel(TableSpread s) {
                           s.unique_combined;
 }
 
-// split_counted_kernel's keys and spread_kernel's work after bounds_kernel, grid-stride over the
-// u rows (a grid for the bound n leaves most threads idle: u is a fraction of n).
+// After bounds_kernel, grid-stride: thread t < T writes table t's count and unique counter (the
+// batch's refusal counted once); rows r < u (u: a count the device holds) get their key stripped
+// and, unless refused, moved to its padded place (the row's table found by its tag). Grid-stride
+// over the u rows: a grid for the bound n leaves most threads idle (u is a fraction of n).
 __global__ void spread_rows_kernel(TableSpread s) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -312,32 +281,16 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
 
 void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
   const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
-  // The bounds, then the rows grid-stride; DYNEMB_SPREAD_ROWS=0 (the path before, kept while it
-  // is measured): a thread for each of the n ids in both kernels.
-  static const bool rows_only = ops::cuda::path_switch("DYNEMB_SPREAD_ROWS", true);
-  if (rows_only) {
-    bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(
-        s);
-    core::cuda::check_launch("spread_table_keys: bounds");
-    const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 1024));
-    spread_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s);
-    core::cuda::check_launch("spread_table_keys");
-    return;
-  }
-  split_counted_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
-  core::cuda::check_launch("spread_table_keys: split");
-  spread_kernel<<<blocks_for_threads(threads), kBlock, 0, as_stream(stream)>>>(s);
+  bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(s);
+  core::cuda::check_launch("spread_table_keys: bounds");
+  const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 1024));
+  spread_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s);
   core::cuda::check_launch("spread_table_keys");
 }
 
 void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
   if (s.n == 0) return;
-  // The padding rows are left out where the caller allows it; DYNEMB_GATHER_SKIP_PADDING=0 (the
-  // path before, kept while it is measured) writes them whatever the caller asked.
-  static const bool always_padding = !ops::cuda::path_switch("DYNEMB_GATHER_SKIP_PADDING", true);
-  TableRows rows = r;
-  rows.padding_rows = r.padding_rows || always_padding;
-  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, rows);
+  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, r);
   core::cuda::check_launch("gather_table_rows");
 }
 
