@@ -61,6 +61,14 @@ std::vector<uint64_t> distinct_scores(TestRng& rng, size_t n, uint64_t lo, uint6
   return v;
 }
 
+// tiny_options() whose initializer draws `kind` rows from a fresh seed.
+TableOptions tiny_options_drawing(InitializerKind kind, TestRng& rng) {
+  TableOptions o = tiny_options();
+  o.initializer.kind = kind;
+  o.initializer.seed = rng.next();
+  return o;
+}
+
 TYPED_TEST(TableEvictionTest, HigherScoreEvictsTheLowestScoreEntry) {
   using K = typename TestFixture::Key;
   TestRng rng;
@@ -187,9 +195,7 @@ TYPED_TEST(TableEvictionTest, InsertAndEvictAcceptsNullValueAndScoreOutputs) {
 TYPED_TEST(TableEvictionTest, InsertAndEvictCountedWithoutValuesInsertsInitialRows) {
   using K = typename TestFixture::Key;
   TestRng rng;
-  TableOptions o = tiny_options();
-  o.initializer.kind = InitializerKind::kUniform;
-  o.initializer.seed = rng.next();
+  const TableOptions o = tiny_options_drawing(InitializerKind::kUniform, rng);
   auto h = this->make(o);
   FullBucket<K> b1 = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
   FullBucket<K> b2;
@@ -240,9 +246,7 @@ TYPED_TEST(TableEvictionTest, InsertAndEvictCountedWithoutValuesInsertsInitialRo
 TYPED_TEST(TableEvictionTest, FindOrInsertGivesARefusedKeyItsInitializerRow) {
   using K = typename TestFixture::Key;
   TestRng rng;
-  TableOptions o = tiny_options();
-  o.initializer.kind = InitializerKind::kNormal;
-  o.initializer.seed = rng.next();
+  const TableOptions o = tiny_options_drawing(InitializerKind::kNormal, rng);
   auto h = this->make(o);
   FullBucket<K> b = fill_bucket(h, rng, distinct_scores(rng, 16, 100, 1000));
   const K newcomer = keys_in_bucket<K>(rng, b.bucket, h.num_buckets(), 1,
