@@ -16,20 +16,6 @@ using ops::cuda::as_stream;
 using ops::cuda::blocks_for_threads;
 using ops::cuda::kBlock;
 
-// ORs every thread's `seen` into *word with one atomic, from thread 0 of the block, and only when
-// it adds a bit (bits are only ever added, so bits already there need no atomic). Every thread of
-// the block calls it, last.
-__device__ void or_block_bits(uint64_t seen, unsigned long long* word) {
-  for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
-  __shared__ uint64_t warp_seen[kBlock / 32];
-  if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (uint32_t w = 1; w < blockDim.x / 32; ++w) seen |= warp_seen[w];
-  const auto* current = reinterpret_cast<const volatile unsigned long long*>(word);
-  if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(word, seen);
-}
-
 // Thread i < n writes combined key i; thread b <= num_bags writes combined offset b and checks
 // the ends. The block ORs its keys' bits before one atomic, skipped when the status already has
 // them (one atomic per warp on one word queued at L2: 42 us a table of 1.3M keys on the H100).
@@ -54,7 +40,15 @@ __global__ void combine_kernel(uint32_t table, uint64_t tag, size_t n, const K* 
         (i == 0 && o != 0) || (i == num_bags && o != last) || (i > 0 && o < offsets[i - 1]);
     if (bad) atomicMax(status + kBadTableFlag, ~0ull - table);
   }
-  or_block_bits(seen, status + kKeyBitsSeen);
+  for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
+  __shared__ uint64_t warp_seen[kBlock / 32];
+  if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (uint32_t w = 1; w < blockDim.x / 32; ++w) seen |= warp_seen[w];
+  // Bits are only ever added, so bits already there need no atomic.
+  const auto* current = reinterpret_cast<const volatile unsigned long long*>(status + kKeyBitsSeen);
+  if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(status + kKeyBitsSeen, seen);
 }
 
 // combine_tables_narrow's tables, by value (kMaxNarrowTables of them at most).
@@ -128,7 +122,15 @@ __global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
       }
     }
   }
-  or_block_bits(seen, c.status + kKeyBitsSeen);
+  for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
+  __shared__ uint64_t warp_seen[kBlock / 32];
+  if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (uint32_t w = 1; w < blockDim.x / 32; ++w) seen |= warp_seen[w];
+  const auto* current =
+      reinterpret_cast<const volatile unsigned long long*>(c.status + kKeyBitsSeen);
+  if ((seen & ~static_cast<uint64_t>(*current)) != 0) atomicOr(c.status + kKeyBitsSeen, seen);
 }
 
 template <TableKey K>
