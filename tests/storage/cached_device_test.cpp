@@ -140,6 +140,33 @@ void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& bi
 
 class CachedDevice : public BackendTest {};
 
+// A training step by address on both tables: `cached` (keys at `dkeys`, backend memory) and `big`
+// (host) give every key a row with the same found flag and elements; each row then gets
+// row[c] += scale * (c + offset) in both. The rows' addresses land in *ptrs and *big_rows.
+void step_by_address(Backend backend, Table<K>& cached, Table<K>& big, const std::vector<K>& keys,
+                     const K* dkeys, uint32_t dim, float scale, uint32_t offset,
+                     std::vector<float*>* ptrs, std::vector<float*>* big_rows) {
+  const size_t n = keys.size();
+  BackendBuffer<float*> dptrs(backend, n);
+  BackendBuffer<bool> dfound(backend, n);
+  cached.find_or_insert_pointers(n, dkeys, dptrs.data(), dfound.data());
+  big_rows->assign(n, nullptr);
+  std::unique_ptr<bool[]> fb(new bool[n]);
+  big.find_or_insert_pointers(n, keys.data(), big_rows->data(), fb.get());
+  *ptrs = back(dptrs, n);
+  const auto found = back(dfound, n);
+  std::vector<float> row(dim);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "] (key " << keys[i] << ")";
+    ASSERT_NE((*ptrs)[i], nullptr) << "key " << keys[i];
+    copy_from_backend(backend, row.data(), (*ptrs)[i], dim * sizeof(float));
+    for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], (*big_rows)[i][c]) << "key " << keys[i];
+    for (uint32_t c = 0; c < dim; ++c) row[c] += scale * static_cast<float>(c + offset);
+    copy_to_backend(backend, (*ptrs)[i], row.data(), dim * sizeof(float));
+    std::copy(row.begin(), row.end(), (*big_rows)[i]);
+  }
+}
+
 TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
   const Backend backend = GetParam();
   TestRng rng;
@@ -611,24 +638,10 @@ TEST_P(CachedDevice, StagedPrefetchStepsMatchOneBigTable) {
   for (int step = 0; step < 120; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const size_t n = keys.size();
-    BackendBuffer<float*> dptrs(backend, n);
-    BackendBuffer<bool> dfound(backend, n);
-    cached.find_or_insert_pointers(n, dkeys.data(), dptrs.data(), dfound.data());
-    std::vector<float*> bp(n);
-    std::unique_ptr<bool[]> fb(new bool[n]);
-    big->find_or_insert_pointers(n, keys.data(), bp.data(), fb.get());
-    const auto ptrs = back(dptrs, n);
-    const auto found = back(dfound, n);
+    std::vector<float*> ptrs, bp;
+    ASSERT_NO_FATAL_FAILURE(step_by_address(backend, cached, *big, keys, dkeys.data(), dim, 0.25f,
+                                            step % 7, &ptrs, &bp));
     std::vector<float> row(dim);
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "] (key " << keys[i] << ")";
-      ASSERT_NE(ptrs[i], nullptr) << "key " << keys[i];
-      copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
-      for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "key " << keys[i];
-      for (uint32_t c = 0; c < dim; ++c) row[c] += 0.25f * static_cast<float>(c + step % 7);
-      copy_to_backend(backend, ptrs[i], row.data(), dim * sizeof(float));
-      std::copy(row.begin(), row.end(), bp[i]);
-    }
     // The next batch, brought up while these rows are held (they must not move).
     std::vector<K> next = make_step();
     BackendBuffer<K> dnext = on(backend, next);
@@ -744,25 +757,9 @@ TEST_P(CachedDevice, CallsWithinTheReservationAllocateNothing) {
     for (int round = 0; round < 70; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       {  // a training step: by address, updated in place
-        const size_t n = step_keys.size();
-        BackendBuffer<float*> dptrs(backend, n);
-        BackendBuffer<bool> dfound(backend, n);
-        cached.find_or_insert_pointers(n, step_dkeys.data(), dptrs.data(), dfound.data());
-        std::vector<float*> bp(n);
-        std::unique_ptr<bool[]> fb(new bool[n]);
-        big->find_or_insert_pointers(n, step_keys.data(), bp.data(), fb.get());
-        const auto ptrs = back(dptrs, n);
-        const auto found = back(dfound, n);
-        std::vector<float> row(dim);
-        for (size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "] (key " << step_keys[i] << ")";
-          ASSERT_NE(ptrs[i], nullptr) << "key " << step_keys[i];
-          copy_from_backend(backend, row.data(), ptrs[i], dim * sizeof(float));
-          for (uint32_t c = 0; c < dim; ++c) ASSERT_EQ(row[c], bp[i][c]) << "key " << step_keys[i];
-          for (uint32_t c = 0; c < dim; ++c) row[c] += 0.5f * static_cast<float>(c + 1);
-          copy_to_backend(backend, ptrs[i], row.data(), dim * sizeof(float));
-          std::copy(row.begin(), row.end(), bp[i]);
-        }
+        std::vector<float*> ptrs, bp;
+        ASSERT_NO_FATAL_FAILURE(step_by_address(backend, cached, *big, step_keys, step_dkeys.data(),
+                                                dim, 0.5f, 1, &ptrs, &bp));
       }
       if (rng.chance(0.4)) {  // rows out, repeats kept
         const std::vector<K> keys = draw(round, rng.uniform(1, 300), false);
