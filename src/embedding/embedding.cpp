@@ -95,7 +95,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
 
   // Everything is checked before the table is touched: the offsets in the dedup's one
   // synchronization, then the shapes (the indices are the dedup's own, so they are in range).
-  const LookupOutput output{out, out_stride};
+  const LookupOutput output{out, out_stride, options_.output_type};
   uint64_t counters[kCounters];
   const size_t u = ops::detail::dedup_grouped<K>(
       p.ops, n, batch.keys, p.unique_keys.data(), p.inverse.data(), p.ids_by_row.data(),
@@ -199,9 +199,9 @@ void Embedding<K>::backward(const float* grad, uint32_t grad_stride, StreamHandl
   Step& s = *step_;
   embedding::detail::TrainingStep<K>& p = s.pipeline;
   const embedding::detail::BackwardSettings settings{
-      "Embedding::backward",          options_.optimizer,         options_.gradient_check,
-      s.counters.data() + kNonfinite, stats_.nonfinite_gradients, observer_,
-      options_.deterministic_backward};
+      "Embedding::backward",           options_.optimizer,         options_.gradient_check,
+      s.counters.data() + kNonfinite,  stats_.nonfinite_gradients, observer_,
+      options_.deterministic_backward, options_.output_type};
   // By address the rows were updated in place; counter admission's dense rows are written back.
   if (!p.backward(grad, grad_stride, options_.dim, row_dim_, settings, stream)) return;
   const size_t u = p.num_unique;

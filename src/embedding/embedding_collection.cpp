@@ -63,6 +63,9 @@ void validate_collection(const std::vector<EmbeddingOptions>& tables) {
             w, table_field(t, "value_type").c_str(), to_string(o.value_type),
             "must equal tables[0].value_type = " + to_string(first.value_type) +
                 " (and its stochastic_rounding and state_in_value_type)");
+    require(o.output_type == first.output_type, w, table_field(t, "output_type").c_str(),
+            to_string(o.output_type),
+            "must equal tables[0].output_type = " + to_string(first.output_type));
     require(o.deterministic_backward == first.deterministic_backward, w,
             table_field(t, "deterministic_backward").c_str(),
             o.deterministic_backward ? "true" : "false",
@@ -236,7 +239,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
   p.begin(n, bags, batches[0].mode, weighted, training);  // every batch's mode (checked above)
   if (sync_free_ && training && options_.front().gradient_check != SafeCheck::kError &&
       (seen_keys_ || sync_free_key_bits_ != 0)) {
-    forward_sync_free(batches, {out, out_stride}, stream);
+    forward_sync_free(batches, {out, out_stride, options_.front().output_type}, stream);
     return;
   }
 
@@ -272,7 +275,7 @@ void EmbeddingCollection<K>::forward(std::span<const EmbeddingBatch<K>> batches,
                                    s.bounds.data(), stream);
   ops::detail::read_words(p.ops, s.bounds.data(), num_tables + 1, s.host_bounds.data(), stream);
 
-  const LookupOutput output{out, out_stride};
+  const LookupOutput output{out, out_stride, options_.front().output_type};
   const LookupFeature feature =
       p.prepare_rows(u, true, options_.front().dim, row_dim_, output, kForward, "out");
   p.lookup_by_address(s.tables, s.host_bounds.data(), options_.front(), training, stream);
@@ -449,7 +452,7 @@ void EmbeddingCollection<K>::backward(const float* grad, uint32_t grad_stride,
   const embedding::detail::BackwardSettings settings{
       "EmbeddingCollection::backward", o.optimizer,        o.gradient_check,
       s.words.data() + kNonfinite,     nonfinite_refused_, observer_,
-      o.deterministic_backward};
+      o.deterministic_backward,        o.output_type};
   s.pipeline.backward(grad, grad_stride, o.dim, row_dim_, settings, stream);
 }
 

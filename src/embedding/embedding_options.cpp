@@ -23,6 +23,9 @@ void validate_embedding_options(const EmbeddingOptions& o) {
           std::to_string(static_cast<int>(o.value_type)), "must be float32, float16 or bfloat16");
   require(!o.stochastic_rounding || o.value_type != ValueType::kFloat32, w, "stochastic_rounding",
           "true", "needs value_type float16 or bfloat16 (is float32)");
+  require(o.output_type == ValueType::kFloat32 || o.output_type == o.value_type, w, "output_type",
+          to_string(o.output_type),
+          "must be float32 or the rows' value_type (is " + to_string(o.value_type) + ")");
   require(!o.state_in_value_type || o.value_type == ValueType::kBFloat16, w, "state_in_value_type",
           "true",
           "needs value_type bfloat16 (is " + to_string(o.value_type) +

@@ -102,7 +102,7 @@ bool TrainingStep<K>::backward(const float* grad, uint32_t grad_stride, uint32_t
           "backward must follow a forward with training = true, once");
   const size_t u = num_unique;
   const LookupFeature f = feature(dim, row_dim);
-  const LookupOutput grads{const_cast<float*>(grad), grad_stride};
+  const LookupOutput grads{const_cast<float*>(grad), grad_stride, b.grad_type};
   ops::detail::validate_lookup_shape(b.where, {&f, 1}, {&grads, 1}, "grad");
   pending_backward = false;
   if (by_address && b.gradient_check != SafeCheck::kError) {

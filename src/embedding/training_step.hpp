@@ -38,6 +38,8 @@ struct BackwardSettings {
   const std::function<void(const char*)>& stage_done;
   // false: the fused pass sums each row's gradient in any order (float atomics on CUDA).
   bool deterministic = true;
+  // What the gradients' elements are (EmbeddingOptions::output_type).
+  ValueType grad_type = ValueType::kFloat32;
 };
 
 template <TableKey K>

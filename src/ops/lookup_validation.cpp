@@ -31,9 +31,15 @@ void validate_lookup_shape(const char* where, std::span<const LookupFeature> fea
             "must be >= the row's words (" + std::to_string(words) + ": dim " +
                 std::to_string(x.dim) + " " + to_string(x.value_type) +
                 ") when rows are not given by address");
-    require(outputs[f].out_stride >= x.dim, where, (out_name + "out_stride").c_str(),
+    const ValueType out_type = outputs[f].type;
+    require(out_type == ValueType::kFloat32 || out_type == x.value_type, where,
+            (out_name + "type").c_str(), to_string(out_type),
+            "must be float32 or the rows' value_type (" + to_string(x.value_type) + ")");
+    const uint32_t out_words = value_words(out_type, x.dim);
+    require(outputs[f].out_stride >= out_words, where, (out_name + "out_stride").c_str(),
             std::to_string(outputs[f].out_stride),
-            "must be >= dim (" + std::to_string(x.dim) + ")");
+            "must be >= the output row's words (" + std::to_string(out_words) + ": dim " +
+                std::to_string(x.dim) + " " + to_string(out_type) + ")");
     require(static_cast<uint8_t>(x.mode) <= static_cast<uint8_t>(PoolingMode::kNone), where,
             feature_field(f, "mode").c_str(), std::to_string(static_cast<int>(x.mode)),
             "must be sum, mean or none");

@@ -59,6 +59,11 @@ void reduce_gradients(Backend backend, std::span<const LookupFeature> features,
   const OpsBackend& ops = ops_backend(backend);
   validate_lookup_shape_and_data(ops, features, grads, "reduce_gradients", "grads", stream);
   ops::detail::validate_lookup_shape("reduce_gradients", features, row_grads, "row_grads");
+  for (size_t f = 0; f < row_grads.size(); ++f) {
+    require(row_grads[f].type == ValueType::kFloat32, "reduce_gradients",
+            ("row_grads[" + std::to_string(f) + "].type").c_str(), to_string(row_grads[f].type),
+            "must be float32 (the reduced gradients are float32)");
+  }
   ops.reduce_gradients(features, grads, row_grads, stream);
 }
 

@@ -52,30 +52,39 @@ inline std::vector<Batch> make_batches(uint32_t dim, size_t steps, size_t bags, 
   return out;
 }
 
-// One training step of `emb` on `b`: forward (output copied to `out` on the host), gradient on the
-// host, backward, end_step. Returns the batch's mean squared error.
+// One training step of `emb` on `b`: forward (output copied to `out` on the host, decoded to
+// float32 when the embedding's output_type is 16-bit), gradient on the host (output - target,
+// rounded to nearest even to the output type), backward, end_step. Returns the batch's mean
+// squared error.
 inline double run_step(Embedding<int64_t>& emb, const Batch& b, uint32_t dim,
                        std::vector<float>& out) {
   const size_t bags = b.offsets.size() - 1;
+  const ValueType type = emb.options().output_type;
+  const uint32_t words = value_words(type, dim);  // a bag's output row, in 32-bit words
   out.assign(bags * dim, 0.0f);
-  std::vector<float> grad(bags * dim);
+  std::vector<float> out_words(bags * words, 0.0f), grad_words(bags * words, 0.0f);
   const Backend backend = emb.backend();
   BackendBuffer<int64_t> keys(backend, b.keys.size()), offsets(backend, b.offsets.size());
-  BackendBuffer<float> dout(backend, out.size()), dgrad(backend, grad.size());
+  BackendBuffer<float> dout(backend, out_words.size()), dgrad(backend, grad_words.size());
   keys.upload(b.keys.data(), b.keys.size());
   offsets.upload(b.offsets.data(), b.offsets.size());
   const EmbeddingBatch<int64_t> batch{keys.data(), b.keys.size(), offsets.data(),
                                       bags,        nullptr,       PoolingMode::kMean};
-  emb.forward(batch, dout.data(), dim, true);
+  emb.forward(batch, dout.data(), words, true);
   backend_synchronize(backend);
-  dout.download(out.data(), out.size());
+  dout.download(out_words.data(), out_words.size());
   double loss = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    grad[i] = out[i] - b.target[i];
-    loss += static_cast<double>(grad[i]) * grad[i];
+  for (size_t bag = 0; bag < bags; ++bag) {
+    for (uint32_t j = 0; j < dim; ++j) {
+      const size_t i = bag * dim + j;
+      out[i] = load_value(type, &out_words[bag * words], j);
+      const float grad = out[i] - b.target[i];
+      store_value(type, &grad_words[bag * words], j, grad);
+      loss += static_cast<double>(grad) * grad;
+    }
   }
-  dgrad.upload(grad.data(), grad.size());
-  emb.backward(dgrad.data(), dim);
+  dgrad.upload(grad_words.data(), grad_words.size());
+  emb.backward(dgrad.data(), words);
   backend_synchronize(backend);
   emb.end_step();
   return loss / static_cast<double>(out.size());

@@ -68,6 +68,12 @@ struct EmbeddingOptions {
   // within float32 rounding but not bit for bit, and may differ run to run. Default: the fixed
   // order (bit-reproducible, the same on CPU and GPU). The CPU backend is ordered either way.
   bool deterministic_backward = true;
+  // What forward writes and backward reads: float32 (the default), or with 16-bit rows the rows'
+  // own type (value_type), packed two a 32-bit word like a row (value_words; out / out_stride and
+  // grad / grad_stride then count words). Pooled sums are accumulated in float32 and rounded to
+  // nearest even once when written; gradients are converted to float32 as they are read, every
+  // sum in float32 in the same order (docs/value_types.md).
+  ValueType output_type = ValueType::kFloat32;
 };
 
 // Throws InvalidArgument naming the bad field, its value and its limit.
@@ -126,12 +132,13 @@ class Embedding {
   Embedding& operator=(const Embedding&) = delete;
 
   // Looks up and pools the batch into out (bag b at out + b * out_stride; NONE: id i at
-  // out + i * out_stride). Training inserts admitted unseen keys with the initializer and
-  // remembers the batch for backward(); evaluation never inserts. Without counter admission
-  // the step works on the table's rows in place (find_or_insert_pointers): the table must not
-  // be written by anyone else between a training forward and its backward. A key without a row
-  // (not stored in evaluation; refused at max capacity, or evicted by a later key of the same
-  // batch, in training) reads eval_initializer and gets no update.
+  // out + i * out_stride; elements of options().output_type, strides in 32-bit words). Training
+  // inserts admitted unseen keys with the initializer and remembers the batch for backward();
+  // evaluation never inserts. Without counter admission the step works on the table's rows in place
+  // (find_or_insert_pointers): the table must not be written by anyone else between a training
+  // forward and its backward. A key without a row (not stored in evaluation; refused at max
+  // capacity, or evicted by a later key of the same batch, in training) reads eval_initializer and
+  // gets no update.
   void forward(const EmbeddingBatch<K>& batch, float* out, uint32_t out_stride, bool training,
                StreamHandle stream = nullptr);
 

@@ -40,7 +40,8 @@ struct LookupFeature {
   const float* weights = nullptr;
   PoolingMode mode = PoolingMode::kSum;
   // What the rows' `dim` elements are stored as: float32, or 16-bit elements packed two a 32-bit
-  // word (row_stride still counts words). Outputs and gradients are float32 either way.
+  // word (row_stride still counts words). Outputs and gradients are float32 unless the
+  // LookupOutput says otherwise.
   ValueType value_type = ValueType::kFloat32;
   // Optional, backend memory: how many of the num_rows rows are in use; the rows from there on
   // are padding no id refers to, which the fused backward skips (a step sized by its ids, whose
@@ -56,9 +57,15 @@ struct LookupFeature {
 // Where a feature's output goes: SUM/MEAN write bag b at out + b * out_stride; NONE writes id
 // i at out + i * out_stride. Several features may share one buffer at different offsets
 // (mixed dims in one output row).
+// type: what the output's elements are stored as. float32 (the default); or, for a feature of
+// 16-bit rows, the rows' own type, packed two a 32-bit word like a row (value_words; out and
+// out_stride then count words): pooled sums are accumulated in float32 and rounded to nearest
+// even once when written, and gradients of that type are converted to float32 as they are read
+// (every sum stays float32, in the same order). Any other pairing is refused (InvalidArgument).
 struct LookupOutput {
   float* out = nullptr;
   uint32_t out_stride = 0;
+  ValueType type = ValueType::kFloat32;
 };
 
 // Checks features and outputs (shapes, offsets, indices) without computing anything; throws
@@ -75,7 +82,8 @@ void pooled_lookup(Backend backend, std::span<const LookupFeature> features,
 // Backward: `grads[f]` holds the gradient of feature f's output in LookupOutput's layout.
 // Writes row_grads[f] (num_rows x dim at row_grads[f].out + r * out_stride): the sum over
 // every id i with indices[i] == r of weight_i * (1 / bag length for MEAN) * the gradient of
-// i's bag (or of id i for NONE), the gradients read as float32 whatever the rows' value_type.
+// i's bag (or of id i for NONE), the gradients read as grads[f].type converted to float32;
+// row_grads are float32.
 // Rows no id reads get zeros. The order of additions is fixed
 // (kGradientChunk): a row's ids in ascending order are cut into chunks of that many, each
 // chunk summed in order, then the chunk sums added in order; so the result is bit-identical

@@ -20,25 +20,38 @@ const float* row_of(const LookupFeature& x, uint32_t r) {
 
 namespace {
 
-// The bags [first_bag, last_bag) of one feature whose rows hold kType elements.
-template <ValueType kType>
-void pool_bags(const LookupFeature& x, const LookupOutput& o, size_t first_bag, size_t last_bag) {
+// The bags [first_bag, last_bag) of one feature whose rows hold kType elements, written as kOut
+// elements: sums in float32 (`acc`, dim floats of scratch for 16-bit outputs), each output row
+// rounded once as it is stored (an odd dim's last half-word is left as it is).
+template <ValueType kType, ValueType kOut>
+void pool_bags(const LookupFeature& x, const LookupOutput& o, size_t first_bag, size_t last_bag,
+               float* acc) {
+  const auto out_row = [&](size_t r) { return o.out + r * o.out_stride; };
+  // Where a row's float32 values are formed: the output itself, or acc before it is rounded.
+  const auto target = [&](size_t r) { return kOut == ValueType::kFloat32 ? out_row(r) : acc; };
+  const auto written = [&](size_t r) {
+    if constexpr (kOut != ValueType::kFloat32) {
+      float* out = out_row(r);
+      for (uint32_t j = 0; j < x.dim; ++j) store_element<kOut>(out, j, acc[j]);
+    }
+  };
   for (size_t b = first_bag; b < last_bag; ++b) {
     const int64_t begin = x.offsets[b], end = x.offsets[b + 1];
     if (x.mode == PoolingMode::kNone) {
       for (int64_t i = begin; i < end; ++i) {
         const float* row = row_of(x, x.indices[i]);
-        float* out = o.out + static_cast<size_t>(i) * o.out_stride;
+        float* out = target(static_cast<size_t>(i));
         const float w = x.weights != nullptr ? x.weights[i] : 1.0f;
         if (row != nullptr) {
           for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * load_element<kType>(row, j);
         } else {
           for (uint32_t j = 0; j < x.dim; ++j) out[j] = w * 0.0f;
         }
+        written(static_cast<size_t>(i));
       }
       continue;
     }
-    float* out = o.out + b * o.out_stride;
+    float* out = target(b);
     std::fill(out, out + x.dim, 0.0f);
     for (int64_t i = begin; i < end; ++i) {
       const float* row = row_of(x, x.indices[i]);
@@ -50,7 +63,21 @@ void pool_bags(const LookupFeature& x, const LookupOutput& o, size_t first_bag, 
         for (uint32_t j = 0; j < x.dim; ++j) out[j] += factor * 0.0f;
       }
     }
+    written(b);
   }
+}
+
+// pool_bags for the output type o.type (float32, or kType itself).
+template <ValueType kType>
+void pool_bags_to(const LookupFeature& x, const LookupOutput& o, size_t first_bag,
+                  size_t last_bag) {
+  if constexpr (kType != ValueType::kFloat32) {
+    if (o.type == kType) {
+      std::vector<float> acc(x.dim);
+      return pool_bags<kType, kType>(x, o, first_bag, last_bag, acc.data());
+    }
+  }
+  pool_bags<kType, ValueType::kFloat32>(x, o, first_bag, last_bag, nullptr);
 }
 
 }  // namespace
@@ -63,11 +90,11 @@ void pooled_lookup_cpu(std::span<const LookupFeature> features,
     parallel_for(x.num_bags, 256, [&](size_t first_bag, size_t last_bag) {
       switch (x.value_type) {
         case ValueType::kFloat16:
-          return pool_bags<ValueType::kFloat16>(x, o, first_bag, last_bag);
+          return pool_bags_to<ValueType::kFloat16>(x, o, first_bag, last_bag);
         case ValueType::kBFloat16:
-          return pool_bags<ValueType::kBFloat16>(x, o, first_bag, last_bag);
+          return pool_bags_to<ValueType::kBFloat16>(x, o, first_bag, last_bag);
         default:
-          return pool_bags<ValueType::kFloat32>(x, o, first_bag, last_bag);
+          return pool_bags_to<ValueType::kFloat32>(x, o, first_bag, last_bag);
       }
     });
   }
@@ -108,9 +135,11 @@ void bags_by_row_cpu(size_t num_ids, const uint32_t* ids_by_row, const int64_t* 
 namespace {
 
 // Row `row`'s gradient into dst (dim floats): chunks of kGradientChunk ids, each summed from zero,
-// then added in order (reduce_gradients' fixed order). `partial` holds dim floats of scratch.
-void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
-                      const uint32_t* bag_of, size_t row, float* dst, float* partial) {
+// then added in order (reduce_gradients' fixed order), each gradient element read as kGradType
+// (g.type) converted to float32. `partial` holds dim floats of scratch.
+template <ValueType kGradType>
+void sum_row_gradient_as(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                         const uint32_t* bag_of, size_t row, float* dst, float* partial) {
   const uint32_t* row_begin = groups.row_begin;
   std::fill(dst, dst + x.dim, 0.0f);
   for (uint32_t c = row_begin[row]; c < row_begin[row + 1]; c += kGradientChunk) {
@@ -122,9 +151,23 @@ void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutpu
       const float* grad = x.mode == PoolingMode::kNone ? g.out + size_t{i} * g.out_stride
                                                        : g.out + size_t{b} * g.out_stride;
       const float factor = id_factor(x, i, x.offsets[b + 1] - x.offsets[b]);
-      for (uint32_t j = 0; j < x.dim; ++j) partial[j] += factor * grad[j];
+      for (uint32_t j = 0; j < x.dim; ++j) {
+        partial[j] += factor * load_element<kGradType>(grad, j);
+      }
     }
     for (uint32_t j = 0; j < x.dim; ++j) dst[j] += partial[j];
+  }
+}
+
+void sum_row_gradient(const LookupFeature& x, IdGroups groups, const LookupOutput& g,
+                      const uint32_t* bag_of, size_t row, float* dst, float* partial) {
+  switch (g.type) {
+    case ValueType::kFloat16:
+      return sum_row_gradient_as<ValueType::kFloat16>(x, groups, g, bag_of, row, dst, partial);
+    case ValueType::kBFloat16:
+      return sum_row_gradient_as<ValueType::kBFloat16>(x, groups, g, bag_of, row, dst, partial);
+    default:
+      return sum_row_gradient_as<ValueType::kFloat32>(x, groups, g, bag_of, row, dst, partial);
   }
 }
 

@@ -19,7 +19,8 @@ using ops::cuda::kBlock;
 using ops::cuda::lane_index;
 using ops::cuda::warp_index;
 
-// One warp per bag (NONE: per id): row_grads[indices[i]] += factor_i * grad of the bag.
+// One warp per bag (NONE: per id): row_grads[indices[i]] += factor_i * grad of the bag (its
+// elements g.type, converted to float32).
 __global__ void scatter_add_kernel(LookupFeature x, LookupOutput g, float* row_grads,
                                    uint32_t stride) {
   const size_t b = warp_index();
@@ -32,7 +33,9 @@ __global__ void scatter_add_kernel(LookupFeature x, LookupOutput g, float* row_g
   for (int64_t i = begin; i < end; ++i) {
     const float f = id_factor(x, i, len);
     float* dst = row_grads + size_t{x.indices[i]} * stride;
-    for (uint32_t j = lane_index(); j < x.dim; j += 32) atomicAdd(dst + j, __fmul_rn(f, grad[j]));
+    for (uint32_t j = lane_index(); j < x.dim; j += 32) {
+      atomicAdd(dst + j, __fmul_rn(f, load_value(g.type, grad, j)));
+    }
   }
 }
 

@@ -77,7 +77,8 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
 // together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
 // for the block that updates it.
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType, StateTypes kStates>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType, StateTypes kStates,
+          ValueType kGradType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -92,7 +93,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
+  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
   __syncwarp();
   optimize_reduced_row<kKind, kVec, kType, kStates>(o, p, grad, x.dim, nonfinite);
 }
@@ -121,9 +122,9 @@ struct FusedShape {
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
 // starts first and overlaps the cold rows, which the other blocks take one warp each. kColdOnly:
 // a launch of cold rows alone (hot_blocks 0), compiled without the hot rows' code, so its
-// registers are the cold rows' alone.
+// registers are the cold rows' alone. Gradients of kGradType (g.type: float32 or kType).
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly,
-          StateTypes kStates = StateTypes::kEither>
+          StateTypes kStates = StateTypes::kEither, ValueType kGradType = ValueType::kFloat32>
 __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
                                   FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
@@ -142,16 +143,16 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
   const size_t first =
       (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec, kType, kStates>(o, x, g, groups, h, rows, skip, nonfinite,
-                                                   shared + (threadIdx.x / 32) * grad_stride,
-                                                   first);
+    optimize_cold_row<kKind, kVec, kType, kStates, kGradType>(
+        o, x, g, groups, h, rows, skip, nonfinite, shared + (threadIdx.x / 32) * grad_stride,
+        first);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
   for (size_t row = first; row < live; row += warps) {
-    optimize_cold_row<kKind, kVec, kType, kStates>(o, x, g, groups, h, rows, skip, nonfinite,
-                                                   shared + (threadIdx.x / 32) * grad_stride, row);
+    optimize_cold_row<kKind, kVec, kType, kStates, kGradType>(
+        o, x, g, groups, h, rows, skip, nonfinite, shared + (threadIdx.x / 32) * grad_stride, row);
     __syncwarp();
   }
 }
@@ -174,7 +175,8 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
-template <OptimizerKind kKind, uint32_t kVec, ValueType kType>
+template <OptimizerKind kKind, uint32_t kVec, ValueType kType,
+          ValueType kGradType = ValueType::kFloat32>
 void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
                   IdGroups groups, const LookupOutput& g, const HotChunks& h, float* const* rows,
                   const bool* skip, unsigned long long* nonfinite, uint32_t grad_stride,
@@ -192,11 +194,11 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
       const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
       if (blocks == 0) return;
       if (o.state_in_value_type) {
-        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode>
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType>
             <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
                 o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
       } else {
-        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32>
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType>
             <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
                 o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
       }
@@ -212,7 +214,7 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
   const unsigned cold_blocks =
       which == FusedRows::kHot ? 0 : cold_blocks_of<Shape>(x.num_rows, strided);
   if (hot_blocks + cold_blocks == 0) return;
-  fused_row_kernel<kKind, kVec, kType, false>
+  fused_row_kernel<kKind, kVec, kType, false, StateTypes::kEither, kGradType>
       <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
           o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
@@ -241,7 +243,7 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
   void* chunks = workspace.scratch(plan.bytes(), stream_handle);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.
-  const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim);
+  const bool vec = ops::cuda::gradients_vec4_ok(g, x.dim);
   auto* bad = reinterpret_cast<unsigned long long*>(nonfinite);
   // The cold rows read only the groups (and the ids' bags, when the dedup brought them), not the
   // hot chunks: with the bags at hand the hot rows' chain (chunk sums, then their update) runs on
@@ -265,6 +267,19 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     ops::cuda::with_optimizer_kind(o.kind, [&](auto kind) {
       constexpr OptimizerKind kKind = decltype(kind)::value;
       const auto fused = [&](FusedRows which, const HotChunks& h, cudaStream_t s) {
+        // Gradients of the rows' own type (16-bit outputs) or float32.
+        if constexpr (kType != ValueType::kFloat32) {
+          if (g.type == kType) {
+            if (vec) {
+              launch_fused<kKind, 4, kType, kType>(which, o, x, groups, g, h, rows, skip, bad,
+                                                   grad_stride, s);
+            } else {
+              launch_fused<kKind, 1, kType, kType>(which, o, x, groups, g, h, rows, skip, bad,
+                                                   grad_stride, s);
+            }
+            return;
+          }
+        }
         if (vec) {
           launch_fused<kKind, 4, kType>(which, o, x, groups, g, h, rows, skip, bad, grad_stride, s);
         } else {

@@ -42,8 +42,9 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
   for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) chunk_row[chunk_first[r] + c] = r;
 }
 
-// One warp per hot chunk k (launched for an upper bound; the real count is read here).
-template <uint32_t kVec>
+// One warp per hot chunk k (launched for an upper bound; the real count is read here). Gradients
+// of kGradType (g.type).
+template <uint32_t kVec, ValueType kGradType>
 __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
                                  const uint32_t* bag_by_row, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, const uint32_t* chunk_row,
@@ -55,7 +56,8 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
   const uint32_t begin =
       groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
   const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-  sum_ids<kVec>(x, g, groups.ids_by_row, bag_by_row, begin, end, partial + k * partial_stride);
+  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, bag_by_row, begin, end,
+                           partial + k * partial_stride);
 }
 
 }  // namespace
@@ -127,15 +129,18 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   if (n > 0) {
     const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
-    if (vec4_ok(g.out, g.out_stride, x.dim)) {
-      hot_chunk_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
-                                                         a.chunk_count, a.chunk_row, max_chunks_,
-                                                         partial_stride_, a.partial);
-    } else {
-      hot_chunk_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first,
-                                                         a.chunk_count, a.chunk_row, max_chunks_,
-                                                         partial_stride_, a.partial);
-    }
+    with_gradient_type(g.type, [&](auto grad_type) {
+      constexpr ValueType kGradType = decltype(grad_type)::value;
+      if (gradients_vec4_ok(g, x.dim)) {
+        hot_chunk_kernel<4, kGradType>
+            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
+                                            a.chunk_row, max_chunks_, partial_stride_, a.partial);
+      } else {
+        hot_chunk_kernel<1, kGradType>
+            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
+                                            a.chunk_row, max_chunks_, partial_stride_, a.partial);
+      }
+    });
     core::cuda::check_launch("reduce_gradients: hot_chunk_kernel");
   }
   HotChunks h;

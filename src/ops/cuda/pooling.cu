@@ -35,6 +35,7 @@ using ops::cuda::kTileRegs;
 using ops::cuda::kTileWidth;
 using ops::cuda::lane_index;
 using ops::cuda::load_tile;
+using ops::cuda::store_tile;
 using ops::cuda::sum_ids;
 using ops::cuda::TileLanes;
 using ops::cuda::warp_index;
@@ -61,8 +62,8 @@ inline constexpr int kPoolBlock = 64;
 inline constexpr int kPoolBlocksPerSm = 16;
 
 // SUM / MEAN: one warp per bag, in blocks of kPoolBlock threads; ids in order, a tile of the
-// row in registers.
-template <uint32_t kVec, class Rows>
+// row in registers. Outputs are written as kOut (o.type; store_tile).
+template <uint32_t kVec, class Rows, ValueType kOut = ValueType::kFloat32>
 __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
     pool_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t b = warp_index();
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
       }
       add_terms<kVec>(acc, count, h_t, f_t, rows, tile, width);
     }
-    TileLanes<kVec>::store(out + tile, width, lane, acc);
+    store_tile<kVec, kOut>(out, tile, width, lane, acc);
   }
 }
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
 // later bags issued while the current bag's rows load: the offsets of the warp's next 32 bags a
 // lane each, the next-but-one bag's ids and the next bag's row addresses one bag ahead. A bag's
 // sum is the same loop as pool_kernel's (add_terms), so the output is bit-identical.
-template <uint32_t kVec, class Rows>
+template <uint32_t kVec, class Rows, ValueType kOut = ValueType::kFloat32>
 __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
     pool_ahead_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t warps = static_cast<size_t>(gridDim.x) * (kPoolBlock / 32);
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
       }
       add_terms<kVec>(acc, count, h_t, f_t, rows, 0, width);
     }
-    TileLanes<kVec>::store(o.out + b * o.out_stride, width, lane, acc);
+    store_tile<kVec, kOut>(o.out + b * o.out_stride, 0, width, lane, acc);
     if (!next) return;
     begin0 = begin1;
     end0 = end1;
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kPoolBlock, kPoolBlocksPerSm)
 }
 
 // NONE: one warp per id, out row i = weight_i * row.
-template <uint32_t kVec, class Rows>
+template <uint32_t kVec, class Rows, ValueType kOut = ValueType::kFloat32>
 __global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
   const size_t i = warp_index();
   if (i >= x.num_ids) return;
@@ -191,7 +192,7 @@ __global__ void pool_none_kernel(LookupFeature x, Rows rows, LookupOutput o) {
     load_tile<kVec, Rows>(row, tile, width, lane, v);
 #pragma unroll
     for (uint32_t q = 0; q < kTileRegs; ++q) v[q] = __fmul_rn(w, v[q]);
-    TileLanes<kVec>::store(out + tile, width, lane, v);
+    store_tile<kVec, kOut>(out, tile, width, lane, v);
   }
 }
 
@@ -207,15 +208,16 @@ __global__ void row_begin_kernel(const uint32_t* sorted_rows, size_t n, size_t n
 }
 
 // One warp per row of at most one chunk: its sum straight into the row gradient (zeros for a
-// row no id reads). Hot rows are left to hot_row_kernel.
-template <uint32_t kVec>
+// row no id reads). Hot rows are left to hot_row_kernel. Gradients of kGradType (g.type).
+template <uint32_t kVec, ValueType kGradType>
 __global__ void cold_row_kernel(LookupFeature x, LookupOutput g, IdGroups groups, HotChunks h,
                                 LookupOutput r) {
   const size_t row = warp_index();
   if (row >= x.num_rows) return;
   const uint32_t begin = groups.row_begin[row], end = groups.row_begin[row + 1];
   if (is_hot_row(end - begin)) return;
-  sum_ids<kVec>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, r.out + row * r.out_stride);
+  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, h.bag_by_row, begin, end,
+                           r.out + row * r.out_stride);
 }
 
 // One block per hot row (grid-stride), one thread per element: the row's chunk sums added in
@@ -289,17 +291,17 @@ void validate_lookup_data_cuda(const char* where, std::span<const LookupFeature>
 
 namespace {
 
-// Launches the pooling kernels of one feature whose rows `rows` gives.
-template <class Rows>
+// Launches the pooling kernels of one feature whose rows `rows` gives, writing kOut outputs.
+template <ValueType kOut = ValueType::kFloat32, class Rows>
 void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o, bool vec,
                  cudaStream_t stream) {
   if (x.mode == PoolingMode::kNone) {
     if (x.num_ids == 0) return;
     const unsigned blocks = blocks_for_warps(x.num_ids);
     if (vec) {
-      pool_none_kernel<4><<<blocks, kBlock, 0, stream>>>(x, rows, o);
+      pool_none_kernel<4, Rows, kOut><<<blocks, kBlock, 0, stream>>>(x, rows, o);
     } else {
-      pool_none_kernel<1><<<blocks, kBlock, 0, stream>>>(x, rows, o);
+      pool_none_kernel<1, Rows, kOut><<<blocks, kBlock, 0, stream>>>(x, rows, o);
     }
   } else {
     const unsigned blocks = static_cast<unsigned>((x.num_bags * 32 + kPoolBlock - 1) / kPoolBlock);
@@ -315,32 +317,40 @@ void launch_pool(const LookupFeature& x, const Rows& rows, const LookupOutput& o
         }();
         const unsigned ahead_blocks = std::min(blocks, resident);
         if (vec) {
-          pool_ahead_kernel<4><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+          pool_ahead_kernel<4, Rows, kOut><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
         } else {
-          pool_ahead_kernel<1><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+          pool_ahead_kernel<1, Rows, kOut><<<ahead_blocks, kPoolBlock, 0, stream>>>(x, rows, o);
         }
         core::cuda::check_launch("pooled_lookup: pool_ahead_kernel");
         return;
       }
     }
     if (vec) {
-      pool_kernel<4><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+      pool_kernel<4, Rows, kOut><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     } else {
-      pool_kernel<1><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
+      pool_kernel<1, Rows, kOut><<<blocks, kPoolBlock, 0, stream>>>(x, rows, o);
     }
   }
   core::cuda::check_launch("pooled_lookup: pool_kernel");
 }
 
-// The pooling kernels of a feature whose rows hold 16-bit elements (x.value_type).
+// The pooling kernels of a feature whose rows hold 16-bit elements (x.value_type), its outputs
+// float32 or of the rows' type (o.type).
 void launch_packed_pool(const LookupFeature& x, const LookupOutput& o, bool out_vec,
                         cudaStream_t stream) {
   const auto typed = [&](auto type) {
     constexpr ValueType kType = decltype(type)::value;
+    const auto to = [&](const auto& rows) {
+      if (o.type == kType) {
+        launch_pool<kType>(x, rows, o, out_vec, stream);
+      } else {
+        launch_pool(x, rows, o, out_vec, stream);
+      }
+    };
     if (x.row_ptrs != nullptr) {
-      launch_pool(x, ops::cuda::AddressedRowsOf<kType>{x.row_ptrs}, o, out_vec, stream);
+      to(ops::cuda::AddressedRowsOf<kType>{x.row_ptrs});
     } else {
-      launch_pool(x, ops::cuda::DenseRowsOf<kType>{x.rows, x.row_stride}, o, out_vec, stream);
+      to(ops::cuda::DenseRowsOf<kType>{x.rows, x.row_stride});
     }
   };
   if (x.value_type == ValueType::kBFloat16) {
@@ -359,7 +369,11 @@ void pooled_lookup_cuda(std::span<const LookupFeature> features,
     const LookupFeature& x = features[f];
     const LookupOutput& o = outputs[f];
     if (x.num_bags == 0) continue;
-    const bool out_vec = ops::cuda::vec4_ok(o.out, o.out_stride, x.dim);
+    // 16-bit outputs: kVec = 4 where a row's elements come in fours (store_tile falls back to
+    // one by one where a row is not 8-byte aligned).
+    const bool out_vec = o.type == ValueType::kFloat32
+                             ? ops::cuda::vec4_ok(o.out, o.out_stride, x.dim)
+                             : x.dim % 4 == 0;
     if (x.value_type != ValueType::kFloat32) {
       launch_packed_pool(x, o, out_vec, stream);
       continue;
@@ -382,14 +396,18 @@ void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, cons
   const ops::cuda::HotChunkPlan plan(x, groups, stream);
   core::cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
   const HotChunks h = plan.issue(g, scratch.data(), stream);
-  const bool vec = ops::cuda::vec4_ok(g.out, g.out_stride, x.dim) &&
-                   ops::cuda::vec4_ok(r.out, r.out_stride, x.dim);
+  const bool vec =
+      ops::cuda::gradients_vec4_ok(g, x.dim) && ops::cuda::vec4_ok(r.out, r.out_stride, x.dim);
   const unsigned blocks = blocks_for_warps(x.num_rows);
-  if (vec) {
-    cold_row_kernel<4><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
-  } else {
-    cold_row_kernel<1><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
-  }
+  const auto cold = [&](auto grad_type) {
+    constexpr ValueType kGradType = decltype(grad_type)::value;
+    if (vec) {
+      cold_row_kernel<4, kGradType><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
+    } else {
+      cold_row_kernel<1, kGradType><<<blocks, kBlock, 0, stream>>>(x, g, groups, h, r);
+    }
+  };
+  ops::cuda::with_gradient_type(g.type, cold);
   core::cuda::check_launch("reduce_gradients: cold_row_kernel");
   if (x.num_ids > 0) {
     constexpr int kHotBlock = 128;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/launch.cuh"
 #include "cuda/tile_lanes.cuh"
@@ -184,11 +185,58 @@ __device__ __forceinline__ float factor_of(const LookupFeature& x, uint32_t i, u
   return detail::id_factor(x, i, len);
 }
 
+// Whether a reduction may read gradients g (dim elements a row) with kVec = 4: float32 rows need
+// float4 alignment (vec4_ok); 16-bit rows only elements in fours (load_packed4 reads a row that is
+// not 8-byte aligned element by element).
+inline bool gradients_vec4_ok(const LookupOutput& g, uint32_t dim) {
+  return g.type == ValueType::kFloat32 ? vec4_ok(g.out, g.out_stride, dim) : dim % 4 == 0;
+}
+
+// Calls f(std::integral_constant<ValueType, type>{}): a kernel's gradient type chosen at run time.
+template <class F>
+void with_gradient_type(ValueType type, const F& f) {
+  switch (type) {
+    case ValueType::kFloat16:
+      return f(std::integral_constant<ValueType, ValueType::kFloat16>{});
+    case ValueType::kBFloat16:
+      return f(std::integral_constant<ValueType, ValueType::kBFloat16>{});
+    default:
+      return f(std::integral_constant<ValueType, ValueType::kFloat32>{});
+  }
+}
+
+// Stores the lane's elements (kVec's layout) of tile [tile, tile + width) of the output row at
+// `row` (32-bit words): float32 as TileLanes::store does, 16-bit types (kOut) each rounded to
+// nearest even, a lane's 4 elements as one 8-byte store where the row allows, else one by one.
+template <uint32_t kVec, ValueType kOut>
+__device__ __forceinline__ void store_tile(float* row, uint32_t tile, uint32_t width, uint32_t lane,
+                                           const float (&acc)[kTileRegs]) {
+  if constexpr (kOut == ValueType::kFloat32) {
+    TileLanes<kVec>::store(row + tile, width, lane, acc);
+  } else {
+    uint16_t* p = reinterpret_cast<uint16_t*>(row) + tile;
+    if constexpr (kVec == 4) {
+      if (4 * lane + 3 < width && reinterpret_cast<uintptr_t>(p + 4 * lane) % 8 == 0) {
+        const uint32_t lo = to_bits16<kOut>(acc[0]) | (uint32_t{to_bits16<kOut>(acc[1])} << 16);
+        const uint32_t hi = to_bits16<kOut>(acc[2]) | (uint32_t{to_bits16<kOut>(acc[3])} << 16);
+        *reinterpret_cast<uint2*>(p + 4 * lane) = uint2{lo, hi};
+        return;
+      }
+    }
+#pragma unroll
+    for (uint32_t q = 0; q < kTileRegs; ++q) {
+      const uint32_t j = TileLanes<kVec>::element(lane, q);
+      if (j < width) p[j] = to_bits16<kOut>(acc[q]);
+    }
+  }
+}
+
 // The sum, from zero and in ascending id order, of ids_by_row[begin, end) into `out` (dim
 // floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor, the
-// gradients g's float32 rows whatever the embedding rows' type. bag_by_row[k] is the bag of id
-// ids_by_row[k] (SUM / MEAN), so the two loads do not wait on each other.
-template <uint32_t kVec>
+// gradients g's rows of kGradType elements (g.type: float32, or 16-bit packed two a word, each
+// converted to float32 as it is read). bag_by_row[k] is the bag of id ids_by_row[k] (SUM /
+// MEAN), so the two loads do not wait on each other.
+template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
                                         const uint32_t* ids_by_row, const uint32_t* bag_by_row,
                                         uint32_t begin, uint32_t end, float* out) {
@@ -206,8 +254,8 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
-      add_terms<kVec, DenseRows>(acc, count, row_t, f_t, DenseRows{g.out, g.out_stride}, tile,
-                                 width);
+      add_terms<kVec, DenseRowsOf<kGradType>>(
+          acc, count, row_t, f_t, DenseRowsOf<kGradType>{g.out, g.out_stride}, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
   }
