@@ -123,6 +123,7 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   eo.gradient_check = SafeCheck::kIgnore;
   eo.value_type = config.value_type;
   eo.state_in_value_type = config.state_in_value_type;
+  eo.output_type = config.output_type;
   eo.deterministic_backward = config.deterministic_backward;
   const bool grouped = config.grouped_tables;
   // One host thread drives the collection on one stream: its tables need no cross-stream order
@@ -166,15 +167,20 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
     host_offsets[b] = static_cast<int64_t>(b * config.ids_per_bag);
   BackendBuffer<int64_t> offsets(backend, config.batch + 1);
   offsets.upload(host_offsets.data(), host_offsets.size());
-  // A gradient of each table's pooled output, as a model's backward gives each table its own.
-  std::vector<float> host_grad(config.batch * config.dim);
+  // A gradient of each table's pooled output, as a model's backward gives each table its own:
+  // io_stride words a bag (output_type's elements, 16-bit ones packed two a word).
+  const uint32_t io_stride = value_words(config.output_type, config.dim);
+  std::vector<float> host_grad(config.batch * io_stride);
   std::normal_distribution<float> normal(0.0f, 1e-2f);
   // A collection takes every table's gradient in one buffer, table after table.
   std::vector<BackendBuffer<float>> grads;
   BackendBuffer<float> all_grads;
   if (grouped) all_grads = BackendBuffer<float>(backend, host_grad.size() * config.tables);
   for (uint32_t t = 0; t < config.tables; ++t) {
-    for (auto& g : host_grad) g = normal(rng);
+    for (uint64_t b = 0; b < config.batch; ++b) {
+      for (uint32_t j = 0; j < config.dim; ++j)
+        store_value(config.output_type, &host_grad[b * io_stride], j, normal(rng));
+    }
     if (grouped) {
       copy_to_backend(backend, all_grads.data() + t * host_grad.size(), host_grad.data(),
                       host_grad.size() * sizeof(float));
@@ -205,9 +211,9 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
     const EmbeddingBatch<int64_t> batch{keys[t][set].data(), ids,     offsets.data(),
                                         config.batch,        nullptr, PoolingMode::kSum};
     const StreamHandle s = stream_of(t);
-    tables[t]->forward(batch, outs[concurrent ? t : 0].data(), config.dim, true, s);
+    tables[t]->forward(batch, outs[concurrent ? t : 0].data(), io_stride, true, s);
     if (backward) {
-      tables[t]->backward(grads[t].data(), config.dim, s);
+      tables[t]->backward(grads[t].data(), io_stride, s);
       tables[t]->end_step();
     }
   };
@@ -217,9 +223,9 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
       batches.push_back(
           {keys[t][set].data(), ids, offsets.data(), config.batch, nullptr, PoolingMode::kSum});
     }
-    collection->forward(batches, outs[0].data(), config.dim, true, stream);
+    collection->forward(batches, outs[0].data(), io_stride, true, stream);
     if (backward) {
-      collection->backward(all_grads.data(), config.dim, stream);
+      collection->backward(all_grads.data(), io_stride, stream);
       collection->end_step();
     }
   };
@@ -290,16 +296,16 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
       }
     };
     load(0);
-    collection->forward(batches, outs[0].data(), config.dim, true, stream);  // warm, not captured
-    collection->backward(all_grads.data(), config.dim, stream);
+    collection->forward(batches, outs[0].data(), io_stride, true, stream);  // warm, not captured
+    collection->backward(all_grads.data(), io_stride, stream);
     collection->end_step();
     clock->synchronize();
     StepGraph step_graph(stream, [&] {
-      collection->forward(batches, outs[0].data(), config.dim, true, stream);
-      collection->backward(all_grads.data(), config.dim, stream);
+      collection->forward(batches, outs[0].data(), io_stride, true, stream);
+      collection->backward(all_grads.data(), io_stride, stream);
     });
     StepGraph forward_graph(
-        stream, [&] { collection->forward(batches, outs[0].data(), config.dim, true, stream); });
+        stream, [&] { collection->forward(batches, outs[0].data(), io_stride, true, stream); });
     r.graph_nodes = step_graph.nodes();
     std::vector<double> graph_steps, graph_forwards;
     for (uint32_t s = 0; s < config.steps; ++s) {
@@ -371,7 +377,8 @@ TrainBenchReport run_train_bench(const TrainBenchConfig& config, std::ostream& p
   for (auto& [stage, samples] : stage_samples) r.stage_seconds[stage] = median(samples);
 
   const double u = r.unique_per_step;
-  const double dim_bytes = 4.0 * config.dim;  // a pooled output or gradient row (float32)
+  // A pooled output or gradient row (--output-type).
+  const double dim_bytes = 4.0 * value_words(config.output_type, config.dim);
   // An embedding's elements as stored (--value-type).
   const double value_bytes = 4.0 * value_words(config.value_type, config.dim);
   r.forward_floor_bytes = double(r.lookups_per_step) * 8 + u * value_bytes +
@@ -451,6 +458,7 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
       {"graph", c.graph},
       {"value_type", to_string(c.value_type)},
       {"state_in_value_type", c.state_in_value_type},
+      {"output_type", to_string(c.output_type)},
       {"deterministic_backward", c.deterministic_backward},
       {"table_thread_safe", !c.grouped_tables},
       {"key_table_tag", c.grouped_tables ? "none" : "table << 40"},
@@ -488,6 +496,8 @@ std::string report_train_bench(const TrainBenchReport& r, std::ostream& out) {
                     (c.value_type != ValueType::kFloat32 ? "-" + to_string(c.value_type)
                                                          : std::string()) +
                     (c.state_in_value_type ? "-state16" : "") +
+                    (c.output_type != ValueType::kFloat32 ? "-out-" + to_string(c.output_type)
+                                                          : std::string()) +
                     (c.deterministic_backward ? "" : "-unordered"),
                 r.machine.hostname);
   write_json_file(path, j);

@@ -47,6 +47,9 @@ struct TrainBenchConfig {
   // state_in_value_type (16-bit types: the state in the rows' type, rounded stochastically).
   ValueType value_type = ValueType::kFloat32;
   bool state_in_value_type = false;
+  // What the pooled outputs and their gradients are: float32, or the rows' 16-bit type
+  // (EmbeddingOptions::output_type).
+  ValueType output_type = ValueType::kFloat32;
   // false: the opt-in backward that sums rows' gradients with float atomics in any order
   // (EmbeddingOptions::deterministic_backward).
   bool deterministic_backward = true;

@@ -23,6 +23,7 @@ struct BenchTrainArgs {
   uint32_t lookup_streams = 8;
   std::string value_type = "fp32";
   bool state_in_value_type = false;
+  std::string output_type = "fp32";
   bool unordered_backward = false;
   std::string json_path;
 };
@@ -56,6 +57,11 @@ dynemb::bench::TrainBenchConfig make_config(const BenchTrainArgs& a) {
                           a.value_type + ")");
   }
   c.state_in_value_type = a.state_in_value_type;
+  c.output_type = parse_value_type(a.output_type, "bench train", "--output-type");
+  if (c.output_type != ValueType::kFloat32 && c.output_type != c.value_type) {
+    throw InvalidArgument("bench train: --output-type = \"" + a.output_type +
+                          "\", must be fp32 or the --value-type (" + a.value_type + ")");
+  }
   c.deterministic_backward = !a.unordered_backward;
   c.concurrent_tables = a.concurrent_tables ||
                         (!a.sequential_tables && !a.grouped_tables && c.backend == Backend::kCuda);
@@ -119,6 +125,10 @@ void install(CLI::App& cmd) {
   cmd.add_flag("--state-in-value-type", a->state_in_value_type,
                "with --value-type bf16: keep the optimizer state in bfloat16 too (rounded "
                "stochastically) instead of float32");
+  cmd.add_option("--output-type", a->output_type,
+                 "pooled outputs and their gradients as fp32, or as the --value-type (fp16 or "
+                 "bf16: sums in float32, rounded once when written)")
+      ->capture_default_str();
   cmd.add_flag("--unordered-backward", a->unordered_backward,
                "the opt-in non-deterministic backward (float atomics, rows' sums in any order; "
                "EmbeddingOptions::deterministic_backward = false)");
