@@ -93,7 +93,11 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
-  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, h.bag_by_row, begin, end, grad);
+  // 16-bit gradients 4 rows in flight, not the packed 8: the packed 8 spilled Adam's registers
+  // (ptxas, sm_90, bf16 rows, cold rows alone, kVec 4: 68 / 520-536 bytes of spill stores / loads
+  // packed, 8 / 12 with float32 state and 72 / 48 with bf16 state unpacked).
+  sum_ids<kVec, kGradType, kGradType == ValueType::kFloat32>(x, g, groups.ids_by_row, h.bag_by_row,
+                                                             begin, end, grad);
   __syncwarp();
   optimize_reduced_row<kKind, kVec, kType, kStates>(o, p, grad, x.dim, nonfinite);
 }

@@ -129,15 +129,17 @@ __device__ __forceinline__ void unpack4(uint2 packed, float (&v)[kTileRegs]) {
 // Adds `count` (<= 32) terms in order to the lane's registers of one tile: term t (held by lane
 // t: h_t, f_t) is f_t times the row `rows` gives for handle h_t, from element `tile`, `width`
 // elements. Loads are issued kUnroll terms ahead of their additions.
-// 16-bit rows (kVec = 4) take twice the terms in flight, their bits held packed.
-template <uint32_t kVec, class Rows>
+// 16-bit rows (kVec = 4) take twice the terms in flight, their bits held packed; kPacked false
+// (where registers are short: the fused backward's cold rows reading 16-bit gradients) keeps
+// 4 terms in flight, the same additions in the same order.
+template <uint32_t kVec, class Rows, bool kPacked = true>
 __device__ __forceinline__ void add_terms(float (&acc)[kTileRegs], uint32_t count,
                                           typename Rows::Handle h_t, float f_t, const Rows& rows,
                                           uint32_t tile, uint32_t width) {
   constexpr uint32_t kUnroll = 4;
   const uint32_t lane = lane_index();
   uint32_t t = 0;
-  if constexpr (Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
+  if constexpr (kPacked && Rows::kValueType != ValueType::kFloat32 && kVec == 4) {
     // 16-bit rows move half the bytes a load: twice the terms in flight (their bits held
     // packed, so as many registers as float32's), added in the same order.
     constexpr uint32_t kPackedUnroll = 2 * kUnroll;
@@ -235,8 +237,8 @@ __device__ __forceinline__ void store_tile(float* row, uint32_t tile, uint32_t w
 // floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor, the
 // gradients g's rows of kGradType elements (g.type: float32, or 16-bit packed two a word, each
 // converted to float32 as it is read). bag_by_row[k] is the bag of id ids_by_row[k] (SUM /
-// MEAN), so the two loads do not wait on each other.
-template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32>
+// MEAN), so the two loads do not wait on each other. kPacked: add_terms'.
+template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32, bool kPacked = true>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
                                         const uint32_t* ids_by_row, const uint32_t* bag_by_row,
                                         uint32_t begin, uint32_t end, float* out) {
@@ -254,7 +256,7 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);
       }
-      add_terms<kVec, DenseRowsOf<kGradType>>(
+      add_terms<kVec, DenseRowsOf<kGradType>, kPacked>(
           acc, count, row_t, f_t, DenseRowsOf<kGradType>{g.out, g.out_stride}, tile, width);
     }
     TileLanes<kVec>::store(out + tile, width, lane, acc);
