@@ -114,6 +114,11 @@ class DynamicEmbTableOptions:
     state_in_value_type (dynemb's addition, torch.bfloat16 rows only): the optimizer's state
     (Adam's moments, ...) is stored in bfloat16 too, each value rounded stochastically,
     instead of float32; a bf16 Adam row then moves about 40% fewer bytes.
+    output_dtype (dynemb's addition, as FBGEMM's output_dtype / PyTorch's EmbeddingBag of 16-bit
+    weights): what lookups return and the backward takes: torch.float32 (None, the default), or
+    the embedding_dtype of 16-bit rows (an even dim); each pooled output is summed in float32
+    and rounded to nearest even once, each gradient element read as its float32 value
+    (docs/value_types.md). Not with a process group (pg) for now.
     deterministic_backward (dynemb's addition): False lets the GPU backward sum each row's
     gradients in any order (float atomics): rows then agree with the ordered backward within
     float32 rounding, not bit for bit, and may differ run to run; True (the default) keeps the
@@ -168,6 +173,7 @@ class DynamicEmbTableOptions:
     deterministic_backward: bool = True
     stochastic_rounding: bool = False
     state_in_value_type: bool = False
+    output_dtype: Any = None
     coalesce_copies_min_batch: Optional[int] = None
     prefault_host_memory: bool = True
     join_contended_copies: bool = False
@@ -339,6 +345,20 @@ def to_embedding_options(
             f"{where}: DynamicEmbTableOptions.embedding_dtype = {options.embedding_dtype!r}, must "
             "be torch.float32 (or None), torch.float16 or torch.bfloat16"
         ) from None
+    try:
+        output_type = value_types[options.output_dtype]
+    except (KeyError, TypeError):
+        output_type = None
+    if output_type is None or output_type not in (_C.ValueType.FLOAT32, value_type):
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.output_dtype = {options.output_dtype!r}, must be "
+            f"torch.float32 (or None) or the embedding_dtype ({options.embedding_dtype!r})"
+        )
+    if output_type != _C.ValueType.FLOAT32 and dim % 2 != 0:
+        raise _C.InvalidArgument(
+            f"{where}: DynamicEmbTableOptions.output_dtype = {options.output_dtype!r} with dim = "
+            f"{dim}, needs an even dim (16-bit outputs are written two elements a 32-bit word)"
+        )
     for flag in ("deterministic_backward", "stochastic_rounding", "state_in_value_type",
                  "prefault_host_memory", "join_contended_copies", "private_store"):
         if not isinstance(getattr(options, flag), bool):
@@ -420,6 +440,7 @@ def to_embedding_options(
     e.value_type = value_type
     e.stochastic_rounding = options.stochastic_rounding
     e.state_in_value_type = options.state_in_value_type
+    e.output_type = output_type
     e.deterministic_backward = options.deterministic_backward
     if options.admit_strategy is not None:
         a = options.admit_strategy

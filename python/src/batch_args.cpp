@@ -19,7 +19,7 @@ void require_shape(const TensorArg& t, int64_t rows, int64_t dim, const std::str
 }  // namespace
 
 BatchArgs parse_batches(py::list batches, size_t tables, py::handle out, uint32_t dim,
-                        Placement placement, const std::string& where) {
+                        Placement placement, const std::string& where, ValueType out_type) {
   if (batches.size() != tables) {
     throw InvalidArgument(where + ": batches: " + std::to_string(batches.size()) +
                           " given, must be one per table (" + std::to_string(tables) + ")");
@@ -58,9 +58,9 @@ BatchArgs parse_batches(py::list batches, size_t tables, py::handle out, uint32_
     a.rows += mode == PoolingMode::kNone ? ids.size(0) : offs.size(0) - 1;
   }
   a.out = &a.held.emplace_back(out, where, "out");
-  a.out->require(Element::kFloat32, 2, placement, /*strided_rows=*/true);
+  a.out->require(element_of(out_type), 2, placement, /*strided_rows=*/true);
   require_shape(*a.out, a.rows, dim, where, "every table's rows, one after the other");
-  a.out_stride = static_cast<uint32_t>(a.rows > 1 ? a.out->row_stride() : dim);
+  a.out_stride = word_stride(*a.out, out_type, where, "out");
   return a;
 }
 
@@ -68,7 +68,7 @@ BatchArgs parse_packed_batches(py::handle indices, py::handle offsets, py::handl
                                const std::vector<int64_t>& id_ranges,
                                const std::vector<int64_t>& bags, PoolingMode mode, size_t tables,
                                py::handle out, uint32_t dim, Placement placement,
-                               const std::string& where) {
+                               const std::string& where, ValueType out_type) {
   if (bags.size() != tables || id_ranges.size() != 2 * tables) {
     throw InvalidArgument(where + ": bags: " + std::to_string(bags.size()) + " and id_ranges: " +
                           std::to_string(id_ranges.size()) + " entries, must be " +
@@ -122,17 +122,17 @@ BatchArgs parse_packed_batches(py::handle indices, py::handle offsets, py::handl
                           " (bags + 1 for every table)");
   }
   a.out = &a.held.emplace_back(out, where, "out");
-  a.out->require(Element::kFloat32, 2, placement, /*strided_rows=*/true);
+  a.out->require(element_of(out_type), 2, placement, /*strided_rows=*/true);
   require_shape(*a.out, a.rows, dim, where, "every table's rows, one after the other");
-  a.out_stride = static_cast<uint32_t>(a.rows > 1 ? a.out->row_stride() : dim);
+  a.out_stride = word_stride(*a.out, out_type, where, "out");
   return a;
 }
 
 uint32_t check_gradient(const TensorArg& grad, int64_t rows, uint32_t dim, Placement placement,
-                        const std::string& where) {
-  grad.require(Element::kFloat32, 2, placement, /*strided_rows=*/true);
+                        const std::string& where, ValueType type) {
+  grad.require(element_of(type), 2, placement, /*strided_rows=*/true);
   require_shape(grad, rows, dim, where, "the forward's output shape");
-  return static_cast<uint32_t>(grad.size(0) > 1 ? grad.row_stride() : grad.size(1));
+  return word_stride(grad, type, where, "grad");
 }
 
 }  // namespace dynemb::python

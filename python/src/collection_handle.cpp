@@ -35,7 +35,8 @@ CollectionHandle::CollectionHandle(Backend backend, std::vector<EmbeddingOptions
 uint64_t CollectionHandle::forward(py::list batches, bool training, py::handle out,
                                    uintptr_t stream) {
   BatchArgs args =
-      parse_batches(batches, num_tables(), out, dim(), placement_, "EmbeddingCollection.forward");
+      parse_batches(batches, num_tables(), out, dim(), placement_, "EmbeddingCollection.forward",
+                    output_type());
   return run_forward(args, training, batches, stream);
 }
 
@@ -45,7 +46,7 @@ uint64_t CollectionHandle::forward_packed(py::handle indices, py::handle offsets
                                           bool training, py::handle out, uintptr_t stream) {
   BatchArgs args =
       parse_packed_batches(indices, offsets, weights, id_ranges, bags, mode, num_tables(), out,
-                           dim(), placement_, "EmbeddingCollection.forward_packed");
+                           dim(), placement_, "EmbeddingCollection.forward_packed", output_type());
   return run_forward(args, training, py::make_tuple(indices, offsets, weights), stream);
 }
 
@@ -80,7 +81,7 @@ void CollectionHandle::backward(py::handle grad, uint64_t generation, uintptr_t 
         " (one step in flight: forward, backward, forward, ...); the tables are "
         "unchanged");
   }
-  const uint32_t stride = check_gradient(g, out_rows_, dim(), placement_, where);
+  const uint32_t stride = check_gradient(g, out_rows_, dim(), placement_, where, output_type());
   collection_->backward(g.as<float>(), stride, as_stream(stream));
   pending_ = 0;
   collection_->end_step();

@@ -41,6 +41,8 @@ class CollectionHandle {
   Placement placement() const { return placement_; }
   size_t num_tables() const { return collection_->num_tables(); }
   uint32_t dim() const { return collection_->dim(); }
+  // What forward writes and backward reads (EmbeddingOptions::output_type).
+  ValueType output_type() const { return collection_->options(0).output_type; }
 
  private:
   std::unique_ptr<EmbeddingCollection<int64_t>> collection_;

@@ -110,21 +110,29 @@ py::object EmbeddingHandle::forward(py::handle indices, py::handle offsets, py::
   const int64_t dim = this->dim();
   py::object result;
   float* out_ptr = nullptr;
-  int64_t stride = dim;
+  // The output's elements (float32, or the rows' 16-bit type) and its row stride in 32-bit words.
+  const ValueType out_type = embedding_->options().output_type;
+  int64_t stride = value_words(out_type, static_cast<uint32_t>(dim));
   if (out.is_none()) {
+    if (out_type != ValueType::kFloat32 && dim % 2 != 0) {
+      throw InvalidArgument(where + ": out = None with output_type " + to_string(out_type) +
+                            " and an odd dim " + std::to_string(dim) +
+                            ": pass an out whose row stride is even (16-bit outputs are written "
+                            "two elements a 32-bit word)");
+    }
     void* data = nullptr;
-    result = new_capsule(Element::kFloat32, {rows, dim}, placement_, &data);
+    result = new_capsule(element_of(out_type), {rows, dim}, placement_, &data);
     out_ptr = static_cast<float*>(data);
   } else {
     TensorArg o(out, where, "out");
-    o.require(Element::kFloat32, 2, placement_, /*strided_rows=*/true);
+    o.require(element_of(out_type), 2, placement_, /*strided_rows=*/true);
     require_rows(o, rows, where, mode == PoolingMode::kNone ? "one row per index" : "one per bag");
     if (o.size(1) != dim) {
       throw InvalidArgument(where + ": out: shape[1] = " + std::to_string(o.size(1)) +
                             ", must be the table's dim " + std::to_string(dim));
     }
     out_ptr = o.as<float>();
-    stride = rows > 1 ? o.row_stride() : dim;
+    stride = word_stride(o, out_type, where, "out");
     result = py::reinterpret_borrow<py::object>(out);
   }
   EmbeddingBatch<int64_t> batch;
@@ -161,14 +169,15 @@ void EmbeddingHandle::backward(py::handle grad, uint64_t generation, uintptr_t s
                      " (a table keeps one step in flight: forward, backward, forward, ...); "
                      "the table is unchanged");
   }
-  g.require(Element::kFloat32, 2, placement_, /*strided_rows=*/true);
+  const ValueType grad_type = embedding_->options().output_type;
+  g.require(element_of(grad_type), 2, placement_, /*strided_rows=*/true);
   if (g.size(0) != out_shape_[0] || g.size(1) != out_shape_[1]) {
     throw InvalidArgument(where + ": grad: shape = [" + std::to_string(g.size(0)) + ", " +
                           std::to_string(g.size(1)) + "], must be the forward's output shape [" +
                           std::to_string(out_shape_[0]) + ", " + std::to_string(out_shape_[1]) +
                           "]");
   }
-  const auto stride = static_cast<uint32_t>(g.size(0) > 1 ? g.row_stride() : g.size(1));
+  const uint32_t stride = word_stride(g, grad_type, where, "grad");
   embedding_->backward(g.as<float>(), stride, as_stream(stream));
   pending_ = 0;
   embedding_->end_step();
@@ -352,7 +361,8 @@ void register_embedding(py::module_& m) {
       .def_readwrite("value_type", &EmbeddingOptions::value_type)
       .def_readwrite("stochastic_rounding", &EmbeddingOptions::stochastic_rounding)
       .def_readwrite("state_in_value_type", &EmbeddingOptions::state_in_value_type)
-      .def_readwrite("deterministic_backward", &EmbeddingOptions::deterministic_backward);
+      .def_readwrite("deterministic_backward", &EmbeddingOptions::deterministic_backward)
+      .def_readwrite("output_type", &EmbeddingOptions::output_type);
 
   py::class_<EmbeddingHandle>(m, "Embedding")
       .def(py::init<Backend, const EmbeddingOptions&, std::shared_ptr<storage::Storage>, uint64_t,

@@ -16,6 +16,9 @@ size_t element_bytes(Element e) {
   switch (e) {
     case Element::kUInt8:
       return 1;
+    case Element::kFloat16:
+    case Element::kBFloat16:
+      return 2;
     case Element::kFloat32:
       return 4;
     default:
@@ -31,6 +34,10 @@ dlpack::DataType dl_type(Element e) {
       return {dlpack::kUInt, 64, 1};
     case Element::kFloat32:
       return {dlpack::kFloat, 32, 1};
+    case Element::kFloat16:
+      return {dlpack::kFloat, 16, 1};
+    case Element::kBFloat16:
+      return {dlpack::kBfloat, 16, 1};
     case Element::kUInt8:
     default:
       return {dlpack::kUInt, 8, 1};
@@ -117,6 +124,10 @@ const char* to_string(Element element) {
       return "uint64";
     case Element::kFloat32:
       return "float32";
+    case Element::kFloat16:
+      return "float16";
+    case Element::kBFloat16:
+      return "bfloat16";
     case Element::kUInt8:
     default:
       return "uint8";
@@ -310,6 +321,32 @@ py::object new_capsule(Element element, std::vector<int64_t> shape, Placement pl
   const Backend backend = placement.backend;
   return make_capsule(p, element, std::move(shape), placement,
                       [backend, p] { backend_free(backend, p); });
+}
+
+Element element_of(ValueType type) {
+  switch (type) {
+    case ValueType::kFloat16:
+      return Element::kFloat16;
+    case ValueType::kBFloat16:
+      return Element::kBFloat16;
+    default:
+      return Element::kFloat32;
+  }
+}
+
+uint32_t word_stride(const TensorArg& t, ValueType type, const std::string& where,
+                     const std::string& name) {
+  const int64_t width = t.size(1);
+  if (t.size(0) <= 1) return value_words(type, static_cast<uint32_t>(width));
+  const int64_t stride = t.row_stride();
+  if (type == ValueType::kFloat32) return static_cast<uint32_t>(stride);
+  if (stride % 2 != 0 || reinterpret_cast<uintptr_t>(t.as<uint16_t>()) % 4 != 0) {
+    throw InvalidArgument(where + ": " + name + ": row stride = " + std::to_string(stride) +
+                          " " + to_string(type) +
+                          " elements, must be even with the tensor 4-byte aligned (16-bit "
+                          "outputs are read and written two elements a 32-bit word)");
+  }
+  return static_cast<uint32_t>(stride / 2);
 }
 
 }  // namespace dynemb::python

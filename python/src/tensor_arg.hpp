@@ -13,15 +13,16 @@
 
 #include "dlpack.hpp"
 #include "dynemb/core/options.hpp"
+#include "dynemb/core/value_type.hpp"
 
 namespace dynemb::python {
 
 namespace py = pybind11;
 
 // The element types dynemb reads and writes.
-enum class Element : uint8_t { kInt64, kUInt64, kFloat32, kUInt8 };
+enum class Element : uint8_t { kInt64, kUInt64, kFloat32, kUInt8, kFloat16, kBFloat16 };
 
-// "int64", "uint64", "float32", "uint8".
+// "int64", "uint64", "float32", "uint8", "float16", "bfloat16".
 const char* to_string(Element element);
 
 // Where a tensor lives: the CPU, or one CUDA device.
@@ -94,5 +95,15 @@ py::object capsule_of(std::vector<T>&& values, Element element, std::vector<int6
   return make_capsule(owned->data(), element, std::move(shape), Placement{},
                       [owned] { delete owned; });
 }
+
+// The tensor element that holds embedding elements of `type`.
+Element element_of(ValueType type);
+
+// The row stride of `t` (a [rows, width] tensor of `type`'s elements, checked by require) in 32-bit
+// words, what the ops take: float32 as is; 16-bit types need an even stride (rows start on a word:
+// two elements a word) and a word-aligned start. rows <= 1: the width's words. Throws
+// InvalidArgument naming `where` and `name` otherwise.
+uint32_t word_stride(const TensorArg& t, ValueType type, const std::string& where,
+                     const std::string& name);
 
 }  // namespace dynemb::python

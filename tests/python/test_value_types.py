@@ -201,3 +201,87 @@ def test_bfloat16_state_follows_float32_state(seed, device):
     with pytest.raises(dynemb.InvalidArgument, match="state_in_value_type"):
         DynamicEmbeddingBag(UNIVERSE, DIM, table_options=dynemb.DynamicEmbTableOptions(
             embedding_dtype=torch.float16, state_in_value_type=True), device=device)
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_half_outputs_follow_pytorch(seed, device, dtype):
+    """output_dtype = the rows' 16-bit dtype: lookups return that dtype (the float32 sum rounded
+    once to nearest even, as a PyTorch model summing the stored rows in float32 and casting),
+    the backward takes gradients of that dtype (their float32 values summed: the model's weight
+    gradient from the cast gradient), and the rows follow the model within one unit in the last
+    place, the gradient sums' order aside."""
+    half = bag(dtype, device, output_dtype=dtype)
+    every = torch.arange(UNIVERSE, dtype=torch.int64)
+    with torch.no_grad():  # inserts every id with its initial row (train mode)
+        first = half(every.view(-1, 1).to(device))
+    assert first.dtype == dtype
+    model = stored_rows(half, every, dtype).cpu()
+    eps = torch.finfo(dtype).eps
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(STEPS):
+        ids = zipf_ids(BATCH * BAG, UNIVERSE, gen).view(BATCH, BAG)
+        upstream = torch.randn(BATCH, DIM, generator=gen).to(dtype)
+        out = half(ids.to(device))
+        assert out.dtype == dtype
+        w = model.to(torch.float32).requires_grad_(True)
+        want = F.embedding_bag(ids, w, mode="sum")
+        # Rounded once from a float32 sum (PyTorch's may add in another order: one unit).
+        got = out.detach().cpu().double()
+        ulp = eps * got.abs() + torch.finfo(dtype).tiny
+        assert bool(((got - want.detach().to(dtype).double()).abs() <= ulp).all()), step
+        (out * upstream.to(device)).sum().backward()
+        (want * upstream.to(torch.float32)).sum().backward()
+        model = (w.detach() - LR * w.grad).to(dtype)
+        stored = stored_rows(half, every, dtype).cpu()
+        ulp = eps * model.double().abs() + torch.finfo(dtype).tiny
+        bad = (stored.double() - model.double()).abs() > ulp
+        assert not bool(bad.any()), (
+            f"step {step}: {int(bad.sum())} elements differ from PyTorch's by more than 1 ulp")
+        model = stored
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_half_outputs_group_like_separate_tables(seed, device):
+    """Grouped collections of bfloat16 outputs return and take bfloat16 like separate tables,
+    bit for bit; tables of float32 outputs group apart from them."""
+    configs = [EmbeddingBagConfig(name=n, embedding_dim=DIM, num_embeddings=UNIVERSE,
+                                  feature_names=[n]) for n in ("x", "y", "z")]
+    half = dynemb.DynamicEmbTableOptions(embedding_dtype=torch.bfloat16,
+                                         output_dtype=torch.bfloat16)
+    options = {"x": half, "y": half,
+               "z": dynemb.DynamicEmbTableOptions(embedding_dtype=torch.bfloat16)}
+    adam = {"optimizer": "adam", "learning_rate": 0.01}
+    grouped = DynamicEmbeddingBagCollection(configs, table_options=options, group_tables=True,
+                                            fused_params=adam, device=device)
+    separate = DynamicEmbeddingBagCollection(configs, table_options=options, fused_params=adam,
+                                             device=device)
+    assert len(grouped._groups) == 2
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(4):
+        kjt = keyed(["x", "y", "z"], gen, device)
+        upstream = torch.randn(BATCH, 3 * DIM, generator=gen).to(device)
+        out_g, out_s = grouped(kjt), separate(kjt)
+        for t in ("x", "y"):
+            assert out_g[t].dtype == torch.bfloat16 and out_s[t].dtype == torch.bfloat16
+        assert out_g["z"].dtype == torch.float32
+        torch.testing.assert_close(out_g.values(), out_s.values(), rtol=0, atol=0)
+        (out_g.values().float() * upstream).sum().backward()
+        (out_s.values().float() * upstream).sum().backward()
+    every = torch.arange(UNIVERSE, dtype=torch.int64)
+    for t in ("x", "y", "z"):
+        found = torch.from_dlpack(grouped.dynemb_tables()[t].find(every.to(device))[1])
+        ids = every[found.bool().cpu()]
+        assert torch.equal(rows_of(grouped, ids, t), rows_of(separate, ids, t)), t
+
+
+@pytest.mark.parametrize("options,dim,match", [
+    ({"output_dtype": torch.bfloat16}, DIM, "output_dtype = "),
+    ({"embedding_dtype": torch.float16, "output_dtype": torch.bfloat16}, DIM, "output_dtype = "),
+    ({"embedding_dtype": torch.bfloat16, "output_dtype": "bf16"}, DIM, "output_dtype = "),
+    ({"embedding_dtype": torch.bfloat16, "output_dtype": torch.bfloat16}, 13, "even dim"),
+])
+def test_bad_output_dtypes_are_refused(options, dim, match):
+    with pytest.raises(dynemb.InvalidArgument, match=match):
+        DynamicEmbeddingBag(UNIVERSE, dim,
+                            table_options=dynemb.DynamicEmbTableOptions(**options))

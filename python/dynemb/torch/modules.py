@@ -109,31 +109,43 @@ class _Lookup(torch.autograd.Function):
         return None, None
 
 
-def _gradient(grads, shapes, device) -> torch.Tensor:
-    """One float32 tensor of pieces' gradients, one after the other (zeros for a piece without
+_OUTPUT_DTYPES = {
+    _C.ValueType.FLOAT32: torch.float32,
+    _C.ValueType.FLOAT16: torch.float16,
+    _C.ValueType.BFLOAT16: torch.bfloat16,
+}
+
+
+def _out_dtype(table) -> torch.dtype:
+    """What a table's lookups return and its backward takes (its options' output_dtype)."""
+    return _OUTPUT_DTYPES[table.compiled_options.output_type]
+
+
+def _gradient(grads, shapes, device, dtype=torch.float32) -> torch.Tensor:
+    """One `dtype` tensor of pieces' gradients, one after the other (zeros for a piece without
     one): the gradients as they are when they already lie so in one tensor (one gradient, or
     the pieces of one buffer, as a loss over the pieces concatenated or a split gradient gives
     them), else a single cat."""
     if len(grads) == 1 and grads[0] is not None:
-        return grads[0].to(torch.float32).contiguous()
-    adjacent = _adjacent(grads, shapes)
+        return grads[0].to(dtype).contiguous()
+    adjacent = _adjacent(grads, shapes, dtype)
     if adjacent is not None:
         return adjacent
-    parts = [g.to(torch.float32) if g is not None
-             else torch.zeros(shape, dtype=torch.float32, device=device)
+    parts = [g.to(dtype) if g is not None
+             else torch.zeros(shape, dtype=dtype, device=device)
              for g, shape in zip(grads, shapes)]
     return torch.cat(parts)
 
 
-def _adjacent(grads, shapes) -> Optional[torch.Tensor]:
-    """The pieces' gradients as one [rows, dim] view when they are contiguous float32 views of
+def _adjacent(grads, shapes, dtype=torch.float32) -> Optional[torch.Tensor]:
+    """The pieces' gradients as one [rows, dim] view when they are contiguous `dtype` views of
     one tensor lying one after the other in its memory; else None."""
     first = grads[0]
-    if first is None or first._base is None or first.dtype != torch.float32:
+    if first is None or first._base is None or first.dtype != dtype:
         return None
     base, ptr, size, rows = first._base, first.data_ptr(), first.element_size(), 0
     for g, shape in zip(grads, shapes):
-        if (g is None or g._base is not base or g.dtype != torch.float32
+        if (g is None or g._base is not base or g.dtype != dtype
                 or tuple(g.shape) != tuple(shape) or not g.is_contiguous()
                 or g.data_ptr() != ptr + rows * shape[1] * size):
             return None
@@ -184,8 +196,8 @@ class _PackedStep:
         with m._on_device():
             stream = m._stream()
             for group, ids, offsets, weights, id_ranges, bags, mode, rows, pieces in self.launches:
-                out = torch.empty((rows, group.tables[0].dim), dtype=torch.float32,
-                                  device=m._device)
+                out = torch.empty((rows, group.tables[0].dim),
+                                  dtype=_out_dtype(group.tables[0]), device=m._device)
                 g_training = training and group.training
                 generation = group.handle.forward_packed(ids, offsets, weights, id_ranges, bags,
                                                          mode, g_training, out, stream)
@@ -205,7 +217,8 @@ class _PackedStep:
                 if generation == 0:
                     continue  # a group without training: no step
                 dim = group.tables[0].dim
-                grad = _gradient(g, [(n, dim) for n in pieces], m._device)
+                grad = _gradient(g, [(n, dim) for n in pieces], m._device,
+                                 _out_dtype(group.tables[0]))
                 group.handle.backward(grad, generation, stream)
 
 
@@ -246,6 +259,11 @@ class DynamicEmbModule(nn.Module):
         e = to_embedding_options(options, dim, num_embeddings, fused_params, index, where)
         caching = caching_options(options, where)
         if world_size > 0:
+            if e.output_type != _C.ValueType.FLOAT32:
+                raise _C.NotAvailable(
+                    f"{where}: output_dtype = {options.output_dtype!r} with a process group (pg): "
+                    "sharded tables exchange float32 outputs for now"
+                )
             if options.caching or options.external_storage is not None:
                 raise _C.NotAvailable(
                     f"{where}: caching / external_storage with a process group (pg): sharded "
@@ -346,7 +364,8 @@ class DynamicEmbModule(nn.Module):
             stream = self._stream()
             outs, generations = [], []
             for table, indices, offsets, weights, rows in calls:
-                out = torch.empty((rows, table.dim), dtype=torch.float32, device=self._device)
+                out = torch.empty((rows, table.dim), dtype=_out_dtype(table),
+                                  device=self._device)
                 t_training = training and table.options.training
                 table.handle.forward(indices, offsets, weights, table.mode, t_training, out,
                                      stream)
@@ -363,7 +382,8 @@ class DynamicEmbModule(nn.Module):
             for table, sizes, grad, generation in zip(tables, pieces, grads, generations):
                 if generation == 0:
                     continue
-                g = _gradient(grad, [(n, table.dim) for n in sizes], self._device)
+                g = _gradient(grad, [(n, table.dim) for n in sizes], self._device,
+                              _out_dtype(table))
                 table.handle.backward(g, generation, stream)
 
     def _run_grouped_forward(self, calls, training: bool):
@@ -376,8 +396,8 @@ class DynamicEmbModule(nn.Module):
         for group in self._groups:
             group_calls = [by_table[id(t)] for t in group.tables]
             rows = [c[4] for c in group_calls]
-            out = torch.empty((sum(rows), group.tables[0].dim), dtype=torch.float32,
-                              device=self._device)
+            out = torch.empty((sum(rows), group.tables[0].dim),
+                              dtype=_out_dtype(group.tables[0]), device=self._device)
             batches = [(c[1], c[2], c[3], c[0].mode) for c in group_calls]
             g_training = training and group.training
             generation = group.handle.forward(batches, g_training, out, stream)
@@ -393,7 +413,8 @@ class DynamicEmbModule(nn.Module):
                 continue  # an evaluation forward or a group without training: no step
             dim = group.tables[0].dim
             grad = _gradient([g for p in parts for g in p[1]],
-                             [(n, dim) for p in parts for n in p[0]], self._device)
+                             [(n, dim) for p in parts for n in p[0]], self._device,
+                             _out_dtype(group.tables[0]))
             group.handle.backward(grad, parts[0][2], stream)
 
     def _run_step(self, step, trains: bool) -> List[torch.Tensor]:
@@ -539,6 +560,7 @@ def _layout_key(table: _Table) -> tuple:
     return (
         e.dim, table.options.training, e.gradient_check, e.align_rows, e.table.device,
         e.value_type, e.stochastic_rounding, e.deterministic_backward, e.state_in_value_type,
+        e.output_type,
         e.admit_threshold > 1 and table.name,
         (o.kind, o.learning_rate, o.beta1, o.beta2, o.eps, o.rho, o.initial_accumulator,
          o.ftrl_l1, o.ftrl_l2, o.ftrl_beta, o.weight_decay, o.clip_norm, o.clip_value),
