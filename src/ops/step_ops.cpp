@@ -55,10 +55,24 @@ void pooled_lookup_unchecked(const OpsBackend& ops, const LookupFeature& feature
   ops.pooled_lookup({&feature, 1}, {&output, 1}, stream);
 }
 
+namespace {
+
+// The step's gradients are float32 or of the rows' own type (LookupOutput::type): what the
+// kernels are compiled for.
+void require_gradient_type(const LookupFeature& feature, const LookupOutput& grads,
+                           const char* where) {
+  require(grads.type == ValueType::kFloat32 || grads.type == feature.value_type, where,
+          "grads.type", to_string(grads.type),
+          "must be float32 or feature.value_type (" + to_string(feature.value_type) + ")");
+}
+
+}  // namespace
+
 void reduce_gradients_grouped(const OpsBackend& ops, const LookupFeature& feature, IdGroups groups,
                               const LookupOutput& grads, const LookupOutput& row_grads,
                               StreamHandle stream) {
   if (feature.num_rows == 0) return;
+  require_gradient_type(feature, grads, "reduce_gradients_grouped");
   ops.reduce_gradients_grouped(feature, groups, grads, row_grads, stream);
 }
 
@@ -71,6 +85,7 @@ void reduce_and_optimize_row_ptrs(const OpsBackend& ops, const OptimizerOptions&
   require(feature.value_type == optimizer.value_type, "reduce_and_optimize_row_ptrs",
           "feature.value_type", to_string(feature.value_type),
           "must equal optimizer.value_type = " + to_string(optimizer.value_type));
+  require_gradient_type(feature, grads, "reduce_and_optimize_row_ptrs");
   ops.reduce_and_optimize_row_ptrs(optimizer, feature, groups, grads, rows, skip, nonfinite,
                                    workspace, stream);
 }
@@ -82,6 +97,7 @@ void reduce_and_optimize_row_ptrs_unordered(const OpsBackend& ops,
                                             const bool* skip, uint64_t* nonfinite,
                                             StepWorkspace& workspace, StreamHandle stream) {
   if (feature.num_rows == 0) return;
+  require_gradient_type(feature, grads, "reduce_and_optimize_row_ptrs_unordered");
   ops.reduce_and_optimize_row_ptrs_unordered(optimizer, feature, groups, grads, rows, skip,
                                              nonfinite, workspace, stream);
 }
