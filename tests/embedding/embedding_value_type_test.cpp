@@ -165,6 +165,63 @@ TEST(EmbeddingValueType, HalfOutputsFollowFloat32TrainingFor100Steps) {
   expect_agreement(16, OptimizerKind::kAdam, ValueType::kBFloat16, true, rng.next(), true, true);
 }
 
+// 16-bit outputs are the float32 outputs rounded once, and gradients of that type train the rows
+// exactly as their float32 values do: an embedding with bfloat16 outputs against one with float32
+// outputs fed the same (bfloat16-representable) gradients, row words equal after every step; by
+// address, with counter admission (the dense rows) and with gradient_check = ERROR (the two
+// passes), SUM and NONE pooling.
+TEST(EmbeddingValueType, HalfOutputsAreTheFloat32OutputsRounded) {
+  testing::TestRng rng;
+  const uint32_t dim = 12;
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    const ValueType type = variant % 2 == 0 ? ValueType::kBFloat16 : ValueType::kFloat16;
+    EmbeddingOptions o = task_options(dim, OptimizerKind::kAdaGrad, type, rng.next());
+    if (variant == 1) o.admit_threshold = 2;
+    if (variant == 2) o.gradient_check = SafeCheck::kError;
+    const PoolingMode mode = variant == 3 ? PoolingMode::kNone : PoolingMode::kSum;
+    EmbeddingOptions o16 = o;
+    o16.output_type = type;
+    Embedding<int64_t> e32(Backend::kCpu, o), e16(Backend::kCpu, o16);
+    const uint32_t words = value_words(type, dim);
+    const std::vector<Batch> batches = make_batches(dim, 12, 64, 300, rng.next());
+    for (const Batch& b : batches) {
+      const size_t bags = b.offsets.size() - 1;
+      const size_t rows = mode == PoolingMode::kNone ? b.keys.size() : bags;
+      const EmbeddingBatch<int64_t> batch{b.keys.data(), b.keys.size(), b.offsets.data(),
+                                          bags,          nullptr,       mode};
+      std::vector<float> out32(rows * dim), out16(rows * words);
+      e32.forward(batch, out32.data(), dim, true);
+      e16.forward(batch, out16.data(), words, true);
+      std::vector<float> g32(rows * dim), g16(rows * words);
+      for (size_t r = 0; r < rows; ++r) {
+        for (uint32_t j = 0; j < dim; ++j) {
+          const float f32 = out32[r * dim + j];
+          ASSERT_EQ(reinterpret_cast<const uint16_t*>(&out16[r * words])[j],
+                    type == ValueType::kBFloat16 ? to_bits16<ValueType::kBFloat16>(f32)
+                                                 : to_bits16<ValueType::kFloat16>(f32))
+              << "output " << r << " element " << j;
+          const float target = b.target[(mode == PoolingMode::kNone ? 0 : r) * dim + j];
+          store_value(type, &g16[r * words], j, f32 - target);
+          g32[r * dim + j] = load_value(type, &g16[r * words], j);
+        }
+      }
+      e32.backward(g32.data(), dim);
+      e16.backward(g16.data(), words);
+      e32.end_step();
+      e16.end_step();
+    }
+    const auto a = table_words(e32), c = table_words(e16);
+    ASSERT_EQ(a.size(), c.size());
+    EXPECT_GT(a.size(), 0u);
+    for (const auto& [k, w] : a) {
+      const auto it = c.find(k);
+      ASSERT_NE(it, c.end()) << "key " << k;
+      ASSERT_EQ(w, it->second) << "key " << k;
+    }
+  }
+}
+
 // An output_type other than float32 or the rows' type is refused by name; a collection's tables
 // must agree on it.
 TEST(EmbeddingValueType, OutputTypeMustBeFloat32OrTheRowType) {
