@@ -3,8 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -118,10 +116,10 @@ enum class FusedRows { kAll, kHot, kCold };
 //   (ptxas: 80 registers unbounded; at 48 (42 warps) 580-840 bytes of spills loaded). Each such
 //   kernel is compiled for one state type (StateTypes), so it holds that path's registers only:
 //   bfloat16 Adam spills a 16-byte frame with either state type (32 compiled for both).
-template <bool kColdOnly, int kColdBlocks = 9>
+template <bool kColdOnly>
 struct FusedShape {
   static constexpr int kThreads = kColdOnly ? 128 : kBlock;
-  static constexpr int kMinBlocks = kColdOnly ? kColdBlocks : 4;
+  static constexpr int kMinBlocks = kColdOnly ? 9 : 4;
   static constexpr int kWarps = kThreads / 32;
 };
 
@@ -130,10 +128,9 @@ struct FusedShape {
 // a launch of cold rows alone (hot_blocks 0), compiled without the hot rows' code, so its
 // registers are the cold rows' alone. Gradients of kGradType (g.type: float32 or kType).
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly,
-          StateTypes kStates = StateTypes::kEither, ValueType kGradType = ValueType::kFloat32,
-          int kColdBlocks = 9>
-__global__ void __launch_bounds__(FusedShape<kColdOnly, kColdBlocks>::kThreads,
-                                  FusedShape<kColdOnly, kColdBlocks>::kMinBlocks)
+          StateTypes kStates = StateTypes::kEither, ValueType kGradType = ValueType::kFloat32>
+__global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
+                                  FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
                      unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
@@ -200,29 +197,6 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
       using Shape = FusedShape<true>;
       const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
       if (blocks == 0) return;
-      if constexpr (kKind == OptimizerKind::kAdam && kGradType != ValueType::kFloat32) {
-        // A/B (R2): Adam's cold rows with 16-bit gradients in 8 blocks of 128 threads a
-        // multiprocessor (64 registers, 32 warps) instead of 9 (56 registers, 36 warps).
-        static const bool wide = [] {
-          const char* v = std::getenv("DYNEMB_FUSED_COLD_BLOCKS");
-          return v != nullptr && std::string(v) == "8";
-        }();
-        if (wide) {
-          using Wide = FusedShape<true, 8>;
-          const unsigned wide_blocks = cold_blocks_of<Wide>(x.num_rows, strided);
-          if (o.state_in_value_type) {
-            fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType, 8>
-                <<<wide_blocks, Wide::kThreads, Wide::kWarps * row_bytes, stream>>>(
-                    o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-          } else {
-            fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType, 8>
-                <<<wide_blocks, Wide::kThreads, Wide::kWarps * row_bytes, stream>>>(
-                    o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
-          }
-          core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows, 8 blocks)");
-          return;
-        }
-      }
       if (o.state_in_value_type) {
         fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType>
             <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
