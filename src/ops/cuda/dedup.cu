@@ -67,10 +67,11 @@ __device__ __forceinline__ K full_key(S sorted_key, const unsigned long long* st
 }
 
 // The rank scan's output: rank is the inclusive count of heads up to sorted entry i (its unique
-// position is rank - 1). Writes the inverse, the unique keys, where each group starts, the unique
-// count and, when bag_by_row is not null, the bag of each position in sorted order (bag_of: by
-// position). No rank array is written and read back, no kernel of its own: thrust's tabulate
-// output iterator calls it with each index and value the scan stores.
+// position is rank - 1). Writes the unique keys, where each group starts, the unique count, the
+// inverse (or, with rank_of_key, each unique key's rank at its key: rank_of_key_kernel then reads
+// the inverse in the ids' order) and, when bag_by_row is not null, the bag of each position in
+// sorted order (bag_of: by position). No rank array is written and read back, no kernel of its
+// own: thrust's tabulate output iterator calls it with each index and value the scan stores.
 template <class K, class S>
 struct ScatterByRank {
   const S* sorted;
@@ -82,16 +83,22 @@ struct ScatterByRank {
   uint32_t* row_begin;
   uint32_t* bag_by_row;
   unsigned long long* status;
+  uint32_t* rank_of_key = nullptr;  // null: the inverse is scattered here
+  uint32_t key_mask = 0;            // the sorted bits of a key, rank_of_key's index
 
   __device__ void operator()(ptrdiff_t index, uint32_t rank) const {
     const auto i = static_cast<size_t>(index);
     const uint32_t r = rank - 1;
-    const uint32_t position = positions[i];
-    inverse[position] = r;
+    const bool reads_position = rank_of_key == nullptr || bag_by_row != nullptr;
+    const uint32_t position = reads_position ? positions[i] : 0;
+    if (rank_of_key == nullptr) inverse[position] = r;
     if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
     if (i == 0 || sorted[i] != sorted[i - 1]) {
       unique_keys[r] = full_key<K>(sorted[i], status);
       row_begin[r] = static_cast<uint32_t>(i);
+      if constexpr (sizeof(S) == 4) {
+        if (rank_of_key != nullptr) rank_of_key[static_cast<uint32_t>(sorted[i]) & key_mask] = r;
+      }
     }
     if (i + 1 == n) {
       row_begin[r + 1] = static_cast<uint32_t>(n);
@@ -104,6 +111,41 @@ template <class K, class S>
 auto scatter_by_rank(const ScatterByRank<K, S>& f) {
   return thrust::make_tabulate_output_iterator(f);
 }
+
+// inverse[i] = the rank of id i's key, from the ranks the scan left at each unique key's index
+// (ScatterByRank::rank_of_key): the ids' keys and the inverse in the ids' order, one random read
+// each, where the scan would scatter every id's rank to its position. Every index read was
+// written by this batch's scan (the key's own group's head; keys with bits above the mask, in a
+// batch the caller refuses or sorts again on more bits, share an index with a group of the
+// batch), so nothing needs clearing.
+__global__ void rank_of_key_kernel(const uint32_t* keys, size_t n, const uint32_t* rank_of_key,
+                                   uint32_t key_mask, uint32_t* inverse) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  constexpr int kPerThread = 4;
+  for (size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; first < n;
+       first += stride * kPerThread) {
+    uint32_t key[kPerThread], rank[kPerThread];
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const size_t i = first + k * stride;
+      key[k] = i < n ? __ldg(keys + i) & key_mask : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      rank[k] = first + k * stride < n ? __ldg(rank_of_key + key[k]) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const size_t i = first + k * stride;
+      if (i < n) inverse[i] = rank[k];
+    }
+  }
+}
+
+// The largest index space of rank_of_key: 2^kDenseRankMaxBits words, and at most 4 words an id
+// or kDenseRankAnyBatch words (4 MB) whatever the batch.
+constexpr int kDenseRankMaxBits = 26;
+constexpr size_t kDenseRankAnyBatch = size_t{1} << 20;
 
 // One pass over the batch (grid-stride): the offsets' first and last value and the first b with
 // offsets[b] < offsets[b - 1]; when bag_of is not null, bag_of[i] = b for the ids i of each bag b
@@ -231,12 +273,18 @@ class SortPass {
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
     const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
+    // Narrow keys over a small enough index space: each unique key's rank written at its key and
+    // the inverse read from there in the ids' order (rank_of_key_kernel), not scattered.
+    const bool dense = sizeof(S) == 4 && workspace_ != nullptr && end_bit <= kDenseRankMaxBits &&
+                       (size_t{1} << end_bit) <= std::max(4 * n, kDenseRankAnyBatch);
     S* sorted = nullptr;
     uint32_t* positions = nullptr;
+    uint32_t* rank_of_key = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<S>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
+      if (dense) rank_of_key = c.take<uint32_t>(size_t{1} << end_bit);
       temp = c.take<uint8_t>(temp_bytes);
     };
     ScratchCarver measure;
@@ -260,11 +308,24 @@ class SortPass {
     core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
                                                       ids_by_row, items, 0, end_bit, stream_),
                       "dedup: SortPairs");
-    const ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
-                                      inverse, row_begin,  bag_by_row, status};
+    ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
+                                inverse, row_begin,  bag_by_row, status};
+    const uint32_t key_mask =
+        end_bit >= 32 ? 0xFFFFFFFFu : static_cast<uint32_t>((uint64_t{1} << end_bit) - 1);
+    if (dense) {
+      scatter.rank_of_key = rank_of_key;
+      scatter.key_mask = key_mask;
+    }
     core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
                                                     scatter_by_rank(scatter), items, stream_),
                       "dedup: InclusiveSum (scatter)");
+    if (dense) {
+      if constexpr (sizeof(S) == 4) {
+        rank_of_key_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, stream_>>>(
+            keys, n, rank_of_key, key_mask, inverse);
+        core::cuda::check_launch("dedup: rank_of_key_kernel");
+      }
+    }
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <thrust/execution_policy.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -240,6 +241,55 @@ __global__ void gather_kernel(TableSpread s, TableRows r) {
   }
 }
 
+// gather_kernel's work walked from the rows, grid-stride: each row r < u (not refused) from its
+// padded entry id_base[t] + r - bounds[t] (t: the table whose rows hold r), then the padding rows
+// [u, n) (every row of a refused batch). No thread for a padded entry without a row (u is about a
+// sixth of n in the 13m shape).
+__global__ void gather_rows_kernel(TableSpread s, TableRows r) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint32_t lane = ops::cuda::lane_index();
+  const size_t u = *s.unique_count;
+  const size_t live = spread_refused(s) ? 0 : u;
+  // Whole warps go round together (count_by_table is a warp's vote).
+  for (size_t warp_row = first - lane; warp_row < live; warp_row += stride) {
+    const size_t row = warp_row + lane;
+    bool created = false, missed = false;
+    uint32_t t = 0;
+    if (row < live) {
+      t = static_cast<uint32_t>(
+          thrust::upper_bound(thrust::seq, s.bounds + 1, s.bounds + s.num_tables, uint64_t{row}) -
+          (s.bounds + 1));
+      const uint64_t p = s.id_base[t] + (row - s.bounds[t]);
+      float* address = r.padded_rows[p];
+      const bool none = address == nullptr;
+      r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
+      r.missing[row] = none;
+      created = r.training && !none && !r.padded_founds[p];
+      missed = !r.training && none;
+    }
+    count_by_table(r, created, t, r.created_index);
+    count_by_table(r, missed, t, r.missing_index);
+  }
+  for (size_t p = live + first; p < s.n; p += stride) {
+    if (r.padding_rows || p < u) {  // p < u: a refused batch's rows
+      r.rows[p] = r.fallback + p * r.fallback_stride;
+      r.missing[p] = true;
+    }
+    if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
+  }
+}
+
+// Whether the gather walks the rows (gather_rows_kernel: DYNEMB_GATHER_ROWS=1) or the padded
+// entries (gather_kernel, the default while the other is measured).
+bool gather_by_rows() {
+  static const bool on = [] {
+    const char* v = std::getenv("DYNEMB_GATHER_ROWS");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 }  // namespace
 
 bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shift, bool bags,
@@ -290,6 +340,12 @@ void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
 
 void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
   if (s.n == 0) return;
+  if (gather_by_rows()) {
+    const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(s.n), 2048));
+    gather_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s, r);
+    core::cuda::check_launch("gather_table_rows (rows)");
+    return;
+  }
   gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, r);
   core::cuda::check_launch("gather_table_rows");
 }
