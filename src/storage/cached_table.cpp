@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <future>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "dynemb/core/initializer.hpp"
@@ -122,6 +123,8 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
+  if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr)
+    by_address_ = std::string_view(how) != "old";
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();
 }

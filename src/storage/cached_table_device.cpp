@@ -138,6 +138,16 @@ const uint64_t* CachedTable<K>::pinned_scores(size_t n, StreamHandle stream, boo
 }
 
 template <TableKey K>
+void CachedTable<K>::assign_found_scores(size_t n, const K* keys, float* const* rows,
+                                         const uint64_t* scores, StreamHandle stream) {
+  if (by_address_) {
+    fast_->assign_scores_at(n, keys, rows, scores, stream);
+  } else {
+    fast_->assign_scores(n, keys, scores, stream);
+  }
+}
+
+template <TableKey K>
 void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) {
   using detail::Scratch;
   auto* hk = static_cast<K*>(device_->scratch(Scratch::kHeldKeys, n * sizeof(K), stream));
@@ -213,7 +223,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     d.count_missing(n, found, stream);  // read only by caching_stats()
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
-    fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+    assign_found_scores(n, keys, rows, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
     stats_.hits += n;
     stats_.lookups += n;
@@ -251,10 +261,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
     if (rows != nullptr) {
-      fast_->assign_scores(n, keys, pinned_scores(n, stream), stream);
+      assign_found_scores(n, keys, ptrs, pinned_scores(n, stream), stream);
       hold(n, keys, call_scores, stream);
     } else {
-      fast_->assign_scores(n, keys, call_scores, stream);
+      assign_found_scores(n, keys, ptrs, call_scores, stream);
     }
     d.record(detail::Mark::kCallEnd, stream);
     clock.lap(phases.outputs_ns);
@@ -561,13 +571,65 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   std::vector<uint64_t> ev_scores;
   float* ev_rows = nullptr;
   size_t evicted = 0;
+  // By address (a call of rows out): the hits are pinned where the lookup found them and the
+  // new keys go in one below with their initial rows drawn where they go, so no hit can leave;
+  // then one pass writes every row out (the hits' copied, the new keys' drawn again) and the
+  // scores are given back, the hits' by address.
+  const bool by_address = by_address_ && copy_out && rows == nullptr;
+  if (by_address) {
+    fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
+    auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
+    auto* dev =
+        static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
+    auto* des = static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, u * 8, stream));
+    if (u > 0)
+      fast_->insert_and_evict_counted(u, status + TierDevice::kStageInsert,
+                                      reinterpret_cast<const K*>(fresh),
+                                      /*values=*/nullptr, pinned_scores(u, stream, true), dek, dev,
+                                      des, status + TierDevice::kStageEvicted, stream);
+    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
+                           dim_, values, stream);
+    fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
+    if (u > 0) {
+      uint64_t count = 0;
+      d.download(&count, status + TierDevice::kStageEvicted, sizeof count, stream);
+      evicted = count;
+    }
+    clock.lap(phases.insert_ns);
+    if (evicted > 0) {
+      if (caching_.private_store)
+        d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
+      ev_keys.resize(evicted);
+      ev_scores.resize(evicted);
+      ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+      d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
+                        {ev_rows, dev, evicted * dim_ * sizeof(float)},
+                        {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                       stream);
+      std::vector<uint64_t> put_keys(evicted);
+      for (size_t e = 0; e < evicted; ++e) {
+        put_keys[e] = key_bits(ev_keys[e]);
+        if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+        // A new key of the call (pinned one below; its row out was drawn) goes down with the
+        // call's score.
+        if (ev_scores[e] < kPinnedBelowHeld) continue;
+        ev_scores[e] = now;
+        went_down.insert(put_keys[e]);
+      }
+      stats_.evictions_written += evicted;
+      stats_.batch_evicted += went_down.size();
+      clock.lap(phases.evicted_ns);
+      write_down(put_keys, ev_rows, ev_scores, {}, false);  // the scores are given back already
+      clock.lap(phases.write_down_ns);
+    }
+  }
   // Rows out: the hits' now, from where the lookup found them (the insert may push one out: a
   // bucket with more of the call's keys than slots), the new keys' from the rows drawn for them,
   // with no second lookup.
-  if (copy_out) d.copy_rows_out(n, ptrs, dim_, values, stream);
-  const uint64_t* pinned = pinned_scores(n, stream);
-  fast_->assign_scores(n, keys, pinned, stream);
-  if (u > 0) {
+  if (copy_out && !by_address) d.copy_rows_out(n, ptrs, dim_, values, stream);
+  const uint64_t* pinned = by_address ? nullptr : pinned_scores(n, stream);
+  if (!by_address) fast_->assign_scores(n, keys, pinned, stream);
+  if (u > 0 && !by_address) {
     auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
     d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
     if (copy_out)
@@ -617,7 +679,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   if (rows != nullptr) {
     hold(n, keys, call_scores, stream);
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
-  } else {
+  } else if (!by_address) {
     fast_->assign_scores(n, keys, call_scores, stream);
     if (copy_out) {
       if (!went_down.empty()) {
@@ -712,7 +774,7 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   // keys, so the held ones need no pin again (a new key, one below, can push out neither: a
   // victim must score no more than the key coming in); then every key has its score back (the
   // new ones: now; held ones: still pinned, as the lookup found them).
-  fast_->assign_scores(n, dkeys, pinned_scores(n, s), s);
+  assign_found_scores(n, dkeys, ptrs, pinned_scores(n, s), s);
   auto* ek = static_cast<K*>(d.scratch(Scratch::kDeferEvictedKeys, cap * sizeof(K), s));
   auto* er =
       static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
@@ -722,7 +784,7 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
       /*values=*/nullptr,  // the initializer's rows, drawn by the insert where they go
       pinned_scores(cap, s, true), ek, er, es, status + TierDevice::kStageEvicted, s);
   d.fill_missing(n, found, clock_now(), current, s);
-  fast_->assign_scores(n, dkeys, current, s);
+  assign_found_scores(n, dkeys, ptrs, current, s);  // the hits stayed where they were
   d.post_words(status, TierDevice::kStageWords, s);
   d.record(detail::Mark::kPrefetchEnd, s);
   stage_ = DeviceStage{true, n, cap, set_slots};
@@ -825,6 +887,8 @@ void CachedTable<K>::settle_prefetch(StreamHandle stream) {
 
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
+template void CachedTable<int64_t>::assign_found_scores(size_t, const int64_t*, float* const*,
+                                                        const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle(StreamHandle);
 template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
@@ -842,6 +906,8 @@ template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*
 template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool,
                                                     PrefetchFor);
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
+template void CachedTable<uint64_t>::assign_found_scores(size_t, const uint64_t*, float* const*,
+                                                         const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);

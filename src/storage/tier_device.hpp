@@ -190,6 +190,13 @@ class TierDevice {
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;
+  // values[i] = *rows[i] (dim floats) where rows[i] is not null, else the initializer's row of
+  // keys[i] (8-byte bit patterns) where that key is not reserved: the rows out of a call whose
+  // misses went in with their initial rows, in one pass. All in the fast table's memory, ordered
+  // on `stream`.
+  virtual void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
+                                    const InitializerOptions& init, uint32_t dim, float* values,
+                                    StreamHandle stream) = 0;
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;

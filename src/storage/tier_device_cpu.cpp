@@ -160,6 +160,17 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i)
       if (rows[i] != nullptr) std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
   }
+  void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
+                            const InitializerOptions& init, uint32_t dim, float* values,
+                            StreamHandle) override {
+    for (size_t i = 0; i < n; ++i) {
+      if (rows[i] != nullptr) {
+        std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
+      } else if (keys[i] < kFirstReservedKey) {
+        fill_initial_row(init, keys[i], values + i * dim, dim);
+      }
+    }
+  }
   void count_missing(size_t n, const bool* found, StreamHandle) override {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }

@@ -290,6 +290,10 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     EXPECT_GT(s.prefetched, 0u);
     if (private_store) EXPECT_GT(s.filtered, 0u) << "the filter never spared a read";
     if (!private_store) EXPECT_EQ(s.filtered, 0u);
+    std::cout << (private_store ? "private" : "shared") << ": staged calls " << s.staged_calls
+              << " (fell back " << s.staged_call_fallbacks << "), batch keys pushed out "
+              << s.batch_evicted << "\n";
+    if (private_store) EXPECT_GT(s.staged_calls, 0u) << "no call ran staged on the device";
   }
 }
 
@@ -468,6 +472,86 @@ TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
     cached.find(more.size(), dmore.data(), dall.data(), dmf.data(), nullptr);
     ASSERT_EQ(back(dall, more.size() * dim), mwant);
   }
+}
+
+// find_or_insert calls over a private store whose misses are all new run staged on the device:
+// hot keys found in the fast tier (and copies of them) beside new keys (and copies), the fast
+// tier evicting older rows to make room and now and then a batch larger than it (its own new
+// keys pushed straight down, never a key it found: every later call stays staged), against one
+// big table: every call's rows and founds, and at the end every row and score, each key in one
+// tier.
+TEST_P(CachedDevice, StagedCallsMatchOneBigTable) {
+  const Backend backend = GetParam();
+  TestRng rng;
+  const uint32_t dim = 12;
+  const TableOptions fo = fast_tier_options(dim, 256, 32, ScorePolicy::kStep, 31);
+  auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
+  CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 22});
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = 1 << 14;
+  bo.bucket_capacity = 128;
+  auto big = make_table<K>(Backend::kCpu, bo);
+  const std::vector<K> hot = draw_keys(rng, 40, 1u << 20, true);
+  K next_new = K{1} << 21;  // new keys: never seen before
+  for (int round = 0; round < 40; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<K> keys;
+    const size_t fresh = round % 9 == 8 ? 300 : rng.uniform(0, 70);
+    for (size_t i = 0; i < fresh; ++i) keys.push_back(next_new + static_cast<K>(i * 13));
+    next_new += static_cast<K>(fresh * 13);
+    for (size_t c = 0, copies = rng.uniform(0, 20); c < copies && fresh > 0; ++c)
+      keys.push_back(keys[rng.uniform(0, fresh - 1)]);
+    keys.insert(keys.end(), hot.begin(), hot.end());  // found from round 1 on, never pushed out
+    for (size_t i = 0, m = rng.uniform(0, 40); i < m; ++i)
+      keys.push_back(hot[rng.uniform(0, hot.size() - 1)]);
+    std::shuffle(keys.begin(), keys.end(), rng.engine());
+    const size_t n = keys.size();
+    const auto dkeys = on(backend, keys);
+    BackendBuffer<float> dvalues(backend, n * dim);
+    BackendBuffer<bool> dfound(backend, n);
+    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+    std::vector<float> want(n * dim);
+    std::unique_ptr<bool[]> fb(new bool[n]);
+    big->find_or_insert(n, keys.data(), want.data(), fb.get());
+    const auto found = back(dfound, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+    ASSERT_EQ(back(dvalues, n * dim), want);
+    if (rng.chance(0.5)) {
+      cached.advance_step();
+      big->advance_step();
+    }
+  }
+  std::map<K, std::pair<std::vector<float>, uint64_t>> want;
+  big->for_each([&](K key, std::span<const float> row, uint64_t score) {
+    want[key] = {std::vector<float>(row.begin(), row.end()), score};
+  });
+  std::map<K, int> tiers;
+  cached.fast_table().for_each([&](K key, std::span<const float>, uint64_t) { tiers[key] += 1; });
+  storage::ScanCursor cursor;
+  std::vector<uint64_t> bk(256), bs(256);
+  std::vector<float> bv(256 * dim);
+  while (!cursor.done()) {
+    const size_t got = lower->scan(cursor, 256, bk.data(), bv.data(), bs.data());
+    for (size_t i = 0; i < got; ++i) tiers[static_cast<K>(bk[i])] += 1;
+  }
+  for (const auto& [key, count] : tiers) ASSERT_EQ(count, 1) << "key " << key;
+  EXPECT_EQ(tiers.size(), want.size());
+  size_t seen = 0;
+  cached.for_each([&](K key, std::span<const float> row, uint64_t score) {
+    ++seen;
+    const auto it = want.find(key);
+    ASSERT_NE(it, want.end()) << "key " << key;
+    ASSERT_EQ(std::vector<float>(row.begin(), row.end()), it->second.first) << "key " << key;
+    EXPECT_EQ(score, it->second.second) << "key " << key;
+  });
+  EXPECT_EQ(seen, want.size());
+  const storage::CachingStats s = cached.caching_stats();
+  std::cout << "staged calls " << s.staged_calls << " (fell back " << s.staged_call_fallbacks
+            << "), evictions written " << s.evictions_written << ", batch keys pushed out "
+            << s.batch_evicted << "\n";
+  EXPECT_EQ(s.staged_calls, 40u) << "every call's misses were new";
+  EXPECT_GT(s.evictions_written, s.batch_evicted) << "the fast tier never made room";
+  EXPECT_GT(s.batch_evicted, 0u) << "no batch pushed its own new keys straight down";
 }
 
 // After prefetch_step the next address call reads nothing back: the keys the prefetch brought up

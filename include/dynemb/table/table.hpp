@@ -182,6 +182,16 @@ class Table {
   virtual void assign_scores(size_t n, const K* keys, const uint64_t* scores,
                              StreamHandle stream = nullptr) = 0;
 
+  // assign_scores with a hint per key: rows[i] (nullptr: none) is the address find_pointers or
+  // find_or_insert_pointers gave for keys[i]. Same result as assign_scores; a backend may write
+  // the score at that address's slot when the slot still holds keys[i] instead of looking the
+  // key up (a stale hint costs the lookup). This default ignores the hints.
+  virtual void assign_scores_at(size_t n, const K* keys, float* const* rows, const uint64_t* scores,
+                                StreamHandle stream = nullptr) {
+    (void)rows;
+    assign_scores(n, keys, scores, stream);
+  }
+
   // Adds values[i] element-wise to the row of keys that exist; inserts missing keys with
   // values[i] as their row.
   virtual void accum_or_assign(size_t n, const K* keys, const float* values,

@@ -205,6 +205,28 @@ __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t*
   initial_rows_by_warp(first, m, keys, init, dim, rows);
 }
 
+// values + i * dim = *rows[i], or the initial row of keys[i] (not reserved) where rows[i] is null:
+// a warp a row.
+__global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const uint64_t* keys,
+                                            InitializerOptions init, uint32_t dim, float* values) {
+  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t groups = (dim + 3) / 4;
+  const bool vector = dim % 4 == 0 && reinterpret_cast<uintptr_t>(values) % 16 == 0;
+  for (size_t i = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; i < n; i += warps) {
+    const float* row = rows[i];
+    float* out = values + i * dim;
+    if (row != nullptr) {
+      copy_row_by_warp(row, dim, out, lane);
+      continue;
+    }
+    const uint64_t key = keys[i];
+    if (key >= kFirstReservedKey) continue;
+    for (uint32_t g = lane; g < groups; g += 32)
+      initial_word_group(init, key, g, dim, vector, reinterpret_cast<uint32_t*>(out));
+  }
+}
+
 // Blocks for a warp-per-row launch over `rows` rows (striding when there are more).
 unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(
@@ -960,6 +982,16 @@ class CudaTierDevice final : public TierDevice {
     copy_rows_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(n, nullptr, rows, dim,
                                                                            values);
     check_launch("CachedTable: copy rows out");
+  }
+
+  void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
+                            const InitializerOptions& init, uint32_t dim, float* values,
+                            StreamHandle stream) override {
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    copy_rows_or_initial_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(
+        n, rows, keys, init, dim, values);
+    check_launch("CachedTable: rows out or initial");
   }
 
   void count_missing(size_t n, const bool* found, StreamHandle stream) override {

@@ -78,6 +78,10 @@ class CudaTable final : public Table<K> {
   void assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
               StreamHandle stream) override;
   void assign_scores(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) override;
+  // Hinted slots written without a probe (IGNORE mode; ERROR and WARNING take assign_scores, whose
+  // checks and reports they need).
+  void assign_scores_at(size_t n, const K* keys, float* const* rows, const uint64_t* scores,
+                        StreamHandle stream) override;
   void accum_or_assign(size_t n, const K* keys, const float* values, const uint64_t* scores,
                        StreamHandle stream) override;
   void erase(size_t n, const K* keys, StreamHandle stream) override;

@@ -155,6 +155,21 @@ void CudaTable<K>::assign_scores(size_t n, const K* keys, const uint64_t* scores
 }
 
 template <TableKey K>
+void CudaTable<K>::assign_scores_at(size_t n, const K* keys, float* const* rows,
+                                    const uint64_t* scores, StreamHandle stream) {
+  if (n == 0) return;
+  if (error_mode() || reports_ != nullptr) return assign_scores(n, keys, scores, stream);
+  require_pointer(keys, "assign_scores_at", "keys");
+  require_pointer(rows, "assign_scores_at", "rows");
+  require_pointer(scores, "assign_scores_at", "scores");
+  const cudaStream_t s = to_stream(stream);
+  core::cuda::DeviceGuard device(options_.device);
+  StreamOrder::Write guard(order_, s);
+  timer_scores_only_ = false;  // as for any caller scores (write())
+  launch_assign_scores_at(storage_.view(), bits_of(keys), rows, scores, n, s);
+}
+
+template <TableKey K>
 void CudaTable<K>::accum_or_assign(size_t n, const K* keys, const float* values,
                                    const uint64_t* scores, StreamHandle stream) {
   if (n > 0) table::detail::require_float32_rows(options_, "accum_or_assign");
@@ -447,6 +462,8 @@ template void CudaTable<int64_t>::assign(size_t, const int64_t*, const float*, c
                                          StreamHandle);
 template void CudaTable<int64_t>::assign_scores(size_t, const int64_t*, const uint64_t*,
                                                 StreamHandle);
+template void CudaTable<int64_t>::assign_scores_at(size_t, const int64_t*, float* const*,
+                                                   const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::accum_or_assign(size_t, const int64_t*, const float*,
                                                   const uint64_t*, StreamHandle);
 template void CudaTable<int64_t>::erase(size_t, const int64_t*, StreamHandle);
@@ -474,6 +491,8 @@ template void CudaTable<uint64_t>::assign(size_t, const uint64_t*, const float*,
                                           StreamHandle);
 template void CudaTable<uint64_t>::assign_scores(size_t, const uint64_t*, const uint64_t*,
                                                  StreamHandle);
+template void CudaTable<uint64_t>::assign_scores_at(size_t, const uint64_t*, float* const*,
+                                                    const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::accum_or_assign(size_t, const uint64_t*, const float*,
                                                    const uint64_t*, StreamHandle);
 template void CudaTable<uint64_t>::erase(size_t, const uint64_t*, StreamHandle);

@@ -29,6 +29,11 @@ void launch_reserved_check(const uint64_t* keys, uint64_t n, CallState* state, c
 void launch_write(WriteOp op, const TableView& table, const WriteArgs& args,
                   uint32_t multiprocessors, cudaStream_t stream);
 
+// assign_scores_at (no lock, IGNORE's handling of reserved keys: skipped and counted): scores[i]
+// into the slot at rows[i] where it holds keys[i], else where a lookup finds keys[i].
+void launch_assign_scores_at(const TableView& table, const uint64_t* keys, float* const* rows,
+                             const uint64_t* scores, uint64_t n, cudaStream_t stream);
+
 // find_or_insert's lock-free first pass (TouchArgs). Only valid while no other kernel changes
 // the table: it runs under the call's writer lock, before the locked pass.
 void launch_find_and_touch(const TableView& table, const TouchArgs& args, cudaStream_t stream);
