@@ -576,6 +576,21 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   // then one pass writes every row out (the hits' copied, the new keys' drawn again) and the
   // scores are given back, the hits' by address.
   const bool by_address = by_address_ && copy_out && rows == nullptr;
+  // founds: the lookup's, with a new key's later copies found (whether it stays or not).
+  const auto write_founds = [&] {
+    auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
+    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, set,
+                   set_slots, stream);
+    d.copy(founds, found, n, stream);
+    if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
+    if (!created.empty()) {
+      auto* sorted = static_cast<uint64_t*>(
+          d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
+      d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
+      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created.size(), founds,
+                       stream);
+    }
+  };
   if (by_address) {
     fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
@@ -590,6 +605,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
                            dim_, values, stream);
     fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
+    if (founds != nullptr) write_founds();  // issued before the wait for the evicted count
     if (u > 0) {
       uint64_t count = 0;
       d.download(&count, status + TierDevice::kStageEvicted, sizeof count, stream);
@@ -701,20 +717,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
       }
     }
   }
-  if (founds != nullptr) {
-    auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
-    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, set,
-                   set_slots, stream);
-    d.copy(founds, found, n, stream);
-    if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
-    if (!created.empty()) {
-      auto* sorted = static_cast<uint64_t*>(
-          d.scratch(Scratch::kCreated, created.size() * sizeof(uint64_t), stream));
-      d.upload(sorted, created.data(), created.size() * sizeof(uint64_t), stream);
-      d.clear_flags_of(n, reinterpret_cast<const uint64_t*>(keys), sorted, created.size(), founds,
-                       stream);
-    }
-  }
+  if (founds != nullptr && !by_address) write_founds();
   d.record(detail::Mark::kCallEnd, stream);
   clock.lap(phases.outputs_ns);
   clock.total(phases.total_ns);

@@ -263,17 +263,28 @@ __device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
 }
 
 // The distinct missed keys of the batch into the set, each appended to unique[*count] by the
-// thread that put it there (the count taken once a warp: one atomic a thread serialized on one
-// word took 25 us for 65K keys on an H100), with the missed positions counted and a missed
-// reserved key flagged in status.
-__global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                  unsigned long long* set, size_t slots, uint64_t* unique,
-                                  uint32_t* count, unsigned long long* status) {
+// thread that put it there, with the missed positions counted and a missed reserved key flagged
+// in status. The count is taken once a block a turn (each warp's share by a shared-memory
+// atomic): one atomic a warp on one word serialized ~30K warps of a 1M-key call (one atomic a
+// thread took 25 us for 65K keys on an H100); the missed count and flags once a block.
+__global__ void __launch_bounds__(256)
+    stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found, unsigned long long* set,
+                      size_t slots, uint64_t* unique, uint32_t* count, unsigned long long* status) {
+  __shared__ uint32_t block_fresh, block_base;
+  __shared__ unsigned long long block_missed, block_why;
+  if (threadIdx.x == 0) {
+    block_missed = 0;
+    block_why = 0;
+  }
+  __syncthreads();
   unsigned long long missed = 0, why = 0;
   const uint32_t lane = threadIdx.x % 32;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
-  const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
+  // Whole blocks each turn (the count is taken a block), some threads past n.
+  const size_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
+    if (threadIdx.x == 0) block_fresh = 0;
+    __syncthreads();
     bool fresh = false;
     uint64_t key = 0;
     size_t at = 0;  // the slot this thread put its key in (fresh)
@@ -298,24 +309,32 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
       }
     }
     const uint32_t mask = __ballot_sync(~0u, fresh);
-    if (mask == 0) continue;
-    const int leader = __ffs(mask) - 1;
-    uint32_t base = 0;
-    if (static_cast<int>(lane) == leader) base = atomicAdd(count, __popc(mask));
-    base = __shfl_sync(~0u, base, leader);
-    if (fresh) {
-      const uint32_t k = base + __popc(mask & ((1u << lane) - 1));
-      unique[k] = key;
-      set_index(set, slots)[at] = k;
+    const int leader = mask != 0 ? __ffs(mask) - 1 : 0;
+    uint32_t warp_at = 0;  // the warp's first entry within the block's share
+    if (mask != 0 && static_cast<int>(lane) == leader)
+      warp_at = atomicAdd(&block_fresh, __popc(mask));
+    __syncthreads();
+    if (threadIdx.x == 0 && block_fresh != 0) block_base = atomicAdd(count, block_fresh);
+    __syncthreads();
+    if (mask != 0) {
+      warp_at = __shfl_sync(~0u, warp_at, leader);
+      if (fresh) {
+        const uint32_t k = block_base + warp_at + __popc(mask & ((1u << lane) - 1));
+        unique[k] = key;
+        set_index(set, slots)[at] = k;
+      }
     }
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     missed += __shfl_down_sync(~0u, missed, offset);
     why |= __shfl_down_sync(~0u, why, offset);
   }
-  if (lane != 0) return;
-  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
-  if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
+  if (lane == 0 && missed != 0) atomicAdd(&block_missed, missed);
+  if (lane == 0 && why != 0) atomicOr(&block_why, why);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (block_missed != 0) atomicAdd(status + TierDevice::kStageMissed, block_missed);
+  if (block_why != 0) atomicOr(status + TierDevice::kStageWhy, block_why);
 }
 
 // flags[i] = false where keys[i] is in the set.
@@ -1036,7 +1055,8 @@ class CudaTierDevice final : public TierDevice {
     auto* count = static_cast<uint32_t*>(scratch(Scratch::kStageCount, 8, stream_handle));
     check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
     check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
-    stage_hash_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+    // At most 1024 blocks striding over the batch: as many atomics on the count a turn.
+    stage_hash_kernel<<<std::min(blocks_for(n), 1024u), kBlock, 0, stream>>>(
         n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
     check_launch("CachedTable: stage hash");
     if (filter_ != nullptr) {
