@@ -13,6 +13,7 @@
 #include <cub/device/device_select.cuh>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
@@ -337,6 +338,60 @@ __global__ void __launch_bounds__(256)
   if (block_why != 0) atomicOr(status + TierDevice::kStageWhy, block_why);
 }
 
+// stage_hash_kernel as it was before (DYNEMB_STAGED_CALL=old, for an A/B): the count, the missed
+// positions and the flags taken once a warp.
+__global__ void stage_hash_by_warp_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                          unsigned long long* set, size_t slots, uint64_t* unique,
+                                          uint32_t* count, unsigned long long* status) {
+  unsigned long long missed = 0, why = 0;
+  const uint32_t lane = threadIdx.x % 32;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
+    bool fresh = false;
+    uint64_t key = 0;
+    size_t at = 0;  // the slot this thread put its key in (fresh)
+    if (i < n) {
+      key = keys[i];
+      const bool reserved = key >= kFirstReservedKey;
+      if (!found[i]) {
+        ++missed;
+        if (reserved) {
+          why |= TierDevice::kReservedMissed;
+        } else {
+          for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
+            const unsigned long long was = atomicCAS(set + pos, kSetEmpty, key);
+            if (was == kSetEmpty) {
+              fresh = true;
+              at = pos;
+              break;
+            }
+            if (was == key) break;
+          }
+        }
+      }
+    }
+    const uint32_t mask = __ballot_sync(~0u, fresh);
+    if (mask == 0) continue;
+    const int leader = __ffs(mask) - 1;
+    uint32_t base = 0;
+    if (static_cast<int>(lane) == leader) base = atomicAdd(count, __popc(mask));
+    base = __shfl_sync(~0u, base, leader);
+    if (fresh) {
+      const uint32_t k = base + __popc(mask & ((1u << lane) - 1));
+      unique[k] = key;
+      set_index(set, slots)[at] = k;
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    missed += __shfl_down_sync(~0u, missed, offset);
+    why |= __shfl_down_sync(~0u, why, offset);
+  }
+  if (lane != 0) return;
+  if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
+  if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
+}
+
 // flags[i] = false where keys[i] is in the set.
 __global__ void clear_flags_in_set_kernel(size_t n, const uint64_t* keys, const uint64_t* set,
                                           size_t slots, bool* flags) {
@@ -549,6 +604,8 @@ class CudaTierDevice final : public TierDevice {
  public:
   explicit CudaTierDevice(int device) : device_(device) {
     core::cuda::DeviceGuard guard(device_);
+    if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr)
+      hash_by_warp_ = std::string_view(how) == "old";
     // The highest priority: a prefetch's short kernels (each waited for on the host) run as soon
     // as a block frees up, instead of queueing behind a training step's long kernels.
     int least = 0, greatest = 0;
@@ -1055,9 +1112,13 @@ class CudaTierDevice final : public TierDevice {
     auto* count = static_cast<uint32_t*>(scratch(Scratch::kStageCount, 8, stream_handle));
     check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
     check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
-    // At most 1024 blocks striding over the batch: as many atomics on the count a turn.
-    stage_hash_kernel<<<std::min(blocks_for(n), 1024u), kBlock, 0, stream>>>(
-        n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
+    if (hash_by_warp_) {
+      stage_hash_by_warp_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
+    } else {  // at most 1024 blocks striding over the batch: as many atomics on the count a turn
+      stage_hash_kernel<<<std::min(blocks_for(n), 1024u), kBlock, 0, stream>>>(
+          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
+    }
     check_launch("CachedTable: stage hash");
     if (filter_ != nullptr) {
       stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filter_,
@@ -1186,6 +1247,8 @@ class CudaTierDevice final : public TierDevice {
   }
 
   int device_;
+  // DYNEMB_STAGED_CALL=old: stage_hash_by_warp_kernel (the A/B of docs/storage.md).
+  bool hash_by_warp_ = false;
   cudaStream_t side_ = nullptr;
   std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
