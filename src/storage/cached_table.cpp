@@ -123,8 +123,10 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       device_->filter_add_host(got, keys.data(), nullptr);
     }
   }
-  if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr)
+  if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr) {
     by_address_ = std::string_view(how) != "old";
+    overlap_rows_out_ = std::string_view(how) != "serial";
+  }
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();
 }

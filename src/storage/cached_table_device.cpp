@@ -576,12 +576,15 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   // then one pass writes every row out (the hits' copied, the new keys' drawn again) and the
   // scores are given back, the hits' by address.
   const bool by_address = by_address_ && copy_out && rows == nullptr;
-  // founds: the lookup's, with a new key's later copies found (whether it stays or not).
+  // founds: the lookup's, with a new key's later copies found (whether it stays or not; by
+  // address, written with the rows out), then those a prefetch created cleared.
   const auto write_founds = [&] {
-    auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
-    d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, set,
-                   set_slots, stream);
-    d.copy(founds, found, n, stream);
+    if (!by_address) {
+      auto* first = static_cast<uint32_t*>(d.scratch(Scratch::kCallFirst, u * 4 + 4, stream));
+      d.mark_repeats(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, first, set,
+                     set_slots, stream);
+      d.copy(founds, found, n, stream);
+    }
     if (created_on_device > 0) clear_created_on_device(n, keys, created_on_device, founds, stream);
     if (!created.empty()) {
       auto* sorted = static_cast<uint64_t*>(
@@ -597,13 +600,19 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
     auto* des = static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, u * 8, stream));
+    // The rows out read only the hits' rows, which the insert cannot move: on the table's own
+    // stream they run beside it (the copy bound by memory bandwidth, the insert by its probes and
+    // locks), and the call's stream waits for both.
+    const StreamHandle rows_stream = overlap_rows_out_ ? d.side_stream() : stream;
+    d.order_after(rows_stream, stream);
+    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
+                           dim_, values, founds, fresh, u, set, set_slots, rows_stream);
     if (u > 0)
       fast_->insert_and_evict_counted(u, status + TierDevice::kStageInsert,
                                       reinterpret_cast<const K*>(fresh),
                                       /*values=*/nullptr, pinned_scores(u, stream, true), dek, dev,
                                       des, status + TierDevice::kStageEvicted, stream);
-    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
-                           dim_, values, stream);
+    d.order_after(stream, rows_stream);
     fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
     if (founds != nullptr) write_founds();  // issued before the wait for the evicted count
     if (u > 0) {
@@ -805,7 +814,7 @@ void CachedTable<K>::clear_created_on_device(size_t n, const K* keys, size_t cre
   const auto* unique = static_cast<const uint64_t*>(
       d.scratch(Scratch::kDeferNew, created * sizeof(uint64_t), stream));
   const auto* set =
-      static_cast<const uint64_t*>(d.scratch(Scratch::kDeferSet, created_set_slots_ * 12, stream));
+      static_cast<const uint64_t*>(d.scratch(Scratch::kDeferSet, created_set_slots_ * 16, stream));
   d.clear_flags_of_staged(n, reinterpret_cast<const uint64_t*>(keys), unique, created, set,
                           created_set_slots_, founds, stream);
 }

@@ -192,11 +192,14 @@ class TierDevice {
                              StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null, else the initializer's row of
   // keys[i] (8-byte bit patterns) where that key is not reserved: the rows out of a call whose
-  // misses went in with their initial rows, in one pass. All in the fast table's memory, ordered
-  // on `stream`.
+  // misses went in with their initial rows, in one pass. With founds (else null): founds[i] =
+  // whether rows[i] is not null or keys[i] occurs at an earlier position (every key at a null row
+  // but reserved ones is one of stage_new_keys' u keys, its list `unique` and set). All in the
+  // fast table's memory, ordered on `stream`.
   virtual void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
                                     const InitializerOptions& init, uint32_t dim, float* values,
-                                    StreamHandle stream) = 0;
+                                    bool* founds, const uint64_t* unique, size_t u,
+                                    const uint64_t* set, size_t set_slots, StreamHandle stream) = 0;
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
@@ -255,10 +258,10 @@ class TierDevice {
 };
 
 // Slots of the set stage_new_keys hashes the missed keys of n keys into (a power of two, at
-// least twice n), and its bytes (a key and its index a slot).
+// least twice n), and its bytes (a key, its first missed position and its index a slot).
 size_t staged_set_slots(size_t n);
 inline size_t staged_set_bytes(size_t n) {
-  return staged_set_slots(n) * 12;
+  return staged_set_slots(n) * 16;
 }
 
 // The CPU implementation (host memory, loops).

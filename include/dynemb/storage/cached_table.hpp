@@ -355,6 +355,9 @@ class CachedTable final : public Table<K> {
   // (docs/storage.md, "A call whose misses are all new"); the environment's
   // DYNEMB_STAGED_CALL=old keeps the passes by key, for an A/B.
   bool by_address_ = true;
+  // ... and its rows out on the device's side stream beside its insert (DYNEMB_STAGED_CALL=serial:
+  // on the call's stream after it).
+  bool overlap_rows_out_ = true;
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

@@ -206,28 +206,6 @@ __global__ void initial_rows_from_kernel(size_t first, size_t m, const uint64_t*
   initial_rows_by_warp(first, m, keys, init, dim, rows);
 }
 
-// values + i * dim = *rows[i], or the initial row of keys[i] (not reserved) where rows[i] is null:
-// a warp a row.
-__global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const uint64_t* keys,
-                                            InitializerOptions init, uint32_t dim, float* values) {
-  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
-  const uint32_t lane = threadIdx.x % 32;
-  const uint32_t groups = (dim + 3) / 4;
-  const bool vector = dim % 4 == 0 && reinterpret_cast<uintptr_t>(values) % 16 == 0;
-  for (size_t i = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; i < n; i += warps) {
-    const float* row = rows[i];
-    float* out = values + i * dim;
-    if (row != nullptr) {
-      copy_row_by_warp(row, dim, out, lane);
-      continue;
-    }
-    const uint64_t key = keys[i];
-    if (key >= kFirstReservedKey) continue;
-    for (uint32_t g = lane; g < groups; g += 32)
-      initial_word_group(init, key, g, dim, vector, reinterpret_cast<uint32_t*>(out));
-  }
-}
-
 // Blocks for a warp-per-row launch over `rows` rows (striding when there are more).
 unsigned blocks_for_rows(size_t rows) {
   return static_cast<unsigned>(
@@ -255,12 +233,19 @@ __device__ bool set_holds(const uint64_t* set, size_t slots, uint64_t key) {
   return set_find(set, slots, key) < slots;
 }
 
-// Each slot's key's index in the unique list (after the keys: staged_set_bytes).
-__device__ uint32_t* set_index(unsigned long long* set, size_t slots) {
+// Each slot's key's first missed position in the batch (after the keys, cleared to ~0 with them;
+// stage_hash_kernel), then its index in the unique list (staged_set_bytes).
+__device__ uint32_t* set_first(unsigned long long* set, size_t slots) {
   return reinterpret_cast<uint32_t*>(set + slots);
 }
-__device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
+__device__ const uint32_t* set_first(const uint64_t* set, size_t slots) {
   return reinterpret_cast<const uint32_t*>(set + slots);
+}
+__device__ uint32_t* set_index(unsigned long long* set, size_t slots) {
+  return set_first(set, slots) + slots;
+}
+__device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
+  return set_first(set, slots) + slots;
 }
 
 // The distinct missed keys of the batch into the set, each appended to unique[*count] by the
@@ -297,7 +282,8 @@ __global__ void __launch_bounds__(256)
         if (reserved) {
           why |= TierDevice::kReservedMissed;
         } else {
-          for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
+          size_t pos = set_slot_of(key, slots);
+          for (;; pos = (pos + 1) & (slots - 1)) {
             const unsigned long long was = atomicCAS(set + pos, kSetEmpty, key);
             if (was == kSetEmpty) {
               fresh = true;
@@ -306,6 +292,7 @@ __global__ void __launch_bounds__(256)
             }
             if (was == key) break;
           }
+          atomicMin(set_first(set, slots) + pos, static_cast<uint32_t>(i));
         }
       }
     }
@@ -390,6 +377,37 @@ __global__ void stage_hash_by_warp_kernel(size_t n, const uint64_t* keys, const 
   if (lane != 0) return;
   if (missed != 0) atomicAdd(status + TierDevice::kStageMissed, missed);
   if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
+}
+
+// values + i * dim = *rows[i], or the initial row of keys[i] (not reserved) where rows[i] is null:
+// a warp a row (with founds: lane 0 writes founds[i], from set_first).
+__global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const uint64_t* keys,
+                                            InitializerOptions init, uint32_t dim, float* values,
+                                            bool* founds, const uint64_t* set, size_t slots) {
+  const size_t warps = size_t{gridDim.x} * (blockDim.x / 32);
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t groups = (dim + 3) / 4;
+  const bool vector = dim % 4 == 0 && reinterpret_cast<uintptr_t>(values) % 16 == 0;
+  for (size_t i = (blockIdx.x * size_t{blockDim.x} + threadIdx.x) / 32; i < n; i += warps) {
+    const float* row = rows[i];
+    float* out = values + i * dim;
+    if (row != nullptr) {
+      if (founds != nullptr && lane == 0) founds[i] = true;
+      copy_row_by_warp(row, dim, out, lane);
+      continue;
+    }
+    const uint64_t key = keys[i];
+    if (key >= kFirstReservedKey) {
+      if (founds != nullptr && lane == 0) founds[i] = false;
+      continue;
+    }
+    if (founds != nullptr && lane == 0) {  // found at a later copy of a new key
+      const size_t at = set_find(set, slots, key);
+      founds[i] = at < slots && set_first(set, slots)[at] != static_cast<uint32_t>(i);
+    }
+    for (uint32_t g = lane; g < groups; g += 32)
+      initial_word_group(init, key, g, dim, vector, reinterpret_cast<uint32_t*>(out));
+  }
 }
 
 // flags[i] = false where keys[i] is in the set.
@@ -1062,11 +1080,12 @@ class CudaTierDevice final : public TierDevice {
 
   void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
                             const InitializerOptions& init, uint32_t dim, float* values,
-                            StreamHandle stream) override {
+                            bool* founds, const uint64_t*, size_t, const uint64_t* set,
+                            size_t set_slots, StreamHandle stream) override {
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_or_initial_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(
-        n, rows, keys, init, dim, values);
+        n, rows, keys, init, dim, values, founds, set, set_slots);
     check_launch("CachedTable: rows out or initial");
   }
 
@@ -1110,7 +1129,8 @@ class CudaTierDevice final : public TierDevice {
     check(cudaMemsetAsync(st, 0, kStageWords * sizeof(uint64_t), stream), "CachedTable: status");
     if (n == 0) return;
     auto* count = static_cast<uint32_t*>(scratch(Scratch::kStageCount, 8, stream_handle));
-    check(cudaMemsetAsync(set, 0xFF, set_slots * 8, stream), "CachedTable: staged set");
+    // The keys and their first positions (set_first).
+    check(cudaMemsetAsync(set, 0xFF, set_slots * 12, stream), "CachedTable: staged set");
     check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
     if (hash_by_warp_) {
       stage_hash_by_warp_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
