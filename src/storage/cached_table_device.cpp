@@ -548,12 +548,25 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
       static_cast<uint64_t*>(d.scratch(Scratch::kCallSet, detail::staged_set_bytes(n), stream));
   d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, set,
                    set_slots, stream);
+  // By address (a call of rows out), the rows out start now, on the device's side stream, beside
+  // the wait for the status, the pins and the insert: they read only the hits' rows, which stay
+  // where they are (see below), and draw the new keys' (those of a call that falls back are
+  // written again by the host lists).
+  const bool by_address = by_address_ && copy_out && rows == nullptr;
+  const StreamHandle rows_stream = by_address && overlap_rows_out_ ? d.side_stream() : stream;
+  const auto rows_out = [&] {
+    d.order_after(rows_stream, stream);
+    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
+                           dim_, values, founds, set, set_slots, rows_stream);
+  };
+  if (rows_stream != stream) rows_out();
   uint64_t w[TierDevice::kStageWords] = {};
   d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
   const size_t u = w[TierDevice::kStageDistinct];
   if (w[TierDevice::kStageInsert] != u) {  // some may be below (or reserved): the host lists
     if (w[TierDevice::kStageWhy] & TierDevice::kMaybeBelow) stage_call_backoff_ = 16;
     stats_.staged_call_fallbacks += 1;
+    d.order_after(stream, rows_stream);  // the host lists' outputs come after the rows out
     return false;
   }
   stats_.staged_calls += 1;
@@ -575,7 +588,6 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   // new keys go in one below with their initial rows drawn where they go, so no hit can leave;
   // then one pass writes every row out (the hits' copied, the new keys' drawn again) and the
   // scores are given back, the hits' by address.
-  const bool by_address = by_address_ && copy_out && rows == nullptr;
   // founds: the lookup's, with a new key's later copies found (whether it stays or not; by
   // address, written with the rows out), then those a prefetch created cleared.
   const auto write_founds = [&] {
@@ -600,18 +612,12 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
     auto* des = static_cast<uint64_t*>(d.scratch(Scratch::kEvictedScores, u * 8, stream));
-    // The rows out read only the hits' rows, which the insert cannot move: on the table's own
-    // stream they run beside it (the copy bound by memory bandwidth, the insert by its probes and
-    // locks), and the call's stream waits for both.
-    const StreamHandle rows_stream = overlap_rows_out_ ? d.side_stream() : stream;
-    d.order_after(rows_stream, stream);
-    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
-                           dim_, values, founds, fresh, u, set, set_slots, rows_stream);
     if (u > 0)
       fast_->insert_and_evict_counted(u, status + TierDevice::kStageInsert,
                                       reinterpret_cast<const K*>(fresh),
                                       /*values=*/nullptr, pinned_scores(u, stream, true), dek, dev,
                                       des, status + TierDevice::kStageEvicted, stream);
+    if (rows_stream == stream) rows_out();  // DYNEMB_STAGED_CALL=serial: after the insert
     d.order_after(stream, rows_stream);
     fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
     if (founds != nullptr) write_founds();  // issued before the wait for the evicted count

@@ -193,13 +193,13 @@ class TierDevice {
   // values[i] = *rows[i] (dim floats) where rows[i] is not null, else the initializer's row of
   // keys[i] (8-byte bit patterns) where that key is not reserved: the rows out of a call whose
   // misses went in with their initial rows, in one pass. With founds (else null): founds[i] =
-  // whether rows[i] is not null or keys[i] occurs at an earlier position (every key at a null row
-  // but reserved ones is one of stage_new_keys' u keys, its list `unique` and set). All in the
-  // fast table's memory, ordered on `stream`.
+  // whether rows[i] is not null or keys[i] occurs at an earlier position with a null row (every
+  // key at a null row but reserved ones is in stage_new_keys' set, which keeps its first
+  // position). All in the fast table's memory, ordered on `stream`.
   virtual void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
                                     const InitializerOptions& init, uint32_t dim, float* values,
-                                    bool* founds, const uint64_t* unique, size_t u,
-                                    const uint64_t* set, size_t set_slots, StreamHandle stream) = 0;
+                                    bool* founds, const uint64_t* set, size_t set_slots,
+                                    StreamHandle stream) = 0;
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <unordered_set>
 
 #include "dynemb/core/error.hpp"
 #include "dynemb/core/key.hpp"
@@ -160,24 +161,17 @@ class CpuTierDevice final : public TierDevice {
     for (size_t i = 0; i < n; ++i)
       if (rows[i] != nullptr) std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
   }
-  // Here stage_new_keys' list is sorted: a key's first position is looked for in it.
   void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
                             const InitializerOptions& init, uint32_t dim, float* values,
-                            bool* founds, const uint64_t* sorted, size_t u, const uint64_t*, size_t,
-                            StreamHandle) override {
-    std::vector<uint8_t> seen(u, 0);
+                            bool* founds, const uint64_t*, size_t, StreamHandle) override {
+    std::unordered_set<uint64_t> seen;  // the keys at null rows so far
     for (size_t i = 0; i < n; ++i) {
       bool found = rows[i] != nullptr;
       if (found) {
         std::memcpy(values + i * dim, rows[i], dim * sizeof(float));
       } else if (keys[i] < kFirstReservedKey) {
         fill_initial_row(init, keys[i], values + i * dim, dim);
-        const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
-        if (at != sorted + u && *at == keys[i]) {
-          uint8_t& s = seen[static_cast<size_t>(at - sorted)];
-          found = s != 0;
-          s = 1;
-        }
+        found = !seen.insert(keys[i]).second;
       }
       if (founds != nullptr) founds[i] = found;
     }

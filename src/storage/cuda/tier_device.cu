@@ -1080,8 +1080,8 @@ class CudaTierDevice final : public TierDevice {
 
   void copy_rows_or_initial(size_t n, float* const* rows, const uint64_t* keys,
                             const InitializerOptions& init, uint32_t dim, float* values,
-                            bool* founds, const uint64_t*, size_t, const uint64_t* set,
-                            size_t set_slots, StreamHandle stream) override {
+                            bool* founds, const uint64_t* set, size_t set_slots,
+                            StreamHandle stream) override {
     if (n == 0) return;
     core::cuda::DeviceGuard guard(device_);
     copy_rows_or_initial_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(
