@@ -546,20 +546,21 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   const size_t set_slots = detail::staged_set_slots(n);
   auto* set =
       static_cast<uint64_t*>(d.scratch(Scratch::kCallSet, detail::staged_set_bytes(n), stream));
-  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, set,
-                   set_slots, stream);
   // By address (a call of rows out), the rows out start now, on the device's side stream, beside
-  // the wait for the status, the pins and the insert: they read only the hits' rows, which stay
-  // where they are (see below), and draw the new keys' (those of a call that falls back are
-  // written again by the host lists).
+  // the hash, the wait for its status, the pins and the insert: they read only the hits' rows,
+  // which stay where they are (see below), and draw the new keys' (those of a call that falls
+  // back are written again by the host lists); the founds follow the hash.
   const bool by_address = by_address_ && copy_out && rows == nullptr;
-  const StreamHandle rows_stream = by_address && overlap_rows_out_ ? d.side_stream() : stream;
-  const auto rows_out = [&] {
+  const bool early = by_address && overlap_rows_out_;
+  const StreamHandle rows_stream = early ? d.side_stream() : stream;
+  const auto rows_out = [&](bool* with_founds) {
     d.order_after(rows_stream, stream);
     d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
-                           dim_, values, founds, set, set_slots, rows_stream);
+                           dim_, values, with_founds, set, set_slots, rows_stream);
   };
-  if (rows_stream != stream) rows_out();
+  if (early) rows_out(nullptr);
+  d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, set,
+                   set_slots, stream);
   uint64_t w[TierDevice::kStageWords] = {};
   d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
   const size_t u = w[TierDevice::kStageDistinct];
@@ -608,6 +609,9 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   };
   if (by_address) {
     fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
+    if (early && founds != nullptr)
+      d.staged_founds(n, ptrs, reinterpret_cast<const uint64_t*>(keys), set, set_slots, founds,
+                      stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -617,7 +621,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
                                       reinterpret_cast<const K*>(fresh),
                                       /*values=*/nullptr, pinned_scores(u, stream, true), dek, dev,
                                       des, status + TierDevice::kStageEvicted, stream);
-    if (rows_stream == stream) rows_out();  // DYNEMB_STAGED_CALL=serial: after the insert
+    if (!early) rows_out(founds);  // DYNEMB_STAGED_CALL=serial: after the insert
     d.order_after(stream, rows_stream);
     fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
     if (founds != nullptr) write_founds();  // issued before the wait for the evicted count

@@ -200,6 +200,11 @@ class TierDevice {
                                     const InitializerOptions& init, uint32_t dim, float* values,
                                     bool* founds, const uint64_t* set, size_t set_slots,
                                     StreamHandle stream) = 0;
+  // The founds of copy_rows_or_initial alone: founds[i] = whether rows[i] is not null or keys[i]
+  // occurs at an earlier position with a null row (stage_new_keys' set); ordered on `stream`.
+  virtual void staged_founds(size_t n, float* const* rows, const uint64_t* keys,
+                             const uint64_t* set, size_t set_slots, bool* founds,
+                             StreamHandle stream) = 0;
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;

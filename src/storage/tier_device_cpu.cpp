@@ -176,6 +176,13 @@ class CpuTierDevice final : public TierDevice {
       if (founds != nullptr) founds[i] = found;
     }
   }
+  void staged_founds(size_t n, float* const* rows, const uint64_t* keys, const uint64_t*, size_t,
+                     bool* founds, StreamHandle) override {
+    std::unordered_set<uint64_t> seen;  // the keys at null rows so far
+    for (size_t i = 0; i < n; ++i)
+      founds[i] =
+          rows[i] != nullptr || (keys[i] < kFirstReservedKey && !seen.insert(keys[i]).second);
+  }
   void count_missing(size_t n, const bool* found, StreamHandle) override {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }

@@ -144,6 +144,20 @@ __device__ void copy_row_by_warp(const float* src, uint32_t dim, float* dst, uin
   for (uint32_t c = lane; c < dim; c += 32) dst[c] = src[c];
 }
 
+// copy_row_by_warp with evict-first stores (the rows out of a large call: hundreds of MB written
+// once, which would push the table's hot rows out of L2).
+__device__ void stream_row_by_warp(const float* src, uint32_t dim, float* dst, uint32_t lane) {
+  const bool vector = dim % 4 == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0 &&
+                      (reinterpret_cast<uintptr_t>(dst) % 16) == 0;
+  if (vector) {
+    const auto* s4 = reinterpret_cast<const float4*>(src);
+    auto* d4 = reinterpret_cast<float4*>(dst);
+    for (uint32_t q = lane; q < dim / 4; q += 32) __stcs(d4 + q, s4[q]);
+    return;
+  }
+  for (uint32_t c = lane; c < dim; c += 32) __stcs(dst + c, src[c]);
+}
+
 // values + at(j) * dim = *rows[j] for rows[j] != nullptr, j < m, where at(j) = positions[j], or j
 // without positions: a warp per row.
 __global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* const* rows,
@@ -379,8 +393,8 @@ __global__ void stage_hash_by_warp_kernel(size_t n, const uint64_t* keys, const 
   if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
 }
 
-// values + i * dim = *rows[i], or the initial row of keys[i] (not reserved) where rows[i] is null:
-// a warp a row (with founds: lane 0 writes founds[i], from set_first).
+// values + i * dim = *rows[i] (evict-first stores), or the initial row of keys[i] (not reserved)
+// where rows[i] is null: a warp a row (with founds: lane 0 writes founds[i], from set_first).
 __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, float* values,
                                             bool* founds, const uint64_t* set, size_t slots) {
@@ -393,7 +407,7 @@ __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const 
     float* out = values + i * dim;
     if (row != nullptr) {
       if (founds != nullptr && lane == 0) founds[i] = true;
-      copy_row_by_warp(row, dim, out, lane);
+      stream_row_by_warp(row, dim, out, lane);
       continue;
     }
     const uint64_t key = keys[i];
@@ -407,6 +421,22 @@ __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const 
     }
     for (uint32_t g = lane; g < groups; g += 32)
       initial_word_group(init, key, g, dim, vector, reinterpret_cast<uint32_t*>(out));
+  }
+}
+
+// founds[i] = rows[i] is not null, or keys[i] (not reserved) was missed at an earlier position
+// (set_first).
+__global__ void staged_founds_kernel(size_t n, float* const* rows, const uint64_t* keys,
+                                     const uint64_t* set, size_t slots, bool* founds) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (rows[i] != nullptr) {
+      founds[i] = true;
+      continue;
+    }
+    const uint64_t key = keys[i];
+    const size_t at = key < kFirstReservedKey ? set_find(set, slots, key) : slots;
+    founds[i] = at < slots && set_first(set, slots)[at] != static_cast<uint32_t>(i);
   }
 }
 
@@ -1087,6 +1117,15 @@ class CudaTierDevice final : public TierDevice {
     copy_rows_or_initial_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(
         n, rows, keys, init, dim, values, founds, set, set_slots);
     check_launch("CachedTable: rows out or initial");
+  }
+
+  void staged_founds(size_t n, float* const* rows, const uint64_t* keys, const uint64_t* set,
+                     size_t set_slots, bool* founds, StreamHandle stream) override {
+    if (n == 0) return;
+    core::cuda::DeviceGuard guard(device_);
+    staged_founds_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, rows, keys, set,
+                                                                          set_slots, founds);
+    check_launch("CachedTable: staged founds");
   }
 
   void count_missing(size_t n, const bool* found, StreamHandle stream) override {
