@@ -13,7 +13,6 @@
 #include <cub/device/device_select.cuh>
 #include <map>
 #include <mutex>
-#include <string_view>
 
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
@@ -263,28 +262,19 @@ __device__ const uint32_t* set_index(const uint64_t* set, size_t slots) {
 }
 
 // The distinct missed keys of the batch into the set, each appended to unique[*count] by the
-// thread that put it there, with the missed positions counted and a missed reserved key flagged
-// in status. The count is taken once a block a turn (each warp's share by a shared-memory
-// atomic): one atomic a warp on one word serialized ~30K warps of a 1M-key call (one atomic a
-// thread took 25 us for 65K keys on an H100); the missed count and flags once a block.
-__global__ void __launch_bounds__(256)
-    stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found, unsigned long long* set,
-                      size_t slots, uint64_t* unique, uint32_t* count, unsigned long long* status) {
-  __shared__ uint32_t block_fresh, block_base;
-  __shared__ unsigned long long block_missed, block_why;
-  if (threadIdx.x == 0) {
-    block_missed = 0;
-    block_why = 0;
-  }
-  __syncthreads();
+// thread that put it there (the count taken once a warp: one atomic a thread serialized on one
+// word took 25 us for 65K keys on an H100), each missed position's key with its first position
+// (set_first, by atomicMin), the missed positions counted and a missed reserved key flagged in
+// status. (Taking the count once a block instead measured no faster: 117 us against 106 us for
+// a 1M-key call under ncu.)
+__global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* found,
+                                  unsigned long long* set, size_t slots, uint64_t* unique,
+                                  uint32_t* count, unsigned long long* status) {
   unsigned long long missed = 0, why = 0;
   const uint32_t lane = threadIdx.x % 32;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
-  // Whole blocks each turn (the count is taken a block), some threads past n.
-  const size_t end = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
+  const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
-    if (threadIdx.x == 0) block_fresh = 0;
-    __syncthreads();
     bool fresh = false;
     uint64_t key = 0;
     size_t at = 0;  // the slot this thread put its key in (fresh)
@@ -307,68 +297,6 @@ __global__ void __launch_bounds__(256)
             if (was == key) break;
           }
           atomicMin(set_first(set, slots) + pos, static_cast<uint32_t>(i));
-        }
-      }
-    }
-    const uint32_t mask = __ballot_sync(~0u, fresh);
-    const int leader = mask != 0 ? __ffs(mask) - 1 : 0;
-    uint32_t warp_at = 0;  // the warp's first entry within the block's share
-    if (mask != 0 && static_cast<int>(lane) == leader)
-      warp_at = atomicAdd(&block_fresh, __popc(mask));
-    __syncthreads();
-    if (threadIdx.x == 0 && block_fresh != 0) block_base = atomicAdd(count, block_fresh);
-    __syncthreads();
-    if (mask != 0) {
-      warp_at = __shfl_sync(~0u, warp_at, leader);
-      if (fresh) {
-        const uint32_t k = block_base + warp_at + __popc(mask & ((1u << lane) - 1));
-        unique[k] = key;
-        set_index(set, slots)[at] = k;
-      }
-    }
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    missed += __shfl_down_sync(~0u, missed, offset);
-    why |= __shfl_down_sync(~0u, why, offset);
-  }
-  if (lane == 0 && missed != 0) atomicAdd(&block_missed, missed);
-  if (lane == 0 && why != 0) atomicOr(&block_why, why);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (block_missed != 0) atomicAdd(status + TierDevice::kStageMissed, block_missed);
-  if (block_why != 0) atomicOr(status + TierDevice::kStageWhy, block_why);
-}
-
-// stage_hash_kernel as it was before (DYNEMB_STAGED_CALL=old, for an A/B): the count, the missed
-// positions and the flags taken once a warp.
-__global__ void stage_hash_by_warp_kernel(size_t n, const uint64_t* keys, const bool* found,
-                                          unsigned long long* set, size_t slots, uint64_t* unique,
-                                          uint32_t* count, unsigned long long* status) {
-  unsigned long long missed = 0, why = 0;
-  const uint32_t lane = threadIdx.x % 32;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  const size_t end = (n + 31) / 32 * 32;  // whole warps each turn (the count is taken a warp)
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
-    bool fresh = false;
-    uint64_t key = 0;
-    size_t at = 0;  // the slot this thread put its key in (fresh)
-    if (i < n) {
-      key = keys[i];
-      const bool reserved = key >= kFirstReservedKey;
-      if (!found[i]) {
-        ++missed;
-        if (reserved) {
-          why |= TierDevice::kReservedMissed;
-        } else {
-          for (size_t pos = set_slot_of(key, slots);; pos = (pos + 1) & (slots - 1)) {
-            const unsigned long long was = atomicCAS(set + pos, kSetEmpty, key);
-            if (was == kSetEmpty) {
-              fresh = true;
-              at = pos;
-              break;
-            }
-            if (was == key) break;
-          }
         }
       }
     }
@@ -652,8 +580,6 @@ class CudaTierDevice final : public TierDevice {
  public:
   explicit CudaTierDevice(int device) : device_(device) {
     core::cuda::DeviceGuard guard(device_);
-    if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr)
-      hash_by_warp_ = std::string_view(how) == "old";
     // The highest priority: a prefetch's short kernels (each waited for on the host) run as soon
     // as a block frees up, instead of queueing behind a training step's long kernels.
     int least = 0, greatest = 0;
@@ -1171,13 +1097,8 @@ class CudaTierDevice final : public TierDevice {
     // The keys and their first positions (set_first).
     check(cudaMemsetAsync(set, 0xFF, set_slots * 12, stream), "CachedTable: staged set");
     check(cudaMemsetAsync(count, 0, 4, stream), "CachedTable: staged count");
-    if (hash_by_warp_) {
-      stage_hash_by_warp_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
-          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
-    } else {  // at most 1024 blocks striding over the batch: as many atomics on the count a turn
-      stage_hash_kernel<<<std::min(blocks_for(n), 1024u), kBlock, 0, stream>>>(
-          n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
-    }
+    stage_hash_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+        n, keys, found, reinterpret_cast<unsigned long long*>(set), set_slots, unique, count, st);
     check_launch("CachedTable: stage hash");
     if (filter_ != nullptr) {
       stage_filter_kernel<<<blocks_for(n), kBlock, 0, stream>>>(count, unique, filter_,
@@ -1306,8 +1227,6 @@ class CudaTierDevice final : public TierDevice {
   }
 
   int device_;
-  // DYNEMB_STAGED_CALL=old: stage_hash_by_warp_kernel (the A/B of docs/storage.md).
-  bool hash_by_warp_ = false;
   cudaStream_t side_ = nullptr;
   std::array<cudaEvent_t, static_cast<size_t>(Mark::kCount)> marks_{};
   std::array<bool, static_cast<size_t>(Mark::kCount)> recorded_{};
