@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <future>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
 #include "dynemb/core/initializer.hpp"
@@ -122,10 +121,6 @@ CachedTable<K>::CachedTable(Backend backend, const TableOptions& fast,
       const size_t got = lower_->scan(cursor, kChunk, keys.data(), rows.data(), scores.data());
       device_->filter_add_host(got, keys.data(), nullptr);
     }
-  }
-  if (const char* how = std::getenv("DYNEMB_STAGED_CALL"); how != nullptr) {
-    by_address_ = std::string_view(how) != "old";
-    overlap_rows_out_ = std::string_view(how) != "serial";
   }
   if (caching_.max_call_keys > 0) reserve_buffers(caching_.max_call_keys);
   growths_at_start_ = device_->growths();

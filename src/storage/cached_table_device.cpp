@@ -138,16 +138,6 @@ const uint64_t* CachedTable<K>::pinned_scores(size_t n, StreamHandle stream, boo
 }
 
 template <TableKey K>
-void CachedTable<K>::assign_found_scores(size_t n, const K* keys, float* const* rows,
-                                         const uint64_t* scores, StreamHandle stream) {
-  if (by_address_) {
-    fast_->assign_scores_at(n, keys, rows, scores, stream);
-  } else {
-    fast_->assign_scores(n, keys, scores, stream);
-  }
-}
-
-template <TableKey K>
 void CachedTable<K>::hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream) {
   using detail::Scratch;
   auto* hk = static_cast<K*>(device_->scratch(Scratch::kHeldKeys, n * sizeof(K), stream));
@@ -223,7 +213,7 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     d.count_missing(n, found, stream);  // read only by caching_stats()
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
-    assign_found_scores(n, keys, rows, pinned_scores(n, stream), stream);
+    fast_->assign_scores_at(n, keys, rows, pinned_scores(n, stream), stream);
     hold(n, keys, call_scores, stream);
     stats_.hits += n;
     stats_.lookups += n;
@@ -261,10 +251,10 @@ void CachedTable<K>::find_or_insert_device(size_t n, const K* keys, float* value
     if (founds != nullptr) d.copy(founds, found, n, stream);
     report_created();
     if (rows != nullptr) {
-      assign_found_scores(n, keys, ptrs, pinned_scores(n, stream), stream);
+      fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
       hold(n, keys, call_scores, stream);
     } else {
-      assign_found_scores(n, keys, ptrs, call_scores, stream);
+      fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
     }
     d.record(detail::Mark::kCallEnd, stream);
     clock.lap(phases.outputs_ns);
@@ -546,21 +536,21 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   const size_t set_slots = detail::staged_set_slots(n);
   auto* set =
       static_cast<uint64_t*>(d.scratch(Scratch::kCallSet, detail::staged_set_bytes(n), stream));
-  // By address (a call of rows out), the rows out start now, on the device's side stream, beside
-  // the hash, the wait for its status, the pins and the insert: they read only the hits' rows,
-  // which stay where they are (see below), and draw the new keys' (those of a call that falls
-  // back are written again by the host lists); the founds follow the hash.
-  const bool by_address = by_address_ && copy_out && rows == nullptr;
-  const bool early = by_address && overlap_rows_out_;
-  const StreamHandle rows_stream = early ? d.side_stream() : stream;
-  const auto rows_out = [&](bool* with_founds) {
-    d.order_after(rows_stream, stream);
-    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
-                           dim_, values, with_founds, set, set_slots, rows_stream);
-  };
-  if (early) rows_out(nullptr);
   d.stage_new_keys(n, reinterpret_cast<const uint64_t*>(keys), found, n, fresh, status, set,
                    set_slots, stream);
+  // A call of rows out goes by address (below); its rows out and founds start now, on the
+  // device's side stream, beside the wait for the status, the pins and the insert: they read only
+  // the hits' rows, which stay where they are, and draw the new keys' (those of a call that falls
+  // back are written again by the host lists). (Started right after the lookup instead, before
+  // the hash, they slowed the hash and the status behind them: 1376-1389 against 1446-1465 M
+  // keys/s in the lead's rounds R3 and R2.)
+  const bool by_address = copy_out && rows == nullptr;
+  const StreamHandle rows_stream = by_address ? d.side_stream() : stream;
+  if (by_address) {
+    d.order_after(rows_stream, stream);
+    d.copy_rows_or_initial(n, ptrs, reinterpret_cast<const uint64_t*>(keys), options_.initializer,
+                           dim_, values, founds, set, set_slots, rows_stream);
+  }
   uint64_t w[TierDevice::kStageWords] = {};
   d.download(w, status, sizeof w, stream);  // the call's one wait before its insert
   const size_t u = w[TierDevice::kStageDistinct];
@@ -609,9 +599,6 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
   };
   if (by_address) {
     fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
-    if (early && founds != nullptr)
-      d.staged_founds(n, ptrs, reinterpret_cast<const uint64_t*>(keys), set, set_slots, founds,
-                      stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -621,7 +608,6 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
                                       reinterpret_cast<const K*>(fresh),
                                       /*values=*/nullptr, pinned_scores(u, stream, true), dek, dev,
                                       des, status + TierDevice::kStageEvicted, stream);
-    if (!early) rows_out(founds);  // DYNEMB_STAGED_CALL=serial: after the insert
     d.order_after(stream, rows_stream);
     fast_->assign_scores_at(n, keys, ptrs, call_scores, stream);
     if (founds != nullptr) write_founds();  // issued before the wait for the evicted count
@@ -658,18 +644,13 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
       clock.lap(phases.write_down_ns);
     }
   }
-  // Rows out: the hits' now, from where the lookup found them (the insert may push one out: a
-  // bucket with more of the call's keys than slots), the new keys' from the rows drawn for them,
-  // with no second lookup.
-  if (copy_out && !by_address) d.copy_rows_out(n, ptrs, dim_, values, stream);
+  // An address call: the new rows drawn into a staging buffer, the call's keys pinned by key (the
+  // insert may push one out: a bucket with more of the call's keys than slots).
   const uint64_t* pinned = by_address ? nullptr : pinned_scores(n, stream);
   if (!by_address) fast_->assign_scores(n, keys, pinned, stream);
   if (u > 0 && !by_address) {
     auto* drows = static_cast<float*>(d.scratch(Scratch::kRows, u * dim_ * sizeof(float), stream));
     d.initial_rows_from(0, u, fresh, options_.initializer, dim_, drows, stream);
-    if (copy_out)
-      d.copy_new_rows(n, reinterpret_cast<const uint64_t*>(keys), found, fresh, u, drows, dim_,
-                      values, set, set_slots, stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
     auto* dev =
         static_cast<float*>(d.scratch(Scratch::kEvictedRows, u * dim_ * sizeof(float), stream));
@@ -709,32 +690,13 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
       clock.lap(phases.write_down_ns);
     }
   }
-  // Outputs: addresses (held) or rows, from the fast tier; a key pushed straight down from the
-  // host; founds: the lookup's, with a new key's later copies found.
+  // Outputs: addresses (held), looked up again; founds: the lookup's, with a new key's later
+  // copies found.
   if (rows != nullptr) {
     hold(n, keys, call_scores, stream);
     fast_->find_pointers(n, keys, rows, nullptr, nullptr, stream);
   } else if (!by_address) {
     fast_->assign_scores(n, keys, call_scores, stream);
-    if (copy_out) {
-      if (!went_down.empty()) {
-        std::unordered_map<uint64_t, size_t> row_of;
-        for (size_t e = 0; e < evicted; ++e)
-          if (went_down.count(key_bits(ev_keys[e]))) row_of[key_bits(ev_keys[e])] = e;
-        const std::vector<K> hk = download_keys(n, keys);
-        std::vector<uint32_t> out_at;
-        std::vector<float> out_rows;
-        for (size_t i = 0; i < n; ++i) {
-          const auto it = row_of.find(key_bits(hk[i]));
-          if (it == row_of.end()) continue;
-          out_at.push_back(static_cast<uint32_t>(i));
-          out_rows.insert(out_rows.end(), ev_rows + it->second * dim_,
-                          ev_rows + (it->second + 1) * dim_);
-        }
-        d.scatter(out_at.size(), out_at.data(), out_rows.data(), dim_ * sizeof(float), values,
-                  stream);
-      }
-    }
   }
   if (founds != nullptr && !by_address) write_founds();
   d.record(detail::Mark::kCallEnd, stream);
@@ -796,7 +758,7 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
   // keys, so the held ones need no pin again (a new key, one below, can push out neither: a
   // victim must score no more than the key coming in); then every key has its score back (the
   // new ones: now; held ones: still pinned, as the lookup found them).
-  assign_found_scores(n, dkeys, ptrs, pinned_scores(n, s), s);
+  fast_->assign_scores_at(n, dkeys, ptrs, pinned_scores(n, s), s);
   auto* ek = static_cast<K*>(d.scratch(Scratch::kDeferEvictedKeys, cap * sizeof(K), s));
   auto* er =
       static_cast<float*>(d.scratch(Scratch::kDeferEvictedRows, cap * dim_ * sizeof(float), s));
@@ -806,7 +768,7 @@ bool CachedTable<K>::prefetch_on_device(size_t n, const K* keys, StreamHandle st
       /*values=*/nullptr,  // the initializer's rows, drawn by the insert where they go
       pinned_scores(cap, s, true), ek, er, es, status + TierDevice::kStageEvicted, s);
   d.fill_missing(n, found, clock_now(), current, s);
-  assign_found_scores(n, dkeys, ptrs, current, s);  // the hits stayed where they were
+  fast_->assign_scores_at(n, dkeys, ptrs, current, s);  // the hits stayed where they were
   d.post_words(status, TierDevice::kStageWords, s);
   d.record(detail::Mark::kPrefetchEnd, s);
   stage_ = DeviceStage{true, n, cap, set_slots};
@@ -909,8 +871,6 @@ void CachedTable<K>::settle_prefetch(StreamHandle stream) {
 
 // The members defined here, for both key types (the rest: cached_table.cpp).
 template const uint64_t* CachedTable<int64_t>::pinned_scores(size_t, StreamHandle, bool);
-template void CachedTable<int64_t>::assign_found_scores(size_t, const int64_t*, float* const*,
-                                                        const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::hold(size_t, const int64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<int64_t>::settle(StreamHandle);
 template bool CachedTable<int64_t>::prefetch_on_device(size_t, const int64_t*, StreamHandle);
@@ -928,8 +888,6 @@ template void CachedTable<int64_t>::find_or_insert_device(size_t, const int64_t*
 template bool CachedTable<int64_t>::prefetch_device(size_t, const int64_t*, StreamHandle, bool,
                                                     PrefetchFor);
 template const uint64_t* CachedTable<uint64_t>::pinned_scores(size_t, StreamHandle, bool);
-template void CachedTable<uint64_t>::assign_found_scores(size_t, const uint64_t*, float* const*,
-                                                         const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::hold(size_t, const uint64_t*, const uint64_t*, StreamHandle);
 template void CachedTable<uint64_t>::settle(StreamHandle);
 template bool CachedTable<uint64_t>::prefetch_on_device(size_t, const uint64_t*, StreamHandle);

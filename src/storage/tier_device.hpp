@@ -180,19 +180,12 @@ class TierDevice {
   // and rows in the fast table's memory); ordered on `stream`.
   virtual void copy_rows_to(size_t m, const uint32_t* positions, float* const* rows, uint32_t dim,
                             float* values, StreamHandle stream) = 0;
-  // values + i * dim = row k of `rows` (dim floats each) where found[i] is false and keys[i] is
-  // unique[k], k < u (stage_new_keys' list and set); all in the fast table's memory, ordered on
-  // `stream`.
-  virtual void copy_new_rows(size_t n, const uint64_t* keys, const bool* found,
-                             const uint64_t* unique, size_t u, const float* rows, uint32_t dim,
-                             float* values, const uint64_t* set, size_t set_slots,
-                             StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null; ordered on `stream`.
   virtual void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                              StreamHandle stream) = 0;
   // values[i] = *rows[i] (dim floats) where rows[i] is not null, else the initializer's row of
   // keys[i] (8-byte bit patterns) where that key is not reserved: the rows out of a call whose
-  // misses went in with their initial rows, in one pass. With founds (else null): founds[i] =
+  // misses go in with their initial rows, in one pass. With founds (else null): founds[i] =
   // whether rows[i] is not null or keys[i] occurs at an earlier position with a null row (every
   // key at a null row but reserved ones is in stage_new_keys' set, which keeps its first
   // position). All in the fast table's memory, ordered on `stream`.
@@ -200,11 +193,6 @@ class TierDevice {
                                     const InitializerOptions& init, uint32_t dim, float* values,
                                     bool* founds, const uint64_t* set, size_t set_slots,
                                     StreamHandle stream) = 0;
-  // The founds of copy_rows_or_initial alone: founds[i] = whether rows[i] is not null or keys[i]
-  // occurs at an earlier position with a null row (stage_new_keys' set); ordered on `stream`.
-  virtual void staged_founds(size_t n, float* const* rows, const uint64_t* keys,
-                             const uint64_t* set, size_t set_slots, bool* founds,
-                             StreamHandle stream) = 0;
   // Adds the count of i < n with found[i] false to a running total in the fast table's memory,
   // ordered on `stream`: nothing is read back.
   virtual void count_missing(size_t n, const bool* found, StreamHandle stream) = 0;
@@ -225,7 +213,7 @@ class TierDevice {
   // unique[0, u) (unique holds n entries), gathered by hashing them into `set`
   // (staged_set_bytes(n) bytes, set_slots = staged_set_slots(n)): unique in any order on CUDA
   // (ascending on the CPU, which leaves `set` alone), each key's index in unique kept in the set
-  // for clear_flags_of_staged, mark_repeats and copy_new_rows; with status
+  // for clear_flags_of_staged, mark_repeats and copy_rows_or_initial; with status
   // (kStageWords words) as above: status[kStageInsert] = u when none is reserved, the filter (if
   // any) holds none of them and u <= cap, else 0. Everything stays in the fast table's memory:
   // nothing is read back.

@@ -176,13 +176,6 @@ class CpuTierDevice final : public TierDevice {
       if (founds != nullptr) founds[i] = found;
     }
   }
-  void staged_founds(size_t n, float* const* rows, const uint64_t* keys, const uint64_t*, size_t,
-                     bool* founds, StreamHandle) override {
-    std::unordered_set<uint64_t> seen;  // the keys at null rows so far
-    for (size_t i = 0; i < n; ++i)
-      founds[i] =
-          rows[i] != nullptr || (keys[i] < kFirstReservedKey && !seen.insert(keys[i]).second);
-  }
   void count_missing(size_t n, const bool* found, StreamHandle) override {
     for (size_t i = 0; i < n; ++i) count_ += found[i] ? 0 : 1;
   }
@@ -216,18 +209,6 @@ class CpuTierDevice final : public TierDevice {
     status[kStageWhy] = why;
     status[kStageEvicted] = 0;
     status[kStageMissed] = missed;
-  }
-  // Here stage_new_keys' list is sorted: keys are looked up in it (the set is not used).
-  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t* sorted,
-                     size_t u, const float* rows, uint32_t dim, float* values, const uint64_t*,
-                     size_t, StreamHandle) override {
-    for (size_t i = 0; i < n; ++i) {
-      if (found[i]) continue;
-      const uint64_t* at = std::lower_bound(sorted, sorted + u, keys[i]);
-      if (at == sorted + u || *at != keys[i]) continue;
-      std::memmove(values + i * dim, rows + static_cast<size_t>(at - sorted) * dim,
-                   dim * sizeof(float));
-    }
   }
   void mark_repeats(size_t n, const uint64_t* keys, bool* found, const uint64_t* sorted, size_t u,
                     uint32_t*, const uint64_t*, size_t, StreamHandle) override {

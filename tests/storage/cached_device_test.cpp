@@ -290,10 +290,6 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     EXPECT_GT(s.prefetched, 0u);
     if (private_store) EXPECT_GT(s.filtered, 0u) << "the filter never spared a read";
     if (!private_store) EXPECT_EQ(s.filtered, 0u);
-    std::cout << (private_store ? "private" : "shared") << ": staged calls " << s.staged_calls
-              << " (fell back " << s.staged_call_fallbacks << "), batch keys pushed out "
-              << s.batch_evicted << "\n";
-    if (private_store) EXPECT_GT(s.staged_calls, 0u) << "no call ran staged on the device";
   }
 }
 

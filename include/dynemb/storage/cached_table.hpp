@@ -266,10 +266,6 @@ class CachedTable final : public Table<K> {
   // n scores of "pinned" in the fast table's memory: the highest, or (below_held) one lower,
   // which cannot evict a held key.
   const uint64_t* pinned_scores(size_t n, StreamHandle stream, bool below_held = false);
-  // fast_->assign_scores, with the keys' row addresses from a lookup since which no call wrote
-  // (null where not found) as hints when by_address_.
-  void assign_found_scores(size_t n, const K* keys, float* const* rows, const uint64_t* scores,
-                           StreamHandle stream);
   // Keeps the keys of an address call pinned (so a prefetch before the next call cannot evict
   // the rows the caller works on) and remembers their real scores.
   void hold(size_t n, const K* keys, const uint64_t* scores, StreamHandle stream);
@@ -350,14 +346,6 @@ class CachedTable final : public Table<K> {
   size_t created_on_device_ = 0;     // keys the last device prefetch created (kDeferNew)
   size_t created_set_slots_ = 0;     // ... in its set (kDeferSet)
   uint64_t growths_at_start_ = 0;    // the device side's buffer growths once constructed
-  // The device path writes the scores of keys it found through their row addresses
-  // (Table::assign_scores_at) and a staged call's rows out in one pass after its insert
-  // (docs/storage.md, "A call whose misses are all new"); the environment's
-  // DYNEMB_STAGED_CALL=old keeps the passes by key, for an A/B.
-  bool by_address_ = true;
-  // ... and its rows out on the device's side stream beside its insert (DYNEMB_STAGED_CALL=serial:
-  // on the call's stream after it).
-  bool overlap_rows_out_ = true;
 
   // export_batch's position in the lower tier's scan.
   ScanCursor export_cursor_;

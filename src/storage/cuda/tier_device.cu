@@ -143,20 +143,6 @@ __device__ void copy_row_by_warp(const float* src, uint32_t dim, float* dst, uin
   for (uint32_t c = lane; c < dim; c += 32) dst[c] = src[c];
 }
 
-// copy_row_by_warp with evict-first stores (the rows out of a large call: hundreds of MB written
-// once, which would push the table's hot rows out of L2).
-__device__ void stream_row_by_warp(const float* src, uint32_t dim, float* dst, uint32_t lane) {
-  const bool vector = dim % 4 == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0 &&
-                      (reinterpret_cast<uintptr_t>(dst) % 16) == 0;
-  if (vector) {
-    const auto* s4 = reinterpret_cast<const float4*>(src);
-    auto* d4 = reinterpret_cast<float4*>(dst);
-    for (uint32_t q = lane; q < dim / 4; q += 32) __stcs(d4 + q, s4[q]);
-    return;
-  }
-  for (uint32_t c = lane; c < dim; c += 32) __stcs(dst + c, src[c]);
-}
-
 // values + at(j) * dim = *rows[j] for rows[j] != nullptr, j < m, where at(j) = positions[j], or j
 // without positions: a warp per row.
 __global__ void copy_rows_kernel(size_t m, const uint32_t* positions, float* const* rows,
@@ -321,8 +307,8 @@ __global__ void stage_hash_kernel(size_t n, const uint64_t* keys, const bool* fo
   if (why != 0) atomicOr(status + TierDevice::kStageWhy, why);
 }
 
-// values + i * dim = *rows[i] (evict-first stores), or the initial row of keys[i] (not reserved)
-// where rows[i] is null: a warp a row (with founds: lane 0 writes founds[i], from set_first).
+// values + i * dim = *rows[i], or the initial row of keys[i] (not reserved) where rows[i] is null:
+// a warp a row (with founds: lane 0 writes founds[i], from set_first).
 __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const uint64_t* keys,
                                             InitializerOptions init, uint32_t dim, float* values,
                                             bool* founds, const uint64_t* set, size_t slots) {
@@ -335,7 +321,7 @@ __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const 
     float* out = values + i * dim;
     if (row != nullptr) {
       if (founds != nullptr && lane == 0) founds[i] = true;
-      stream_row_by_warp(row, dim, out, lane);
+      copy_row_by_warp(row, dim, out, lane);
       continue;
     }
     const uint64_t key = keys[i];
@@ -349,22 +335,6 @@ __global__ void copy_rows_or_initial_kernel(size_t n, float* const* rows, const 
     }
     for (uint32_t g = lane; g < groups; g += 32)
       initial_word_group(init, key, g, dim, vector, reinterpret_cast<uint32_t*>(out));
-  }
-}
-
-// founds[i] = rows[i] is not null, or keys[i] (not reserved) was missed at an earlier position
-// (set_first).
-__global__ void staged_founds_kernel(size_t n, float* const* rows, const uint64_t* keys,
-                                     const uint64_t* set, size_t slots, bool* founds) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    if (rows[i] != nullptr) {
-      founds[i] = true;
-      continue;
-    }
-    const uint64_t key = keys[i];
-    const size_t at = key < kFirstReservedKey ? set_find(set, slots, key) : slots;
-    founds[i] = at < slots && set_first(set, slots)[at] != static_cast<uint32_t>(i);
   }
 }
 
@@ -416,29 +386,6 @@ __global__ void mark_repeats_kernel(size_t n, const uint64_t* keys, bool* found,
     if (found[i]) continue;
     const size_t k = staged_index(u, set, slots, keys[i]);
     if (k < u && first[k] != static_cast<uint32_t>(i)) found[i] = true;
-  }
-}
-
-// values + i * dim = row k of rows where found[i] is false and keys[i] is the k-th staged key: a
-// thread finds a position's row, its warp copies the rows its lanes found, one after another.
-__global__ void copy_new_rows_kernel(size_t n, const uint64_t* keys, const bool* found, size_t u,
-                                     const uint64_t* set, size_t slots, const float* rows,
-                                     uint32_t dim, float* values) {
-  const uint32_t lane = threadIdx.x % 32;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  // Whole warps take each turn (the copy needs every lane), some past n.
-  const size_t end = (n + 31) / 32 * 32;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < end; i += stride) {
-    size_t k = u;
-    if (i < n && !found[i]) k = staged_index(u, set, slots, keys[i]);
-    uint32_t todo = __ballot_sync(~0u, k < u);
-    while (todo != 0) {
-      const int from = __ffs(todo) - 1;
-      todo &= todo - 1;
-      const size_t at = __shfl_sync(~0u, i, from);
-      const size_t row = __shfl_sync(~0u, k, from);
-      copy_row_by_warp(rows + row * dim, dim, values + at * dim, lane);
-    }
   }
 }
 
@@ -1015,16 +962,6 @@ class CudaTierDevice final : public TierDevice {
     check_launch("CachedTable: initial rows");
   }
 
-  void copy_new_rows(size_t n, const uint64_t* keys, const bool* found, const uint64_t*, size_t u,
-                     const float* rows, uint32_t dim, float* values, const uint64_t* set,
-                     size_t set_slots, StreamHandle stream) override {
-    if (n == 0 || u == 0) return;
-    core::cuda::DeviceGuard guard(device_);
-    copy_new_rows_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(
-        n, keys, found, u, set, set_slots, rows, dim, values);
-    check_launch("CachedTable: copy new rows");
-  }
-
   void copy_rows_out(size_t n, float* const* rows, uint32_t dim, float* values,
                      StreamHandle stream) override {
     if (n == 0) return;
@@ -1043,15 +980,6 @@ class CudaTierDevice final : public TierDevice {
     copy_rows_or_initial_kernel<<<blocks_for(n * 32), kBlock, 0, as_stream(stream)>>>(
         n, rows, keys, init, dim, values, founds, set, set_slots);
     check_launch("CachedTable: rows out or initial");
-  }
-
-  void staged_founds(size_t n, float* const* rows, const uint64_t* keys, const uint64_t* set,
-                     size_t set_slots, bool* founds, StreamHandle stream) override {
-    if (n == 0) return;
-    core::cuda::DeviceGuard guard(device_);
-    staged_founds_kernel<<<blocks_for(n), kBlock, 0, as_stream(stream)>>>(n, rows, keys, set,
-                                                                          set_slots, founds);
-    check_launch("CachedTable: staged founds");
   }
 
   void count_missing(size_t n, const bool* found, StreamHandle stream) override {
