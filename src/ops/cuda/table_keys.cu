@@ -3,7 +3,6 @@
 #include <thrust/execution_policy.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -203,45 +202,7 @@ __device__ void count_by_table(const TableRows& r, bool flag, uint32_t t, uint32
   atomicAdd(counters + index, static_cast<unsigned long long>(__popc(peers)));
 }
 
-// Thread p < n: padded entry p (its table: the one whose ids' range holds p) back to its row; then
-// row p itself when no table answered it (padding, or a refused batch). The rows created and the
-// rows missing are counted a warp at a time (count_by_table), not one atomic each.
-__global__ void gather_kernel(TableSpread s, TableRows r) {
-  const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  bool created = false, missed = false;
-  uint32_t t = 0;
-  if (p < s.n) {
-    // The table whose ids' range holds p (the last t with id_base[t] <= p): the same table as
-    // id p's combined key names, without reading the keys.
-    t = static_cast<uint32_t>(
-        thrust::upper_bound(thrust::seq, s.id_base + 1, s.id_base + s.num_tables, uint64_t{p}) -
-        (s.id_base + 1));
-    if (p - s.id_base[t] < s.counts[t]) {
-      const uint64_t j = p - s.id_base[t];
-      const uint64_t row = s.bounds[t] + j;
-      float* address = r.padded_rows[p];
-      const bool none = address == nullptr;
-      r.rows[row] = none ? r.fallback + row * r.fallback_stride : address;
-      r.missing[row] = none;
-      created = r.training && !none && !r.padded_founds[p];
-      missed = !r.training && none;
-    }
-  }
-  count_by_table(r, created, t, r.created_index);
-  count_by_table(r, missed, t, r.missing_index);
-  if (p >= s.n) return;
-  const size_t u = *s.unique_count;
-  const size_t first = spread_refused(s) ? 0 : u;
-  if (p >= first) {
-    if (r.padding_rows || p < u) {  // p < u: a refused batch's rows
-      r.rows[p] = r.fallback + p * r.fallback_stride;
-      r.missing[p] = true;
-    }
-    if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
-  }
-}
-
-// gather_kernel's work walked from the rows, grid-stride: each row r < u (not refused) from its
+// The gather, walked from the rows, grid-stride: each row r < u (not refused) from its
 // padded entry id_base[t] + r - bounds[t] (t: the table whose rows hold r), then the padding rows
 // [u, n) (every row of a refused batch). No thread for a padded entry without a row (u is about a
 // sixth of n in the 13m shape).
@@ -278,16 +239,6 @@ __global__ void gather_rows_kernel(TableSpread s, TableRows r) {
     }
     if (p >= u) r.row_begin[p + 1] = static_cast<uint32_t>(s.n);
   }
-}
-
-// Whether the gather walks the rows (gather_rows_kernel: DYNEMB_GATHER_ROWS=1) or the padded
-// entries (gather_kernel, the default while the other is measured).
-bool gather_by_rows() {
-  static const bool on = [] {
-    const char* v = std::getenv("DYNEMB_GATHER_ROWS");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
 }
 
 }  // namespace
@@ -340,13 +291,10 @@ void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
 
 void gather_table_rows_cuda(const TableSpread& s, const TableRows& r, StreamHandle stream) {
   if (s.n == 0) return;
-  if (gather_by_rows()) {
-    const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(s.n), 2048));
-    gather_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s, r);
-    core::cuda::check_launch("gather_table_rows (rows)");
-    return;
-  }
-  gather_kernel<<<blocks_for_threads(s.n), kBlock, 0, as_stream(stream)>>>(s, r);
+  // At most 2048 blocks walking the rows grid-stride: a thread a padded entry (n, about six
+  // times the rows in the 13m shape) was 0.09 ms slower a forward (issue 35's final call).
+  const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(s.n), 2048));
+  gather_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s, r);
   core::cuda::check_launch("gather_table_rows");
 }
 

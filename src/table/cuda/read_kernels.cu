@@ -1,7 +1,6 @@
 // Lock-free lookups (find, contains) and the small per-call kernels: call-state setup, the
 // reserved-key check and the size count. Readers never run beside writers (the host lock and
 // stream events order them), so they use ordinary cached loads.
-#include <cstdlib>
 
 #include "cuda/kernels.hpp"
 #include "cuda/probe.cuh"
@@ -240,13 +239,9 @@ void launch_verify_row_ptrs(const TableView& t, const uint64_t* keys, uint64_t n
   if (n == 0) return;
   // Grid-stride: without evictions every block only reads the count and leaves, so a grid for the
   // bound n (often several times the keys the device counted) costs launch time for nothing.
-  // DYNEMB_VERIFY_SMALL_GRID=1 caps it at 1024 blocks (off while measured).
-  static const bool small_grid = [] {
-    const char* v = std::getenv("DYNEMB_VERIFY_SMALL_GRID");
-    return v != nullptr && v[0] == '1';
-  }();
-  verify_row_ptrs_kernel<<<blocks_for_threads(n, small_grid ? 1024 : 65535ull * 16), 256, 0,
-                           stream>>>(t, keys, n, rows, only_if_nonzero, n_device);
+  // So the grid is capped at 1024 blocks.
+  verify_row_ptrs_kernel<<<blocks_for_threads(n, 1024), 256, 0, stream>>>(
+      t, keys, n, rows, only_if_nonzero, n_device);
   core::cuda::check(cudaGetLastError(), "verify_row_ptrs_kernel launch");
 }
 
