@@ -34,9 +34,8 @@ CollectionHandle::CollectionHandle(Backend backend, std::vector<EmbeddingOptions
 
 uint64_t CollectionHandle::forward(py::list batches, bool training, py::handle out,
                                    uintptr_t stream) {
-  BatchArgs args =
-      parse_batches(batches, num_tables(), out, dim(), placement_, "EmbeddingCollection.forward",
-                    output_type());
+  BatchArgs args = parse_batches(batches, num_tables(), out, dim(), placement_,
+                                 "EmbeddingCollection.forward", output_type());
   return run_forward(args, training, batches, stream);
 }
 

@@ -341,8 +341,8 @@ uint32_t word_stride(const TensorArg& t, ValueType type, const std::string& wher
   const int64_t stride = t.row_stride();
   if (type == ValueType::kFloat32) return static_cast<uint32_t>(stride);
   if (stride % 2 != 0 || reinterpret_cast<uintptr_t>(t.as<uint16_t>()) % 4 != 0) {
-    throw InvalidArgument(where + ": " + name + ": row stride = " + std::to_string(stride) +
-                          " " + to_string(type) +
+    throw InvalidArgument(where + ": " + name + ": row stride = " + std::to_string(stride) + " " +
+                          to_string(type) +
                           " elements, must be even with the tensor 4-byte aligned (16-bit "
                           "outputs are read and written two elements a 32-bit word)");
   }

@@ -597,6 +597,33 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
                        stream);
     }
   };
+  // The `evicted` rows the insert pushed out (keys, rows, scores on the device) brought to the
+  // host lists ev_keys / ev_rows / ev_scores and counted; returns their keys' bits. A key of the
+  // call (pinned; each leaves once: the new ones had no row before) goes down with the call's
+  // score.
+  const auto take_evicted = [&](const K* dek, const float* dev, const uint64_t* des) {
+    if (caching_.private_store)
+      d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
+    ev_keys.resize(evicted);
+    ev_scores.resize(evicted);
+    ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
+    d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
+                      {ev_rows, dev, evicted * dim_ * sizeof(float)},
+                      {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
+                     stream);
+    std::vector<uint64_t> put_keys(evicted);
+    for (size_t e = 0; e < evicted; ++e) {
+      put_keys[e] = key_bits(ev_keys[e]);
+      if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
+      if (ev_scores[e] < kPinnedBelowHeld) continue;
+      ev_scores[e] = now;
+      went_down.insert(put_keys[e]);
+    }
+    stats_.evictions_written += evicted;
+    stats_.batch_evicted += went_down.size();
+    clock.lap(phases.evicted_ns);
+    return put_keys;
+  };
   if (by_address) {
     fast_->assign_scores_at(n, keys, ptrs, pinned_scores(n, stream), stream);
     auto* dek = static_cast<K*>(d.scratch(Scratch::kEvictedKeys, u * sizeof(K), stream));
@@ -618,28 +645,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
     }
     clock.lap(phases.insert_ns);
     if (evicted > 0) {
-      if (caching_.private_store)
-        d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
-      ev_keys.resize(evicted);
-      ev_scores.resize(evicted);
-      ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
-      d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
-                        {ev_rows, dev, evicted * dim_ * sizeof(float)},
-                        {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
-                       stream);
-      std::vector<uint64_t> put_keys(evicted);
-      for (size_t e = 0; e < evicted; ++e) {
-        put_keys[e] = key_bits(ev_keys[e]);
-        if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
-        // A new key of the call (pinned one below; its row out was drawn) goes down with the
-        // call's score.
-        if (ev_scores[e] < kPinnedBelowHeld) continue;
-        ev_scores[e] = now;
-        went_down.insert(put_keys[e]);
-      }
-      stats_.evictions_written += evicted;
-      stats_.batch_evicted += went_down.size();
-      clock.lap(phases.evicted_ns);
+      const std::vector<uint64_t> put_keys = take_evicted(dek, dev, des);
       write_down(put_keys, ev_rows, ev_scores, {}, false);  // the scores are given back already
       clock.lap(phases.write_down_ns);
     }
@@ -659,28 +665,7 @@ bool CachedTable<K>::find_or_insert_new(size_t n, const K* keys, float* values, 
                                       des, stream);
     clock.lap(phases.insert_ns);
     if (evicted > 0) {
-      if (caching_.private_store)
-        d.filter_add(evicted, reinterpret_cast<const uint64_t*>(dek), stream);
-      ev_keys.resize(evicted);
-      ev_scores.resize(evicted);
-      ev_rows = d.host_rows(detail::HostRows::kEvicted, evicted * dim_);
-      d.download_parts({{ev_keys.data(), dek, evicted * sizeof(K)},
-                        {ev_rows, dev, evicted * dim_ * sizeof(float)},
-                        {ev_scores.data(), des, evicted * sizeof(uint64_t)}},
-                       stream);
-      std::vector<uint64_t> put_keys(evicted);
-      for (size_t e = 0; e < evicted; ++e) {
-        put_keys[e] = key_bits(ev_keys[e]);
-        if (!shadowed_.empty()) shadowed_.erase(put_keys[e]);
-        // A key of the call (pinned; each leaves once: the new ones had no row before) goes
-        // down with the call's score.
-        if (ev_scores[e] < kPinnedBelowHeld) continue;
-        ev_scores[e] = now;
-        went_down.insert(put_keys[e]);
-      }
-      stats_.evictions_written += evicted;
-      stats_.batch_evicted += went_down.size();
-      clock.lap(phases.evicted_ns);
+      const std::vector<uint64_t> put_keys = take_evicted(dek, dev, des);
       try {
         write_down(put_keys, ev_rows, ev_scores, {}, false);
       } catch (...) {  // the rows wait pending: no key stays pinned
