@@ -102,11 +102,10 @@ class OnceEachStorage final : public storage::Storage {
   storage::HostStorage inner_;
 };
 
-// After a run against one big table: every row and score of `cached` is `big`'s, each key is in
-// exactly one tier (the fast table or `lower`), and the run showed what such a test needs: the
-// fast tier evicted, rows came back up from below, no key of a call was pushed out by its own.
-void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& big,
-                                            storage::Storage& lower) {
+// After a run against one big table: every row and score of `cached` is `big`'s and each key is
+// in exactly one tier (the fast table or `lower`).
+void expect_big_tables_rows_each_in_one_tier(CachedTable<K>& cached, Table<K>& big,
+                                             storage::Storage& lower) {
   std::map<K, std::pair<std::vector<float>, uint64_t>> want;
   big.for_each([&](K key, std::span<const float> row, uint64_t score) {
     want[key] = {std::vector<float>(row.begin(), row.end()), score};
@@ -132,6 +131,13 @@ void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& bi
   }
   for (const auto& [key, count] : tiers) ASSERT_EQ(count, 1) << "key " << key;
   EXPECT_EQ(tiers.size(), want.size());
+}
+
+// As expect_big_tables_rows_each_in_one_tier, and the run showed what such a test needs: the fast
+// tier evicted, rows came back up from below, no key of a call was pushed out by its own.
+void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& big,
+                                            storage::Storage& lower) {
+  expect_big_tables_rows_each_in_one_tier(cached, big, lower);
   const storage::CachingStats s = cached.caching_stats();
   EXPECT_GT(s.evictions_written, 0u) << "the fast tier never evicted: the test shows nothing";
   EXPECT_GT(s.lower_hits, 0u) << "no row came back up from below";
@@ -139,6 +145,23 @@ void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& bi
 }
 
 class CachedDevice : public BackendTest {};
+
+// One find_or_insert of `keys` on `cached` (keys and outputs in backend memory) and on `big`
+// (host): the same found flags and the same rows out.
+void find_or_insert_matches_big(Backend backend, CachedTable<K>& cached, Table<K>& big,
+                                const std::vector<K>& keys, uint32_t dim) {
+  const size_t n = keys.size();
+  const auto dkeys = on(backend, keys);
+  BackendBuffer<float> dvalues(backend, n * dim);
+  BackendBuffer<bool> dfound(backend, n);
+  cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
+  std::vector<float> want(n * dim);
+  std::unique_ptr<bool[]> fb(new bool[n]);
+  big.find_or_insert(n, keys.data(), want.data(), fb.get());
+  const auto found = back(dfound, n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
+  ASSERT_EQ(back(dvalues, n * dim), want);
+}
 
 // A training step by address on both tables: `cached` (keys at `dkeys`, backend memory) and `big`
 // (host) give every key a row with the same found flag and elements; each row then gets
@@ -320,17 +343,7 @@ TEST_P(CachedDevice, PrivateStoreFilterKnowsTheStoresRowsAndEveryWriteDown) {
   for (int round = 0; round < 60; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const std::vector<K> keys = draw_keys(rng, rng.uniform(1, 300), space, false);
-    const size_t n = keys.size();
-    const auto dkeys = on(backend, keys);
-    BackendBuffer<float> dvalues(backend, n * dim);
-    BackendBuffer<bool> dfound(backend, n);
-    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
-    std::vector<float> want(n * dim);
-    std::unique_ptr<bool[]> fb(new bool[n]);
-    big->find_or_insert(n, keys.data(), want.data(), fb.get());
-    const auto found = back(dfound, n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
-    ASSERT_EQ(back(dvalues, n * dim), want);
+    ASSERT_NO_FATAL_FAILURE(find_or_insert_matches_big(backend, cached, *big, keys, dim));
     cached.advance_step();
     big->advance_step();
   }
@@ -501,46 +514,13 @@ TEST_P(CachedDevice, StagedCallsMatchOneBigTable) {
     for (size_t i = 0, m = rng.uniform(0, 40); i < m; ++i)
       keys.push_back(hot[rng.uniform(0, hot.size() - 1)]);
     std::shuffle(keys.begin(), keys.end(), rng.engine());
-    const size_t n = keys.size();
-    const auto dkeys = on(backend, keys);
-    BackendBuffer<float> dvalues(backend, n * dim);
-    BackendBuffer<bool> dfound(backend, n);
-    cached.find_or_insert(n, dkeys.data(), dvalues.data(), dfound.data());
-    std::vector<float> want(n * dim);
-    std::unique_ptr<bool[]> fb(new bool[n]);
-    big->find_or_insert(n, keys.data(), want.data(), fb.get());
-    const auto found = back(dfound, n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(found[i], fb[i]) << "founds[" << i << "]";
-    ASSERT_EQ(back(dvalues, n * dim), want);
+    ASSERT_NO_FATAL_FAILURE(find_or_insert_matches_big(backend, cached, *big, keys, dim));
     if (rng.chance(0.5)) {
       cached.advance_step();
       big->advance_step();
     }
   }
-  std::map<K, std::pair<std::vector<float>, uint64_t>> want;
-  big->for_each([&](K key, std::span<const float> row, uint64_t score) {
-    want[key] = {std::vector<float>(row.begin(), row.end()), score};
-  });
-  std::map<K, int> tiers;
-  cached.fast_table().for_each([&](K key, std::span<const float>, uint64_t) { tiers[key] += 1; });
-  storage::ScanCursor cursor;
-  std::vector<uint64_t> bk(256), bs(256);
-  std::vector<float> bv(256 * dim);
-  while (!cursor.done()) {
-    const size_t got = lower->scan(cursor, 256, bk.data(), bv.data(), bs.data());
-    for (size_t i = 0; i < got; ++i) tiers[static_cast<K>(bk[i])] += 1;
-  }
-  for (const auto& [key, count] : tiers) ASSERT_EQ(count, 1) << "key " << key;
-  EXPECT_EQ(tiers.size(), want.size());
-  size_t seen = 0;
-  cached.for_each([&](K key, std::span<const float> row, uint64_t score) {
-    ++seen;
-    const auto it = want.find(key);
-    ASSERT_NE(it, want.end()) << "key " << key;
-    ASSERT_EQ(std::vector<float>(row.begin(), row.end()), it->second.first) << "key " << key;
-    EXPECT_EQ(score, it->second.second) << "key " << key;
-  });
-  EXPECT_EQ(seen, want.size());
+  expect_big_tables_rows_each_in_one_tier(cached, *big, *lower);
   const storage::CachingStats s = cached.caching_stats();
   std::cout << "staged calls " << s.staged_calls << " (fell back " << s.staged_call_fallbacks
             << "), evictions written " << s.evictions_written << ", batch keys pushed out "
