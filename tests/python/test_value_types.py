@@ -34,6 +34,17 @@ def stored_rows(module, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return raw[:, :words].contiguous().view(torch.int32).view(dtype)[:, :DIM]
 
 
+def stored_within_one_ulp(module, ids, model, dtype, step):
+    """The rows `module` stores for `ids`, after asserting each is within one unit in the last
+    place of `model` (a float32 gradient summed in another order may round the other way)."""
+    stored = stored_rows(module, ids, dtype).cpu()
+    ulp = torch.finfo(dtype).eps * model.double().abs() + torch.finfo(dtype).tiny
+    bad = (stored.double() - model.double()).abs() > ulp
+    assert not bool(bad.any()), (
+        f"step {step}: {int(bad.sum())} elements differ from PyTorch's by more than 1 ulp")
+    return stored
+
+
 def bag(dtype, device, **options):
     opts = dynemb.DynamicEmbTableOptions(embedding_dtype=dtype, **options)
     return DynamicEmbeddingBag(UNIVERSE, DIM, mode="sum", table_options=opts, device=device,
@@ -55,14 +66,8 @@ def test_half_rows_follow_pytorch_and_float32(seed, device, dtype):
     eps = torch.finfo(dtype).eps
     gen = torch.Generator().manual_seed(seed)
     for step in range(STEPS + 1):
-        stored = stored_rows(half, every, dtype).cpu()
-        # One unit in the last place: a float32 gradient summed in another order may round
-        # the other way. The model then goes on from the stored rows (no drift between them).
-        ulp = eps * model.double().abs() + torch.finfo(dtype).tiny
-        bad = (stored.double() - model.double()).abs() > ulp
-        assert not bool(bad.any()), (
-            f"step {step}: {int(bad.sum())} elements differ from PyTorch's by more than 1 ulp")
-        model = stored
+        # The model then goes on from the stored rows (no drift between them).
+        model = stored_within_one_ulp(half, every, model, dtype, step)
         if step == STEPS:
             break
         ids = zipf_ids(BATCH * BAG, UNIVERSE, gen).view(BATCH, BAG)
@@ -233,12 +238,7 @@ def test_half_outputs_follow_pytorch(seed, device, dtype):
         (out * upstream.to(device)).sum().backward()
         (want * upstream.to(torch.float32)).sum().backward()
         model = (w.detach() - LR * w.grad).to(dtype)
-        stored = stored_rows(half, every, dtype).cpu()
-        ulp = eps * model.double().abs() + torch.finfo(dtype).tiny
-        bad = (stored.double() - model.double()).abs() > ulp
-        assert not bool(bad.any()), (
-            f"step {step}: {int(bad.sum())} elements differ from PyTorch's by more than 1 ulp")
-        model = stored
+        model = stored_within_one_ulp(half, every, model, dtype, step)
 
 
 @pytest.mark.parametrize("device", DEVICES)
