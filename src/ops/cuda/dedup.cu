@@ -307,7 +307,9 @@ class SortPass {
     ScratchCarver place(block);
     carve(place);
     const uint32_t* positions_in = nullptr;
-    if (workspace_ != nullptr) {
+    if (bags_as_values) {
+      // No position is sorted.
+    } else if (workspace_ != nullptr) {
       positions_in = workspace_->iota(n, stream_);
     } else {
       ops::cuda::fill_iota(positions, n, stream_);
