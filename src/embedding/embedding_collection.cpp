@@ -1,6 +1,7 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -99,6 +100,9 @@ struct EmbeddingCollection<K>::Step {
   BackendBuffer<float*> padded_rows;
   std::vector<uint64_t> host_id_base;
   std::unique_ptr<ops::detail::StreamFan> fan;  // the tables' lookup streams (made on first use)
+  // The stream the dedup's inverse is written on beside the spread, lookups and gather (captured
+  // steps; made on first use).
+  std::unique_ptr<ops::detail::StreamFan> inverse_fan;
 };
 
 template <TableKey K>
@@ -365,11 +369,22 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   }
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   uint64_t* unique_count = s.words.data() + kUniqueCount;
+  // Captured into a graph, the inverse (read first by the pooling) is written on a side stream
+  // beside the spread, the lookups and the gather (DYNEMB_INVERSE_MAIN=1, read once: on `stream`).
+  static const bool inverse_main = [] {
+    const char* v = std::getenv("DYNEMB_INVERSE_MAIN");
+    return v != nullptr && v[0] == '1';
+  }();
+  ops::detail::StreamFan* inverse_fan = nullptr;
+  if (!inverse_main && p.ops.capturing(stream)) {
+    if (s.inverse_fan == nullptr) s.inverse_fan = p.ops.make_stream_fan(1, device);
+    if (s.inverse_fan->size() > 0) inverse_fan = s.inverse_fan.get();
+  }
   ops::detail::dedup_grouped_async(
       p.ops, n, narrow ? nullptr : s.combined_keys.data(), s.unique_combined.data(),
       p.inverse.data(), p.grouped_ids(), p.row_begin.data(),
       p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(), p.num_bags, end_bit,
-      unique_count, *p.workspace, stream);
+      unique_count, *p.workspace, stream, inverse_fan);
   stage_done("dedup");
 
   ops::detail::TableSpread spread;
@@ -438,6 +453,7 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
     p.ops.fill_initial_rows(n, p.unique_keys.data(), p.missing.data(), true, o.eval_initializer,
                             p.fallback.rows.data(), words, words, stream);
   }
+  if (inverse_fan != nullptr) inverse_fan->join(stream);
   stage_done("lookup");
   p.pool(p.feature(o.dim, row_dim_), output, true, stream);
   stage_done("pool");

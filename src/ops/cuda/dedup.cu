@@ -18,6 +18,7 @@
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/ops/step_workspace.hpp"
+#include "dynemb/ops/stream_fan.hpp"
 
 namespace dynemb::ops::detail {
 namespace {
@@ -246,8 +247,9 @@ void check_offsets_status(const char* where, const uint64_t* status, const int64
 template <class K, class S>
 class SortPass {
  public:
-  SortPass(StepWorkspace* workspace, cudaStream_t stream)
-      : workspace_(workspace), stream_(stream) {}
+  // inverse_side (not null): rank_of_key_kernel runs on its first stream, forked from `stream`.
+  SortPass(StepWorkspace* workspace, cudaStream_t stream, StreamFan* inverse_side = nullptr)
+      : workspace_(workspace), stream_(stream), inverse_side_(inverse_side) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
   // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag). ids_by_row null:
@@ -335,16 +337,27 @@ class SortPass {
                       "dedup: InclusiveSum (scatter)");
     if (dense) {
       if constexpr (sizeof(S) == 4) {
-        rank_of_key_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, stream_>>>(
+        cudaStream_t inverse_stream = stream_;
+        if (inverse_side_ != nullptr) {
+          inverse_side_->fork(stream_);
+          forked_ = true;
+          inverse_stream = as_stream(inverse_side_->stream(0));
+        }
+        rank_of_key_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, inverse_stream>>>(
             keys, n, rank_of_key, key_mask, inverse);
         core::cuda::check_launch("dedup: rank_of_key_kernel");
       }
     }
   }
 
+  // Whether issue() forked inverse_side and wrote the inverse there.
+  bool forked() const { return forked_; }
+
  private:
   StepWorkspace* workspace_;
   cudaStream_t stream_;
+  StreamFan* inverse_side_;
+  bool forked_ = false;
   core::cuda::DeviceArray<uint8_t> owned_;
 };
 
@@ -470,7 +483,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                               uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
-                              StreamHandle stream_handle) {
+                              StreamHandle stream_handle, StreamFan* inverse_side) {
   const cudaStream_t stream = as_stream(stream_handle);
   // keys = nullptr: the narrow keys and the bags are already in the workspace, and no key has bits
   // above 32 (a batch that has is refused by the caller): the AND's high half is 0.
@@ -502,9 +515,10 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
     core::cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream),
                       "dedup_async: cudaMemsetAsync");
   } else if (narrow != nullptr) {
-    SortPass<uint64_t, uint32_t>(&workspace, stream)
-        .issue(n, narrow, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
+    SortPass<uint64_t, uint32_t> pass(&workspace, stream, inverse_side);
+    pass.issue(n, narrow, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
                status);
+    if (pass.forked()) inverse_side = nullptr;  // rank_of_key_kernel issued there
   } else {
     SortPass<uint64_t, uint64_t>(&workspace, stream)
         .issue(n, keys, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
@@ -513,6 +527,8 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
   core::cuda::check(cudaMemcpyAsync(unique_count, status + kUnique, sizeof(uint64_t),
                                     cudaMemcpyDeviceToDevice, stream),
                     "dedup_async: copy unique count");
+  // The side stream is forked whatever the batch, so the caller's join always has a fork.
+  if (inverse_side != nullptr) inverse_side->fork(stream);
 }
 
 template <TableKey K>
