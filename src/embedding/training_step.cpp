@@ -1,6 +1,5 @@
 #include "training_step.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "dynemb/core/error.hpp"
@@ -26,12 +25,8 @@ void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool 
   has_bag_by_row = training && batch_mode != PoolingMode::kNone && ops.reads_bag_by_row();
   if (has_bag_by_row) ensure_buffer(bag_by_row, backend, n, device);
   // A pooled backward without weights reads each id's bag, never the id: the grouped ids are not
-  // written (DYNEMB_DEDUP_IDS=1, read once, writes them anyway: the A/B's old path).
-  static const bool always_ids = [] {
-    const char* v = std::getenv("DYNEMB_DEDUP_IDS");
-    return v != nullptr && v[0] == '1';
-  }();
-  has_ids_by_row = always_ids || !has_bag_by_row || batch_weighted;
+  // written (docs/ops.md, "The sort carries the bags").
+  has_ids_by_row = !has_bag_by_row || batch_weighted;
   if (has_ids_by_row) ensure_buffer(ids_by_row, backend, n, device);
   ensure_buffer(offsets, backend, bags + 1, device);
   weighted = batch_weighted;

@@ -3,7 +3,6 @@
 #include <thrust/execution_policy.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -78,22 +77,9 @@ __device__ __forceinline__ uint32_t table_from(uint32_t t, uint64_t x, const uin
   return t;
 }
 
-// Each id's narrow combined key, grid-stride, one at a time; returns the OR of the keys' bits.
-__device__ uint64_t narrow_keys_single(const NarrowTables& c, size_t first, size_t stride) {
-  uint64_t seen = 0;
-  uint32_t t = 0;
-  for (size_t i = first; i < c.n; i += stride) {
-    t = table_from(t, i, c.base, c.count);
-    const uint64_t bits = c.keys[t][i - c.base[t]];
-    seen |= bits;
-    c.narrow_keys[i] = static_cast<uint32_t>(bits | table_tag(t, c.shift));
-  }
-  return seen;
-}
-
-// narrow_keys_single with kUnroll keys a thread loaded before any is stored (more loads in
-// flight a warp).
-__device__ uint64_t narrow_keys_unrolled(const NarrowTables& c, size_t first, size_t stride) {
+// Each id's narrow combined key, grid-stride, kUnroll keys a thread loaded before any is stored
+// (more loads in flight a warp); returns the OR of the keys' bits.
+__device__ uint64_t narrow_keys(const NarrowTables& c, size_t first, size_t stride) {
   constexpr int kUnroll = 4;
   uint64_t seen = 0;
   uint32_t t = 0;
@@ -121,23 +107,6 @@ __device__ uint64_t narrow_keys_unrolled(const NarrowTables& c, size_t first, si
     }
   }
   return seen;
-}
-
-// Each id's bag, one warp a bag at a time (its offsets loaded, then its ids written).
-__device__ void bags_single(const NarrowTables& c, size_t first, size_t stride) {
-  uint32_t t = 0;
-  const uint32_t lane = ops::cuda::lane_index();
-  for (size_t g = first / 32; g < c.bags; g += stride / 32) {
-    t = table_from(t, g, c.bag_base, c.count);
-    const uint64_t b = g - c.bag_base[t];
-    const int64_t* offsets = c.offsets[t];
-    const auto last = static_cast<int64_t>(c.base[t + 1] - c.base[t]);
-    const int64_t begin = max(min(offsets[b], last), int64_t{0});
-    const int64_t end = max(min(offsets[b + 1], last), int64_t{0});
-    for (int64_t i = begin + lane; i < end; i += 32) {
-      c.bag_of[c.base[t] + i] = static_cast<uint32_t>(g);
-    }
-  }
 }
 
 // Each id's bag, a warp 32 bags at a time: each lane loads one bag's offsets, then the warp
@@ -169,15 +138,13 @@ __device__ void bags_by_32(const NarrowTables& c, size_t first, size_t stride) {
 }
 
 // combine_kernel of every table at once, grid-stride: each id's narrow combined key (and the OR
-// of the keys' bits), each offsets entry with its checks, and each id's bag. kBatched: the keys
-// kUnroll a thread and the bags 32 a warp (narrow_keys_unrolled, bags_by_32); else one at a time.
-// (__grid_constant__: the tables' arrays are indexed in the parameter space, not copied.)
-template <bool kBatched>
+// of the keys' bits), each offsets entry with its checks, and each id's bag (narrow_keys,
+// bags_by_32). (__grid_constant__: the tables' arrays are indexed in the parameter space, not
+// copied.)
 __global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint64_t seen =
-      kBatched ? narrow_keys_unrolled(c, first, stride) : narrow_keys_single(c, first, stride);
+  uint64_t seen = narrow_keys(c, first, stride);
   uint32_t t = 0;
   for (size_t j = first; j < c.entries; j += stride) {
     t = table_from(t, j, c.entry_base, c.count);
@@ -194,13 +161,7 @@ __global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
         (b == 0 && o != 0) || (b == num_bags && o != last) || (b > 0 && o < offsets[b - 1]);
     if (bad) atomicMax(c.status + kBadTableFlag, ~0ull - t);
   }
-  if (c.bag_of != nullptr) {
-    if constexpr (kBatched) {
-      bags_by_32(c, first, stride);
-    } else {
-      bags_single(c, first, stride);
-    }
-  }
+  if (c.bag_of != nullptr) bags_by_32(c, first, stride);
   for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
   __shared__ uint64_t warp_seen[kBlock / 32];
   if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
@@ -231,21 +192,10 @@ __device__ bool spread_refused(const TableSpread& s) {
   return s.key_limit < 64 && (s.status[kKeyBitsSeen] >> s.key_limit) != 0;
 }
 
-// Thread t <= T: table t's first row (bounds: the first unique row with t's tag; u for T).
+// Warp t <= T: table t's first row (bounds: the first unique row with t's tag; u for T), by a
+// search of 32 probes a step (a ballot of the probes' keys at or above the tag): about 5
+// dependent loads for 2^21 rows, where a binary search by one thread waits on 21.
 __global__ void bounds_kernel(TableSpread s) {
-  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t > s.num_tables) return;
-  const size_t u = *s.unique_count;
-  s.bounds[t] = t == s.num_tables
-                    ? u
-                    : thrust::lower_bound(thrust::seq, s.unique_combined, s.unique_combined + u,
-                                          table_tag(static_cast<uint32_t>(t), s.shift)) -
-                          s.unique_combined;
-}
-
-// bounds_kernel with a warp a table: a search of 32 probes a step (ballot of the probes' keys at
-// or above the tag), about 5 dependent loads for 2^21 rows instead of 21.
-__global__ void bounds_by_warp_kernel(TableSpread s) {
   const size_t t = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t > s.num_tables) return;
   const uint32_t lane = ops::cuda::lane_index();
@@ -352,16 +302,6 @@ __global__ void gather_rows_kernel(TableSpread s, TableRows r) {
   }
 }
 
-// DYNEMB_TABLE_KEYS_OLD=1 (read once): the combine's keys and bags one at a time and the bounds
-// a thread a table (the A/B's old path).
-bool old_table_keys() {
-  static const bool old = [] {
-    const char* v = std::getenv("DYNEMB_TABLE_KEYS_OLD");
-    return v != nullptr && v[0] == '1';
-  }();
-  return old;
-}
-
 }  // namespace
 
 bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shift, bool bags,
@@ -393,27 +333,18 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
   c.status = reinterpret_cast<unsigned long long*>(status);
   const size_t threads = std::max<size_t>({c.n, c.entries, c.bags * 32});
   if (threads == 0) return true;
-  // A few waves of resident blocks (8 of 256 threads a multiprocessor, 132 on the H100): each warp
-  // walks about ten bags one after the other.
+  // A few waves of resident blocks (8 of 256 threads a multiprocessor, 132 on the H100): each
+  // thread about 3 rounds of 4 keys, each warp at most one group of 32 bags in the 13m shape.
   const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 4096));
-  if (old_table_keys()) {
-    combine_narrow_kernel<false><<<blocks, kBlock, 0, as_stream(stream)>>>(c);
-  } else {
-    combine_narrow_kernel<true><<<blocks, kBlock, 0, as_stream(stream)>>>(c);
-  }
+  combine_narrow_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(c);
   core::cuda::check_launch("combine_tables_narrow");
   return true;
 }
 
 void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
   const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
-  if (old_table_keys()) {
-    bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(
-        s);
-  } else {
-    bounds_by_warp_kernel<<<blocks_for_threads((size_t{s.num_tables} + 1) * 32), kBlock, 0,
-                            as_stream(stream)>>>(s);
-  }
+  bounds_kernel<<<blocks_for_threads((size_t{s.num_tables} + 1) * 32), kBlock, 0,
+                  as_stream(stream)>>>(s);
   core::cuda::check_launch("spread_table_keys: bounds");
   const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 1024));
   spread_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s);
