@@ -15,6 +15,7 @@
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
+#include "cuda/segment_sort.hpp"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/ops/step_workspace.hpp"
@@ -248,8 +249,10 @@ template <class K, class S>
 class SortPass {
  public:
   // inverse_side (not null): rank_of_key_kernel runs on its first stream, forked from `stream`.
-  SortPass(StepWorkspace* workspace, cudaStream_t stream, StreamFan* inverse_side = nullptr)
-      : workspace_(workspace), stream_(stream), inverse_side_(inverse_side) {}
+  // segments (not null): sorted one by one where they allow (segment_sort.hpp).
+  SortPass(StepWorkspace* workspace, cudaStream_t stream, StreamFan* inverse_side = nullptr,
+           const SortSegments* segments = nullptr)
+      : workspace_(workspace), stream_(stream), inverse_side_(inverse_side), segments_(segments) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
   // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag). ids_by_row null:
@@ -276,7 +279,12 @@ class SortPass {
           "dedup: InclusiveSum (size)");
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
-    const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
+    // The batch's segments sorted one by one, on their own bits (fewer passes).
+    const bool by_segments =
+        sizeof(S) == 4 && segments_ != nullptr && segment_sort_fits(*segments_, n);
+    const size_t temp_bytes = std::max(
+        by_segments ? segment_sort_temp_bytes(segments_->starts, segments_->bits) : sort_bytes,
+        scan_bytes);
     // Narrow keys over a small enough index space: each unique key's rank written at its key and
     // the inverse read from there in the ids' order (rank_of_key_kernel), not scattered.
     const bool dense = sizeof(S) == 4 && workspace_ != nullptr && end_bit <= kDenseRankMaxBits &&
@@ -319,9 +327,17 @@ class SortPass {
     }
     const uint32_t* values_in = bags_as_values ? bag_of : positions_in;
     uint32_t* values_out = bags_as_values ? bag_by_row : grouped;
-    core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, values_in,
-                                                      values_out, items, 0, end_bit, stream_),
-                      "dedup: SortPairs");
+    if constexpr (sizeof(S) == 4) {
+      if (by_segments) {
+        segment_sort_async(segments_->starts, segments_->bits, keys, sorted, values_in, values_out,
+                           temp, segments_->fan, stream_);
+      }
+    }
+    if (!by_segments) {
+      core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, values_in,
+                                                        values_out, items, 0, end_bit, stream_),
+                        "dedup: SortPairs");
+    }
     ScatterByRank<K, S> scatter{
         sorted,      grouped, n,         bag_of,
         unique_keys, inverse, row_begin, bags_as_values ? nullptr : bag_by_row,
@@ -357,6 +373,7 @@ class SortPass {
   StepWorkspace* workspace_;
   cudaStream_t stream_;
   StreamFan* inverse_side_;
+  const SortSegments* segments_;
   bool forked_ = false;
   core::cuda::DeviceArray<uint8_t> owned_;
 };
@@ -483,7 +500,8 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                               uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
-                              StreamHandle stream_handle, StreamFan* inverse_side) {
+                              StreamHandle stream_handle, StreamFan* inverse_side,
+                              const SortSegments* segments) {
   const cudaStream_t stream = as_stream(stream_handle);
   // keys = nullptr: the narrow keys and the bags are already in the workspace, and no key has bits
   // above 32 (a batch that has is refused by the caller): the AND's high half is 0.
@@ -515,7 +533,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
     core::cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream),
                       "dedup_async: cudaMemsetAsync");
   } else if (narrow != nullptr) {
-    SortPass<uint64_t, uint32_t> pass(&workspace, stream, inverse_side);
+    SortPass<uint64_t, uint32_t> pass(&workspace, stream, inverse_side, segments);
     pass.issue(n, narrow, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
                status);
     if (pass.forked()) inverse_side = nullptr;  // rank_of_key_kernel issued there
