@@ -1,7 +1,6 @@
 #include "dynemb/embedding/embedding_collection.hpp"
 
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -100,9 +99,6 @@ struct EmbeddingCollection<K>::Step {
   BackendBuffer<float*> padded_rows;
   std::vector<uint64_t> host_id_base;
   std::unique_ptr<ops::detail::StreamFan> fan;  // the tables' lookup streams (made on first use)
-  // The stream the dedup's inverse is written on beside the spread, lookups and gather (captured
-  // steps; made on first use).
-  std::unique_ptr<ops::detail::StreamFan> inverse_fan;
 };
 
 template <TableKey K>
@@ -369,35 +365,19 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   }
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   uint64_t* unique_count = s.words.data() + kUniqueCount;
-  // Captured into a graph, the inverse (read first by the pooling) is written on a side stream
-  // beside the spread, the lookups and the gather (DYNEMB_INVERSE_MAIN=1, read once: on `stream`).
-  static const bool inverse_main = [] {
-    const char* v = std::getenv("DYNEMB_INVERSE_MAIN");
-    return v != nullptr && v[0] == '1';
-  }();
-  const bool capturing = p.ops.capturing(stream);
-  ops::detail::StreamFan* inverse_fan = nullptr;
-  if (!inverse_main && capturing) {
-    if (s.inverse_fan == nullptr) s.inverse_fan = p.ops.make_stream_fan(1, device);
-    if (s.inverse_fan->size() > 0) inverse_fan = s.inverse_fan.get();
-  }
   // The tables' tagged narrow keys are in table order: captured, each table's segment is sorted
-  // on its id bits alone, the tables side by side on the lookups' streams (DYNEMB_SORT_GLOBAL=1,
-  // read once: one sort of every key on all its bits).
-  static const bool global_sort = [] {
-    const char* v = std::getenv("DYNEMB_SORT_GLOBAL");
-    return v != nullptr && v[0] == '1';
-  }();
+  // on its id bits alone, the tables side by side on the lookups' streams.
+  const bool capturing = p.ops.capturing(stream);
   const size_t side = capturing ? std::min<size_t>(lookup_streams_, num_tables) : 1;
   if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
   ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
   const ops::detail::SortSegments segments{id_base, static_cast<int>(shift), fan};
-  const bool by_segments = narrow && capturing && !global_sort && num_tables > 1;
+  const bool by_segments = narrow && capturing && num_tables > 1;
   ops::detail::dedup_grouped_async(
       p.ops, n, narrow ? nullptr : s.combined_keys.data(), s.unique_combined.data(),
       p.inverse.data(), p.grouped_ids(), p.row_begin.data(),
       p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(), p.num_bags, end_bit,
-      unique_count, *p.workspace, stream, inverse_fan, by_segments ? &segments : nullptr);
+      unique_count, *p.workspace, stream, by_segments ? &segments : nullptr);
   stage_done("dedup");
 
   ops::detail::TableSpread spread;
@@ -463,7 +443,6 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
     p.ops.fill_initial_rows(n, p.unique_keys.data(), p.missing.data(), true, o.eval_initializer,
                             p.fallback.rows.data(), words, words, stream);
   }
-  if (inverse_fan != nullptr) inverse_fan->join(stream);
   stage_done("lookup");
   p.pool(p.feature(o.dim, row_dim_), output, true, stream);
   stage_done("pool");

@@ -165,7 +165,7 @@ TEST_F(TableKeysNarrow, MatchesTheTableByTableCombineAndItsDedup) {
       ops::detail::dedup_grouped_async(
           gpu, n, k == 1 ? wide_keys.data() : nullptr, unique[k].data(), inverse[k].data(),
           with_ids ? ids[k].data() : nullptr, begin[k].data(), by_row[k].data(), got_offsets.data(),
-          bags, end_bit, count.data() + k, k == 1 ? wide_ws : narrow_ws, nullptr, nullptr,
+          bags, end_bit, count.data() + k, k == 1 ? wide_ws : narrow_ws, nullptr,
           k >= 3 ? &segments : nullptr);
     }
     backend_synchronize(kGpu);

@@ -145,7 +145,6 @@ class OpsBackend {
                                    uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                                    int end_bit, uint64_t* unique_count,
                                    ops::detail::StepWorkspace& workspace, StreamHandle stream,
-                                   ops::detail::StreamFan* inverse_side,
                                    const ops::detail::SortSegments* segments) const = 0;
   // combine_tables_narrow (table_keys.hpp); false, nothing issued, where the backend has none.
   virtual bool combine_tables_narrow(std::span<const ops::detail::TableBatch> /*tables*/,

@@ -166,10 +166,9 @@ class CudaOps final : public OpsBackend {
                            uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
                            const int64_t* offsets, size_t num_bags, int end_bit,
                            uint64_t* unique_count, StepWorkspace& workspace, StreamHandle stream,
-                           StreamFan* inverse_side, const SortSegments* segments) const override {
+                           const SortSegments* segments) const override {
     dedup_grouped_async_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
-                             offsets, num_bags, end_bit, unique_count, workspace, stream,
-                             inverse_side, segments);
+                             offsets, num_bags, end_bit, unique_count, workspace, stream, segments);
   }
   bool combine_tables_narrow(std::span<const TableBatch> tables, uint32_t shift, bool bags,
                              int64_t* combined_offsets, uint64_t* status, StepWorkspace& workspace,
