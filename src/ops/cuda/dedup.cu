@@ -7,8 +7,6 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
-#include <cub/agent/single_pass_scan_operators.cuh>
-#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -110,122 +108,31 @@ struct ScatterByRank {
     const uint32_t position = reads_position ? positions[i] : 0;
     if (!by_key) inverse[position] = r;
     if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
-    if (i == 0 || sorted[i] != sorted[i - 1])
-      write_head(i, r, sorted[i], i == 0 ? S{} : sorted[i - 1]);
-    if (i + 1 == n) write_end(r + 1);
-  }
-
-  // Whether the scan has nothing to write but the heads' outputs (head_scan_kernel's case).
-  __host__ __device__ bool heads_only() const {
-    return (rank_of_key != nullptr || rank_low != nullptr) && bag_by_row == nullptr;
-  }
-
-  // The outputs of the head of rank r at sorted entry i (key; `before`: the key at i - 1).
-  __device__ void write_head(size_t i, uint32_t r, S key, S before) const {
-    unique_keys[r] = full_key<K>(key, status);
-    row_begin[r] = static_cast<uint32_t>(i);
-    if constexpr (sizeof(S) == 4) {
-      const uint32_t at = static_cast<uint32_t>(key) & key_mask;
-      if (rank_of_key != nullptr) rank_of_key[at] = r;
-      if (rank_low != nullptr) {
-        rank_low[at] = static_cast<uint16_t>(r);
-        const uint32_t prior = static_cast<uint32_t>(before) & key_mask;
-        if (i == 0 || (prior >> kRankBlockBits) != (at >> kRankBlockBits)) {
-          block_rank[at >> kRankBlockBits] = r;
+    if (i == 0 || sorted[i] != sorted[i - 1]) {
+      unique_keys[r] = full_key<K>(sorted[i], status);
+      row_begin[r] = static_cast<uint32_t>(i);
+      if constexpr (sizeof(S) == 4) {
+        const uint32_t at = static_cast<uint32_t>(sorted[i]) & key_mask;
+        if (rank_of_key != nullptr) rank_of_key[at] = r;
+        if (rank_low != nullptr) {
+          rank_low[at] = static_cast<uint16_t>(r);
+          const uint32_t before = i == 0 ? 0 : static_cast<uint32_t>(sorted[i - 1]) & key_mask;
+          if (i == 0 || (before >> kRankBlockBits) != (at >> kRankBlockBits)) {
+            block_rank[at >> kRankBlockBits] = r;
+          }
         }
       }
     }
-  }
-
-  // After the last entry: `unique` heads in all.
-  __device__ void write_end(uint32_t unique) const {
-    row_begin[unique] = static_cast<uint32_t>(n);
-    status[kUnique] = unique;
+    if (i + 1 == n) {
+      row_begin[r + 1] = static_cast<uint32_t>(n);
+      status[kUnique] = r + 1;
+    }
   }
 };
 
 template <class K, class S>
 auto scatter_by_rank(const ScatterByRank<K, S>& f) {
   return thrust::make_tabulate_output_iterator(f);
-}
-
-// The rank scan of 32-bit sorted keys when only the heads write (ScatterByRank::heads_only): a
-// tile of kHeadItems consecutive keys a thread, loaded 16 bytes at a time, heads counted and
-// scanned across the block, the tiles chained by CUB's decoupled look-back; each head then writes
-// its outputs. One pass over the keys, where DeviceScan over head flags through the tabulate
-// iterator read each key twice and kept fewer warps resident.
-constexpr int kHeadThreads = 256;
-constexpr int kHeadItems = 16;
-constexpr int kHeadTile = kHeadThreads * kHeadItems;
-using HeadTiles = cub::ScanTileState<uint32_t>;
-
-__global__ void init_head_tiles_kernel(HeadTiles tiles, int num_tiles) {
-  tiles.InitializeStatus(num_tiles);
-}
-
-template <class K>
-__global__ void __launch_bounds__(kHeadThreads)
-    head_scan_kernel(ScatterByRank<K, uint32_t> w, HeadTiles tiles) {
-  using BlockScanT = cub::BlockScan<uint32_t, kHeadThreads>;
-  using PrefixT = cub::TilePrefixCallbackOp<uint32_t, ::cuda::std::plus<>, HeadTiles>;
-  __shared__ typename BlockScanT::TempStorage scan_storage;
-  __shared__ typename PrefixT::TempStorage prefix_storage;
-  const int tile = static_cast<int>(blockIdx.x);
-  const size_t n = w.n;
-  const size_t first = static_cast<size_t>(tile) * kHeadTile + threadIdx.x * kHeadItems;
-  uint32_t key[kHeadItems];
-  if (first + kHeadItems <= n) {
-    const auto* v = reinterpret_cast<const uint4*>(w.sorted + first);
-#pragma unroll
-    for (int q = 0; q < kHeadItems / 4; ++q) {
-      const uint4 x = v[q];
-      key[4 * q] = x.x;
-      key[4 * q + 1] = x.y;
-      key[4 * q + 2] = x.z;
-      key[4 * q + 3] = x.w;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kHeadItems; ++j) key[j] = first + j < n ? w.sorted[first + j] : 0;
-  }
-  const uint32_t before = first > 0 && first <= n ? w.sorted[first - 1] : 0;
-  uint32_t flags = 0, heads = 0;
-#pragma unroll
-  for (int j = 0; j < kHeadItems; ++j) {
-    const size_t i = first + j;
-    const uint32_t prior = j == 0 ? before : key[j - 1];
-    const bool head = i < n && (i == 0 || key[j] != prior);
-    flags |= static_cast<uint32_t>(head) << j;
-    heads += head;
-  }
-  uint32_t rank = 0;
-  if (tile == 0) {
-    uint32_t total = 0;
-    BlockScanT(scan_storage).ExclusiveSum(heads, rank, total);
-    if (threadIdx.x == 0) tiles.SetInclusive(0, total);
-  } else {
-    PrefixT prefix(tiles, prefix_storage, ::cuda::std::plus<>{}, tile);
-    BlockScanT(scan_storage).ExclusiveSum(heads, rank, prefix);
-  }
-#pragma unroll
-  for (int j = 0; j < kHeadItems; ++j) {
-    const size_t i = first + j;
-    if ((flags >> j) & 1u) {
-      w.write_head(i, rank, key[j], j == 0 ? before : key[j - 1]);
-      ++rank;
-    }
-    if (i + 1 == n) w.write_end(rank);
-  }
-}
-
-// DYNEMB_CUB_SCAN=1 (read once): the rank scan by DeviceScan even where only heads write (the
-// A/B's old path).
-bool cub_scan_only() {
-  static const bool only = [] {
-    const char* v = std::getenv("DYNEMB_CUB_SCAN");
-    return v != nullptr && v[0] == '1';
-  }();
-  return only;
 }
 
 // inverse[i] = the rank of id i's key, from the ranks the scan left at each unique key's index
@@ -450,13 +357,9 @@ class SortPass {
     if (chosen == nullptr && (end_bit + 9) / 10 < (end_bit + 7) / 8) chosen = &whole;
     if (global_sort_only()) chosen = nullptr;
     const bool by_segments = sizeof(S) == 4 && chosen != nullptr && segment_sort_fits(*chosen, n);
-    // The head scan's tile states (head_scan_kernel; its use is decided below, with the outputs).
-    const int head_tiles = static_cast<int>((n + kHeadTile - 1) / kHeadTile);
-    size_t head_bytes = 0;
-    core::cuda::check(HeadTiles::AllocationSize(head_tiles, head_bytes), "dedup: head tiles");
     const size_t temp_bytes =
-        std::max({by_segments ? segment_sort_temp_bytes(chosen->starts, chosen->bits) : sort_bytes,
-                  scan_bytes, head_bytes});
+        std::max(by_segments ? segment_sort_temp_bytes(chosen->starts, chosen->bits) : sort_bytes,
+                 scan_bytes);
     // Narrow keys over a small enough index space: each unique key's rank written at its key and
     // the inverse read from there in the ids' order (rank_of_key_kernel), not scattered.
     const bool dense = sizeof(S) == 4 && workspace_ != nullptr && end_bit <= kDenseRankMaxBits &&
@@ -530,24 +433,9 @@ class SortPass {
       scatter.block_rank = block_rank;
       scatter.key_mask = key_mask;
     }
-    bool scanned = false;
-    if constexpr (sizeof(S) == 4) {
-      if (scatter.heads_only() && !cub_scan_only()) {
-        HeadTiles tiles;
-        core::cuda::check(tiles.Init(head_tiles, temp, head_bytes), "dedup: head tiles");
-        init_head_tiles_kernel<<<blocks_for_threads(static_cast<size_t>(head_tiles)), kBlock, 0,
-                                 stream_>>>(tiles, head_tiles);
-        core::cuda::check_launch("dedup: init_head_tiles_kernel");
-        head_scan_kernel<K><<<head_tiles, kHeadThreads, 0, stream_>>>(scatter, tiles);
-        core::cuda::check_launch("dedup: head_scan_kernel");
-        scanned = true;
-      }
-    }
-    if (!scanned) {
-      core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
-                                                      scatter_by_rank(scatter), items, stream_),
-                        "dedup: InclusiveSum (scatter)");
-    }
+    core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
+                                                    scatter_by_rank(scatter), items, stream_),
+                      "dedup: InclusiveSum (scatter)");
     if (dense) {
       if constexpr (sizeof(S) == 4) {
         if (low_ranks) {
