@@ -365,19 +365,11 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   }
   if (p.num_bags == 0) backend_zero(backend_, p.offsets.data(), sizeof(int64_t), stream);
   uint64_t* unique_count = s.words.data() + kUniqueCount;
-  // The tables' tagged narrow keys are in table order: captured, each table's segment is sorted
-  // on its id bits alone, the tables side by side on the lookups' streams.
-  const bool capturing = p.ops.capturing(stream);
-  const size_t side = capturing ? std::min<size_t>(lookup_streams_, num_tables) : 1;
-  if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
-  ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
-  const ops::detail::SortSegments segments{id_base, static_cast<int>(shift), fan};
-  const bool by_segments = narrow && capturing && num_tables > 1;
   ops::detail::dedup_grouped_async(
       p.ops, n, narrow ? nullptr : s.combined_keys.data(), s.unique_combined.data(),
       p.inverse.data(), p.grouped_ids(), p.row_begin.data(),
       p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(), p.num_bags, end_bit,
-      unique_count, *p.workspace, stream, by_segments ? &segments : nullptr);
+      unique_count, *p.workspace, stream);
   stage_done("dedup");
 
   ops::detail::TableSpread spread;
@@ -409,6 +401,9 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   // Captured into a graph, the tables look up their keys side by side: each on a side stream
   // forked from `stream` and joined back (parallel branches). Issued eagerly, the host is what
   // bounds the tables' calls, and the fork and join would only add to its work.
+  const size_t side = p.ops.capturing(stream) ? std::min<size_t>(lookup_streams_, num_tables) : 1;
+  if (side > 1 && s.fan == nullptr) s.fan = p.ops.make_stream_fan(side, device);
+  ops::detail::StreamFan* fan = side > 1 && s.fan->size() > 0 ? s.fan.get() : nullptr;
   if (fan != nullptr) fan->fork(stream);
   for (size_t t = 0; t < num_tables; ++t) {
     if (s.ids_of[t] == 0) continue;

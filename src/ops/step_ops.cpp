@@ -39,8 +39,7 @@ void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
                          uint64_t* unique_keys, uint32_t* inverse, uint32_t* ids_by_row,
                          uint32_t* row_begin, uint32_t* bag_by_row, const int64_t* offsets,
                          size_t num_bags, int end_bit, uint64_t* unique_count,
-                         StepWorkspace& workspace, StreamHandle stream,
-                         const SortSegments* segments) {
+                         StepWorkspace& workspace, StreamHandle stream) {
   require(n <= 0xFFFFFFFFull, "dedup_grouped_async", "num_ids", std::to_string(n),
           "must be < 2^32");
   require(end_bit >= 1 && end_bit <= 64, "dedup_grouped_async", "end_bit", std::to_string(end_bit),
@@ -48,7 +47,7 @@ void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
   require(keys != nullptr || end_bit <= 32, "dedup_grouped_async", "end_bit",
           std::to_string(end_bit), "must be <= 32 with keys = nullptr (narrow keys)");
   ops.dedup_grouped_async(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row, offsets,
-                          num_bags, end_bit, unique_count, workspace, stream, segments);
+                          num_bags, end_bit, unique_count, workspace, stream);
 }
 
 void pooled_lookup_unchecked(const OpsBackend& ops, const LookupFeature& feature,

@@ -144,8 +144,8 @@ class OpsBackend {
                                    uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                                    uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                                    int end_bit, uint64_t* unique_count,
-                                   ops::detail::StepWorkspace& workspace, StreamHandle stream,
-                                   const ops::detail::SortSegments* segments) const = 0;
+                                   ops::detail::StepWorkspace& workspace,
+                                   StreamHandle stream) const = 0;
   // combine_tables_narrow (table_keys.hpp); false, nothing issued, where the backend has none.
   virtual bool combine_tables_narrow(std::span<const ops::detail::TableBatch> /*tables*/,
                                      uint32_t /*shift*/, bool /*bags*/,

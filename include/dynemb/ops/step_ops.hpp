@@ -59,14 +59,11 @@ size_t dedup_grouped(const OpsBackend& ops, size_t n, const K* keys, K* unique_k
 // synchronization, no allocation once the workspace has grown to n; capturable in a CUDA graph.
 // keys = nullptr: combine_tables_narrow (table_keys.hpp) has just written the keys' low 32 bits
 // (and, with bag_by_row, each id's bag) to the workspace; end_bit must then be <= 32.
-// segments (not null, narrow keys): the batch's segments, which the backend may sort one by one
-// (SortSegments); the same results.
 void dedup_grouped_async(const OpsBackend& ops, size_t n, const uint64_t* keys,
                          uint64_t* unique_keys, uint32_t* inverse, uint32_t* ids_by_row,
                          uint32_t* row_begin, uint32_t* bag_by_row, const int64_t* offsets,
                          size_t num_bags, int end_bit, uint64_t* unique_count,
-                         StepWorkspace& workspace, StreamHandle stream,
-                         const SortSegments* segments = nullptr);
+                         StepWorkspace& workspace, StreamHandle stream);
 
 // pooled_lookup of one feature without the data checks (the caller vouches for offsets and
 // indices).

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 
 namespace dynemb::ops::detail {
 
@@ -18,18 +17,6 @@ struct IdGroups {
   // num_ids entries, the bag holding id ids_by_row[k] (a pooled batch's), or null: the reduction
   // works it out from the offsets.
   const uint32_t* bag_by_row = nullptr;
-};
-
-class StreamFan;
-
-// A batch whose keys lie in segments [starts[s], starts[s + 1]) that agree on every bit at and
-// above `bits` and ascend by those bits segment after segment (a collection's tables, each
-// tagged above its ids): each segment may be sorted on its own, on bits [0, bits) only, on the
-// fan's streams (null fan: one after the other).
-struct SortSegments {
-  std::span<const uint64_t> starts;  // host memory, segments + 1 entries, from 0 to the batch's n
-  int bits = 0;
-  StreamFan* fan = nullptr;
 };
 
 // Device words read back together with dedup_grouped's unique count (one synchronization).

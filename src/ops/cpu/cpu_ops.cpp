@@ -163,7 +163,7 @@ class CpuOps final : public OpsBackend {
   void dedup_grouped_async(size_t n, const uint64_t* keys, uint64_t* unique_keys, uint32_t* inverse,
                            uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
                            const int64_t* offsets, size_t num_bags, int, uint64_t* unique_count,
-                           StepWorkspace&, StreamHandle, const SortSegments*) const override {
+                           StepWorkspace&, StreamHandle) const override {
     // Every bit is sorted here; the offsets were clamped by combine_table_keys (and checked there).
     const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
     std::vector<uint32_t> own_ids(ids_by_row == nullptr ? n : 0);

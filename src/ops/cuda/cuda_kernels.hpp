@@ -90,7 +90,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                               uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
-                              StreamHandle stream, const SortSegments* segments);
+                              StreamHandle stream);
 // Whether `stream` is capturing a CUDA graph.
 bool stream_capturing_cuda(StreamHandle stream);
 // Side streams and their events on `device` (stream_fan.hpp); high_priority: blocks of their

@@ -165,10 +165,10 @@ class CudaOps final : public OpsBackend {
   void dedup_grouped_async(size_t n, const uint64_t* keys, uint64_t* unique_keys, uint32_t* inverse,
                            uint32_t* ids_by_row, uint32_t* row_begin, uint32_t* bag_by_row,
                            const int64_t* offsets, size_t num_bags, int end_bit,
-                           uint64_t* unique_count, StepWorkspace& workspace, StreamHandle stream,
-                           const SortSegments* segments) const override {
+                           uint64_t* unique_count, StepWorkspace& workspace,
+                           StreamHandle stream) const override {
     dedup_grouped_async_cuda(n, keys, unique_keys, inverse, ids_by_row, row_begin, bag_by_row,
-                             offsets, num_bags, end_bit, unique_count, workspace, stream, segments);
+                             offsets, num_bags, end_bit, unique_count, workspace, stream);
   }
   bool combine_tables_narrow(std::span<const TableBatch> tables, uint32_t shift, bool bags,
                              int64_t* combined_offsets, uint64_t* status, StepWorkspace& workspace,

@@ -16,7 +16,6 @@
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
-#include "cuda/segment_sort.hpp"
 #include "dynemb/core/cuda/check.hpp"
 #include "dynemb/core/cuda/device_array.hpp"
 #include "dynemb/ops/step_workspace.hpp"
@@ -266,16 +265,6 @@ __global__ void batch_status_kernel(const int64_t* offsets, size_t num_bags, siz
   atomicAnd(&status[kKeysAnd], all);
 }
 
-// DYNEMB_SORT_GLOBAL=1 (read once): every batch in one sort of CUB's own digits (the A/B's old
-// path).
-bool global_sort_only() {
-  static const bool only = [] {
-    const char* v = std::getenv("DYNEMB_SORT_GLOBAL");
-    return v != nullptr && v[0] == '1';
-  }();
-  return only;
-}
-
 // Batches at least this long, when nothing predicts their key bits (no workspace, or its first
 // batch), first read back the bits that differ and sort only those; shorter ones sort all bits
 // (the read back would cost more than the passes it saves).
@@ -319,9 +308,8 @@ void check_offsets_status(const char* where, const uint64_t* status, const int64
 template <class K, class S>
 class SortPass {
  public:
-  // segments (not null): sorted one by one where they allow (segment_sort.hpp).
-  SortPass(StepWorkspace* workspace, cudaStream_t stream, const SortSegments* segments = nullptr)
-      : workspace_(workspace), stream_(stream), segments_(segments) {}
+  SortPass(StepWorkspace* workspace, cudaStream_t stream)
+      : workspace_(workspace), stream_(stream) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
   // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag). ids_by_row null:
@@ -348,18 +336,7 @@ class SortPass {
           "dedup: InclusiveSum (size)");
       if (cached != nullptr) *cached = {n, end_bit, sizeof(S), sort_bytes, scan_bytes};
     }
-    // The batch's segments sorted one by one, on their own bits (fewer passes). Without segments,
-    // a batch whose bits take fewer passes of 10 bits than of 8 (17 to 20 bits: two instead of
-    // three) is sorted as one segment of 10-bit digits.
-    const uint64_t whole_starts[2] = {0, n};
-    const SortSegments whole{whole_starts, end_bit, nullptr};
-    const SortSegments* chosen = segments_;
-    if (chosen == nullptr && (end_bit + 9) / 10 < (end_bit + 7) / 8) chosen = &whole;
-    if (global_sort_only()) chosen = nullptr;
-    const bool by_segments = sizeof(S) == 4 && chosen != nullptr && segment_sort_fits(*chosen, n);
-    const size_t temp_bytes =
-        std::max(by_segments ? segment_sort_temp_bytes(chosen->starts, chosen->bits) : sort_bytes,
-                 scan_bytes);
+    const size_t temp_bytes = std::max(sort_bytes, scan_bytes);
     // Narrow keys over a small enough index space: each unique key's rank written at its key and
     // the inverse read from there in the ids' order (rank_of_key_kernel), not scattered.
     const bool dense = sizeof(S) == 4 && workspace_ != nullptr && end_bit <= kDenseRankMaxBits &&
@@ -410,17 +387,9 @@ class SortPass {
     }
     const uint32_t* values_in = bags_as_values ? bag_of : positions_in;
     uint32_t* values_out = bags_as_values ? bag_by_row : grouped;
-    if constexpr (sizeof(S) == 4) {
-      if (by_segments) {
-        segment_sort_async(chosen->starts, chosen->bits, keys, sorted, values_in, values_out, temp,
-                           chosen->fan, stream_);
-      }
-    }
-    if (!by_segments) {
-      core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, values_in,
-                                                        values_out, items, 0, end_bit, stream_),
-                        "dedup: SortPairs");
-    }
+    core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, values_in,
+                                                      values_out, items, 0, end_bit, stream_),
+                      "dedup: SortPairs");
     ScatterByRank<K, S> scatter{
         sorted,      grouped, n,         bag_of,
         unique_keys, inverse, row_begin, bags_as_values ? nullptr : bag_by_row,
@@ -453,7 +422,6 @@ class SortPass {
  private:
   StepWorkspace* workspace_;
   cudaStream_t stream_;
-  const SortSegments* segments_;
   core::cuda::DeviceArray<uint8_t> owned_;
 };
 
@@ -579,7 +547,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
                               uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,
                               uint32_t* bag_by_row, const int64_t* offsets, size_t num_bags,
                               int end_bit, uint64_t* unique_count, StepWorkspace& workspace,
-                              StreamHandle stream_handle, const SortSegments* segments) {
+                              StreamHandle stream_handle) {
   const cudaStream_t stream = as_stream(stream_handle);
   // keys = nullptr: the narrow keys and the bags are already in the workspace, and no key has bits
   // above 32 (a batch that has is refused by the caller): the AND's high half is 0.
@@ -611,7 +579,7 @@ void dedup_grouped_async_cuda(size_t n, const uint64_t* keys, uint64_t* unique_k
     core::cuda::check(cudaMemsetAsync(row_begin, 0, sizeof(uint32_t), stream),
                       "dedup_async: cudaMemsetAsync");
   } else if (narrow != nullptr) {
-    SortPass<uint64_t, uint32_t>(&workspace, stream, segments)
+    SortPass<uint64_t, uint32_t>(&workspace, stream)
         .issue(n, narrow, end_bit, unique_keys, inverse, ids_by_row, row_begin, bag_of, bag_by_row,
                status);
   } else {
