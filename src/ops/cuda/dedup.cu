@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/launch.cuh"
@@ -67,16 +66,6 @@ __device__ __forceinline__ K full_key(S sorted_key, const unsigned long long* st
   }
 }
 
-// Ranks by key in 16 bits (the index space's half): a unique key's rank r is stored as its low
-// 16 bits at the key's index, and r of the first unique key of each block of 2^kRankBlockBits
-// indices at the block's index; r = block + ((low - block) mod 2^16), since a block holds at most
-// 2^kRankBlockBits unique keys, ranked one after the other.
-constexpr int kRankBlockBits = 10;
-
-__device__ __forceinline__ uint32_t rank_from_low(uint32_t block_rank, uint16_t low) {
-  return block_rank + static_cast<uint16_t>(low - static_cast<uint16_t>(block_rank));
-}
-
 // The rank scan's output: rank is the inclusive count of heads up to sorted entry i (its unique
 // position is rank - 1). Writes the unique keys, where each group starts, the unique count, the
 // inverse (or, with rank_of_key, each unique key's rank at its key: rank_of_key_kernel then reads
@@ -94,32 +83,21 @@ struct ScatterByRank {
   uint32_t* row_begin;
   uint32_t* bag_by_row;
   unsigned long long* status;
-  uint32_t* rank_of_key = nullptr;  // null (and rank_low null): the inverse is scattered here
+  uint32_t* rank_of_key = nullptr;  // null: the inverse is scattered here
   uint32_t key_mask = 0;            // the sorted bits of a key, rank_of_key's index
-  uint16_t* rank_low = nullptr;     // not null: the ranks in 16 bits (rank_from_low), not 32
-  uint32_t* block_rank = nullptr;
 
   __device__ void operator()(ptrdiff_t index, uint32_t rank) const {
     const auto i = static_cast<size_t>(index);
     const uint32_t r = rank - 1;
-    const bool by_key = rank_of_key != nullptr || rank_low != nullptr;
-    const bool reads_position = !by_key || bag_by_row != nullptr;
+    const bool reads_position = rank_of_key == nullptr || bag_by_row != nullptr;
     const uint32_t position = reads_position ? positions[i] : 0;
-    if (!by_key) inverse[position] = r;
+    if (rank_of_key == nullptr) inverse[position] = r;
     if (bag_by_row != nullptr) bag_by_row[i] = bag_of[position];
     if (i == 0 || sorted[i] != sorted[i - 1]) {
       unique_keys[r] = full_key<K>(sorted[i], status);
       row_begin[r] = static_cast<uint32_t>(i);
       if constexpr (sizeof(S) == 4) {
-        const uint32_t at = static_cast<uint32_t>(sorted[i]) & key_mask;
-        if (rank_of_key != nullptr) rank_of_key[at] = r;
-        if (rank_low != nullptr) {
-          rank_low[at] = static_cast<uint16_t>(r);
-          const uint32_t before = i == 0 ? 0 : static_cast<uint32_t>(sorted[i - 1]) & key_mask;
-          if (i == 0 || (before >> kRankBlockBits) != (at >> kRankBlockBits)) {
-            block_rank[at >> kRankBlockBits] = r;
-          }
-        }
+        if (rank_of_key != nullptr) rank_of_key[static_cast<uint32_t>(sorted[i]) & key_mask] = r;
       }
     }
     if (i + 1 == n) {
@@ -162,46 +140,6 @@ __global__ void rank_of_key_kernel(const uint32_t* keys, size_t n, const uint32_
       if (i < n) inverse[i] = rank[k];
     }
   }
-}
-
-// rank_of_key_kernel from the ranks in 16 bits (ScatterByRank::rank_low): half the bytes of
-// random reads (the index space's array fits the L2 better), and one more read of the small
-// block array.
-__global__ void rank_of_key_low_kernel(const uint32_t* keys, size_t n, const uint16_t* rank_low,
-                                       const uint32_t* block_rank, uint32_t key_mask,
-                                       uint32_t* inverse) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  constexpr int kPerThread = 4;
-  for (size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; first < n;
-       first += stride * kPerThread) {
-    uint32_t key[kPerThread], block[kPerThread];
-    uint16_t low[kPerThread];
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const size_t i = first + k * stride;
-      key[k] = i < n ? __ldg(keys + i) & key_mask : 0;
-    }
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const bool in = first + k * stride < n;
-      low[k] = in ? __ldg(rank_low + key[k]) : 0;
-      block[k] = in ? __ldg(block_rank + (key[k] >> kRankBlockBits)) : 0;
-    }
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const size_t i = first + k * stride;
-      if (i < n) inverse[i] = rank_from_low(block[k], low[k]);
-    }
-  }
-}
-
-// DYNEMB_RANK32=1 (read once): the ranks by key in 32 bits (the A/B's old path).
-bool ranks_in_32_bits() {
-  static const bool wide = [] {
-    const char* v = std::getenv("DYNEMB_RANK32");
-    return v != nullptr && v[0] == '1';
-  }();
-  return wide;
 }
 
 // The largest index space of rank_of_key: 2^kDenseRankMaxBits words, and at most 4 words an id
@@ -349,20 +287,12 @@ class SortPass {
     uint32_t* positions = nullptr;
     uint32_t* grouped = ids_by_row;  // the sorted positions (scratch when not asked for)
     uint32_t* rank_of_key = nullptr;
-    uint16_t* rank_low = nullptr;
-    uint32_t* block_rank = nullptr;
-    const bool low_ranks = dense && !ranks_in_32_bits();
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<S>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
       if (ids_by_row == nullptr && !bags_as_values) grouped = c.take<uint32_t>(n);
-      if (low_ranks) {
-        rank_low = c.take<uint16_t>(size_t{1} << end_bit);
-        block_rank = c.take<uint32_t>((size_t{1} << end_bit >> kRankBlockBits) + 1);
-      } else if (dense) {
-        rank_of_key = c.take<uint32_t>(size_t{1} << end_bit);
-      }
+      if (dense) rank_of_key = c.take<uint32_t>(size_t{1} << end_bit);
       temp = c.take<uint8_t>(temp_bytes);
     };
     ScratchCarver measure;
@@ -398,8 +328,6 @@ class SortPass {
         end_bit >= 32 ? 0xFFFFFFFFu : static_cast<uint32_t>((uint64_t{1} << end_bit) - 1);
     if (dense) {
       scatter.rank_of_key = rank_of_key;
-      scatter.rank_low = rank_low;
-      scatter.block_rank = block_rank;
       scatter.key_mask = key_mask;
     }
     core::cuda::check(cub::DeviceScan::InclusiveSum(temp, scan_bytes, head_flags<S>(sorted),
@@ -407,13 +335,8 @@ class SortPass {
                       "dedup: InclusiveSum (scatter)");
     if (dense) {
       if constexpr (sizeof(S) == 4) {
-        if (low_ranks) {
-          rank_of_key_low_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, stream_>>>(
-              keys, n, rank_low, block_rank, key_mask, inverse);
-        } else {
-          rank_of_key_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, stream_>>>(
-              keys, n, rank_of_key, key_mask, inverse);
-        }
+        rank_of_key_kernel<<<blocks_for_threads((n + 3) / 4), kBlock, 0, stream_>>>(
+            keys, n, rank_of_key, key_mask, inverse);
         core::cuda::check_launch("dedup: rank_of_key_kernel");
       }
     }
