@@ -98,7 +98,7 @@ void Embedding<K>::forward(const EmbeddingBatch<K>& batch, float* out, uint32_t 
   const LookupOutput output{out, out_stride, options_.output_type};
   uint64_t counters[kCounters];
   const size_t u = ops::detail::dedup_grouped<K>(
-      p.ops, n, batch.keys, p.unique_keys.data(), p.inverse.data(), p.ids_by_row.data(),
+      p.ops, n, batch.keys, p.unique_keys.data(), p.inverse.data(), p.grouped_ids(),
       p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(),
       batch.num_bags, "Embedding::forward", {s.counters.data(), kCounters, counters}, *p.workspace,
       stream);

@@ -171,7 +171,7 @@ size_t EmbeddingCollection<K>::combine_and_dedup(std::span<const EmbeddingBatch<
   try {
     u = ops::detail::dedup_grouped<uint64_t>(
         p.ops, p.num_ids, s.combined_keys.data(), s.unique_combined.data(), p.inverse.data(),
-        p.ids_by_row.data(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
+        p.grouped_ids(), p.row_begin.data(), p.has_bag_by_row ? p.bag_by_row.data() : nullptr,
         p.offsets.data(), p.num_bags, kForward, {s.words.data(), kWords, words}, *p.workspace,
         stream);
   } catch (const InvalidArgument&) {
@@ -367,7 +367,7 @@ void EmbeddingCollection<K>::forward_sync_free(std::span<const EmbeddingBatch<K>
   uint64_t* unique_count = s.words.data() + kUniqueCount;
   ops::detail::dedup_grouped_async(
       p.ops, n, narrow ? nullptr : s.combined_keys.data(), s.unique_combined.data(),
-      p.inverse.data(), p.ids_by_row.data(), p.row_begin.data(),
+      p.inverse.data(), p.grouped_ids(), p.row_begin.data(),
       p.has_bag_by_row ? p.bag_by_row.data() : nullptr, p.offsets.data(), p.num_bags, end_bit,
       unique_count, *p.workspace, stream);
   stage_done("dedup");

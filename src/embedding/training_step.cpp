@@ -19,12 +19,15 @@ void TrainingStep<K>::begin(size_t n, size_t bags, PoolingMode batch_mode, bool 
   pending_backward = false;
   ensure_buffer(unique_keys, backend, n, device);
   ensure_buffer(inverse, backend, n, device);
-  ensure_buffer(ids_by_row, backend, n, device);
   ensure_buffer(row_begin, backend, n + 1, device);
   // The bags in the grouped order, from the dedup, for a training step's backward where the
   // backend's reduction reads them (the CPU's works them out as it goes).
   has_bag_by_row = training && batch_mode != PoolingMode::kNone && ops.reads_bag_by_row();
   if (has_bag_by_row) ensure_buffer(bag_by_row, backend, n, device);
+  // A pooled backward without weights reads each id's bag, never the id: the grouped ids are not
+  // written (docs/ops.md, "The sort carries the bags").
+  has_ids_by_row = !has_bag_by_row || batch_weighted;
+  if (has_ids_by_row) ensure_buffer(ids_by_row, backend, n, device);
   ensure_buffer(offsets, backend, bags + 1, device);
   weighted = batch_weighted;
   if (weighted) ensure_buffer(weights, backend, n, device);

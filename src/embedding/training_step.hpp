@@ -81,8 +81,11 @@ class TrainingStep {
   }
 
   ops::detail::IdGroups groups() const {
-    return {ids_by_row.data(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
+    return {grouped_ids(), row_begin.data(), has_bag_by_row ? bag_by_row.data() : nullptr};
   }
+  // The dedup's ids_by_row: null when the backward reads only the bags (has_ids_by_row false).
+  uint32_t* grouped_ids() { return has_ids_by_row ? ids_by_row.data() : nullptr; }
+  const uint32_t* grouped_ids() const { return has_ids_by_row ? ids_by_row.data() : nullptr; }
   LookupFeature feature(uint32_t dim, uint32_t row_dim) const {
     LookupFeature f = step_feature(rows.data(), by_address ? row_ptrs.data() : nullptr, dim,
                                    row_dim, num_unique, inverse.data(), num_ids, offsets.data(),
@@ -98,6 +101,8 @@ class TrainingStep {
   BackendBuffer<uint32_t> inverse, ids_by_row, row_begin;
   BackendBuffer<uint32_t> bag_by_row;  // the bag of each id in ids_by_row's order
   bool has_bag_by_row = false;         // bag_by_row holds this step's
+  // ids_by_row is written: the backward reads an id (weights, no pooling) or has no bag_by_row.
+  bool has_ids_by_row = true;
   BackendBuffer<int64_t> offsets;
   BackendBuffer<float> weights;
   // Rows by address (by_address): the table's row of each unique key, or the fallback row

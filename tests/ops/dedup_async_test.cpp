@@ -1,8 +1,8 @@
 // dedup_grouped_async (the host-sync-free step's dedup): the unique count stays in backend memory,
 // the sort covers the bits the caller names. Against a std::map model: the unique keys ascending,
 // each id's inverse, the ids grouped by unique key (ascending in a group) with where each group
-// starts, and each id's bag in that order. Short and long batches, narrow (<= 32 bits) and wide
-// sorts, several batches on one workspace.
+// starts, and each id's bag in that order (also without the grouped ids: the bags only). Short
+// and long batches, narrow (<= 32 bits) and wide sorts, several batches on one workspace.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -57,34 +57,40 @@ TEST_P(DedupAsync, MatchesAMapModel) {
 
     auto k = upload(backend, keys);
     auto o = upload(backend, offsets);
-    BackendBuffer<uint64_t> unique(backend, n + 1), count(backend, 1);
-    BackendBuffer<uint32_t> inverse(backend, n + 1), ids(backend, n + 1), row_begin(backend, n + 2),
-        bag_by_row(backend, n + 1);
-    const bool bags_wanted = ops.reads_bag_by_row();
-    ops::detail::dedup_grouped_async(ops, n, k.data(), unique.data(), inverse.data(), ids.data(),
-                                     row_begin.data(), bags_wanted ? bag_by_row.data() : nullptr,
-                                     o.data(), bags, shape.bits, count.data(), workspace, nullptr);
-    backend_synchronize(backend);
-    const size_t u = download(count, 1)[0];
-    ASSERT_EQ(u, model.size());
-    const std::vector<uint64_t> got_unique = download(unique, u);
-    const std::vector<uint32_t> got_inverse = download(inverse, n), got_ids = download(ids, n),
-                                got_begin = download(row_begin, u + 1),
-                                got_bags = download(bag_by_row, n);
-    size_t r = 0;
-    for (const auto& [key, members] : model) {
-      ASSERT_EQ(got_unique[r], key) << r;
-      ASSERT_EQ(got_begin[r + 1] - got_begin[r], members.size()) << r;
-      for (size_t j = 0; j < members.size(); ++j) {
-        const uint32_t id = got_ids[got_begin[r] + j];
-        EXPECT_EQ(id, members[j]) << r;
-        EXPECT_EQ(got_inverse[id], r) << id;
-        if (bags_wanted) EXPECT_EQ(got_bags[got_begin[r] + j], bag_of[id]) << id;
+    // With the grouped ids, then without them (the bags only: what a pooled backward without
+    // weights reads).
+    for (const bool with_ids : {true, false}) {
+      SCOPED_TRACE(with_ids ? "ids and bags" : "bags only");
+      BackendBuffer<uint64_t> unique(backend, n + 1), count(backend, 1);
+      BackendBuffer<uint32_t> inverse(backend, n + 1), ids(backend, n + 1),
+          row_begin(backend, n + 2), bag_by_row(backend, n + 1);
+      const bool bags_wanted = ops.reads_bag_by_row() || !with_ids;
+      ops::detail::dedup_grouped_async(ops, n, k.data(), unique.data(), inverse.data(),
+                                       with_ids ? ids.data() : nullptr, row_begin.data(),
+                                       bags_wanted ? bag_by_row.data() : nullptr, o.data(), bags,
+                                       shape.bits, count.data(), workspace, nullptr);
+      backend_synchronize(backend);
+      const size_t u = download(count, 1)[0];
+      ASSERT_EQ(u, model.size());
+      const std::vector<uint64_t> got_unique = download(unique, u);
+      const std::vector<uint32_t> got_inverse = download(inverse, n), got_ids = download(ids, n),
+                                  got_begin = download(row_begin, u + 1),
+                                  got_bags = download(bag_by_row, n);
+      size_t r = 0;
+      for (const auto& [key, members] : model) {
+        ASSERT_EQ(got_unique[r], key) << r;
+        ASSERT_EQ(got_begin[r + 1] - got_begin[r], members.size()) << r;
+        for (size_t j = 0; j < members.size(); ++j) {
+          const uint32_t id = members[j];
+          if (with_ids) EXPECT_EQ(got_ids[got_begin[r] + j], id) << r;
+          EXPECT_EQ(got_inverse[id], r) << id;
+          if (bags_wanted) EXPECT_EQ(got_bags[got_begin[r] + j], bag_of[id]) << id;
+        }
+        ++r;
       }
-      ++r;
+      EXPECT_EQ(got_begin[0], 0u);
+      EXPECT_EQ(got_begin[u], n);
     }
-    EXPECT_EQ(got_begin[0], 0u);
-    EXPECT_EQ(got_begin[u], n);
   }
 }
 

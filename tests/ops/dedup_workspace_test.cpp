@@ -1,7 +1,8 @@
 // The training step's dedup with a workspace (detail::dedup_grouped): each batch's sort covers
 // the key bits the previous batch needed, checked on the device, and a batch that needs more bits
 // is sorted again. A sequence of batches whose key ranges grow, shrink and change sign (short
-// and long batches, int64 and uint64 keys) must give what the CPU gives for every batch.
+// and long batches, int64 and uint64 keys) must give what the CPU gives for every batch, with the
+// grouped ids and without them (the bags only).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -81,6 +82,17 @@ void check_sequence(Backend backend, std::mt19937_64& rng) {
     EXPECT_EQ(download(dids, n), std::vector<uint32_t>(ids.begin(), ids.begin() + n));
     EXPECT_EQ(download(dbags, n), std::vector<uint32_t>(bags.begin(), bags.begin() + n));
     EXPECT_EQ(download(dbegin, u + 1), std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
+    // Again without the grouped ids: the same bags, inverse and groups.
+    BackendBuffer<uint32_t> dinverse2(backend, n + 1), dbegin2(backend, n + 2),
+        dbags2(backend, n + 1);
+    const size_t du2 = ops::detail::dedup_grouped<K>(
+        backend, n, dkeys.data(), dunique.data(), dinverse2.data(), nullptr, dbegin2.data(),
+        dbags2.data(), doffsets.data(), 1, "test", {}, workspace, nullptr);
+    ASSERT_EQ(du2, u);
+    EXPECT_EQ(download(dinverse2, n), std::vector<uint32_t>(inverse.begin(), inverse.begin() + n));
+    EXPECT_EQ(download(dbags2, n), std::vector<uint32_t>(bags.begin(), bags.begin() + n));
+    EXPECT_EQ(download(dbegin2, u + 1),
+              std::vector<uint32_t>(begin.begin(), begin.begin() + u + 1));
   }
 }
 

@@ -141,28 +141,33 @@ TEST_F(TableKeysNarrow, MatchesTheTableByTableCombineAndItsDedup) {
     if (bad) continue;  // a refused batch: its bags and dedup are never used
     if (bags > 0) EXPECT_EQ(from_device(narrow_ws.bag_of(n, nullptr), n), bag_of);
 
-    // The dedup of the narrow keys (bags on the side stream) against that of the combined keys.
-    BackendBuffer<uint64_t> wide_keys = upload(kGpu, combined), count(kGpu, 2);
-    BackendBuffer<uint64_t> unique[2] = {{kGpu, n + 1}, {kGpu, n + 1}};
-    BackendBuffer<uint32_t> inverse[2] = {{kGpu, n + 1}, {kGpu, n + 1}};
+    // The dedup of the narrow keys (bags on the side stream) against that of the combined keys;
+    // the third (k = 2) of the narrow keys again without the grouped ids (the bags only).
+    BackendBuffer<uint64_t> wide_keys = upload(kGpu, combined), count(kGpu, 3);
+    BackendBuffer<uint64_t> unique[3] = {{kGpu, n + 1}, {kGpu, n + 1}, {kGpu, n + 1}};
+    BackendBuffer<uint32_t> inverse[3] = {{kGpu, n + 1}, {kGpu, n + 1}, {kGpu, n + 1}};
     BackendBuffer<uint32_t> ids[2] = {{kGpu, n + 1}, {kGpu, n + 1}};
-    BackendBuffer<uint32_t> begin[2] = {{kGpu, n + 2}, {kGpu, n + 2}};
-    BackendBuffer<uint32_t> by_row[2] = {{kGpu, n + 1}, {kGpu, n + 1}};
-    for (int k = 0; k < 2; ++k) {
+    BackendBuffer<uint32_t> begin[3] = {{kGpu, n + 2}, {kGpu, n + 2}, {kGpu, n + 2}};
+    BackendBuffer<uint32_t> by_row[3] = {{kGpu, n + 1}, {kGpu, n + 1}, {kGpu, n + 1}};
+    for (int k = 0; k < 3; ++k) {
       ops::detail::dedup_grouped_async(
-          gpu, n, k == 0 ? nullptr : wide_keys.data(), unique[k].data(), inverse[k].data(),
-          ids[k].data(), begin[k].data(), by_row[k].data(), got_offsets.data(), bags, end_bit,
-          count.data() + k, k == 0 ? narrow_ws : wide_ws, nullptr);
+          gpu, n, k == 1 ? wide_keys.data() : nullptr, unique[k].data(), inverse[k].data(),
+          k < 2 ? ids[k].data() : nullptr, begin[k].data(), by_row[k].data(), got_offsets.data(),
+          bags, end_bit, count.data() + k, k == 1 ? wide_ws : narrow_ws, nullptr);
     }
     backend_synchronize(kGpu);
-    const std::vector<uint64_t> counts = download(count, 2);
+    const std::vector<uint64_t> counts = download(count, 3);
     ASSERT_EQ(counts[0], counts[1]);
+    ASSERT_EQ(counts[2], counts[1]);
     const size_t u = counts[0];
-    EXPECT_EQ(download(unique[0], u), download(unique[1], u));
-    EXPECT_EQ(download(inverse[0], n), download(inverse[1], n));
+    for (int k : {0, 2}) {
+      SCOPED_TRACE("dedup " + std::to_string(k));
+      EXPECT_EQ(download(unique[k], u), download(unique[1], u));
+      EXPECT_EQ(download(inverse[k], n), download(inverse[1], n));
+      EXPECT_EQ(download(begin[k], u + 1), download(begin[1], u + 1));
+      if (bags > 0) EXPECT_EQ(download(by_row[k], n), download(by_row[1], n));
+    }
     EXPECT_EQ(download(ids[0], n), download(ids[1], n));
-    EXPECT_EQ(download(begin[0], u + 1), download(begin[1], u + 1));
-    if (bags > 0) EXPECT_EQ(download(by_row[0], n), download(by_row[1], n));
   }
 }
 

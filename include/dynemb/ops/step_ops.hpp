@@ -38,10 +38,13 @@ LookupFeature offsets_feature(size_t n, const uint32_t* inverse, size_t u, const
 // is not null, the bag holding each id in that order (n entries: IdGroups::bag_by_row), and checks
 // the bags' offsets (offsets[0] == 0, non-decreasing, offsets[num_bags] == n) in the same host
 // synchronization; throws InvalidArgument naming `where` (as validate_lookup does) when they
-// are bad. Reads `along` in that synchronization too (at most StepWorkspace::kHostWords - 6
-// words). Returns the number of unique keys. Its scratch comes from `workspace`, which also
-// remembers the key bits the batch needed, so the next batch sorts only those (a batch that needs
-// more is sorted again after the synchronization: a second one, only then).
+// are bad. ids_by_row may be null where bag_by_row is not: the grouped ids are then not written
+// (a reduction that reads only the bags: no weights, pooled; the CUDA sort then carries the bags
+// instead of the positions). Reads `along` in that synchronization too (at most
+// StepWorkspace::kHostWords - 6 words). Returns the number of unique keys. Its scratch comes from
+// `workspace`, which also remembers the key bits the batch needed, so the next batch sorts only
+// those (a batch that needs more is sorted again after the synchronization: a second one, only
+// then).
 template <TableKey K>
 size_t dedup_grouped(const OpsBackend& ops, size_t n, const K* keys, K* unique_keys,
                      uint32_t* inverse, uint32_t* ids_by_row, uint32_t* row_begin,

@@ -1,6 +1,7 @@
 // The CPU's OpsBackend: the ops of src/ops/cpu/ on host memory (the stream is ignored).
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend_instances.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -165,6 +166,8 @@ class CpuOps final : public OpsBackend {
                            StepWorkspace&, StreamHandle) const override {
     // Every bit is sorted here; the offsets were clamped by combine_table_keys (and checked there).
     const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
+    std::vector<uint32_t> own_ids(ids_by_row == nullptr ? n : 0);
+    if (ids_by_row == nullptr) ids_by_row = own_ids.data();
     group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
     if (bag_by_row != nullptr) bags_by_row_cpu(n, ids_by_row, offsets, num_bags, bag_by_row);
     *unique_count = u;
@@ -204,6 +207,8 @@ class CpuOps final : public OpsBackend {
                         const int64_t* offsets, size_t num_bags, const char* where,
                         ReadAlong along) {
     const size_t u = n == 0 ? 0 : dedup_cpu(n, keys, unique_keys, inverse, nullptr);
+    std::vector<uint32_t> own_ids(ids_by_row == nullptr ? n : 0);
+    if (ids_by_row == nullptr) ids_by_row = own_ids.data();
     group_ids_cpu(n, inverse, u, ids_by_row, row_begin);
     const LookupFeature f = offsets_feature(n, inverse, u, offsets, num_bags);
     validate_lookup_data_host(where, {&f, 1});

@@ -250,7 +250,9 @@ class SortPass {
       : workspace_(workspace), stream_(stream) {}
 
   // Issues the passes over keys[0, n) sorting bits [0, end_bit); the unique count goes to
-  // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag).
+  // status[kUnique]. bag_by_row (null: not written) from bag_of (each id's bag). ids_by_row null:
+  // the grouped ids are not written (with bag_by_row and the dense ranks, the sort then carries
+  // each id's bag instead of its position, and the scan reads neither).
   void issue(size_t n, const S* keys, int end_bit, K* unique_keys, uint32_t* inverse,
              uint32_t* ids_by_row, uint32_t* row_begin, const uint32_t* bag_of,
              uint32_t* bag_by_row, unsigned long long* status) {
@@ -277,13 +279,19 @@ class SortPass {
     // the inverse read from there in the ids' order (rank_of_key_kernel), not scattered.
     const bool dense = sizeof(S) == 4 && workspace_ != nullptr && end_bit <= kDenseRankMaxBits &&
                        (size_t{1} << end_bit) <= std::max(4 * n, kDenseRankAnyBatch);
+    // The bags sorted with the keys land in bag_by_row directly: no position read back, no bag
+    // looked up at a random position in the scan.
+    const bool bags_as_values =
+        ids_by_row == nullptr && bag_of != nullptr && bag_by_row != nullptr && dense;
     S* sorted = nullptr;
     uint32_t* positions = nullptr;
+    uint32_t* grouped = ids_by_row;  // the sorted positions (scratch when not asked for)
     uint32_t* rank_of_key = nullptr;
     void* temp = nullptr;
     const auto carve = [&](ScratchCarver& c) {
       sorted = c.take<S>(n);
       if (workspace_ == nullptr) positions = c.take<uint32_t>(n);
+      if (ids_by_row == nullptr && !bags_as_values) grouped = c.take<uint32_t>(n);
       if (dense) rank_of_key = c.take<uint32_t>(size_t{1} << end_bit);
       temp = c.take<uint8_t>(temp_bytes);
     };
@@ -299,17 +307,23 @@ class SortPass {
     ScratchCarver place(block);
     carve(place);
     const uint32_t* positions_in = nullptr;
-    if (workspace_ != nullptr) {
+    if (bags_as_values) {
+      // No position is sorted.
+    } else if (workspace_ != nullptr) {
       positions_in = workspace_->iota(n, stream_);
     } else {
       ops::cuda::fill_iota(positions, n, stream_);
       positions_in = positions;
     }
-    core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, positions_in,
-                                                      ids_by_row, items, 0, end_bit, stream_),
+    const uint32_t* values_in = bags_as_values ? bag_of : positions_in;
+    uint32_t* values_out = bags_as_values ? bag_by_row : grouped;
+    core::cuda::check(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted, values_in,
+                                                      values_out, items, 0, end_bit, stream_),
                       "dedup: SortPairs");
-    ScatterByRank<K, S> scatter{sorted,  ids_by_row, n,          bag_of, unique_keys,
-                                inverse, row_begin,  bag_by_row, status};
+    ScatterByRank<K, S> scatter{
+        sorted,      grouped, n,         bag_of,
+        unique_keys, inverse, row_begin, bags_as_values ? nullptr : bag_by_row,
+        status};
     const uint32_t key_mask =
         end_bit >= 32 ? 0xFFFFFFFFu : static_cast<uint32_t>((uint64_t{1} << end_bit) - 1);
     if (dense) {

@@ -237,7 +237,8 @@ __device__ __forceinline__ void store_tile(float* row, uint32_t tile, uint32_t w
 // floats, in kVec's layout): each id's bag gradient (NONE: its own) times its factor, the
 // gradients g's rows of kGradType elements (g.type: float32, or 16-bit packed two a word, each
 // converted to float32 as it is read). bag_by_row[k] is the bag of id ids_by_row[k] (SUM /
-// MEAN), so the two loads do not wait on each other. kPacked: add_terms'.
+// MEAN), so the two loads do not wait on each other; ids_by_row is read only where the id
+// matters (weights, or NONE: the id is the row), and may then be null. kPacked: add_terms'.
 template <uint32_t kVec, ValueType kGradType = ValueType::kFloat32, bool kPacked = true>
 __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutput& g,
                                         const uint32_t* ids_by_row, const uint32_t* bag_by_row,
@@ -251,7 +252,8 @@ __device__ __forceinline__ void sum_ids(const LookupFeature& x, const LookupOutp
       uint32_t row_t = 0;
       float f_t = 0.0f;
       if (lane < count) {
-        const uint32_t i = ids_by_row[first + lane];
+        const bool reads_id = x.weights != nullptr || x.mode == PoolingMode::kNone;
+        const uint32_t i = reads_id ? ids_by_row[first + lane] : 0;
         const uint32_t b = x.mode == PoolingMode::kNone ? 0 : bag_by_row[first + lane];
         row_t = x.mode == PoolingMode::kNone ? i : b;
         f_t = factor_of(x, i, b);

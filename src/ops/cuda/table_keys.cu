@@ -77,21 +77,75 @@ __device__ __forceinline__ uint32_t table_from(uint32_t t, uint64_t x, const uin
   return t;
 }
 
+// Each id's narrow combined key, grid-stride, kUnroll keys a thread loaded before any is stored
+// (more loads in flight a warp); returns the OR of the keys' bits.
+__device__ uint64_t narrow_keys(const NarrowTables& c, size_t first, size_t stride) {
+  constexpr int kUnroll = 4;
+  uint64_t seen = 0;
+  uint32_t t = 0;
+  for (size_t i0 = first; i0 < c.n; i0 += stride * kUnroll) {
+    uint64_t bits[kUnroll];
+    uint32_t table[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t i = i0 + k * stride;
+      bits[k] = 0;
+      table[k] = t;
+      if (i < c.n) {
+        t = table_from(t, i, c.base, c.count);
+        table[k] = t;
+        bits[k] = c.keys[t][i - c.base[t]];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t i = i0 + k * stride;
+      if (i < c.n) {
+        seen |= bits[k];
+        c.narrow_keys[i] = static_cast<uint32_t>(bits[k] | table_tag(table[k], c.shift));
+      }
+    }
+  }
+  return seen;
+}
+
+// Each id's bag, a warp 32 bags at a time: each lane loads one bag's offsets, then the warp
+// writes the 32 bags' ids one bag after the other (one wait on the offsets a 32 bags, not a bag).
+__device__ void bags_by_32(const NarrowTables& c, size_t first, size_t stride) {
+  const uint32_t lane = ops::cuda::lane_index();
+  for (size_t g0 = (first / 32) * 32; g0 < c.bags; g0 += stride) {
+    const size_t g = g0 + lane;
+    uint64_t begin = 0, end = 0;  // global ids
+    if (g < c.bags) {
+      const uint32_t t = table_from(0, g, c.bag_base, c.count);
+      const uint64_t b = g - c.bag_base[t];
+      const int64_t* offsets = c.offsets[t];
+      const auto last = static_cast<int64_t>(c.base[t + 1] - c.base[t]);
+      const int64_t lo = max(min(offsets[b], last), int64_t{0});
+      const int64_t hi = max(min(offsets[b + 1], last), int64_t{0});
+      begin = c.base[t] + static_cast<uint64_t>(lo);
+      end = c.base[t] + static_cast<uint64_t>(max(hi, lo));
+    }
+    const uint32_t count = static_cast<uint32_t>(c.bags - g0 < 32 ? c.bags - g0 : 32);
+    for (uint32_t j = 0; j < count; ++j) {
+      const uint64_t bag_begin = __shfl_sync(0xFFFFFFFFu, begin, j);
+      const uint64_t bag_end = __shfl_sync(0xFFFFFFFFu, end, j);
+      for (uint64_t i = bag_begin + lane; i < bag_end; i += 32) {
+        c.bag_of[i] = static_cast<uint32_t>(g0 + j);
+      }
+    }
+  }
+}
+
 // combine_kernel of every table at once, grid-stride: each id's narrow combined key (and the OR
-// of the keys' bits), each offsets entry with its checks, and (one warp a bag) each id's bag.
-// (__grid_constant__: the tables' arrays are indexed in the parameter space, not copied.)
+// of the keys' bits), each offsets entry with its checks, and each id's bag (narrow_keys,
+// bags_by_32). (__grid_constant__: the tables' arrays are indexed in the parameter space, not
+// copied.)
 __global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint64_t seen = 0;
+  uint64_t seen = narrow_keys(c, first, stride);
   uint32_t t = 0;
-  for (size_t i = first; i < c.n; i += stride) {
-    t = table_from(t, i, c.base, c.count);
-    const uint64_t bits = c.keys[t][i - c.base[t]];
-    seen |= bits;
-    c.narrow_keys[i] = static_cast<uint32_t>(bits | table_tag(t, c.shift));
-  }
-  t = 0;
   for (size_t j = first; j < c.entries; j += stride) {
     t = table_from(t, j, c.entry_base, c.count);
     const uint64_t b = j - c.entry_base[t];
@@ -107,21 +161,7 @@ __global__ void combine_narrow_kernel(const __grid_constant__ NarrowTables c) {
         (b == 0 && o != 0) || (b == num_bags && o != last) || (b > 0 && o < offsets[b - 1]);
     if (bad) atomicMax(c.status + kBadTableFlag, ~0ull - t);
   }
-  if (c.bag_of != nullptr) {
-    t = 0;
-    const uint32_t lane = ops::cuda::lane_index();
-    for (size_t g = first / 32; g < c.bags; g += stride / 32) {
-      t = table_from(t, g, c.bag_base, c.count);
-      const uint64_t b = g - c.bag_base[t];
-      const int64_t* offsets = c.offsets[t];
-      const auto last = static_cast<int64_t>(c.base[t + 1] - c.base[t]);
-      const int64_t begin = max(min(offsets[b], last), int64_t{0});
-      const int64_t end = max(min(offsets[b + 1], last), int64_t{0});
-      for (int64_t i = begin + lane; i < end; i += 32) {
-        c.bag_of[c.base[t] + i] = static_cast<uint32_t>(g);
-      }
-    }
-  }
+  if (c.bag_of != nullptr) bags_by_32(c, first, stride);
   for (int offset = 16; offset > 0; offset /= 2) seen |= __shfl_xor_sync(0xFFFFFFFFu, seen, offset);
   __shared__ uint64_t warp_seen[kBlock / 32];
   if (ops::cuda::lane_index() == 0) warp_seen[threadIdx.x / 32] = seen;
@@ -152,16 +192,37 @@ __device__ bool spread_refused(const TableSpread& s) {
   return s.key_limit < 64 && (s.status[kKeyBitsSeen] >> s.key_limit) != 0;
 }
 
-// Thread t <= T: table t's first row (bounds: the first unique row with t's tag; u for T).
+// Warp t <= T: table t's first row (bounds: the first unique row with t's tag; u for T), by a
+// search of 32 probes a step (a ballot of the probes' keys at or above the tag): about 5
+// dependent loads for 2^21 rows, where a binary search by one thread waits on 21.
 __global__ void bounds_kernel(TableSpread s) {
-  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t t = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t > s.num_tables) return;
+  const uint32_t lane = ops::cuda::lane_index();
   const size_t u = *s.unique_count;
-  s.bounds[t] = t == s.num_tables
-                    ? u
-                    : thrust::lower_bound(thrust::seq, s.unique_combined, s.unique_combined + u,
-                                          table_tag(static_cast<uint32_t>(t), s.shift)) -
-                          s.unique_combined;
+  if (t == s.num_tables) {
+    if (lane == 0) s.bounds[t] = u;
+    return;
+  }
+  const uint64_t tag = table_tag(static_cast<uint32_t>(t), s.shift);
+  const uint64_t* keys = s.unique_combined;
+  // The first row whose key is >= tag lies in [lo, hi] (hi = u: none).
+  size_t lo = 0, hi = u;
+  while (hi - lo > 32) {
+    const size_t step = (hi - lo + 31) / 32;
+    const size_t p = lo + lane * step;
+    const unsigned at_or_above = __ballot_sync(0xFFFFFFFFu, p >= hi || keys[p] >= tag);
+    if (at_or_above == 0) {
+      lo = lo + 31 * step + 1;
+    } else {
+      const uint32_t j = __ffs(at_or_above) - 1;
+      hi = min(hi, lo + j * step);
+      if (j > 0) lo = lo + (j - 1) * step + 1;
+    }
+  }
+  const size_t p = lo + lane;
+  const unsigned at_or_above = __ballot_sync(0xFFFFFFFFu, p >= hi || keys[p] >= tag);
+  if (lane == 0) s.bounds[t] = at_or_above == 0 ? hi : lo + (__ffs(at_or_above) - 1);
 }
 
 // After bounds_kernel, grid-stride: thread t < T writes table t's count and unique counter (the
@@ -272,8 +333,8 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
   c.status = reinterpret_cast<unsigned long long*>(status);
   const size_t threads = std::max<size_t>({c.n, c.entries, c.bags * 32});
   if (threads == 0) return true;
-  // A few waves of resident blocks (8 of 256 threads a multiprocessor, 132 on the H100): each warp
-  // walks about ten bags one after the other.
+  // A few waves of resident blocks (8 of 256 threads a multiprocessor, 132 on the H100): each
+  // thread about 3 rounds of 4 keys, each warp at most one group of 32 bags in the 13m shape.
   const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 4096));
   combine_narrow_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(c);
   core::cuda::check_launch("combine_tables_narrow");
@@ -282,7 +343,8 @@ bool combine_tables_narrow_cuda(std::span<const TableBatch> tables, uint32_t shi
 
 void spread_table_keys_cuda(const TableSpread& s, StreamHandle stream) {
   const size_t threads = std::max(s.n, size_t{s.num_tables} + 1);
-  bounds_kernel<<<blocks_for_threads(size_t{s.num_tables} + 1), kBlock, 0, as_stream(stream)>>>(s);
+  bounds_kernel<<<blocks_for_threads((size_t{s.num_tables} + 1) * 32), kBlock, 0,
+                  as_stream(stream)>>>(s);
   core::cuda::check_launch("spread_table_keys: bounds");
   const auto blocks = static_cast<unsigned>(std::min<size_t>(blocks_for_threads(threads), 1024));
   spread_rows_kernel<<<blocks, kBlock, 0, as_stream(stream)>>>(s);
