@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
                                   FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
-                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
+                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks,
+                     bool contiguous) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
   if constexpr (!kColdOnly) {
@@ -159,27 +160,48 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
     }
   }
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
-  // rows in use and leaves the padding after them.
-  const size_t first =
-      (static_cast<size_t>(blockIdx.x - hot_blocks) * blockDim.x + threadIdx.x) / 32;
+  // rows in use and leaves the padding after them: over the whole launch's warps, or (contiguous)
+  // within its block's share of consecutive rows, so the resident blocks work on neighbouring
+  // rows (one table's, whose bag gradients L2 then holds) and move through the rows once.
+  const size_t block = blockIdx.x - hot_blocks, block_warps = blockDim.x / 32;
+  const size_t warp = threadIdx.x / 32;
   if (x.live_rows == nullptr) {
     optimize_cold_row<kKind, kVec, kType, kStates, kGradType, kCache>(
-        o, x, g, groups, h, rows, skip, nonfinite, shared + (threadIdx.x / 32) * grad_stride,
-        first);
+        o, x, g, groups, h, rows, skip, nonfinite, shared + warp * grad_stride,
+        block * block_warps + warp);
     return;
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
-  const size_t warps = static_cast<size_t>(gridDim.x - hot_blocks) * (blockDim.x / 32);
-  for (size_t row = first; row < live; row += warps) {
+  const size_t blocks = gridDim.x - hot_blocks;
+  size_t row = block * block_warps + warp, end = live, step = blocks * block_warps;
+  if (contiguous) {
+    const size_t share = (live + blocks - 1) / blocks;
+    row = block * share + warp;
+    end = min(block * share + share, live);
+    step = block_warps;
+  }
+  for (; row < end; row += step) {
     optimize_cold_row<kKind, kVec, kType, kStates, kGradType, kCache>(
-        o, x, g, groups, h, rows, skip, nonfinite, shared + (threadIdx.x / 32) * grad_stride, row);
+        o, x, g, groups, h, rows, skip, nonfinite, shared + warp * grad_stride, row);
     __syncwarp();
   }
 }
 
+// The cold rows' walk when only the device knows the live rows: DYNEMB_COLD_WALK_WAVES=n (read
+// once; an A/B switch until the GPU shows which is faster), n > 0: n waves of resident blocks,
+// each block over its own consecutive rows; else 8 waves, each warp striding over the launch.
+uint32_t contiguous_walk_waves() {
+  static const uint32_t waves = [] {
+    const char* v = std::getenv("DYNEMB_COLD_WALK_WAVES");
+    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    return n > 0 ? static_cast<uint32_t>(n) : 0u;
+  }();
+  return waves;
+}
+
 // Cold-row blocks of Shape for num_rows rows: one warp a row, or, for a launch whose live row
-// count only the device knows (strided), a few waves of the resident blocks striding over the
-// rows in use.
+// count only the device knows (strided), a few waves of the resident blocks over the rows in use
+// (contiguous_walk_waves).
 template <class Shape>
 unsigned cold_blocks_of(size_t num_rows, bool strided) {
   const size_t blocks = (num_rows + Shape::kWarps - 1) / Shape::kWarps;
@@ -191,7 +213,9 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
                       "cudaDeviceGetAttribute (multiprocessors)");
     return count;
   }();
-  const size_t waves = static_cast<size_t>(multiprocessors) * Shape::kMinBlocks * 8;
+  const uint32_t contiguous = contiguous_walk_waves();
+  const size_t waves =
+      static_cast<size_t>(multiprocessors) * Shape::kMinBlocks * (contiguous > 0 ? contiguous : 8);
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
@@ -223,6 +247,7 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                   cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const bool strided = x.live_rows != nullptr;
+  const bool contiguous = contiguous_walk_waves() > 0;
   // 16-bit rows: their cold rows alone, more warps resident, in a kernel compiled for the launch's
   // state type alone (H100, 13.1M grouped step replayed, same machine: bf16 rows 6.13 -> 6.03 ms
   // with the kernel compiled for either state, 5.80 -> 5.78 compiled for float32 state alone; bf16
@@ -238,11 +263,11 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
         if (o.state_in_value_type) {
           fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType,
                            kCache><<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
         } else {
           fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType, kCache>
               <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                  o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
+                  o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
         }
       });
       core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
@@ -261,7 +286,7 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
     constexpr RowCache kCache = decltype(cache)::value;
     fused_row_kernel<kKind, kVec, kType, false, StateTypes::kEither, kGradType, kCache>
         <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
+            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, contiguous);
   };
   // The hot rows' launch keeps the normal cache (its rows are read many times).
   if (cold_blocks == 0) {
