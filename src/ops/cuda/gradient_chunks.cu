@@ -1,9 +1,6 @@
 // The hot chunks of the gradient reduction (gradient_chunks.cuh).
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -45,43 +42,22 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
   for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) chunk_row[chunk_first[r] + c] = r;
 }
 
-// One warp per hot chunk k (launched for an upper bound, or, with a grid below it, each warp
-// striding over the chunks; the real count is read here). Gradients of kGradType (g.type).
+// One warp per hot chunk k (launched for an upper bound; the real count is read here). Gradients
+// of kGradType (g.type).
 template <uint32_t kVec, ValueType kGradType>
 __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
                                  const uint32_t* bag_by_row, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, const uint32_t* chunk_row,
                                  size_t max_chunks, uint32_t partial_stride, float* partial) {
+  const size_t k = warp_index();
   const size_t last = x.num_rows - 1;
-  const size_t chunks = min(max_chunks, static_cast<size_t>(chunk_first[last] + chunk_count[last]));
-  const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
-  for (size_t k = warp_index(); k < chunks; k += warps) {
-    const uint32_t r = chunk_row[k];
-    const uint32_t begin =
-        groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
-    const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
-    sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, bag_by_row, begin, end,
-                             partial + k * partial_stride);
-  }
-}
-
-// Blocks of hot_chunk_kernel for `chunks` chunks: one warp a chunk, or, with
-// DYNEMB_HOT_CHUNK_BLOCKS_PER_SM=n (read once; an A/B switch until the GPU shows which is faster),
-// at most n blocks a multiprocessor striding over the chunks, so the chunk sums (bound by L2)
-// leave the other warp slots to the cold rows' launch beside them (bound by DRAM).
-unsigned hot_chunk_blocks(size_t chunks) {
-  const unsigned blocks = blocks_for_warps(chunks);
-  static const size_t cap = [] {
-    const char* v = std::getenv("DYNEMB_HOT_CHUNK_BLOCKS_PER_SM");
-    const long per_sm = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    if (per_sm <= 0) return size_t{0};
-    int device = 0, count = 0;
-    core::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-    core::cuda::check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-                      "cudaDeviceGetAttribute (multiprocessors)");
-    return static_cast<size_t>(per_sm) * static_cast<size_t>(count);
-  }();
-  return cap == 0 ? blocks : static_cast<unsigned>(std::min<size_t>(blocks, cap));
+  if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
+  const uint32_t r = chunk_row[k];
+  const uint32_t begin =
+      groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
+  const uint32_t end = min(begin + kGradientChunk, groups.row_begin[r + 1]);
+  sum_ids<kVec, kGradType>(x, g, groups.ids_by_row, bag_by_row, begin, end,
+                           partial + k * partial_stride);
 }
 
 }  // namespace
@@ -151,7 +127,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
       a.hot_rows, a.hot_count, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
   core::cuda::check_launch("reduce_gradients: chunk_row_kernel");
   if (n > 0) {
-    const unsigned blocks = hot_chunk_blocks(max_chunks_);
+    const unsigned blocks = blocks_for_warps(max_chunks_);
     // partial is 256-byte aligned with a stride of a multiple of 4 floats.
     with_gradient_type(g.type, [&](auto grad_type) {
       constexpr ValueType kGradType = decltype(grad_type)::value;
