@@ -4,7 +4,6 @@
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -13,7 +12,6 @@
 #include "cuda/row_tiles.cuh"
 #include "cuda/tile_lanes.cuh"
 #include "dynemb/core/cuda/check.hpp"
-#include "dynemb/core/cuda/l2_policy.cuh"
 #include "dynemb/core/cuda/prefetch.cuh"
 
 namespace dynemb::ops::detail {
@@ -27,7 +25,6 @@ using ops::cuda::HotChunks;
 using ops::cuda::is_hot_row;
 using ops::cuda::kBlock;
 using ops::cuda::lane_index;
-using ops::cuda::RowCache;
 using ops::cuda::StateTypes;
 using ops::cuda::sum_ids;
 using ops::cuda::update_row;
@@ -48,12 +45,12 @@ __device__ __forceinline__ float* updated_address(float* const* rows, const bool
 // gradient holds a NaN or Inf (counted into *nonfinite when not null, as the guarded optimizer
 // does) or when p is null.
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType,
-          StateTypes kStates = StateTypes::kEither, RowCache kCache = RowCache::kNormal>
+          StateTypes kStates = StateTypes::kEither>
 __device__ void optimize_reduced_row(const OptimizerOptions& o, float* p, const float* grad,
                                      uint32_t dim, unsigned long long* nonfinite) {
   if (nonfinite != nullptr && gradient_nonfinite<kVec>(grad, dim, nonfinite)) return;
   if (p == nullptr) return;
-  update_row<kKind, kVec, true, kType, false, kStates, kCache>(o, p, grad, dim);
+  update_row<kKind, kVec, true, kType, false, kStates>(o, p, grad, dim);
 }
 
 // Hot rows (blocks [0, hot_blocks), grid-stride over the hot rows): a row's chunk sums added in
@@ -81,10 +78,8 @@ __device__ void optimize_hot_rows(const OptimizerOptions& o, uint32_t dim, const
 // prefetch comes before the hot / cold test, so the row's address, skip flag and bounds load
 // together (a load after the test would wait for the bounds); a hot row's lines are asked for too,
 // for the block that updates it.
-// kCache kEvictFirst: the row asked of L2 in one bulk request and loaded and stored with its lines
-// marked evict-first, so L2 keeps the bags' gradients, which the launch's other rows read again.
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType, StateTypes kStates,
-          ValueType kGradType, RowCache kCache>
+          ValueType kGradType>
 __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature& x,
                                   const LookupOutput& g, const IdGroups& groups, const HotChunks& h,
                                   float* const* rows, const bool* skip,
@@ -96,15 +91,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
     const size_t row_bytes = (value_words(o.value_type, x.dim) +
                               optimizer_state_words(kKind, x.dim, state_value_type(o))) *
                              sizeof(float);
-    if constexpr (kCache == RowCache::kEvictFirst) {
-      // The row's whole 16-byte words (the table pads rows to them); a tail past the last
-      // whole word comes with its load.
-      if (lane_index() == 0)
-        core::cuda::prefetch_bulk_l2(p, static_cast<uint32_t>(row_bytes & ~size_t{15}),
-                                     core::cuda::l2_evict_first_policy());
-    } else {
-      core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
-    }
+    core::cuda::prefetch_range_l2(p, row_bytes, lane_index(), 32);
   }
   if (is_hot_row(end - begin)) return;
   // 16-bit gradients 4 rows in flight, not the packed 8: the packed 8 spilled Adam's registers
@@ -113,7 +100,7 @@ __device__ void optimize_cold_row(const OptimizerOptions& o, const LookupFeature
   sum_ids<kVec, kGradType, kGradType == ValueType::kFloat32>(x, g, groups.ids_by_row, h.bag_by_row,
                                                              begin, end, grad);
   __syncwarp();
-  optimize_reduced_row<kKind, kVec, kType, kStates, kCache>(o, p, grad, x.dim, nonfinite);
+  optimize_reduced_row<kKind, kVec, kType, kStates>(o, p, grad, x.dim, nonfinite);
 }
 
 // Which rows a launch of fused_row_kernel updates.
@@ -140,11 +127,9 @@ struct FusedShape {
 // One launch for every row: the first hot_blocks blocks take the hot rows, so the longest of them
 // starts first and overlaps the cold rows, which the other blocks take one warp each. kColdOnly:
 // a launch of cold rows alone (hot_blocks 0), compiled without the hot rows' code, so its
-// registers are the cold rows' alone. Gradients of kGradType (g.type: float32 or kType). kCache:
-// how the cold rows' lines are kept in L2 (optimize_cold_row).
+// registers are the cold rows' alone. Gradients of kGradType (g.type: float32 or kType).
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType, bool kColdOnly,
-          StateTypes kStates = StateTypes::kEither, ValueType kGradType = ValueType::kFloat32,
-          RowCache kCache = RowCache::kNormal>
+          StateTypes kStates = StateTypes::kEither, ValueType kGradType = ValueType::kFloat32>
 __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
                                   FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
@@ -160,13 +145,13 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
     }
   }
   // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
-  // rows in use and leaves the padding after them: over the whole launch's warps, or (contiguous)
-  // within its block's share of consecutive rows, so the resident blocks work on neighbouring
-  // rows (one table's, whose bag gradients L2 then holds) and move through the rows once.
+  // rows in use and leaves the padding after them: within its block's share of consecutive rows
+  // (contiguous), so the resident blocks work on neighbouring rows, one table's, and move through
+  // the rows once; or over the whole launch's warps.
   const size_t block = blockIdx.x - hot_blocks, block_warps = blockDim.x / 32;
   const size_t warp = threadIdx.x / 32;
   if (x.live_rows == nullptr) {
-    optimize_cold_row<kKind, kVec, kType, kStates, kGradType, kCache>(
+    optimize_cold_row<kKind, kVec, kType, kStates, kGradType>(
         o, x, g, groups, h, rows, skip, nonfinite, shared + warp * grad_stride,
         block * block_warps + warp);
     return;
@@ -181,20 +166,19 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
     step = block_warps;
   }
   for (; row < end; row += step) {
-    optimize_cold_row<kKind, kVec, kType, kStates, kGradType, kCache>(
+    optimize_cold_row<kKind, kVec, kType, kStates, kGradType>(
         o, x, g, groups, h, rows, skip, nonfinite, shared + warp * grad_stride, row);
     __syncwarp();
   }
 }
 
-// The cold rows' walk when only the device knows the live rows: DYNEMB_COLD_WALK_WAVES=n (read
-// once; an A/B switch until the GPU shows which is faster), n > 0: n waves of resident blocks,
-// each block over its own consecutive rows; else 8 waves, each warp striding over the launch.
+// The waves of resident blocks over the cold rows when only the device knows the live rows:
+// DYNEMB_COLD_WALK_WAVES=n (read once; an A/B switch until the GPU shows which is best), each block
+// over its own consecutive rows (32 waves unset; 0: 8 waves, each warp striding over the launch).
 uint32_t contiguous_walk_waves() {
   static const uint32_t waves = [] {
     const char* v = std::getenv("DYNEMB_COLD_WALK_WAVES");
-    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    return n > 0 ? static_cast<uint32_t>(n) : 0u;
+    return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 32u;
   }();
   return waves;
 }
@@ -219,26 +203,6 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
-// Whether the cold rows' lines are marked evict-first in L2 (RowCache): DYNEMB_ROW_EVICT_FIRST=1,
-// read once; an A/B switch until the GPU shows which is faster.
-bool rows_evict_first() {
-  static const bool on = [] {
-    const char* v = std::getenv("DYNEMB_ROW_EVICT_FIRST");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
-// Calls f(std::integral_constant<RowCache, cache>{}) with the cold rows' RowCache (kVec 4 only:
-// the per-element paths keep the normal one).
-template <uint32_t kVec, class F>
-void with_row_cache(const F& f) {
-  if constexpr (kVec == 4) {
-    if (rows_evict_first()) return f(std::integral_constant<RowCache, RowCache::kEvictFirst>{});
-  }
-  f(std::integral_constant<RowCache, RowCache::kNormal>{});
-}
-
 template <OptimizerKind kKind, uint32_t kVec, ValueType kType,
           ValueType kGradType = ValueType::kFloat32>
 void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeature& x,
@@ -258,18 +222,15 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
       using Shape = FusedShape<true>;
       const unsigned blocks = cold_blocks_of<Shape>(x.num_rows, strided);
       if (blocks == 0) return;
-      with_row_cache<kVec>([&](auto cache) {
-        constexpr RowCache kCache = decltype(cache)::value;
-        if (o.state_in_value_type) {
-          fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType,
-                           kCache><<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-              o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
-        } else {
-          fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType, kCache>
-              <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                  o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
-        }
-      });
+      if (o.state_in_value_type) {
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
+      } else {
+        fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType>
+            <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
+      }
       core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
       return;
     }
@@ -282,18 +243,9 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
   const unsigned cold_blocks =
       which == FusedRows::kHot ? 0 : cold_blocks_of<Shape>(x.num_rows, strided);
   if (hot_blocks + cold_blocks == 0) return;
-  const auto launch = [&](auto cache) {
-    constexpr RowCache kCache = decltype(cache)::value;
-    fused_row_kernel<kKind, kVec, kType, false, StateTypes::kEither, kGradType, kCache>
-        <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-            o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, contiguous);
-  };
-  // The hot rows' launch keeps the normal cache (its rows are read many times).
-  if (cold_blocks == 0) {
-    launch(std::integral_constant<RowCache, RowCache::kNormal>{});
-  } else {
-    with_row_cache<kVec>(launch);
-  }
+  fused_row_kernel<kKind, kVec, kType, false, StateTypes::kEither, kGradType>
+      <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
+          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, contiguous);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 

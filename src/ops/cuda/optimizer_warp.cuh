@@ -9,41 +9,9 @@
 #include <type_traits>
 
 #include "cuda/launch.cuh"
-#include "dynemb/core/cuda/l2_policy.cuh"
 #include "dynemb/ops/optimizer.hpp"
 
 namespace dynemb::ops::cuda {
-
-// How a row update's vector loads and stores of the row's words keep their lines in L2: as usual,
-// or evict-first (the fused backward's cold rows, read and written once beside gradients read
-// many times; docs/ops.md).
-enum class RowCache { kNormal, kEvictFirst };
-
-// The row's vector words read and written with kCache's L2 policy (evict-first: one policy word
-// made when the row's update starts).
-template <RowCache kCache>
-struct RowWords {
-  uint64_t policy = 0;
-  __device__ RowWords() {
-    if constexpr (kCache == RowCache::kEvictFirst) policy = core::cuda::l2_evict_first_policy();
-  }
-  template <class T>
-  __device__ __forceinline__ T load(const T* p) const {
-    if constexpr (kCache == RowCache::kEvictFirst) {
-      return core::cuda::load_with_policy(p, policy);
-    } else {
-      return *p;
-    }
-  }
-  template <class T>
-  __device__ __forceinline__ void store(T* p, const T& v) const {
-    if constexpr (kCache == RowCache::kEvictFirst) {
-      core::cuda::store_with_policy(p, v, policy);
-    } else {
-      *p = v;
-    }
-  }
-};
 
 struct WarpLanes {
   uint32_t lane;
@@ -90,20 +58,17 @@ __device__ bool gradient_nonfinite(const float* grad, uint32_t dim, unsigned lon
 // 128-element tile of w, the state arrays and the gradient. The lane's first tile is loaded
 // before `begin` (begin_row_update, which reads the row's scalars) runs, so the two reads' trips
 // to memory overlap; the arithmetic is the same as without. Returns begin's RowUpdate.
-// The row's words go through L2 as kCache says.
-template <OptimizerKind kKind, RowCache kCache = RowCache::kNormal, class Begin>
+template <OptimizerKind kKind, class Begin>
 __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& begin, float* row,
                                      const float* grad, uint32_t dim) {
   constexpr uint32_t kArrays = element_state_arrays(kKind);
-  const RowWords<kCache> words;
   uint32_t j = 4 * lane_index();
   float4 w{}, a{}, b{}, g{};
-  const auto at = [&](uint32_t k) { return reinterpret_cast<float4*>(row + k); };
   const auto load = [&] {
-    w = words.load(at(j));
+    w = *reinterpret_cast<const float4*>(row + j);
     g = *reinterpret_cast<const float4*>(grad + j);
-    if constexpr (kArrays >= 1) a = words.load(at(dim + j));
-    if constexpr (kArrays >= 2) b = words.load(at(2 * dim + j));
+    if constexpr (kArrays >= 1) a = *reinterpret_cast<const float4*>(row + dim + j);
+    if constexpr (kArrays >= 2) b = *reinterpret_cast<const float4*>(row + 2 * dim + j);
   };
   if (j < dim) load();
   const RowUpdate u = begin();
@@ -112,9 +77,9 @@ __device__ RowUpdate update_row_vec4(const OptimizerOptions& o, const Begin& beg
     update_element<kKind>(o, u, w.y, a.y, b.y, g.y);
     update_element<kKind>(o, u, w.z, a.z, b.z, g.z);
     update_element<kKind>(o, u, w.w, a.w, b.w, g.w);
-    words.store(at(j), w);
-    if constexpr (kArrays >= 1) words.store(at(dim + j), a);
-    if constexpr (kArrays >= 2) words.store(at(2 * dim + j), b);
+    *reinterpret_cast<float4*>(row + j) = w;
+    if constexpr (kArrays >= 1) *reinterpret_cast<float4*>(row + dim + j) = a;
+    if constexpr (kArrays >= 2) *reinterpret_cast<float4*>(row + 2 * dim + j) = b;
     j += 128;
     if (j < dim) load();
   }
@@ -133,16 +98,14 @@ __device__ __forceinline__ void decode_state4(uint2 bits, float (&v)[4]) {
 // A lane's 4 consecutive kState elements j .. j + 3 of the state array at `a` (float4, or one
 // 8-byte load of 16-bit elements) into v; returns the 16-bit elements' bits (float32: zeros).
 // kDecode false (16-bit only): v is left as it is, for decode_state4 later.
-template <ValueType kState, bool kDecode = true, RowCache kCache = RowCache::kNormal>
-__device__ __forceinline__ uint2 load_state4(const RowWords<kCache>& words, const float* a,
-                                             uint32_t j, float (&v)[4]) {
+template <ValueType kState, bool kDecode = true>
+__device__ __forceinline__ uint2 load_state4(const float* a, uint32_t j, float (&v)[4]) {
   if constexpr (kState == ValueType::kFloat32) {
-    const float4 f = words.load(reinterpret_cast<const float4*>(a + j));
+    const float4 f = *reinterpret_cast<const float4*>(a + j);
     v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
     return uint2{0, 0};
   } else {
-    const uint2 packed =
-        words.load(reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j));
+    const uint2 packed = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a) + j);
     if constexpr (kDecode) decode_state4<kState>(packed, v);
     return packed;
   }
@@ -151,11 +114,11 @@ __device__ __forceinline__ uint2 load_state4(const RowWords<kCache>& words, cons
 // Stores load_state4's elements back: float32 as is; 16-bit each rounded as store_state does
 // (stochastically, from its old bits in `old` and salt + k for element j + k), in one 8-byte
 // store.
-template <ValueType kState, RowCache kCache = RowCache::kNormal>
-__device__ __forceinline__ void store_state4(const RowWords<kCache>& words, float* a, uint32_t j,
-                                             const float (&v)[4], uint32_t salt, uint2 old) {
+template <ValueType kState>
+__device__ __forceinline__ void store_state4(float* a, uint32_t j, const float (&v)[4],
+                                             uint32_t salt, uint2 old) {
   if constexpr (kState == ValueType::kFloat32) {
-    words.store(reinterpret_cast<float4*>(a + j), float4{v[0], v[1], v[2], v[3]});
+    *reinterpret_cast<float4*>(a + j) = float4{v[0], v[1], v[2], v[3]};
   } else {
     auto* p = reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(a) + j);
     const uint16_t o[4] = {
@@ -165,7 +128,7 @@ __device__ __forceinline__ void store_state4(const RowWords<kCache>& words, floa
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k)
       bits[k] = to_bits16_stochastic<kState>(v[k], rounding_bits(v[k], o[k], salt + k));
-    words.store(p, uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)});
+    *p = uint2{bits[0] | (bits[1] << 16), bits[2] | (bits[3] << 16)};
   }
 }
 
@@ -178,9 +141,8 @@ __device__ __forceinline__ void store_state4(const RowWords<kCache>& words, floa
 // kLateDecode (16-bit state): the state's bits are loaded with the tile but turned into floats
 // only after `begin`, so across begin's registers (Adam's bias corrections) a lane holds 4 words
 // of state instead of 12; the same values, so the same results.
-// The row's words go through L2 as kCache says.
 template <OptimizerKind kKind, ValueType kType, ValueType kState = ValueType::kFloat32,
-          bool kLateDecode = false, RowCache kCache = RowCache::kNormal, class Begin>
+          bool kLateDecode = false, class Begin>
 __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Begin& begin,
                                             float* row, const float* grad, uint32_t dim) {
   constexpr bool kDecodeWithLoad = !kLateDecode || kState == ValueType::kFloat32;
@@ -188,16 +150,15 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
   float* a = row + value_words(kType, dim);
   float* b = a + value_words(kState, dim);
   auto* weights = reinterpret_cast<uint16_t*>(row);
-  const RowWords<kCache> words;
   uint32_t j = 4 * lane_index();
   uint2 packed{}, old_a{}, old_b{};
   float4 g4{};
   float sa[4] = {}, sb[4] = {};
   const auto load = [&] {
-    packed = words.load(reinterpret_cast<const uint2*>(weights + j));
+    packed = *reinterpret_cast<const uint2*>(weights + j);
     g4 = *reinterpret_cast<const float4*>(grad + j);
-    if constexpr (kArrays >= 1) old_a = load_state4<kState, kDecodeWithLoad>(words, a, j, sa);
-    if constexpr (kArrays >= 2) old_b = load_state4<kState, kDecodeWithLoad>(words, b, j, sb);
+    if constexpr (kArrays >= 1) old_a = load_state4<kState, kDecodeWithLoad>(a, j, sa);
+    if constexpr (kArrays >= 2) old_b = load_state4<kState, kDecodeWithLoad>(b, j, sb);
   };
   if (j < dim) load();
   const RowUpdate u = begin();
@@ -219,11 +180,11 @@ __device__ RowUpdate update_packed_row_vec4(const OptimizerOptions& o, const Beg
                     ? to_bits16_stochastic<kType>(w, rounding_bits(w, old[k], j + k))
                     : to_bits16<kType>(w);
     }
-    words.store(reinterpret_cast<uint2*>(weights + j),
-                uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
-                      bits[2] | (static_cast<uint32_t>(bits[3]) << 16)});
-    if constexpr (kArrays >= 1) store_state4<kState>(words, a, j, sa, dim + j, old_a);
-    if constexpr (kArrays >= 2) store_state4<kState>(words, b, j, sb, 2 * dim + j, old_b);
+    *reinterpret_cast<uint2*>(weights + j) =
+        uint2{bits[0] | (static_cast<uint32_t>(bits[1]) << 16),
+              bits[2] | (static_cast<uint32_t>(bits[3]) << 16)};
+    if constexpr (kArrays >= 1) store_state4<kState>(a, j, sa, dim + j, old_a);
+    if constexpr (kArrays >= 2) store_state4<kState>(b, j, sb, 2 * dim + j, old_b);
     j += 128;
     if (j < dim) load();
   }
@@ -238,9 +199,7 @@ enum class StateTypes { kEither, kFloat32, kRowTypeLateDecode };
 // update_row of a row of kType weights (16-bit): with vec4 (see update_packed_row_vec4) 4
 // elements a lane, else lane l takes elements l, l + 32, ..., two lanes writing the halves of one
 // word apart. kStates kFloat32: o.state_in_value_type must be unset; kRowTypeLateDecode: set.
-// kCache: how the vec4 paths' loads and stores keep the row's lines in L2.
-template <OptimizerKind kKind, ValueType kType, StateTypes kStates = StateTypes::kEither,
-          RowCache kCache = RowCache::kNormal>
+template <OptimizerKind kKind, ValueType kType, StateTypes kStates = StateTypes::kEither>
 __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, float* row,
                                                  const float* grad, uint32_t dim,
                                                  const WarpLanes& lanes, bool vec4) {
@@ -248,8 +207,7 @@ __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, floa
   RowUpdate u;
   if constexpr (kStates == StateTypes::kFloat32) {
     if (vec4) {
-      u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32, false, kCache>(o, begin, row,
-                                                                                   grad, dim);
+      u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
     } else {
       u = begin();
       update_row_elements_as<kKind, WarpLanes, kType, ValueType::kFloat32>(o, u, row, grad, dim,
@@ -257,16 +215,15 @@ __device__ __forceinline__ void update_typed_row(const OptimizerOptions& o, floa
     }
   } else if constexpr (kStates == StateTypes::kRowTypeLateDecode) {
     if (vec4) {
-      u = update_packed_row_vec4<kKind, kType, kType, true, kCache>(o, begin, row, grad, dim);
+      u = update_packed_row_vec4<kKind, kType, kType, true>(o, begin, row, grad, dim);
     } else {
       u = begin();
       update_row_elements_as<kKind, WarpLanes, kType, kType>(o, u, row, grad, dim, lanes);
     }
   } else if (vec4 && o.state_in_value_type) {
-    u = update_packed_row_vec4<kKind, kType, kType, false, kCache>(o, begin, row, grad, dim);
+    u = update_packed_row_vec4<kKind, kType, kType>(o, begin, row, grad, dim);
   } else if (vec4) {
-    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32, false, kCache>(o, begin, row,
-                                                                                 grad, dim);
+    u = update_packed_row_vec4<kKind, kType, ValueType::kFloat32>(o, begin, row, grad, dim);
   } else {
     u = begin();
     update_row_elements<kKind, WarpLanes, kType>(o, u, row, grad, dim, lanes);
@@ -300,15 +257,14 @@ __device__ __noinline__ void update_packed_row(const OptimizerOptions& o, float*
 // (o.value_type), updated out of line; a kernel compiled per value type passes false, so its
 // float32 form carries no call (whose frame cost it registers and spills).
 // kStates (16-bit kType): which state types the update is compiled for (update_typed_row).
-// kCache: how the vec4 paths' loads and stores keep the row's lines in L2 (RowCache).
 template <OptimizerKind kKind, uint32_t kVec, bool kByAddress,
           ValueType kType = ValueType::kFloat32, bool kTypeAtRunTime = true,
-          StateTypes kStates = StateTypes::kEither, RowCache kCache = RowCache::kNormal>
+          StateTypes kStates = StateTypes::kEither>
 __device__ void update_row(const OptimizerOptions& o, float* row, const float* grad, uint32_t dim) {
   const WarpLanes lanes{lane_index()};
   const bool vec4_packed = kVec == 4 && dim % 8 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
   if constexpr (kType != ValueType::kFloat32) {
-    update_typed_row<kKind, kType, kStates, kCache>(o, row, grad, dim, lanes, vec4_packed);
+    update_typed_row<kKind, kType, kStates>(o, row, grad, dim, lanes, vec4_packed);
   } else {
     if constexpr (kTypeAtRunTime) {
       if (o.value_type != ValueType::kFloat32) {
@@ -319,7 +275,7 @@ __device__ void update_row(const OptimizerOptions& o, float* row, const float* g
     const auto begin = [&] { return begin_row_update(o, row, grad, dim, lanes); };
     if constexpr (kVec == 4) {
       if (!kByAddress || reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-        const RowUpdate u = update_row_vec4<kKind, kCache>(o, begin, row, grad, dim);
+        const RowUpdate u = update_row_vec4<kKind>(o, begin, row, grad, dim);
         end_row_update(o, u, row, dim, lanes);
         return;
       }

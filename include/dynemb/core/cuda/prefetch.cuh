@@ -24,19 +24,4 @@ __device__ __forceinline__ void prefetch_range_l2(const void* p, size_t bytes, u
     prefetch_l2(reinterpret_cast<const void*>(line));
 }
 
-// Asks L2 for [p, p + bytes) in one bulk request (sm_90; one thread issues it), the lines kept as
-// `policy` (l2_policy.cuh) says; p 16-byte aligned and bytes a multiple of 16, else (or before
-// sm_90) every whole line of the range is asked for with a normal-priority prefetch.
-__device__ __forceinline__ void prefetch_bulk_l2(const void* p, uint32_t bytes, uint64_t policy) {
-#if __CUDA_ARCH__ >= 900
-  if (reinterpret_cast<uintptr_t>(p) % 16 == 0 && bytes % 16 == 0) {
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p),
-                 "r"(bytes), "l"(policy)
-                 : "memory");
-    return;
-  }
-#endif
-  prefetch_range_l2(p, bytes, 0, 1);
-}
-
 }  // namespace dynemb::core::cuda
