@@ -3,7 +3,6 @@
 // and the row is updated from there, by the same update_row as apply_optimizer_row_ptrs; so the
 // rows end bit-identical to the two calls, and no per-row gradient goes to device memory.
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/gradient_chunks.cuh"
@@ -134,8 +133,7 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
                                   FusedShape<kColdOnly>::kMinBlocks)
     fused_row_kernel(OptimizerOptions o, LookupFeature x, LookupOutput g, IdGroups groups,
                      HotChunks h, float* const* rows, const bool* skip,
-                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks,
-                     bool contiguous) {
+                     unsigned long long* nonfinite, uint32_t grad_stride, uint32_t hot_blocks) {
   extern __shared__ float4 shared_grads[];
   float* shared = reinterpret_cast<float*>(shared_grads);
   if constexpr (!kColdOnly) {
@@ -144,10 +142,10 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
       return;
     }
   }
-  // One row a warp; with live_rows (a grid capped below the row bound) each warp strides over the
-  // rows in use and leaves the padding after them: within its block's share of consecutive rows
-  // (contiguous), so the resident blocks work on neighbouring rows, one table's, and move through
-  // the rows once; or over the whole launch's warps.
+  // One row a warp; with live_rows (a grid capped below the row bound) each block takes its share
+  // of consecutive rows in use, its warps striding inside it, and leaves the padding after them:
+  // so the resident blocks work on neighbouring rows, one table's (whose bag gradients L2 then
+  // holds), and move through the rows once (docs/ops.md).
   const size_t block = blockIdx.x - hot_blocks, block_warps = blockDim.x / 32;
   const size_t warp = threadIdx.x / 32;
   if (x.live_rows == nullptr) {
@@ -158,34 +156,26 @@ __global__ void __launch_bounds__(FusedShape<kColdOnly>::kThreads,
   }
   const size_t live = *x.live_rows < x.num_rows ? *x.live_rows : x.num_rows;
   const size_t blocks = gridDim.x - hot_blocks;
-  size_t row = block * block_warps + warp, end = live, step = blocks * block_warps;
-  if (contiguous) {
-    const size_t share = (live + blocks - 1) / blocks;
-    row = block * share + warp;
-    end = min(block * share + share, live);
-    step = block_warps;
-  }
-  for (; row < end; row += step) {
+  const size_t share = (live + blocks - 1) / blocks;
+  const size_t end = min(block * share + share, live);
+  for (size_t row = block * share + warp; row < end; row += block_warps) {
     optimize_cold_row<kKind, kVec, kType, kStates, kGradType>(
         o, x, g, groups, h, rows, skip, nonfinite, shared + warp * grad_stride, row);
     __syncwarp();
   }
 }
 
-// The waves of resident blocks over the cold rows when only the device knows the live rows:
-// DYNEMB_COLD_WALK_WAVES=n (read once; an A/B switch until the GPU shows which is best), each block
-// over its own consecutive rows (32 waves unset; 0: 8 waves, each warp striding over the launch).
-uint32_t contiguous_walk_waves() {
-  static const uint32_t waves = [] {
-    const char* v = std::getenv("DYNEMB_COLD_WALK_WAVES");
-    return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 32u;
-  }();
-  return waves;
-}
+// Waves of resident blocks over the cold rows when only the device knows the live rows. More
+// waves make each block's share shorter: the window of rows in flight narrower (at 8, a quarter
+// of a table, two tables' bag gradients were live at once) and the last wave's tail shorter
+// (H100, 13.1M grouped step replayed, issue 35 round R4, one run each: float32 6.059 ms
+// striding, 5.975 at 32 waves, 5.902 at 64, 5.875 at 128, 5.905 at 256; bf16
+// rows 5.107, 5.026, 4.927 at 64).
+constexpr size_t kColdWalkWaves = 128;
 
 // Cold-row blocks of Shape for num_rows rows: one warp a row, or, for a launch whose live row
-// count only the device knows (strided), a few waves of the resident blocks over the rows in use
-// (contiguous_walk_waves).
+// count only the device knows (strided), kColdWalkWaves waves of the resident blocks over the
+// rows in use.
 template <class Shape>
 unsigned cold_blocks_of(size_t num_rows, bool strided) {
   const size_t blocks = (num_rows + Shape::kWarps - 1) / Shape::kWarps;
@@ -197,9 +187,7 @@ unsigned cold_blocks_of(size_t num_rows, bool strided) {
                       "cudaDeviceGetAttribute (multiprocessors)");
     return count;
   }();
-  const uint32_t contiguous = contiguous_walk_waves();
-  const size_t waves =
-      static_cast<size_t>(multiprocessors) * Shape::kMinBlocks * (contiguous > 0 ? contiguous : 8);
+  const size_t waves = static_cast<size_t>(multiprocessors) * Shape::kMinBlocks * kColdWalkWaves;
   return static_cast<unsigned>(std::min(blocks, waves));
 }
 
@@ -211,7 +199,6 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
                   cudaStream_t stream) {
   const size_t row_bytes = size_t{grad_stride} * sizeof(float);
   const bool strided = x.live_rows != nullptr;
-  const bool contiguous = contiguous_walk_waves() > 0;
   // 16-bit rows: their cold rows alone, more warps resident, in a kernel compiled for the launch's
   // state type alone (H100, 13.1M grouped step replayed, same machine: bf16 rows 6.13 -> 6.03 ms
   // with the kernel compiled for either state, 5.80 -> 5.78 compiled for float32 state alone; bf16
@@ -225,11 +212,11 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
       if (o.state_in_value_type) {
         fused_row_kernel<kKind, kVec, kType, true, StateTypes::kRowTypeLateDecode, kGradType>
             <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
       } else {
         fused_row_kernel<kKind, kVec, kType, true, StateTypes::kFloat32, kGradType>
             <<<blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0, contiguous);
+                o, x, g, groups, h, rows, skip, nonfinite, grad_stride, 0);
       }
       core::cuda::check_launch("reduce_and_optimize: fused_row_kernel (cold rows)");
       return;
@@ -245,7 +232,7 @@ void launch_fused(FusedRows which, const OptimizerOptions& o, const LookupFeatur
   if (hot_blocks + cold_blocks == 0) return;
   fused_row_kernel<kKind, kVec, kType, false, StateTypes::kEither, kGradType>
       <<<hot_blocks + cold_blocks, Shape::kThreads, Shape::kWarps * row_bytes, stream>>>(
-          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks, contiguous);
+          o, x, g, groups, h, rows, skip, nonfinite, grad_stride, hot_blocks);
   core::cuda::check_launch("reduce_and_optimize: fused_row_kernel");
 }
 
