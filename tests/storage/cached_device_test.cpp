@@ -146,6 +146,15 @@ void expect_one_big_tables_rows_in_one_tier(CachedTable<K>& cached, Table<K>& bi
 
 class CachedDevice : public BackendTest {};
 
+// The reference for a caching table with fast-tier options `fo`: one CPU table of the same
+// options that holds `capacity` rows without evicting (buckets of 128 slots).
+std::unique_ptr<Table<K>> big_table_like(const TableOptions& fo, size_t capacity) {
+  TableOptions bo = fo;
+  bo.init_capacity = bo.max_capacity = capacity;
+  bo.bucket_capacity = 128;
+  return make_table<K>(Backend::kCpu, bo);
+}
+
 // One find_or_insert of `keys` on `cached` (keys and outputs in backend memory) and on `big`
 // (host): the same found flags and the same rows out; the flags land in *founds when given.
 void find_or_insert_matches_big(Backend backend, CachedTable<K>& cached, Table<K>& big,
@@ -206,10 +215,7 @@ TEST_P(CachedDevice, DevicePathMatchesOneBigTable) {
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
     // A small filter: many keys never written below share bits with some that were.
     CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 12});
-    TableOptions bo = fo;
-    bo.init_capacity = bo.max_capacity = 1 << 15;
-    bo.bucket_capacity = 128;
-    auto big = make_table<K>(Backend::kCpu, bo);
+    auto big = big_table_like(fo, 1 << 15);
     const uint64_t space = 3000;
     for (int round = 0; round < 80; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
@@ -326,10 +332,7 @@ TEST_P(CachedDevice, PrivateStoreFilterKnowsTheStoresRowsAndEveryWriteDown) {
   TestRng rng;
   const uint32_t dim = 6;
   const TableOptions fo = fast_tier_options(dim, 128, 32, ScorePolicy::kStep, 9);
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 1 << 14;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
+  auto big = big_table_like(fo, 1 << 14);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
   // 600 rows stored before the table exists, in the store and in the big table.
   const uint64_t space = 3000;
@@ -429,10 +432,7 @@ TEST_P(CachedDevice, NewRowsPushedStraightDownStillComeOut) {
     const TableOptions fo = fast_tier_options(dim, 64, 16, ScorePolicy::kStep, 21);
     auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
     CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{private_store, 20});
-    TableOptions bo = fo;
-    bo.init_capacity = bo.max_capacity = 4096;
-    bo.bucket_capacity = 128;
-    auto big = make_table<K>(Backend::kCpu, bo);
+    auto big = big_table_like(fo, 4096);
     std::vector<K> keys = draw_keys(rng, 600, 1u << 30, true);
     for (int copy = 0; copy < 150; ++copy) keys.push_back(keys[rng.uniform(0, 599)]);
     std::shuffle(keys.begin(), keys.end(), rng.engine());
@@ -486,10 +486,7 @@ TEST_P(CachedDevice, StagedCallsMatchOneBigTable) {
   const TableOptions fo = fast_tier_options(dim, 256, 32, ScorePolicy::kStep, 31);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
   CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 22});
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 1 << 14;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
+  auto big = big_table_like(fo, 1 << 14);
   const std::vector<K> hot = draw_keys(rng, 40, 1u << 20, true);
   K next_new = K{1} << 21;  // new keys: never seen before
   for (int round = 0; round < 40; ++round) {
@@ -529,10 +526,7 @@ TEST_P(CachedDevice, AStepBeyondItsPrefetchGetsNoRowForTheRest) {
   const TableOptions fo = fast_tier_options(dim, 512, 32, ScorePolicy::kStep, 9);
   CachedTable<K> cached(backend, fo,
                         std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim}));
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 1 << 14;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
+  auto big = big_table_like(fo, 1 << 14);
   // Some keys stored first (they go below as the fast tier overflows), then a step's keys.
   for (int round = 0; round < 6; ++round) {
     const std::vector<K> keys = draw_keys(rng, 300, 5000, true);
@@ -658,10 +652,7 @@ TEST_P(CachedDevice, StagedPrefetchStepsMatchOneBigTable) {
   const TableOptions fo = fast_tier_options(dim, 1024, 32, ScorePolicy::kStep, 21);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
   CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 16, true});
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 1 << 15;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
+  auto big = big_table_like(fo, 1 << 15);
   // Step s: fresh ids (never seen: staged), plus now and then ids seen long ago (below: the
   // prefetch falls back) or just now (in the fast tier: staged all the same).
   K next_id = 1;
@@ -733,10 +724,7 @@ TEST_P(CachedDevice, StagedPrefetchRefusalsGoDownWithTheirRows) {
   const TableOptions fo = fast_tier_options(dim, 64, 32, ScorePolicy::kStep, 13);
   auto lower = std::make_shared<storage::HostStorage>(storage::HostStorageOptions{dim});
   CachedTable<K> cached(backend, fo, lower, storage::CachingOptions{true, 14, true});
-  TableOptions bo = fo;
-  bo.init_capacity = bo.max_capacity = 1 << 12;
-  bo.bucket_capacity = 128;
-  auto big = make_table<K>(Backend::kCpu, bo);
+  auto big = big_table_like(fo, 1 << 12);
   std::vector<K> keys = draw_keys(rng, 150, 1'000'000, true);
   const size_t n = keys.size();
   const auto dkeys = on(backend, keys);
@@ -786,10 +774,7 @@ TEST_P(CachedDevice, CallsWithinTheReservationAllocateNothing) {
     co.max_call_keys = 300;
     CachedTable<K> cached(backend, fo, lower, co);
     EXPECT_EQ(cached.caching_stats().buffer_growths, 0u) << "the reservation is not a growth";
-    TableOptions bo = fo;
-    bo.init_capacity = bo.max_capacity = 1 << 15;
-    bo.bucket_capacity = 128;
-    auto big = make_table<K>(Backend::kCpu, bo);
+    auto big = big_table_like(fo, 1 << 15);
     // Keys of [0, 3000), then now and then keys far above (bit 40) too.
     const auto draw = [&](int round, size_t n, bool distinct) {
       std::vector<K> keys = draw_keys(rng, n, 3000, distinct);
