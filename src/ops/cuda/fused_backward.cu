@@ -255,7 +255,7 @@ void reduce_and_optimize_row_ptrs_cuda(const OptimizerOptions& o, const LookupFe
     return;
   }
   ops::cuda::keep_pool_memory(stream);
-  const ops::cuda::HotChunkPlan plan(x, groups, stream);
+  const ops::cuda::HotChunkPlan plan(x, groups);
   void* chunks = workspace.scratch(plan.bytes(), stream_handle);
   // float4 lanes for the gradient rows read (and the shared rows, aligned, stride a multiple of
   // 4); the arithmetic is the same either way.

@@ -1,6 +1,4 @@
 // The hot chunks of the gradient reduction (gradient_chunks.cuh).
-#include <cub/device/device_scan.cuh>
-
 #include "cuda/gradient_chunks.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/row_tiles.cuh"
@@ -19,20 +17,24 @@ __global__ void bag_by_row_kernel(const uint32_t* ids_by_row, const uint32_t* ba
   if (k < n) bag_by_row[k] = bag_of[ids_by_row[k]];
 }
 
-// Hot rows (more than one chunk): chunk_count[r] = their chunks (0 for the others), and the
-// hot rows listed (in any order) in hot_rows[0, *hot_count).
-__global__ void hot_rows_kernel(const uint32_t* row_begin, size_t num_rows, uint32_t* chunk_count,
-                                uint32_t* hot_rows, uint32_t* hot_count) {
+// Hot rows (more than one chunk) among the rows in use (the first *live_rows when live_rows is
+// not null, else all num_rows): chunk_count[r] = their chunks and chunk_first[r] their first,
+// taken from counters[1] (a row's chunks consecutive, the rows in any order), and the hot rows
+// listed (in any order) in hot_rows[0, counters[0]). The other rows' entries are not written.
+__global__ void hot_rows_kernel(const uint32_t* row_begin, size_t num_rows,
+                                const uint64_t* live_rows, uint32_t* chunk_count,
+                                uint32_t* chunk_first, uint32_t* hot_rows, uint32_t* counters) {
   const size_t r = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= num_rows) return;
+  if (r >= num_rows || (live_rows != nullptr && r >= *live_rows)) return;
   const uint32_t len = row_begin[r + 1] - row_begin[r];
-  const uint32_t chunks = is_hot_row(len) ? (len + kGradientChunk - 1) / kGradientChunk : 0;
+  if (!is_hot_row(len)) return;
+  const uint32_t chunks = (len + kGradientChunk - 1) / kGradientChunk;
   chunk_count[r] = chunks;
-  if (chunks > 0) hot_rows[atomicAdd(hot_count, 1u)] = static_cast<uint32_t>(r);
+  chunk_first[r] = atomicAdd(&counters[1], chunks);
+  hot_rows[atomicAdd(&counters[0], 1u)] = static_cast<uint32_t>(r);
 }
 
-// chunk_row[k] = the row of hot chunk k (chunk_first: exclusive scan of chunk_count); one warp
-// per hot row.
+// chunk_row[k] = the row of hot chunk k; one warp per hot row.
 __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_count,
                                  size_t max_hot_rows, const uint32_t* chunk_first,
                                  const uint32_t* chunk_count, uint32_t* chunk_row) {
@@ -42,16 +44,15 @@ __global__ void chunk_row_kernel(const uint32_t* hot_rows, const uint32_t* hot_c
   for (uint32_t c = lane_index(); c < chunk_count[r]; c += 32) chunk_row[chunk_first[r] + c] = r;
 }
 
-// One warp per hot chunk k (launched for an upper bound; the real count is read here). Gradients
-// of kGradType (g.type).
+// One warp per hot chunk k (launched for an upper bound; the real count, *chunk_total, is read
+// here). Gradients of kGradType (g.type).
 template <uint32_t kVec, ValueType kGradType>
 __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups groups,
                                  const uint32_t* bag_by_row, const uint32_t* chunk_first,
-                                 const uint32_t* chunk_count, const uint32_t* chunk_row,
+                                 const uint32_t* chunk_total, const uint32_t* chunk_row,
                                  size_t max_chunks, uint32_t partial_stride, float* partial) {
   const size_t k = warp_index();
-  const size_t last = x.num_rows - 1;
-  if (k >= max_chunks || k >= chunk_first[last] + chunk_count[last]) return;
+  if (k >= max_chunks || k >= *chunk_total) return;
   const uint32_t r = chunk_row[k];
   const uint32_t begin =
       groups.row_begin[r] + (static_cast<uint32_t>(k) - chunk_first[r]) * kGradientChunk;
@@ -63,9 +64,9 @@ __global__ void hot_chunk_kernel(LookupFeature x, LookupOutput g, IdGroups group
 }  // namespace
 
 struct HotChunkPlan::Arrays {
-  uint32_t *bag_of, *bag_by_row, *chunk_count, *chunk_first, *hot_rows, *hot_count, *chunk_row;
+  uint32_t *bag_of, *bag_by_row, *chunk_count, *chunk_first, *hot_rows, *chunk_row;
+  uint32_t* counters;  // the hot rows, the hot chunks
   float* partial;
-  void* scan_temp;
 };
 
 HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
@@ -75,14 +76,13 @@ HotChunkPlan::Arrays HotChunkPlan::carve(detail::ScratchCarver& c) const {
   a.chunk_count = c.take<uint32_t>(x_.num_rows);
   a.chunk_first = c.take<uint32_t>(x_.num_rows);
   a.hot_rows = c.take<uint32_t>(max_hot_rows_);
-  a.hot_count = c.take<uint32_t>(1);
+  a.counters = c.take<uint32_t>(2);
   a.chunk_row = c.take<uint32_t>(max_chunks_);
   a.partial = c.take<float>(max_chunks_ * partial_stride_);
-  a.scan_temp = c.take<uint8_t>(scan_bytes_);
   return a;
 }
 
-HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaStream_t stream)
+HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups)
     : x_(x),
       groups_(groups),
       needs_bags_(x.num_ids > 0 && x.mode != PoolingMode::kNone && groups.bag_by_row == nullptr) {
@@ -91,10 +91,6 @@ HotChunkPlan::HotChunkPlan(const LookupFeature& x, const IdGroups& groups, cudaS
   max_hot_rows_ = x.num_ids / (kGradientChunk + 1) + 1;
   max_chunks_ = x.num_ids / kGradientChunk + max_hot_rows_;
   partial_stride_ = (x.dim + 3) / 4 * 4;
-  core::cuda::check(cub::DeviceScan::ExclusiveSum(
-                        nullptr, scan_bytes_, static_cast<uint32_t*>(nullptr),
-                        static_cast<uint32_t*>(nullptr), static_cast<int>(x.num_rows), stream),
-                    "reduce_gradients: ExclusiveSum (size)");
   detail::ScratchCarver measure;
   carve(measure);
   bytes_ = measure.bytes();
@@ -106,7 +102,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   detail::ScratchCarver place(scratch);
   const Arrays a = carve(place);
   const size_t n = x.num_ids, u = x.num_rows;
-  core::cuda::check(cudaMemsetAsync(a.hot_count, 0, sizeof(uint32_t), stream),
+  core::cuda::check(cudaMemsetAsync(a.counters, 0, 2 * sizeof(uint32_t), stream),
                     "reduce_gradients: cudaMemsetAsync");
   // The bags in the reduction's order: the dedup's, else worked out here.
   const uint32_t* bag_by_row = groups.bag_by_row != nullptr ? groups.bag_by_row : a.bag_by_row;
@@ -116,15 +112,11 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
                                                                     a.bag_by_row);
     core::cuda::check_launch("reduce_gradients: bag_by_row_kernel");
   }
-  hot_rows_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(groups.row_begin, u, a.chunk_count,
-                                                                a.hot_rows, a.hot_count);
+  hot_rows_kernel<<<blocks_for_threads(u), kBlock, 0, stream>>>(
+      groups.row_begin, u, x.live_rows, a.chunk_count, a.chunk_first, a.hot_rows, a.counters);
   core::cuda::check_launch("reduce_gradients: hot_rows_kernel");
-  size_t scan_bytes = scan_bytes_;
-  core::cuda::check(cub::DeviceScan::ExclusiveSum(a.scan_temp, scan_bytes, a.chunk_count,
-                                                  a.chunk_first, static_cast<int>(u), stream),
-                    "reduce_gradients: ExclusiveSum");
   chunk_row_kernel<<<blocks_for_warps(max_hot_rows_), kBlock, 0, stream>>>(
-      a.hot_rows, a.hot_count, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
+      a.hot_rows, a.counters, max_hot_rows_, a.chunk_first, a.chunk_count, a.chunk_row);
   core::cuda::check_launch("reduce_gradients: chunk_row_kernel");
   if (n > 0) {
     const unsigned blocks = blocks_for_warps(max_chunks_);
@@ -133,11 +125,11 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
       constexpr ValueType kGradType = decltype(grad_type)::value;
       if (gradients_vec4_ok(g, x.dim)) {
         hot_chunk_kernel<4, kGradType>
-            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
+            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.counters + 1,
                                             a.chunk_row, max_chunks_, partial_stride_, a.partial);
       } else {
         hot_chunk_kernel<1, kGradType>
-            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.chunk_count,
+            <<<blocks, kBlock, 0, stream>>>(x, g, groups, bag_by_row, a.chunk_first, a.counters + 1,
                                             a.chunk_row, max_chunks_, partial_stride_, a.partial);
       }
     });
@@ -148,7 +140,7 @@ HotChunks HotChunkPlan::issue(const LookupOutput& g, void* scratch, cudaStream_t
   h.chunk_count = a.chunk_count;
   h.chunk_first = a.chunk_first;
   h.hot_rows = a.hot_rows;
-  h.hot_count = a.hot_count;
+  h.hot_count = a.counters;
   h.max_hot_rows = max_hot_rows_;
   h.partial = a.partial;
   h.partial_stride = partial_stride_;

@@ -24,9 +24,10 @@ __host__ __device__ constexpr bool is_hot_row(uint32_t ids) {
 // What sum_hot_chunks leaves in device memory for the rest of the reduction.
 struct HotChunks {
   const uint32_t* bag_by_row = nullptr;   // num_ids: the bag of id ids_by_row[k] (SUM / MEAN)
-  const uint32_t* chunk_count = nullptr;  // num_rows: a hot row's chunks, 0 for the others
-  const uint32_t* chunk_first = nullptr;  // num_rows: exclusive scan of chunk_count
-  const uint32_t* hot_rows = nullptr;     // the hot rows, in any order, [0, *hot_count)
+  const uint32_t* chunk_count = nullptr;  // num_rows: a hot row's chunks (hot rows' entries only)
+  // num_rows: a hot row's first chunk; its chunks are consecutive, the rows' in any order
+  const uint32_t* chunk_first = nullptr;
+  const uint32_t* hot_rows = nullptr;  // the hot rows, in any order, [0, *hot_count)
   const uint32_t* hot_count = nullptr;
   size_t max_hot_rows = 0;         // an upper bound of *hot_count
   const float* partial = nullptr;  // chunk k's sum at partial + k * partial_stride
@@ -37,14 +38,14 @@ struct HotChunks {
 class HotChunkPlan {
  public:
   // Sizes the scratch of feature x (num_rows > 0) grouped by `groups` (scratch for the ids' bags
-  // only when the groups do not bring them); asks CUB for its scan's. Keeps both views.
-  HotChunkPlan(const LookupFeature& x, const detail::IdGroups& groups, cudaStream_t stream);
+  // only when the groups do not bring them). Keeps both views.
+  HotChunkPlan(const LookupFeature& x, const detail::IdGroups& groups);
   // Bytes of device scratch issue() needs.
   size_t bytes() const { return bytes_; }
   // Issues, on `stream` over bytes() of `scratch`, for the feature and groups given to the
   // constructor and the bags' gradients g (float32): the bags of the ids
-  // (unless the groups bring them), the hot rows, the chunk scan and the chunk sums. No
-  // synchronization.
+  // (unless the groups bring them), the hot rows among the rows in use (x.live_rows), their
+  // chunks' places and the chunk sums. No synchronization.
   HotChunks issue(const LookupOutput& g, void* scratch, cudaStream_t stream) const;
 
  private:
@@ -56,7 +57,7 @@ class HotChunkPlan {
   size_t max_hot_rows_, max_chunks_;
   bool needs_bags_;
   uint32_t partial_stride_;
-  size_t scan_bytes_ = 0, bytes_ = 0;
+  size_t bytes_ = 0;
 };
 
 // Element j of a hot row: the sum, from zero and in order, of its `count` chunk sums starting at

@@ -393,7 +393,7 @@ void reduce_gradients_grouped_cuda(const LookupFeature& x, IdGroups groups, cons
   const cudaStream_t stream = as_stream(stream_handle);
   if (x.num_rows == 0) return;
   ops::cuda::keep_pool_memory(stream);
-  const ops::cuda::HotChunkPlan plan(x, groups, stream);
+  const ops::cuda::HotChunkPlan plan(x, groups);
   core::cuda::DeviceArray<uint8_t> scratch(plan.bytes(), stream);
   const HotChunks h = plan.issue(g, scratch.data(), stream);
   const bool vec =
