@@ -42,6 +42,9 @@ fi
 # (include/ and share/cmake/ copied from a Debian machine).
 prefix_path=""
 [ -d .carry/deps ] && prefix_path="-DCMAKE_PREFIX_PATH=$PWD/.carry/deps"
+# Shared libraries from that prefix (absl, for a program built here) are found at run time too.
+deps_lib="$PWD/.carry/deps/lib/x86_64-linux-gnu"
+[ -d "$deps_lib" ] && export LD_LIBRARY_PATH="$deps_lib:${LD_LIBRARY_PATH:-}"
 if [ -n "${1:-}" ] && [ -f "$1/python/dynemb/__init__.py" ] && ls "$1"/python/dynemb/_C*.so > /dev/null 2>&1; then
   # The build directory already holds the module (configured with -DDYNEMB_BUILD_PYTHON=ON for
   # this machine's python3): test that one instead of building a second copy.
