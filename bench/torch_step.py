@@ -123,6 +123,9 @@ def run_dynemb(a, device, sets, grads, timer, group_tables):
     ebc = DynamicEmbeddingBagCollection(
         configs, table_options=opts, device=device, group_tables=group_tables,
         fused_params={"optimizer": dynemb.EmbOptimType.ADAM, "learning_rate": a.lr})
+    if group_tables:
+        # The host-sync-free step `bench train --grouped-tables` times, its ids below a.rows.
+        ebc.set_host_sync_free(True, key_bits=max(1, (a.rows - 1).bit_length()))
     lengths = torch.full((a.tables * a.batch,), a.ids_per_bag, dtype=torch.int64, device=device)
     kjts = [KeyedJaggedTensor([f"f{t}" for t in range(a.tables)], torch.cat(s), lengths=lengths)
             for s in sets]
@@ -411,7 +414,9 @@ def main():
                        "torch_peer": "nn.EmbeddingBag(mode='sum', sparse=True) x tables + SparseAdam",
                        "forward": "under torch.no_grad(), module in train mode (dynemb inserts)",
                        "python_modules": "dynemb_python_grouped: group_tables=True (one C++ "
-                                         "EmbeddingCollection), against dynemb_cpp_grouped; "
+                                         "EmbeddingCollection) with set_host_sync_free(key_bits "
+                                         "of the ids), against dynemb_cpp_grouped (host-sync-"
+                                         "free too); "
                                          "dynemb_python: a compiled table per table, against "
                                          "dynemb_cpp_sequential",
                        "python_batches": "KeyedJaggedTensor made once per batch set, its "

@@ -86,6 +86,17 @@ void CollectionHandle::backward(py::handle grad, uint64_t generation, uintptr_t 
   collection_->end_step();
 }
 
+void CollectionHandle::set_host_sync_free(bool on, uint32_t key_bits, uint32_t lookup_streams) {
+  py::gil_scoped_release release;
+  std::lock_guard lock(mutex_);
+  collection_->set_host_sync_free(on, key_bits, lookup_streams);
+}
+
+bool CollectionHandle::host_sync_free() const {
+  std::lock_guard lock(mutex_);
+  return collection_->host_sync_free();
+}
+
 CollectionTable::CollectionTable(std::shared_ptr<CollectionHandle> owner, size_t index)
     : owner_(std::move(owner)), index_(index) {
   if (!owner_) throw InvalidArgument("CollectionTable: owner is None");
@@ -152,8 +163,10 @@ py::dict CollectionTable::stats() const {
     size = t.size();
     load = t.load_factor();
   }
-  // nonfinite_gradients: over the collection's tables
-  return table_stats_dict(s.tables.at(index_), s.nonfinite_gradients, size, load, t);
+  // nonfinite_gradients and refused_batches: over the collection's tables
+  py::dict d = table_stats_dict(s.tables.at(index_), s.nonfinite_gradients, size, load, t);
+  d["refused_batches"] = s.refused_batches;
+  return d;
 }
 
 void register_collection(py::module_& m) {
@@ -167,6 +180,9 @@ void register_collection(py::module_& m) {
            py::arg("mode"), py::arg("training"), py::arg("out"), py::arg("stream") = 0)
       .def("backward", &CollectionHandle::backward, py::arg("grad"), py::arg("generation"),
            py::arg("stream") = 0)
+      .def("set_host_sync_free", &CollectionHandle::set_host_sync_free, py::arg("on"),
+           py::arg("key_bits") = 0, py::arg("lookup_streams") = 8)
+      .def_property_readonly("host_sync_free", &CollectionHandle::host_sync_free)
       .def_property_readonly("num_tables", &CollectionHandle::num_tables)
       .def_property_readonly("dim", &CollectionHandle::dim)
       .def(

@@ -35,6 +35,10 @@ class CollectionHandle {
   // Applies the gradient of training forward `generation` and ends the step; StateError for
   // another forward's gradient (the tables are then unchanged).
   void backward(py::handle grad, uint64_t generation, uintptr_t stream);
+  // EmbeddingCollection::set_host_sync_free: training steps that read nothing on the host
+  // (batches with keys wider than key_bits, or bad offsets, refused on the device and counted).
+  void set_host_sync_free(bool on, uint32_t key_bits, uint32_t lookup_streams);
+  bool host_sync_free() const;
 
   EmbeddingCollection<int64_t>& collection() { return *collection_; }
   std::mutex& mutex() const { return mutex_; }

@@ -336,6 +336,35 @@ class DynamicEmbModule(nn.Module):
     def device(self) -> torch.device:
         return self._device
 
+    def set_host_sync_free(self, on: bool = True, key_bits: int = 0) -> None:
+        """Training steps of the grouped tables (group_tables=True) that read nothing on the
+        host: each collection's forward and backward are issued without waiting for the device
+        (what `dynemb bench train --grouped-tables` times). A training batch with a key wider
+        than key_bits bits (0: the widest key of the steps so far, so declare it when later
+        batches may hold wider keys; negative keys are wide) or with bad offsets is then refused
+        on the device instead of raising: no table changes, its outputs read the eval
+        initializer, and table_stats()[name]["refused_batches"] counts it. Evaluation, tables
+        that run alone (caching, admission) and gradient_check "error" keep their host reads.
+        InvalidArgument without grouped tables, when sharded, or for key_bits outside [0, the
+        bits the tables' index leaves]."""
+        where = f"{type(self).__name__}.set_host_sync_free"
+        if isinstance(key_bits, bool) or not isinstance(key_bits, int) or key_bits < 0:
+            raise _C.InvalidArgument(f"{where}: key_bits = {key_bits!r}, must be an int >= 0")
+        if self._sharded:
+            raise _C.InvalidArgument(
+                f"{where}: the module is sharded over a process group; sharded steps exchange "
+                "counts between ranks and keep their host reads"
+            )
+        collections = [g.handle for g in (self._groups or [])
+                       if isinstance(g.handle, _C.EmbeddingCollection)]
+        if not collections:
+            raise _C.InvalidArgument(
+                f"{where}: the module has no grouped tables (build it with group_tables=True; "
+                "tables with caching or admission run alone and keep their host reads)"
+            )
+        for handle in collections:
+            handle.set_host_sync_free(bool(on), key_bits)
+
     def _check_device(self):
         if self._device_anchor.device != self._device:
             raise _C.StateError(
@@ -454,7 +483,8 @@ class DynamicEmbModule(nn.Module):
     def table_stats(self) -> Dict[str, Dict[str, float]]:
         """Per table: size, capacity, load_factor, lookups, unique_lookups, rows_created,
         admission_pending, eval_misses, expired, nonfinite_gradients, evictions, refused,
-        reserved_keys, rehashes, erased, score (sharded: this rank's shard)."""
+        reserved_keys, rehashes, erased, score (sharded: this rank's shard); grouped tables also
+        refused_batches (their collection's batches refused by set_host_sync_free's steps)."""
         if self._sharded:
             result = {}
             for group in self._groups:
