@@ -58,3 +58,24 @@ def zipf_ids(n: int, universe: int, generator=None) -> torch.Tensor:
     u = torch.rand(n, generator=generator, dtype=torch.float64)
     ids = (universe ** u - 1).floor().to(torch.int64)
     return ids.clamp_(0, universe - 1)
+
+
+def same_rows(x, y, tables):
+    """Asserts that modules x and y hold the same keys and rows, bit for bit, in each table."""
+    for t in tables:
+        want, got = all_rows(y, t), all_rows(x, t)
+        assert sorted(got) == sorted(want), t
+        for k in want:
+            assert torch.equal(got[k], want[k]), f"table {t} key {k}: {got[k]} != {want[k]}"
+
+
+def train_alike(x, y, batches, generator, device):
+    """Trains modules x and y on the same batches, each step's outputs asserted equal bit for
+    bit and the same random upstream gradient (drawn from `generator`) sent back through both."""
+    for step, kjt in enumerate(batches):
+        out_x, out_y = x(kjt).values(), y(kjt).values()
+        torch.testing.assert_close(out_x, out_y, rtol=0, atol=0,
+                                   msg=lambda m, step=step: f"step {step}: {m}")
+        ups = torch.randn(out_y.shape, generator=generator).to(device)
+        (out_x * ups).sum().backward()
+        (out_y * ups).sum().backward()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dynemb
-from conftest import DEVICES, all_rows, zipf_ids
+from conftest import DEVICES, all_rows, same_rows, train_alike, zipf_ids
 from dynemb.torch import (
     DynamicEmbeddingBagCollection,
     DynamicEmbeddingCollection,
@@ -41,14 +41,6 @@ def batch(keys, bags, gen, device, weighted=False):
                              weights=None if weights is None else weights.to(device))
 
 
-def same_rows(x, y, tables):
-    for t in tables:
-        want, got = all_rows(y, t), all_rows(x, t)
-        assert sorted(got) == sorted(want), t
-        for k in want:
-            assert torch.equal(got[k], want[k]), f"table {t} key {k}: {got[k]} != {want[k]}"
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_grouped_bag_collection_matches_separate_tables(seed, device, tmp_path):
     grouped = DynamicEmbeddingBagCollection(bag_configs(), fused_params=ADAM, device=device,
@@ -58,14 +50,7 @@ def test_grouped_bag_collection_matches_separate_tables(seed, device, tmp_path):
     assert [len(g.tables) for g in grouped._groups] == [2, 1, 1]
     gen = torch.Generator().manual_seed(seed)
     keys = ["fd", "fa", "fc", "fb", "fa2"]
-    for step in range(5):
-        kjt = batch(keys, 6, gen, device)
-        out_g, out_s = grouped(kjt).values(), separate(kjt).values()
-        torch.testing.assert_close(out_g, out_s, rtol=0, atol=0,
-                                   msg=lambda m: f"step {step}: {m}")
-        ups = torch.randn(out_s.shape, generator=gen).to(device)
-        (out_g * ups).sum().backward()
-        (out_s * ups).sum().backward()
+    train_alike(grouped, separate, (batch(keys, 6, gen, device) for _ in range(5)), gen, device)
     same_rows(grouped, separate, "abcd")
     for t in "abcd":
         g, s = grouped.table_stats()[t], separate.table_stats()[t]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dynemb
-from conftest import DEVICES, all_rows, zipf_ids
+from conftest import DEVICES, all_rows, same_rows, train_alike, zipf_ids
 from dynemb.torch import (
     DynamicEmbeddingBagCollection,
     EmbeddingBagConfig,
@@ -42,14 +42,6 @@ def batch(keys, bags, gen, device):
     return KeyedJaggedTensor(keys, values.to(device), lengths=lengths.to(device))
 
 
-def same_rows(x, y):
-    for t in "abc":
-        want, got = all_rows(y, t), all_rows(x, t)
-        assert sorted(got) == sorted(want), t
-        for k in want:
-            assert torch.equal(got[k], want[k]), f"table {t} key {k}: {got[k]} != {want[k]}"
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_sync_free_steps_match_synchronizing_steps(seed, device):
     free, synced = module(device), module(device)
@@ -58,15 +50,8 @@ def test_sync_free_steps_match_synchronizing_steps(seed, device):
     assert not any(g.handle.host_sync_free for g in synced._groups)
     gen = torch.Generator().manual_seed(seed)
     keys = ["fb2", "fa", "fc", "fb"]
-    for step in range(6):
-        kjt = batch(keys, 7, gen, device)
-        out_f, out_s = free(kjt).values(), synced(kjt).values()
-        torch.testing.assert_close(out_f, out_s, rtol=0, atol=0,
-                                   msg=lambda m: f"step {step}: {m}")
-        ups = torch.randn(out_s.shape, generator=gen).to(device)
-        (out_f * ups).sum().backward()
-        (out_s * ups).sum().backward()
-    same_rows(free, synced)
+    train_alike(free, synced, (batch(keys, 7, gen, device) for _ in range(6)), gen, device)
+    same_rows(free, synced, "abc")
     for t in "abc":
         f, s = free.table_stats()[t], synced.table_stats()[t]
         for field in ("size", "lookups", "unique_lookups", "rows_created"):
