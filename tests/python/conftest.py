@@ -60,13 +60,18 @@ def zipf_ids(n: int, universe: int, generator=None) -> torch.Tensor:
     return ids.clamp_(0, universe - 1)
 
 
+def same_row_dicts(got, want, table):
+    """Asserts that two {key: row} dicts of `table` (all_rows) hold the same keys and rows, bit
+    for bit."""
+    assert sorted(got) == sorted(want), table
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"table {table} key {k}: {got[k]} != {want[k]}"
+
+
 def same_rows(x, y, tables):
     """Asserts that modules x and y hold the same keys and rows, bit for bit, in each table."""
     for t in tables:
-        want, got = all_rows(y, t), all_rows(x, t)
-        assert sorted(got) == sorted(want), t
-        for k in want:
-            assert torch.equal(got[k], want[k]), f"table {t} key {k}: {got[k]} != {want[k]}"
+        same_row_dicts(all_rows(x, t), all_rows(y, t), t)
 
 
 def train_alike(x, y, batches, generator, device):
